@@ -1,0 +1,124 @@
+//! audit: one JSON line per call, appended to a file and written through at once. Arguments
+//! are stored with secret-looking keys redacted; results only as a size and a short summary.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+/// Keys whose values never reach the audit log (matched case-insensitively, as substrings).
+const SECRET_KEY_PARTS: &[&str] =
+    &["password", "passwd", "secret", "token", "apikey", "api_key", "api-key", "authorization", "credential", "private_key", "private-key", "cookie"];
+/// Result summaries are cut to this many characters.
+const SUMMARY_CHARS: usize = 200;
+
+/// One call, as the audit log records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339, UTC, milliseconds.
+    pub time: String,
+    pub session: String,
+    pub tool: String,
+    pub ensemble: Option<String>,
+    pub component: Option<String>,
+    pub arguments: Value,
+    /// `ok`, or the error kind (`timeout`, `invalid-arguments`, ...).
+    pub outcome: String,
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    pub deduplicated: bool,
+    pub result_bytes: usize,
+    pub summary: String,
+}
+
+/// Why the audit log could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+#[error("audit log {path}: {source}")]
+pub struct AuditError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// An append-only JSONL file.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl AuditLog {
+    /// Opens (creating it and its directory if needed) the file at `path` for appending.
+    pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let error = |source| AuditError { path: path.to_path_buf(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(error)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(error)?;
+        Ok(AuditLog { path: path.to_path_buf(), file: Mutex::new(file) })
+    }
+
+    /// Appends one record as one line, in a single write.
+    pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_vec(record).map_err(|e| AuditError { path: self.path.clone(), source: e.into() })?;
+        line.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.write_all(&line).map_err(|source| AuditError { path: self.path.clone(), source })
+    }
+}
+
+/// A copy of `value` with the values of secret-looking keys replaced by `"[redacted]"`.
+pub fn redact(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let lower = key.to_ascii_lowercase();
+                    if SECRET_KEY_PARTS.iter().any(|part| lower.contains(part)) {
+                        (key.clone(), Value::String("[redacted]".into()))
+                    } else {
+                        (key.clone(), redact(value))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The first [`SUMMARY_CHARS`] characters of a result, on one line.
+pub fn summarize(text: &str) -> String {
+    let mut summary: String = text.chars().take(SUMMARY_CHARS).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if text.chars().nth(SUMMARY_CHARS).is_some() {
+        summary.push('…');
+    }
+    summary
+}
+
+/// Now, as RFC 3339 with milliseconds.
+pub(crate) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn redacts_secret_keys_at_any_depth() {
+        let redacted = redact(&json!({"q": "x", "API_KEY": "k", "nested": [{"password": "p", "ok": 1}], "authToken": "t"}));
+        assert_eq!(
+            redacted,
+            json!({"q": "x", "API_KEY": "[redacted]", "nested": [{"password": "[redacted]", "ok": 1}], "authToken": "[redacted]"})
+        );
+    }
+
+    #[test]
+    fn summaries_are_short_single_lines() {
+        assert_eq!(summarize("a\nb"), "a b");
+        assert_eq!(summarize(&"x".repeat(300)).chars().count(), SUMMARY_CHARS + 1);
+    }
+}

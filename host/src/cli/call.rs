@@ -1,0 +1,48 @@
+//! `toolhost call TOOL JSON`: one call through the same `invoke` path as every other caller.
+
+use super::settings::Settings;
+use anyhow::Context;
+use std::io::Read;
+use std::process::ExitCode;
+use toolhost::invoke::{Arguments, Session};
+
+pub(crate) async fn run(settings: &Settings, tool: &str, arguments: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let arguments = if arguments == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("cannot read the arguments from stdin")?;
+        text
+    } else {
+        arguments.to_string()
+    };
+    let host = settings.host().await?;
+    let session = Session::new(format!("cli-{}", std::process::id()));
+    let outcome = host.invoke(&session, tool, Arguments::Text(arguments)).await;
+    if json {
+        let report = match &outcome.result {
+            Ok(text) => serde_json::json!({
+                "tool": outcome.tool, "ok": true, "result": text.as_ref(),
+                "deduplicated": outcome.deduplicated, "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
+            }),
+            Err(error) => serde_json::json!({
+                "tool": outcome.tool, "ok": false, "error": error,
+                "deduplicated": outcome.deduplicated, "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
+            }),
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    match &outcome.result {
+        Ok(text) => {
+            if !json {
+                println!("{text}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            if !json {
+                let one_line = error.message.replace('\n', " ");
+                eprintln!("error: {}: {one_line}", error.kind);
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}

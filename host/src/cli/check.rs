@@ -1,0 +1,46 @@
+//! `toolhost check`: every error in every file, then a summary; non-zero exit on any error.
+
+use super::settings::Settings;
+use std::process::ExitCode;
+use toolhost::catalog::Catalog;
+
+pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
+    let (runtime, resolved) = settings.load().await?;
+    let diagnostics: Vec<_> = resolved.diagnostics().collect();
+    let catalog: &Catalog = &resolved.catalog;
+    let stats = runtime.compile_stats();
+    if json {
+        let report = serde_json::json!({
+            "ok": diagnostics.is_empty(),
+            "ensembles_dir": settings.ensembles,
+            "ensembles": catalog.ensembles(),
+            "refused": resolved.refused.iter().map(|r| &r.file).collect::<Vec<_>>(),
+            "tools": catalog.all_tools().iter().map(|t| serde_json::json!({
+                "name": t.name, "ensemble": t.ensemble, "enabled": t.enabled, "component": t.component_hash().to_string(),
+            })).collect::<Vec<_>>(),
+            "errors": diagnostics.iter().map(|d| serde_json::json!({
+                "message": d.message,
+                "file": d.location.file,
+                "line": d.location.line,
+                "column": d.location.column,
+                "notes": d.notes,
+                "rendered": d.to_string(),
+            })).collect::<Vec<_>>(),
+            "components": { "compiled": stats.compiled, "from_cache": stats.cache_hits },
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for diagnostic in &diagnostics {
+            println!("{diagnostic}");
+        }
+        let enabled = catalog.tools().count();
+        let loaded = catalog.ensembles().len();
+        println!(
+            "checked {}: {loaded} ensemble(s) loaded with {enabled} enabled tool(s); {} refused; {} error(s)",
+            settings.ensembles.display(),
+            resolved.refused.len(),
+            diagnostics.len()
+        );
+    }
+    Ok(if diagnostics.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -1,0 +1,58 @@
+//! `toolhost list`: the tools of the loaded ensembles, enabled or not.
+
+use super::settings::Settings;
+use std::process::ExitCode;
+
+pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
+    let host = settings.host().await?;
+    let catalog = host.catalog().snapshot();
+    let tools = catalog.all_tools();
+    if json {
+        let rows: Vec<_> = tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "ensemble": t.ensemble,
+                    "enabled": t.enabled,
+                    "component": t.component_hash().to_string(),
+                    "component_path": t.component.path,
+                    "tool": t.component_tool,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                    "destructive": t.destructive,
+                    "dedup": t.dedup,
+                    "limits": {
+                        "timeout_ms": t.limits.timeout.as_millis() as u64,
+                        "memory_mib": t.limits.memory_bytes >> 20,
+                        "max_output_bytes": t.limits.max_output_bytes,
+                    },
+                    "grants": t.sandbox.preopens.iter().map(|p| serde_json::json!({
+                        "guest": p.guest, "host": p.host, "writable": p.writable,
+                    })).collect::<Vec<_>>(),
+                    "env": t.sandbox.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                    "version": t.version.to_string(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name_width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let ensemble_width = tools.iter().map(|t| t.ensemble.len()).max().unwrap_or(8).max(8);
+    println!("{:name_width$}  {:ensemble_width$}  ENABLED  COMPONENT     DESCRIPTION", "TOOL", "ENSEMBLE");
+    for tool in tools {
+        let hash = tool.component_hash().to_string();
+        let first_line = tool.description.lines().next().unwrap_or("");
+        let description: String = first_line.chars().take(70).collect();
+        let cut = if description.len() < first_line.len() { "…" } else { "" };
+        println!(
+            "{:name_width$}  {:ensemble_width$}  {:7}  {}  {description}{cut}",
+            tool.name,
+            tool.ensemble,
+            if tool.enabled { "yes" } else { "no" },
+            &hash[..12],
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

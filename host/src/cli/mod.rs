@@ -1,0 +1,109 @@
+//! cli: the `toolhost` command line (clap). The only place that prints for people and uses
+//! `anyhow`; every command is a thin layer over the library.
+//!
+//! Exit codes: 0 success; 1 the work failed (`check` found errors, `call` ended in a typed
+//! error); 2 the command line was wrong; 3 the host could not start (bad `toolhost.toml`,
+//! unreadable ensembles directory, unusable cache directory).
+
+mod call;
+mod check;
+mod list;
+mod settings;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A host for LLM tools: sandboxed WebAssembly components behind validated, deduplicated calls.
+#[derive(Debug, Parser)]
+#[command(name = "toolhost", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    /// Host settings file (default: ./toolhost.toml if it exists).
+    #[arg(long, global = true, env = "TOOLHOST_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory of ensemble files (overrides [host] ensembles).
+    #[arg(long, global = true, env = "TOOLHOST_ENSEMBLES", value_name = "DIR")]
+    ensembles: Option<PathBuf>,
+    /// Where compiled components are cached (overrides [host] cache-dir).
+    #[arg(long, global = true, env = "TOOLHOST_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every component on start, ignoring the cache.
+    #[arg(long, global = true)]
+    no_cache: bool,
+    /// Append one JSON line per call to this file (overrides [host] audit).
+    #[arg(long, global = true, env = "TOOLHOST_AUDIT", value_name = "FILE")]
+    audit: Option<PathBuf>,
+    /// More log output on stderr (-v: info, -vv: debug, including plugins' stdout/stderr).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check every ensemble and invoker file, and every component they name; report every error.
+    Check {
+        /// Print a JSON report instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tools: name, ensemble, enabled, component hash, description.
+    List {
+        /// Print JSON (with each tool's input schema and limits).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its result.
+    Call {
+        /// The tool's name, as `toolhost list` shows it.
+        tool: String,
+        /// The arguments: a JSON object, or `-` to read it from stdin.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// Print the outcome as JSON (result or typed error, deduplicated, duration).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses the command line, runs the command, and maps the outcome to an exit code.
+pub(crate) fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let settings = settings::Settings::from_cli(&cli)?;
+    match cli.command {
+        Command::Check { json } => check::run(&settings, json).await,
+        Command::List { json } => list::run(&settings, json).await,
+        Command::Call { tool, arguments, json } => call::run(&settings, &tool, &arguments, json).await,
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn,toolhost::runtime=info",
+        1 => "info",
+        _ => "debug,cranelift=info,wasmtime=info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Logs go to stderr: stdout carries results (and, under `serve`, the MCP protocol).
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

@@ -1,0 +1,86 @@
+//! Host settings: `toolhost.toml`, then environment variables and flags over it.
+
+use super::Cli;
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toolhost::audit::AuditLog;
+use toolhost::catalog::LiveCatalog;
+use toolhost::config::v1::HostFile;
+use toolhost::config::{FileKind, SourceFile};
+use toolhost::invoke::Host;
+use toolhost::resolve::{self, Resolved};
+use toolhost::runtime::{Runtime, RuntimeSettings};
+
+/// Everything the commands need to build a host.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) ensembles: PathBuf,
+    pub(crate) cache_dir: Option<PathBuf>,
+    pub(crate) audit: Option<PathBuf>,
+    pub(crate) max_instances: u32,
+}
+
+impl Settings {
+    pub(crate) fn from_cli(cli: &Cli) -> anyhow::Result<Self> {
+        let config_path = cli.config.clone().or_else(|| {
+            let default = PathBuf::from("toolhost.toml");
+            default.is_file().then_some(default)
+        });
+        let (host, base) = match &config_path {
+            Some(path) => {
+                let source = SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
+                let file: HostFile = source.parse(FileKind::Host).map_err(|d| anyhow::anyhow!("\n{d}"))?;
+                (file.host, path.parent().unwrap_or(Path::new(".")).to_path_buf())
+            }
+            None => (Default::default(), PathBuf::from(".")),
+        };
+        let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
+        let ensembles = cli.ensembles.clone().or_else(|| from_file(&host.ensembles)).unwrap_or_else(|| "ensembles".into());
+        let cache_dir = if cli.no_cache {
+            None
+        } else {
+            cli.cache_dir.clone().or_else(|| from_file(&host.cache_dir)).or_else(default_cache_dir)
+        };
+        let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
+        let max_instances = host.max_concurrent_calls.unwrap_or(RuntimeSettings::default().max_instances);
+        if max_instances == 0 {
+            bail!("[host] max-concurrent-calls must be at least 1");
+        }
+        Ok(Settings { ensembles, cache_dir, audit, max_instances })
+    }
+
+    /// Starts the runtime and resolves the ensembles directory.
+    pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
+        if !self.ensembles.is_dir() {
+            bail!("the ensembles directory {} does not exist (set --ensembles or [host] ensembles)", self.ensembles.display());
+        }
+        let runtime = Runtime::new(&RuntimeSettings { cache_dir: self.cache_dir.clone(), max_instances: self.max_instances })?;
+        let runtime = Arc::new(runtime);
+        let resolved = resolve::resolve_dir(&runtime, &self.ensembles).await;
+        Ok((runtime, resolved))
+    }
+
+    /// A host over the resolved catalog, with the audit log if one is configured. Refused
+    /// ensembles are reported in one line each on stderr.
+    pub(crate) async fn host(&self) -> anyhow::Result<Host> {
+        let (runtime, resolved) = self.load().await?;
+        for refused in &resolved.refused {
+            let count = refused.diagnostics.len();
+            eprintln!("warning: {} was refused ({count} error(s)); run `toolhost check` for details", refused.file.display());
+        }
+        let audit = match &self.audit {
+            Some(path) => Some(AuditLog::open(path).context("cannot open the audit log")?),
+            None => None,
+        };
+        let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
+        Ok(Host::new(catalog, runtime, audit, self.max_instances))
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("toolhost"))
+}

@@ -1,0 +1,143 @@
+//! `Diagnostic`: one configuration error with the file, line and column it is about, shown
+//! the way rustc shows errors, with the offending source line underlined.
+
+use serde::Serialize;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// A place in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Location {
+    /// The file, as the host found it (relative paths stay relative, so messages stay short).
+    pub file: PathBuf,
+    /// 1-based line; `None` when the whole file is meant (it is missing, say).
+    pub line: Option<usize>,
+    /// 1-based column, in characters.
+    pub column: Option<usize>,
+    #[serde(skip)]
+    excerpt: Option<Excerpt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Excerpt {
+    text: String,
+    /// Characters to underline from `column`.
+    width: usize,
+}
+
+impl Location {
+    /// The place of the byte range `span` of `source`, the text of `file`.
+    pub fn at(file: &Path, source: &str, span: Range<usize>) -> Self {
+        let start = span.start.min(source.len());
+        let before = &source[..floor_char_boundary(source, start)];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        let line_end = source[line_start..].find('\n').map_or(source.len(), |i| line_start + i);
+        let text = source[line_start..line_end].trim_end_matches('\r').to_string();
+        let end = floor_char_boundary(source, span.end.clamp(start, line_end));
+        let width = source[floor_char_boundary(source, start)..end].chars().count().max(1);
+        Location { file: file.to_path_buf(), line: Some(line), column: Some(column), excerpt: Some(Excerpt { text, width }) }
+    }
+
+    /// The file as a whole.
+    pub fn file(file: &Path) -> Self {
+        Location { file: file.to_path_buf(), line: None, column: None, excerpt: None }
+    }
+
+    fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => writeln!(f, "  --> {}:{line}:{column}", self.file.display())?,
+            _ => writeln!(f, "  --> {}", self.file.display())?,
+        }
+        if let (Some(excerpt), Some(line), Some(column)) = (&self.excerpt, self.line, self.column) {
+            let gutter = line.to_string().len();
+            writeln!(f, "{:gutter$} |", "")?;
+            writeln!(f, "{line} | {}", excerpt.text)?;
+            writeln!(f, "{:gutter$} | {}{}", "", " ".repeat(column - 1), "^".repeat(excerpt.width))?;
+        }
+        Ok(())
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i.min(s.len())
+}
+
+/// A second place that explains a diagnostic (the ensemble that grants, the first file to
+/// claim a name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Note {
+    pub message: String,
+    pub location: Option<Location>,
+}
+
+/// One configuration error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub message: String,
+    pub location: Location,
+    pub notes: Vec<Note>,
+}
+
+impl Diagnostic {
+    /// An error at `location`.
+    pub fn new(location: Location, message: impl Into<String>) -> Self {
+        Diagnostic { message: message.into(), location, notes: Vec::new() }
+    }
+
+    /// Adds a note that points at another place.
+    pub fn with_note(mut self, location: Option<Location>, message: impl Into<String>) -> Self {
+        self.notes.push(Note { message: message.into(), location });
+        self
+    }
+
+    /// `file:line:col` of the error, for one-line logs.
+    pub fn position(&self) -> String {
+        match (self.location.line, self.location.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.location.file.display()),
+            _ => self.location.file.display().to_string(),
+        }
+    }
+
+    /// Converts a toml deserialization error of `file` into a diagnostic.
+    pub(crate) fn from_toml(file: &Path, source: &str, error: &toml::de::Error) -> Self {
+        let message = error.message().trim_end().to_string();
+        match error.span() {
+            Some(span) => Diagnostic::new(Location::at(file, source, span), message),
+            None => Diagnostic::new(Location::file(file), message),
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "error: {}", self.message)?;
+        self.location.render(f)?;
+        for note in &self.notes {
+            writeln!(f, "note: {}", note.message)?;
+            if let Some(location) = &note.location {
+                location.render(f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_line_column_and_caret() {
+        let source = "a = 1\nname = \"bad_id\"\n";
+        let start = source.find("\"bad").unwrap();
+        let d = Diagnostic::new(Location::at(Path::new("x.toml"), source, start..start + 8), "nope");
+        assert_eq!(d.to_string(), "error: nope\n  --> x.toml:2:8\n  |\n2 | name = \"bad_id\"\n  |        ^^^^^^^^\n");
+        assert_eq!(d.position(), "x.toml:2:8");
+    }
+}

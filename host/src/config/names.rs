@@ -1,0 +1,203 @@
+//! Newtypes for every name and bounded number in the descriptors. Each validates in
+//! `TryFrom`, so serde rejects a bad value while deserializing and the toml crate points at it.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(value: String) -> Result<Self, String> {
+                let check: fn(&str) -> Result<(), String> = $check;
+                check(&value)?;
+                Ok(Self(value))
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl $name {
+            /// The validated text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+fn charset(value: &str, what: &str, allowed: &str, ok: fn(char) -> bool) -> Result<(), String> {
+    if value.is_empty() || value.len() > 64 || !value.chars().all(ok) {
+        return Err(format!("{what} use {allowed}, 1 to 64 characters; got {value:?}"));
+    }
+    Ok(())
+}
+
+string_newtype!(
+    /// An ensemble's name: `[a-z0-9-]`, 1 to 64 characters.
+    EnsembleName,
+    |v| charset(v, "ensemble names", "[a-z0-9-]", |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+);
+
+string_newtype!(
+    /// A tool's name as the model sees it (or inside a component): `[a-zA-Z0-9_-]`, 1 to 64.
+    ToolName,
+    |v| charset(v, "tool names", "[a-zA-Z0-9_-]", is_tool_char)
+);
+
+string_newtype!(
+    /// A `blake3` pin: 64 lowercase hexadecimal digits.
+    Blake3Hex,
+    |v| {
+        if v.len() == 64 && v.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+            Ok(())
+        } else {
+            Err(format!("blake3 pins are 64 lowercase hexadecimal digits; got {v:?}"))
+        }
+    }
+);
+
+string_newtype!(
+    /// The name of an environment variable: `[A-Za-z_][A-Za-z0-9_]*`.
+    EnvVarName,
+    |v| {
+        let mut chars = v.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            Ok(())
+        } else {
+            Err(format!("environment variable names use [A-Za-z_][A-Za-z0-9_]*; got {v:?}"))
+        }
+    }
+);
+
+string_newtype!(
+    /// A path inside the sandbox: absolute, `/`-separated, without `.` or `..` segments.
+    GuestPath,
+    |v| {
+        let clean = v.starts_with('/')
+            && v.split('/').skip(1).all(|s| s != "." && s != "..")
+            && (v == "/" || !v.ends_with('/'))
+            && !v.contains("//");
+        if clean && v != "/" {
+            Ok(())
+        } else {
+            Err(format!("guest paths are absolute, like \"/data\", with no \".\", \"..\" or trailing \"/\" (and not \"/\" itself); got {v:?}"))
+        }
+    }
+);
+
+/// True for the characters a tool name may contain.
+fn is_tool_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+macro_rules! bounded {
+    ($(#[$doc:meta])* $name:ident, $key:literal, $min:expr, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "i64", into = "u64")]
+        pub struct $name(u64);
+
+        impl TryFrom<i64> for $name {
+            type Error = String;
+            fn try_from(value: i64) -> Result<Self, String> {
+                if ($min..=$max).contains(&value) {
+                    Ok(Self(value as u64))
+                } else {
+                    Err(format!("{} must be from {} to {}; got {value}", $key, $min, $max))
+                }
+            }
+        }
+
+        impl From<$name> for u64 {
+            fn from(value: $name) -> u64 {
+                value.0
+            }
+        }
+
+        impl $name {
+            /// The validated number.
+            pub fn get(self) -> u64 {
+                self.0
+            }
+        }
+    };
+}
+
+bounded!(
+    /// `timeout-ms`: 1 ms to 1 hour.
+    TimeoutMs, "timeout-ms", 1, 3_600_000
+);
+bounded!(
+    /// `memory-mib`: 1 MiB to 4 GiB (the 32-bit address space of a core module).
+    MemoryMib, "memory-mib", 1, 4096
+);
+bounded!(
+    /// `max-output-bytes`: 1 byte to 64 MiB.
+    MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
+);
+
+/// Whether identical calls are answered from the first result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DedupMode {
+    /// Identical calls (same tool version, same canonical arguments) in one session run once.
+    #[default]
+    Exact,
+    /// Every call runs.
+    Off,
+}
+
+/// How a granted directory may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Files may be read, listed and stat'ed.
+    Read,
+    /// As `read`, plus create, write, rename and delete.
+    ReadWrite,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::ReadWrite => "read-write",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_reject_what_they_should() {
+        assert!(EnsembleName::try_from("web-2".to_string()).is_ok());
+        assert!(EnsembleName::try_from("Web".to_string()).is_err());
+        assert!(ToolName::try_from("fetch_Page-2".to_string()).is_ok());
+        assert!(ToolName::try_from("a".repeat(65)).is_err());
+        assert!(GuestPath::try_from("/data/x".to_string()).is_ok());
+        for bad in ["data", "/data/../etc", "/", "/data/", "/a//b"] {
+            assert!(GuestPath::try_from(bad.to_string()).is_err(), "{bad}");
+        }
+        assert!(TimeoutMs::try_from(0).is_err());
+        assert!(EnvVarName::try_from("1X".to_string()).is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! `schema-version = 1` of the descriptor files, as raw serde types: they only deserialize.
+//! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
+
+use super::names::{
+    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib, TimeoutMs, ToolName,
+};
+use serde::Deserialize;
+use toml::Spanned;
+
+fn yes() -> bool {
+    true
+}
+
+/// `ensembles/<name>.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EnsembleFile {
+    pub schema_version: u32,
+    pub ensemble: EnsembleSection,
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(default)]
+    pub grants: Grants,
+    #[serde(default)]
+    pub invokers: Vec<Spanned<InvokerEntry>>,
+}
+
+/// `[ensemble]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EnsembleSection {
+    pub name: Spanned<EnsembleName>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub description: Option<String>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
+    pub prefix: Option<Spanned<ToolName>>,
+}
+
+/// `[defaults]`: what each invoker inherits unless it sets its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Defaults {
+    pub timeout_ms: Option<TimeoutMs>,
+    pub memory_mib: Option<MemoryMib>,
+    pub max_output_bytes: Option<MaxOutputBytes>,
+    pub dedup: Option<DedupMode>,
+}
+
+/// `[grants]`: the ceiling of what the ensemble's invokers may be given.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Grants {
+    #[serde(default)]
+    pub network: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub files: Vec<Spanned<FileGrant>>,
+    #[serde(default)]
+    pub env: Vec<Spanned<EnvVarName>>,
+}
+
+/// One granted directory: `{ host = "data/", guest = "/data", access = "read" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileGrant {
+    pub host: Spanned<String>,
+    pub guest: GuestPath,
+    pub access: Access,
+}
+
+/// One `[[invokers]]` entry: `{ source = "web/fetch.toml" }`, or the tables of an invoker
+/// file inline (`invoker`, `limits`, `capabilities`, `arguments`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerEntry {
+    pub source: Option<Spanned<String>>,
+    pub invoker: Option<InvokerSection>,
+    pub limits: Option<Limits>,
+    pub capabilities: Option<Capabilities>,
+    pub arguments: Option<Spanned<toml::Value>>,
+}
+
+/// `ensembles/<ensemble>/<invoker>.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerFile {
+    pub schema_version: u32,
+    pub invoker: InvokerSection,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    pub arguments: Option<Spanned<toml::Value>>,
+}
+
+/// `[invoker]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerSection {
+    pub name: Spanned<ToolName>,
+    pub tool: Option<Spanned<ToolName>>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub destructive: bool,
+    pub dedup: Option<DedupMode>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
+}
+
+/// `[limits]` of an invoker.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Limits {
+    pub timeout_ms: Option<TimeoutMs>,
+    pub memory_mib: Option<MemoryMib>,
+    pub max_output_bytes: Option<MaxOutputBytes>,
+}
+
+/// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Capabilities {
+    #[serde(default)]
+    pub network: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub files: Vec<Spanned<FileCapability>>,
+    #[serde(default)]
+    pub env: Vec<Spanned<EnvVarName>>,
+}
+
+/// A directory the invoker needs, by its guest path: `{ guest = "/data", access = "read" }`.
+/// The host directory comes from the ensemble's grant of that guest path (or of a parent).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileCapability {
+    pub guest: GuestPath,
+    pub access: Access,
+}
+
+/// `toolhost.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HostFile {
+    pub schema_version: u32,
+    #[serde(default)]
+    pub host: HostSection,
+}
+
+/// `[host]` of `toolhost.toml`; relative paths are relative to that file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HostSection {
+    pub ensembles: Option<String>,
+    pub cache_dir: Option<String>,
+    pub audit: Option<String>,
+    pub max_concurrent_calls: Option<u32>,
+}

@@ -1,0 +1,157 @@
+//! Exact-match dedup, scoped to one session: the key is blake3 over the tool name, the
+//! invoker's version and the canonical JSON of the arguments. Identical calls in flight at
+//! once run once (single-flight); only successes are remembered afterwards.
+
+use super::CallError;
+use crate::catalog::VersionHash;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::OnceCell;
+
+/// A session remembers at most this many results; the oldest go first.
+const MAX_ENTRIES: usize = 4096;
+
+/// The identity of a call for dedup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DedupKey([u8; 32]);
+
+impl DedupKey {
+    /// The key of calling `tool` (at `version`) with `arguments`.
+    pub fn new(tool: &str, version: &VersionHash, arguments: &Value) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(tool.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(&version.0);
+        let mut canonical = Vec::with_capacity(128);
+        write_canonical(arguments, &mut canonical);
+        hasher.update(&canonical);
+        DedupKey(*hasher.finalize().as_bytes())
+    }
+}
+
+/// Writes `value` as JSON with object keys sorted, so `{"a":1,"b":2}` and `{"b":2,"a":1}`
+/// give the same bytes.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&Value::String(key.clone()), out);
+                out.push(b':');
+                write_canonical(value, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    // Serializing a scalar Value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+type Slot = Arc<OnceCell<Result<Arc<str>, CallError>>>;
+
+#[derive(Default)]
+struct Entries {
+    slots: HashMap<DedupKey, Slot>,
+    order: VecDeque<DedupKey>,
+}
+
+/// The results one session remembers.
+#[derive(Default)]
+pub struct DedupCache {
+    entries: Mutex<Entries>,
+}
+
+impl DedupCache {
+    /// Runs `call` unless an identical call already succeeded or is in flight, in which case
+    /// its result is shared. Returns the result and whether it was deduplicated.
+    pub(crate) async fn run<F>(&self, key: DedupKey, call: F) -> (Result<Arc<str>, CallError>, bool)
+    where
+        F: Future<Output = Result<Arc<str>, CallError>>,
+    {
+        let slot = self.slot(key);
+        let mut ran = false;
+        let result = slot
+            .get_or_init(|| {
+                ran = true;
+                call
+            })
+            .await
+            .clone();
+        if ran && result.is_err() {
+            self.forget(key, &slot);
+        }
+        (result, !ran)
+    }
+
+    fn slot(&self, key: DedupKey) -> Slot {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = entries.slots.get(&key) {
+            return slot.clone();
+        }
+        let slot = Slot::default();
+        entries.slots.insert(key, slot.clone());
+        entries.order.push_back(key);
+        while entries.order.len() > MAX_ENTRIES {
+            if let Some(oldest) = entries.order.pop_front() {
+                entries.slots.remove(&oldest);
+            }
+        }
+        slot
+    }
+
+    fn forget(&self, key: DedupKey, slot: &Slot) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            entries.slots.remove(&key);
+            entries.order.retain(|k| *k != key);
+        }
+    }
+
+    /// How many results are remembered.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).slots.len()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let mut a = Vec::new();
+        write_canonical(&json!({"b": [1, {"y": 2, "x": "é"}], "a": null}), &mut a);
+        assert_eq!(String::from_utf8(a).unwrap(), r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#);
+        let v = VersionHash([7; 32]);
+        assert_eq!(DedupKey::new("t", &v, &json!({"a": 1, "b": 2})), DedupKey::new("t", &v, &json!({"b": 2, "a": 1})));
+        assert_ne!(DedupKey::new("t", &v, &json!({"a": 1})), DedupKey::new("u", &v, &json!({"a": 1})));
+        assert_ne!(DedupKey::new("t", &v, &json!({"a": 1})), DedupKey::new("t", &VersionHash([8; 32]), &json!({"a": 1})));
+    }
+}

@@ -1,0 +1,31 @@
+//! toolhost: a host for LLM tools. Tools are sandboxed WebAssembly components that operators
+//! describe in TOML; every call is validated, deduplicated, limited and audited.
+//!
+//! # Layout
+//!
+//! A pipeline of types from file to call, one module per concern:
+//!
+//! ```text
+//! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),
+//!           errors with file:line:col (Diagnostic)
+//! resolve   raw descriptors -> a Catalog: paths made absolute, defaults applied, capabilities
+//!           checked against grants, schemas compiled, names checked for collisions
+//! runtime   the wasmtime Engine, the compiled-component cache, a fresh Store per call with
+//!           limits, an epoch deadline and captured stdio
+//! sandbox   capabilities -> WASI context; deny by default
+//! catalog   the resolved tools, and the live catalog behind an atomic pointer
+//! invoke    one call: lookup -> allow/deny -> validate -> dedup (single-flight) -> run -> audit
+//! audit     one JSON line per call, secrets redacted, appended and flushed
+//! ```
+//!
+//! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
+//! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, and
+//! later MCP and the agent loop) all go through [`invoke::Host::invoke`].
+
+pub mod audit;
+pub mod catalog;
+pub mod config;
+pub mod invoke;
+pub mod resolve;
+pub mod runtime;
+pub mod sandbox;

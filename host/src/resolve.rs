@@ -1,0 +1,580 @@
+//! resolve: raw descriptors -> a [`Catalog`]. Paths are made absolute, defaults applied,
+//! capabilities checked against grants, components loaded, schemas compiled and tool names
+//! checked for collisions.
+//!
+//! Errors never stop the walk: every file is read and every problem becomes a [`Diagnostic`]
+//! (so `toolhost check` reports them all). An ensemble with any error is refused whole and its
+//! tools are left out; the others load.
+
+use crate::catalog::{Catalog, EnsembleInfo, Tool, VersionHash};
+use crate::config::v1::{Capabilities, EnsembleFile, InvokerFile, InvokerSection, Limits};
+use crate::config::{Access, DedupMode, Diagnostic, FileKind, Location, SourceFile};
+use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime};
+use crate::sandbox::{Preopen, SandboxSpec};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Built-in limits, used when neither the invoker nor its ensemble's `[defaults]` set one.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
+
+/// The result of resolving an ensembles directory: what loaded, and every error found.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub catalog: Catalog,
+    /// Ensemble files that were refused, each with its errors (which may point into its
+    /// invoker files). The directory itself appears here when it cannot be read.
+    pub refused: Vec<Refused>,
+}
+
+/// An ensemble file that did not load, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub file: PathBuf,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Resolved {
+    /// Every error, in file order.
+    pub fn diagnostics(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.refused.iter().flat_map(|r| r.diagnostics.iter())
+    }
+}
+
+/// Reads every `*.toml` in `dir` (not recursively; invoker files live in subdirectories and are
+/// reached through `source`) and builds the catalog.
+pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
+    let mut resolved = Resolved::default();
+    let mut files = match ensemble_files(dir) {
+        Ok(files) => files,
+        Err(e) => {
+            let message = format!("cannot read the ensembles directory: {e}");
+            let diagnostics = vec![Diagnostic::new(Location::file(dir), message)];
+            resolved.refused.push(Refused { file: dir.to_path_buf(), diagnostics });
+            return resolved;
+        }
+    };
+    files.sort();
+    let mut components = ComponentLoader { runtime, loaded: HashMap::new() };
+    let mut names = NameRegistry::default();
+    let mut tools = Vec::new();
+    let mut ensembles = Vec::new();
+    for file in files {
+        match resolve_ensemble(&mut components, &file).await {
+            Ok((info, ensemble_tools)) => {
+                if let Err(diagnostic) = names.claim(&info, &ensemble_tools) {
+                    resolved.refused.push(Refused { file, diagnostics: vec![diagnostic] });
+                    continue;
+                }
+                tools.extend(ensemble_tools.into_iter().map(|(tool, _)| Arc::new(tool)));
+                ensembles.push(info);
+            }
+            Err(diagnostics) => resolved.refused.push(Refused { file, diagnostics }),
+        }
+    }
+    resolved.catalog = Catalog::new(tools, ensembles);
+    resolved
+}
+
+fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+        if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+/// Loads each component file once per resolve, and keeps the error of one that failed so it
+/// is reported where each invoker names it.
+struct ComponentLoader<'r> {
+    runtime: &'r Runtime,
+    loaded: HashMap<PathBuf, Result<Arc<LoadedComponent>, String>>,
+}
+
+impl ComponentLoader<'_> {
+    /// Reads, pins and loads the component at `path`.
+    async fn load(&mut self, path: &Path, pin: Option<&str>) -> Result<Arc<LoadedComponent>, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read component {}: {e}", path.display()))?;
+        let hash = ComponentHash::of(&bytes);
+        if let Some(pin) = pin
+            && hash.to_string() != pin
+        {
+            return Err(format!(
+                "component {} has blake3 {hash}, but the pin requires {pin}; refusing to load it",
+                path.display()
+            ));
+        }
+        if let Some(done) = self.loaded.get(path) {
+            return done.clone();
+        }
+        let result = self.runtime.load(path, bytes).await.map_err(|e| e.to_string());
+        self.loaded.insert(path.to_path_buf(), result.clone());
+        result
+    }
+}
+
+/// Which enabled tool names are taken, and by which invoker.
+#[derive(Default)]
+struct NameRegistry {
+    owners: HashMap<String, (String, Location)>,
+}
+
+impl NameRegistry {
+    /// Claims every enabled tool name of an ensemble, or none of them.
+    fn claim(&mut self, info: &EnsembleInfo, tools: &[(Tool, Location)]) -> Result<(), Diagnostic> {
+        if !info.enabled {
+            return Ok(());
+        }
+        for (tool, location) in tools.iter().filter(|(t, _)| t.enabled) {
+            if let Some((ensemble, first)) = self.owners.get(&tool.name) {
+                return Err(Diagnostic::new(
+                    location.clone(),
+                    format!(
+                        "tool name `{}` is already used by ensemble `{ensemble}`; ensemble `{}` is refused \
+                         (rename the invoker, or set `prefix` in [ensemble])",
+                        tool.name, info.name
+                    ),
+                )
+                .with_note(Some(first.clone()), "first defined here"));
+            }
+        }
+        for (tool, location) in tools.iter().filter(|(t, _)| t.enabled) {
+            self.owners.insert(tool.name.clone(), (info.name.clone(), location.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// An `[[invokers]]` entry after its file (if any) was read.
+enum LoadedEntry<'a> {
+    File(SourceFile, InvokerFile),
+    Inline(&'a InvokerSection, &'a crate::config::v1::InvokerEntry),
+}
+
+/// One invoker's descriptor, wherever it came from (its own file, or inline).
+struct InvokerDraft<'a> {
+    source: &'a SourceFile,
+    section: &'a InvokerSection,
+    limits: &'a Limits,
+    capabilities: &'a Capabilities,
+    arguments: Option<&'a Spanned<toml::Value>>,
+}
+
+async fn resolve_ensemble(
+    components: &mut ComponentLoader<'_>,
+    file: &Path,
+) -> Result<(EnsembleInfo, Vec<(Tool, Location)>), Vec<Diagnostic>> {
+    let source = SourceFile::read(file, FileKind::Ensemble).map_err(|d| vec![d])?;
+    let ensemble: EnsembleFile = source.parse(FileKind::Ensemble).map_err(|d| vec![d])?;
+    let mut diagnostics = Vec::new();
+
+    // Invoker files first: each one read and parsed, errors collected.
+    let mut loaded: Vec<LoadedEntry<'_>> = Vec::new();
+    for entry in &ensemble.invokers {
+        let span = entry.span();
+        let entry = entry.get_ref();
+        match (&entry.source, &entry.invoker) {
+            (Some(path), None) => {
+                if entry.limits.is_some() || entry.capabilities.is_some() || entry.arguments.is_some() {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(span),
+                        "an invoker entry with `source` takes its limits, capabilities and arguments from that file; \
+                         remove the other keys here",
+                    ));
+                    continue;
+                }
+                let invoker_path = relative_to(&source.path, path.get_ref());
+                let Ok(invoker_source) = SourceFile::read(&invoker_path, FileKind::Invoker) else {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(path.span()),
+                        format!("invoker file {} does not exist or cannot be read", invoker_path.display()),
+                    ));
+                    continue;
+                };
+                match invoker_source.parse::<InvokerFile>(FileKind::Invoker) {
+                    Ok(parsed) => loaded.push(LoadedEntry::File(invoker_source, parsed)),
+                    Err(d) => diagnostics.push(d),
+                }
+            }
+            (None, Some(section)) => loaded.push(LoadedEntry::Inline(section, entry)),
+            (Some(_), Some(_)) => diagnostics.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry has either `source` or an inline `invoker` table, not both",
+            )),
+            (None, None) => diagnostics.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry needs `source = \"<file>.toml\"` or an inline `invoker` table",
+            )),
+        }
+    }
+    let drafts: Vec<InvokerDraft<'_>> = loaded
+        .iter()
+        .map(|entry| match entry {
+            LoadedEntry::File(invoker_source, file) => InvokerDraft {
+                source: invoker_source,
+                section: &file.invoker,
+                limits: &file.limits,
+                capabilities: &file.capabilities,
+                arguments: file.arguments.as_ref(),
+            },
+            LoadedEntry::Inline(section, entry) => InvokerDraft {
+                source: &source,
+                section,
+                limits: entry.limits.as_ref().unwrap_or(&NO_LIMITS),
+                capabilities: entry.capabilities.as_ref().unwrap_or(&NO_CAPABILITIES),
+                arguments: entry.arguments.as_ref(),
+            },
+        })
+        .collect();
+
+    let grants = Grants::resolve(&source, &ensemble, &mut diagnostics);
+    let mut tools: Vec<(Tool, Location)> = Vec::new();
+    let mut seen: BTreeMap<String, Location> = BTreeMap::new();
+    for draft in &drafts {
+        match resolve_invoker(components, &source, &ensemble, &grants, draft).await {
+            Ok(tool) => {
+                let location = draft.source.at(draft.section.name.span());
+                if let Some(first) = seen.get(&tool.name) {
+                    diagnostics.push(
+                        Diagnostic::new(location, format!("ensemble `{}` defines tool `{}` twice", ensemble.ensemble.name.get_ref(), tool.name))
+                            .with_note(Some(first.clone()), "first defined here"),
+                    );
+                    continue;
+                }
+                seen.insert(tool.name.clone(), location.clone());
+                tools.push((tool, location));
+            }
+            Err(mut errors) => diagnostics.append(&mut errors),
+        }
+    }
+    if !diagnostics.is_empty() {
+        return Err(diagnostics);
+    }
+    let info = EnsembleInfo {
+        name: ensemble.ensemble.name.get_ref().to_string(),
+        file: file.to_path_buf(),
+        enabled: ensemble.ensemble.enabled,
+        description: ensemble.ensemble.description.clone(),
+        tools: tools.iter().map(|(t, _)| t.name.clone()).collect(),
+    };
+    Ok((info, tools))
+}
+
+static NO_LIMITS: Limits = Limits { timeout_ms: None, memory_mib: None, max_output_bytes: None };
+static NO_CAPABILITIES: Capabilities = Capabilities { network: Vec::new(), files: Vec::new(), env: Vec::new() };
+
+/// A path from a descriptor, relative to the file that names it.
+fn relative_to(file: &Path, path: &str) -> PathBuf {
+    file.parent().unwrap_or(Path::new(".")).join(path)
+}
+
+/// The ensemble's `[grants]`, with host directories resolved.
+struct Grants<'a> {
+    files: Vec<(PathBuf, &'a Spanned<crate::config::v1::FileGrant>)>,
+    env: Vec<&'a str>,
+}
+
+impl<'a> Grants<'a> {
+    fn resolve(source: &SourceFile, ensemble: &'a EnsembleFile, diagnostics: &mut Vec<Diagnostic>) -> Self {
+        let mut files = Vec::new();
+        for grant in &ensemble.grants.files {
+            let host = grant.get_ref().host.get_ref();
+            let path = relative_to(&source.path, host);
+            match std::fs::canonicalize(&path) {
+                Ok(dir) if dir.is_dir() => files.push((dir, grant)),
+                Ok(_) => diagnostics.push(Diagnostic::new(
+                    source.at(grant.get_ref().host.span()),
+                    format!("granted host path {} is not a directory", path.display()),
+                )),
+                Err(e) => diagnostics.push(Diagnostic::new(
+                    source.at(grant.get_ref().host.span()),
+                    format!("granted host directory {} cannot be used: {e}", path.display()),
+                )),
+            }
+        }
+        let env = ensemble.grants.env.iter().map(|v| v.get_ref().as_str()).collect();
+        Grants { files, env }
+    }
+}
+
+async fn resolve_invoker(
+    components: &mut ComponentLoader<'_>,
+    ensemble_source: &SourceFile,
+    ensemble: &EnsembleFile,
+    grants: &Grants<'_>,
+    draft: &InvokerDraft<'_>,
+) -> Result<Tool, Vec<Diagnostic>> {
+    let mut diagnostics = Vec::new();
+    let section = draft.section;
+    let name = section.name.get_ref().as_str();
+    let ensemble_name = ensemble.ensemble.name.get_ref().as_str();
+
+    // The component: the invoker's own, else the ensemble's; the pin goes with the declaration.
+    let (component_path, component_location, pin) = match (&section.component, &ensemble.ensemble.component) {
+        (Some(path), _) => (
+            relative_to(&draft.source.path, path.get_ref()),
+            draft.source.at(path.span()),
+            section.blake3.as_ref(),
+        ),
+        (None, Some(path)) => (
+            relative_to(&ensemble_source.path, path.get_ref()),
+            ensemble_source.at(path.span()),
+            ensemble.ensemble.blake3.as_ref(),
+        ),
+        (None, None) => {
+            return Err(vec![Diagnostic::new(
+                draft.source.at(section.name.span()),
+                format!("invoker `{name}` has no component: set `component` in [ensemble] or in [invoker]"),
+            )]);
+        }
+    };
+    let component = match components.load(&component_path, pin.map(|p| p.get_ref().as_str())).await {
+        Ok(component) => component,
+        Err(message) => {
+            let mut diagnostic = Diagnostic::new(component_location, message);
+            if let Some(pin) = pin.filter(|_| diagnostic.message.contains("the pin requires")) {
+                let pin_source = if section.component.is_some() { draft.source } else { ensemble_source };
+                diagnostic = diagnostic.with_note(Some(pin_source.at(pin.span())), "pinned here");
+            }
+            return Err(vec![diagnostic]);
+        }
+    };
+
+    // The tool inside the component.
+    let (tool_name, tool_span) = match &section.tool {
+        Some(tool) => (tool.get_ref().as_str(), tool.span()),
+        None => (name, section.name.span()),
+    };
+    let Some(spec) = component.tools.iter().find(|t| t.name == tool_name) else {
+        let offered: Vec<&str> = component.tools.iter().map(|t| t.name.as_str()).collect();
+        return Err(vec![Diagnostic::new(
+            draft.source.at(tool_span),
+            format!(
+                "component {} has no tool `{tool_name}`; it offers: {}{}",
+                component_path.display(),
+                offered.join(", "),
+                if section.tool.is_none() { " (set `tool` to map this invoker to one of them)" } else { "" }
+            ),
+        )]);
+    };
+
+    // The schema: the descriptor's [arguments], else the component's own.
+    let schema = match draft.arguments {
+        Some(arguments) => match serde_json::to_value(arguments.get_ref()) {
+            Ok(value) => Some((value, draft.source.at(arguments.span()), "[arguments]")),
+            Err(e) => {
+                diagnostics.push(Diagnostic::new(draft.source.at(arguments.span()), format!("[arguments] cannot be read as JSON: {e}")));
+                None
+            }
+        },
+        None => match serde_json::from_str::<Value>(&spec.input_schema) {
+            Ok(value) => Some((value, component_location.clone(), "the component's schema")),
+            Err(e) => {
+                diagnostics.push(Diagnostic::new(
+                    component_location.clone(),
+                    format!("describe() gives tool `{tool_name}` an input schema that is not JSON: {e}"),
+                ));
+                None
+            }
+        },
+    };
+    let compiled = schema.and_then(|(value, location, what)| match compile_schema(&value) {
+        Ok(validator) => Some((value, validator)),
+        Err(reason) => {
+            diagnostics.push(Diagnostic::new(location, format!("{what} of tool `{tool_name}` is not a usable JSON Schema: {reason}")));
+            None
+        }
+    });
+
+    let sandbox = resolve_capabilities(ensemble_source, ensemble_name, grants, draft, &mut diagnostics);
+    let full_name = match &ensemble.ensemble.prefix {
+        Some(prefix) => format!("{}_{name}", prefix.get_ref()),
+        None => name.to_string(),
+    };
+    if full_name.len() > 64 {
+        diagnostics.push(Diagnostic::new(
+            draft.source.at(section.name.span()),
+            format!("with the ensemble's prefix the tool name `{full_name}` is longer than 64 characters"),
+        ));
+    }
+    let (Some((input_schema, validator)), Some(sandbox), true) = (compiled, sandbox, diagnostics.is_empty()) else {
+        return Err(diagnostics);
+    };
+
+    let defaults = &ensemble.defaults;
+    let limits = CallLimits {
+        timeout: Duration::from_millis(
+            draft.limits.timeout_ms.or(defaults.timeout_ms).map_or(DEFAULT_TIMEOUT_MS, |v| v.get()),
+        ),
+        memory_bytes: (draft.limits.memory_mib.or(defaults.memory_mib).map_or(DEFAULT_MEMORY_MIB, |v| v.get()) << 20)
+            as usize,
+        max_output_bytes: draft
+            .limits
+            .max_output_bytes
+            .or(defaults.max_output_bytes)
+            .map_or(DEFAULT_MAX_OUTPUT_BYTES, |v| v.get()) as usize,
+    };
+    let dedup = section.dedup.or(defaults.dedup).unwrap_or(DedupMode::Exact);
+    let description = section.description.clone().unwrap_or_else(|| spec.description.clone());
+    let version = version_hash(&component.hash, tool_name, &description, &input_schema, &limits, &sandbox, dedup);
+    Ok(Tool {
+        name: full_name,
+        ensemble: ensemble_name.to_string(),
+        ensemble_file: ensemble_source.path.clone(),
+        invoker_file: draft.source.path.clone(),
+        enabled: ensemble.ensemble.enabled && section.enabled,
+        component_tool: tool_name.to_string(),
+        component,
+        description,
+        input_schema,
+        validator: Arc::new(validator),
+        limits,
+        dedup,
+        destructive: section.destructive,
+        sandbox,
+        version,
+    })
+}
+
+/// Compiles a JSON Schema; it must itself be valid and describe an object, because tool
+/// arguments are always a JSON object.
+fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::meta::validate(schema).map_err(|e| {
+        let at = e.instance_path().to_string();
+        if at.is_empty() { e.to_string() } else { format!("at {at}: {e}") }
+    })?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("it must have \"type\": \"object\" (tool arguments are a JSON object)".into());
+    }
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+/// Checks the invoker's `[capabilities]` against the ensemble's `[grants]` and builds the
+/// sandbox. Every refusal names the invoker's file and the ensemble's.
+fn resolve_capabilities(
+    ensemble_source: &SourceFile,
+    ensemble_name: &str,
+    grants: &Grants<'_>,
+    draft: &InvokerDraft<'_>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<SandboxSpec> {
+    let before = diagnostics.len();
+    let name = draft.section.name.get_ref().as_str();
+    let ensemble = draft.source.path != ensemble_source.path;
+    let grants_note = |what: &str| {
+        let location = if ensemble { Some(Location::file(&ensemble_source.path)) } else { None };
+        (location, format!("ensemble `{ensemble_name}` grants {what}"))
+    };
+    for network in &draft.capabilities.network {
+        diagnostics.push(Diagnostic::new(
+            draft.source.at(network.span()),
+            format!(
+                "invoker `{name}` asks for network access ({}), which this version of toolhost does not provide yet; \
+                 remove it from [capabilities]",
+                network.get_ref()
+            ),
+        ));
+    }
+    let mut spec = SandboxSpec::default();
+    for capability in &draft.capabilities.files {
+        let wanted = capability.get_ref();
+        let guest = wanted.guest.as_str();
+        let grant = grants.files.iter().find(|(_, g)| {
+            let granted = g.get_ref().guest.as_str();
+            guest == granted || guest.strip_prefix(granted).is_some_and(|rest| rest.starts_with('/'))
+        });
+        let Some((host_dir, grant)) = grant else {
+            let granted: Vec<&str> = grants.files.iter().map(|(_, g)| g.get_ref().guest.as_str()).collect();
+            let (location, note) = grants_note(&if granted.is_empty() {
+                "no directories".to_string()
+            } else {
+                format!("only {}", granted.join(", "))
+            });
+            diagnostics.push(
+                Diagnostic::new(
+                    draft.source.at(capability.span()),
+                    format!("invoker `{name}` asks for files at {guest}, which ensemble `{ensemble_name}` does not grant"),
+                )
+                .with_note(location, note),
+            );
+            continue;
+        };
+        if wanted.access > grant.get_ref().access {
+            diagnostics.push(
+                Diagnostic::new(
+                    draft.source.at(capability.span()),
+                    format!(
+                        "invoker `{name}` asks for {} access to {guest}, but ensemble `{ensemble_name}` grants only {}",
+                        wanted.access,
+                        grant.get_ref().access
+                    ),
+                )
+                .with_note(Some(ensemble_source.at(grant.span())), "granted here"),
+            );
+            continue;
+        }
+        let rest = guest[grant.get_ref().guest.as_str().len()..].trim_start_matches('/');
+        let host = if rest.is_empty() { host_dir.clone() } else { host_dir.join(rest) };
+        if !host.is_dir() {
+            diagnostics.push(Diagnostic::new(
+                draft.source.at(capability.span()),
+                format!("{guest} maps to {}, which is not a directory", host.display()),
+            ));
+            continue;
+        }
+        spec.preopens.push(Preopen { host, guest: guest.to_string(), writable: wanted.access == Access::ReadWrite });
+    }
+    for variable in &draft.capabilities.env {
+        let wanted = variable.get_ref().as_str();
+        if !grants.env.contains(&wanted) {
+            let (location, note) = grants_note("other environment variables, or none");
+            diagnostics.push(
+                Diagnostic::new(
+                    draft.source.at(variable.span()),
+                    format!("invoker `{name}` asks for environment variable {wanted}, which ensemble `{ensemble_name}` does not grant"),
+                )
+                .with_note(location, note),
+            );
+            continue;
+        }
+        // A granted variable the host does not have is simply absent in the guest.
+        if let Ok(value) = std::env::var(wanted) {
+            spec.env.push((wanted.to_string(), value));
+        }
+    }
+    (diagnostics.len() == before).then_some(spec)
+}
+
+fn version_hash(
+    component: &ComponentHash,
+    tool: &str,
+    description: &str,
+    schema: &Value,
+    limits: &CallLimits,
+    sandbox: &SandboxSpec,
+    dedup: DedupMode,
+) -> VersionHash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&component.0);
+    let descriptor = serde_json::json!({
+        "tool": tool,
+        "description": description,
+        "schema": schema,
+        "timeout_ms": limits.timeout.as_millis() as u64,
+        "memory": limits.memory_bytes,
+        "output": limits.max_output_bytes,
+        "sandbox": sandbox,
+        "dedup": dedup,
+    });
+    hasher.update(descriptor.to_string().as_bytes());
+    VersionHash(*hasher.finalize().as_bytes())
+}

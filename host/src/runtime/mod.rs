@@ -1,0 +1,441 @@
+//! runtime: one wasmtime `Engine` per process, components compiled once (and cached on disk by
+//! blake3), an `InstancePre` per component, and every call in a fresh `Store` with its memory
+//! limit, epoch deadline and captured stdout/stderr.
+//!
+//! The runtime knows nothing of TOML or tool names as the model sees them: it loads component
+//! files and runs an export under a [`SandboxSpec`] and [`CallLimits`].
+
+mod bindings;
+mod cache;
+mod capture;
+mod state;
+
+pub(crate) use capture::Capture;
+
+use crate::sandbox::{self, SandboxError, SandboxSpec};
+use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
+use cache::ComponentCache;
+use state::{CallLimiter, CallState, LogBudget};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
+
+/// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
+const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Captured stdout and stderr keep this many bytes each.
+const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
+/// `describe()` runs under these limits when a component is loaded.
+const DESCRIBE_LIMITS: CallLimits =
+    CallLimits { timeout: Duration::from_secs(10), memory_bytes: 256 << 20, max_output_bytes: 4 << 20 };
+/// A call stuck in a host function (a long sleep, say) is abandoned this long after its
+/// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
+const WALL_CLOCK_GRACE: Duration = Duration::from_millis(50);
+
+/// Process-wide runtime settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// Where compiled components are cached; `None` compiles on every start.
+    pub cache_dir: Option<PathBuf>,
+    /// Instances that may exist at once (the pooling allocator's size). Calls beyond it wait.
+    pub max_instances: u32,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        RuntimeSettings { cache_dir: None, max_instances: 128 }
+    }
+}
+
+/// The blake3 hash of a component's `.wasm` bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComponentHash(pub [u8; 32]);
+
+impl ComponentHash {
+    /// Hashes the bytes of a `.wasm` file.
+    pub fn of(bytes: &[u8]) -> Self {
+        ComponentHash(*blake3::hash(bytes).as_bytes())
+    }
+}
+
+impl fmt::Display for ComponentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for ComponentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ComponentHash({self})")
+    }
+}
+
+/// The limits of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CallLimits {
+    pub timeout: Duration,
+    pub memory_bytes: usize,
+    pub max_output_bytes: usize,
+}
+
+/// One tool as a component's `describe()` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDescription {
+    pub name: String,
+    pub description: String,
+    pub input_schema: String,
+}
+
+/// A compiled component, ready to instantiate, with what its `describe()` returned.
+pub struct LoadedComponent {
+    pub hash: ComponentHash,
+    pub path: PathBuf,
+    pub tools: Vec<ToolDescription>,
+    pre: PluginPre<CallState>,
+}
+
+impl fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedComponent").field("hash", &self.hash).field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid WebAssembly component: {reason}")]
+    Compile { path: PathBuf, reason: String },
+    #[error("{path} does not fit the toolhost:plugin@0.1.0 world: {reason}")]
+    Link { path: PathBuf, reason: String },
+    #[error("describe() of {path} failed: {reason}")]
+    Describe { path: PathBuf, reason: String },
+}
+
+/// Why a call did not produce a result. Traps and limits are kept apart from the tool's own
+/// errors ([`RunError::Tool`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("did not finish within {} ms", limit.as_millis())]
+    Timeout { limit: Duration },
+    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
+    MemoryLimit { limit_bytes: usize },
+    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
+    OutputLimit { bytes: usize, limit: usize },
+    #[error("crashed: {message}")]
+    Crashed { message: String },
+    #[error("the sandbox could not be set up: {0}")]
+    Sandbox(String),
+    #[error("{0}")]
+    Tool(ToolFailure),
+}
+
+/// The tool's own error, as the plugin returned it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolFailure {
+    #[error("{0}")]
+    InvalidArguments(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<SandboxError> for RunError {
+    fn from(e: SandboxError) -> Self {
+        RunError::Sandbox(e.to_string())
+    }
+}
+
+/// Counters that tests and `toolhost check` read.
+#[derive(Debug, Default)]
+struct Counters {
+    compiled: AtomicU64,
+    cache_hits: AtomicU64,
+}
+
+/// The compilation counters: components compiled, and components read from the disk cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CompileStats {
+    pub compiled: u64,
+    pub cache_hits: u64,
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| tracing::error!("could not start the epoch thread; timeouts will not fire: {e}"));
+        EpochTicker { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot configure wasmtime: {0}")]
+    Engine(String),
+    #[error("cannot use the cache directory {path}: {source}")]
+    CacheDir { path: PathBuf, source: std::io::Error },
+}
+
+/// The wasmtime engine, the linker with the host's imports, and the component cache.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: Option<ComponentCache>,
+    counters: Counters,
+    /// Components by hash, so that one file used by several ensembles, or unchanged across a
+    /// reload, is compiled and described once.
+    loaded: Mutex<HashMap<ComponentHash, Weak<LoadedComponent>>>,
+    _ticker: EpochTicker,
+}
+
+impl Runtime {
+    /// Configures the engine (pooling allocator, epoch interruption) and the linker.
+    pub fn new(settings: &RuntimeSettings) -> Result<Self, RuntimeError> {
+        let engine_error = |e: wasmtime::Error| RuntimeError::Engine(e.to_string());
+        let n = settings.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(n)
+            .total_core_instances(n * 8)
+            .total_memories(n)
+            .total_tables(n * 4)
+            .total_stacks(n)
+            .max_memories_per_component(4)
+            .max_memory_size(4 << 30);
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .concurrency_support(false)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(engine_error)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| state)
+            .map_err(engine_error)?;
+        let cache = match &settings.cache_dir {
+            Some(dir) => Some(
+                ComponentCache::new(dir, &engine)
+                    .map_err(|source| RuntimeError::CacheDir { path: dir.clone(), source })?,
+            ),
+            None => None,
+        };
+        let ticker = EpochTicker::start(engine.clone());
+        Ok(Runtime { engine, linker, cache, counters: Counters::default(), loaded: Mutex::default(), _ticker: ticker })
+    }
+
+    /// Compilations and cache hits since the runtime started.
+    pub fn compile_stats(&self) -> CompileStats {
+        CompileStats {
+            compiled: self.counters.compiled.load(Ordering::Relaxed),
+            cache_hits: self.counters.cache_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Loads the component in `bytes` (the content of `path`): from memory if it is already
+    /// loaded, else from the disk cache, else by compiling it off the async runtime. Then
+    /// links it and runs its `describe()`.
+    pub async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<Arc<LoadedComponent>, LoadError> {
+        let hash = ComponentHash::of(&bytes);
+        if let Some(existing) = self.loaded_component(&hash) {
+            return Ok(existing);
+        }
+        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &hash)) {
+            Some(component) => {
+                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                component
+            }
+            None => {
+                let engine = self.engine.clone();
+                let compiled = tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))
+                    .await
+                    .map_err(|e| LoadError::Compile { path: path.to_path_buf(), reason: e.to_string() })?
+                    .map_err(|e| LoadError::Compile { path: path.to_path_buf(), reason: format!("{e:#}") })?;
+                self.counters.compiled.fetch_add(1, Ordering::Relaxed);
+                if let Some(cache) = &self.cache {
+                    cache.put(&hash, &compiled);
+                }
+                compiled
+            }
+        };
+        let link_error = |e: wasmtime::Error| LoadError::Link { path: path.to_path_buf(), reason: format!("{e:#}") };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(link_error)?;
+        let pre = PluginPre::new(instance_pre).map_err(link_error)?;
+        let describe_error = |reason: String| LoadError::Describe { path: path.to_path_buf(), reason };
+        let label = path.display().to_string();
+        let specs = match self.execute(&pre, &label, DESCRIBE_LIMITS, &SandboxSpec::default(), Export::Describe).await {
+            Ok(Exported::Specs(specs)) => specs,
+            Ok(Exported::Call(_)) => return Err(describe_error("unexpected result".into())),
+            Err(e) => return Err(describe_error(e.to_string())),
+        };
+        let tools = specs
+            .into_iter()
+            .map(|s| ToolDescription { name: s.name, description: s.description, input_schema: s.input_schema })
+            .collect();
+        let loaded = Arc::new(LoadedComponent { hash, path: path.to_path_buf(), tools, pre });
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(hash, Arc::downgrade(&loaded));
+        Ok(loaded)
+    }
+
+    fn loaded_component(&self, hash: &ComponentHash) -> Option<Arc<LoadedComponent>> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        loaded.retain(|_, weak| weak.strong_count() > 0);
+        loaded.get(hash).and_then(Weak::upgrade)
+    }
+
+    /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance.
+    /// `invoker` tags the plugin's log lines and captured output.
+    pub async fn call(
+        &self,
+        component: &LoadedComponent,
+        invoker: &str,
+        tool: &str,
+        arguments: &str,
+        limits: CallLimits,
+        sandbox: &SandboxSpec,
+    ) -> Result<String, RunError> {
+        match self.execute(&component.pre, invoker, limits, sandbox, Export::Call { tool, arguments }).await? {
+            Exported::Call(Ok(text)) if text.len() > limits.max_output_bytes => {
+                Err(RunError::OutputLimit { bytes: text.len(), limit: limits.max_output_bytes })
+            }
+            Exported::Call(Ok(text)) => Ok(text),
+            Exported::Call(Err(ToolError::InvalidArguments(m))) => Err(RunError::Tool(ToolFailure::InvalidArguments(m))),
+            Exported::Call(Err(ToolError::Failed(m))) => Err(RunError::Tool(ToolFailure::Failed(m))),
+            Exported::Specs(_) => Err(RunError::Crashed { message: "unexpected result".into() }),
+        }
+    }
+
+    /// Instantiates `pre` in a new store and runs one export under `limits` and `sandbox`.
+    async fn execute(
+        &self,
+        pre: &PluginPre<CallState>,
+        label: &str,
+        limits: CallLimits,
+        sandbox: &SandboxSpec,
+        export: Export<'_>,
+    ) -> Result<Exported, RunError> {
+        let stdout = Capture::new(STDIO_CAPTURE_BYTES);
+        let stderr = Capture::new(STDIO_CAPTURE_BYTES);
+        let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone())?;
+        let state = CallState {
+            wasi,
+            table: wasmtime_wasi::ResourceTable::new(),
+            limiter: CallLimiter::new(limits.memory_bytes),
+            log: LogBudget::new(label),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        let deadline = Instant::now() + limits.timeout;
+        store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= deadline { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        });
+        store.set_epoch_deadline(1);
+
+        let run = async {
+            let plugin = pre.instantiate_async(&mut store).await?;
+            let tool = plugin.toolhost_plugin_tool();
+            Ok::<_, wasmtime::Error>(match export {
+                Export::Describe => Exported::Specs(tool.call_describe(&mut store).await?),
+                Export::Call { tool: name, arguments } => Exported::Call(tool.call_call(&mut store, name, arguments).await?),
+            })
+        };
+        let outcome = tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, run).await;
+        let (out, out_dropped) = stdout.take();
+        let (err, err_dropped) = stderr.take();
+        report_output(label, &out, out_dropped, &err, err_dropped, store.data().log.dropped);
+        match outcome {
+            Err(_elapsed) => Err(RunError::Timeout { limit: limits.timeout }),
+            Ok(Ok(exported)) => Ok(exported),
+            Ok(Err(error)) => Err(classify(&error, store.data().limiter.memory_refused, limits, &err)),
+        }
+    }
+}
+
+enum Export<'a> {
+    Describe,
+    Call { tool: &'a str, arguments: &'a str },
+}
+
+enum Exported {
+    Specs(Vec<bindings::since_v0_1_0::ToolSpec>),
+    Call(Result<String, ToolError>),
+}
+
+/// Turns a trap (or an instantiation failure) into the error the caller sees.
+fn classify(error: &wasmtime::Error, memory_refused: bool, limits: CallLimits, stderr: &str) -> RunError {
+    let trap = error.downcast_ref::<Trap>();
+    if trap == Some(&Trap::Interrupt) {
+        return RunError::Timeout { limit: limits.timeout };
+    }
+    if memory_refused {
+        return RunError::MemoryLimit { limit_bytes: limits.memory_bytes };
+    }
+    let message = match (trap, panic_message(stderr)) {
+        (_, Some(panic)) => format!("panicked: {panic}"),
+        (Some(Trap::StackOverflow), None) => "stack overflow".to_string(),
+        (Some(trap), None) => format!("wasm trap: {trap}"),
+        (None, None) => format!("{error:#}"),
+    };
+    RunError::Crashed { message }
+}
+
+/// The message of a Rust panic in captured stderr ("thread '..' panicked at FILE:\nMESSAGE\nnote: ..").
+fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.find("panicked at ")?;
+    let rest = &stderr[start + "panicked at ".len()..];
+    let (place, message) = rest.split_once('\n')?;
+    let message = message.split("\nnote: ").next().unwrap_or(message).trim();
+    let place = place.trim_end_matches(':');
+    Some(if message.is_empty() { format!("at {place}") } else { format!("{message} (at {place})") })
+}
+
+fn report_output(label: &str, out: &str, out_dropped: u64, err: &str, err_dropped: u64, logs_dropped: u32) {
+    if !out.is_empty() {
+        tracing::debug!(target: "plugin", invoker = label, stream = "stdout", dropped = out_dropped, "{out}");
+    }
+    if !err.is_empty() {
+        tracing::debug!(target: "plugin", invoker = label, stream = "stderr", dropped = err_dropped, "{err}");
+    }
+    if logs_dropped > 0 {
+        tracing::warn!(target: "plugin", invoker = label, "dropped {logs_dropped} log messages over the per-call limit");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn finds_the_panic_message() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:77:24:\nboom\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(panic_message(stderr).as_deref(), Some("boom (at src/lib.rs:77:24)"));
+        assert_eq!(panic_message("nothing"), None);
+    }
+}

@@ -1,0 +1,96 @@
+//! `CallState`: what one call's `Store` holds — the WASI context of its capabilities, the
+//! memory limiter, and the budget of `host.log` messages — and the `host` import.
+
+use super::bindings::since_v0_1_0::{Host, LogLevel, TypesHost};
+use wasmtime::ResourceLimiter;
+use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
+
+/// A plugin may log this many messages per call; the rest are counted and dropped.
+const LOG_MESSAGES_PER_CALL: u32 = 100;
+/// Longer messages are cut to this many bytes.
+const LOG_MESSAGE_BYTES: usize = 4096;
+/// Tables may not grow past this many elements.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+pub(crate) struct CallState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) log: LogBudget,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Refuses memory growth past the invoker's limit and remembers that it did, so that the
+/// trap that usually follows (Rust aborts on allocation failure) is reported as a limit.
+pub(crate) struct CallLimiter {
+    memory_bytes: usize,
+    pub(crate) memory_refused: bool,
+}
+
+impl CallLimiter {
+    pub(crate) fn new(memory_bytes: usize) -> Self {
+        CallLimiter { memory_bytes, memory_refused: false }
+    }
+}
+
+impl ResourceLimiter for CallLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.memory_refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// The `host.log` budget of one call, tagged with the invoker's name.
+pub(crate) struct LogBudget {
+    invoker: String,
+    remaining: u32,
+    pub(crate) dropped: u32,
+}
+
+impl LogBudget {
+    pub(crate) fn new(invoker: &str) -> Self {
+        LogBudget { invoker: invoker.to_string(), remaining: LOG_MESSAGES_PER_CALL, dropped: 0 }
+    }
+}
+
+impl Host for CallState {
+    fn log(&mut self, level: LogLevel, mut message: String) {
+        let budget = &mut self.log;
+        if budget.remaining == 0 {
+            budget.dropped += 1;
+            return;
+        }
+        budget.remaining -= 1;
+        if message.len() > LOG_MESSAGE_BYTES {
+            let mut end = LOG_MESSAGE_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str(" [cut]");
+        }
+        let invoker = budget.invoker.as_str();
+        match level {
+            LogLevel::Trace => tracing::trace!(target: "plugin", invoker, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "plugin", invoker, "{message}"),
+            LogLevel::Info => tracing::info!(target: "plugin", invoker, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "plugin", invoker, "{message}"),
+            LogLevel::Error => tracing::error!(target: "plugin", invoker, "{message}"),
+        }
+    }
+}
+
+/// The `types` interface has no functions; the bindings still want it implemented.
+impl TypesHost for CallState {}

@@ -1,0 +1,73 @@
+//! Builds every example plugin (`plugins/`) and test plugin (`tests/plugins/`) for
+//! wasm32-wasip2, once, and writes a constant with the path of each component.
+//!
+//! The nested cargo uses its own target directory (`<target>/wasm32-plugins`, shared with
+//! `scripts/serve.sh`) so it never waits on the lock of the build that runs this script.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const WORKSPACES: &[(&str, &[&str])] = &[
+    ("../plugins", &["calculator", "text", "json", "files"]),
+    ("plugins", &["echo", "testbed"]),
+];
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out.
+    let target_dir = out_dir
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("wasm32-plugins"))
+        .unwrap_or_else(|| out_dir.join("wasm32-plugins"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+
+    println!("cargo:rerun-if-changed={}", manifest_dir.join("../wit").display());
+    let mut constants = String::new();
+    for (workspace, members) in WORKSPACES {
+        let root = manifest_dir.join(workspace);
+        for file in ["Cargo.toml", "Cargo.lock"] {
+            println!("cargo:rerun-if-changed={}", root.join(file).display());
+        }
+        for member in *members {
+            println!("cargo:rerun-if-changed={}", root.join(member).display());
+        }
+        build_workspace(&cargo, &root, &target_dir);
+        for member in *members {
+            let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{member}.wasm"));
+            assert!(wasm.exists(), "the plugin build did not produce {}", wasm.display());
+            constants.push_str(&format!(
+                "/// Path of the `{member}` component, built for wasm32-wasip2.\npub const {}: &str = {:?};\n",
+                member.to_uppercase(),
+                wasm.display().to_string()
+            ));
+        }
+    }
+    let root = manifest_dir.parent().unwrap_or(&manifest_dir).to_path_buf();
+    constants.push_str(&format!("/// The repository root.\npub const REPO_ROOT: &str = {:?};\n", root.display().to_string()));
+    std::fs::write(out_dir.join("plugins.rs"), constants).expect("OUT_DIR is writable");
+}
+
+fn build_workspace(cargo: &str, root: &Path, target_dir: &Path) {
+    let mut command = Command::new(cargo);
+    command
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    // Flags meant for the host build must not leak into the wasm build.
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR", "RUSTC_WORKSPACE_WRAPPER"] {
+        command.env_remove(var);
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("could not run {cargo}: {e}"));
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let hint = if stderr.contains("wasm32-wasip2") && stderr.contains("target may not be installed") {
+            "\n\nThe wasm32-wasip2 target is missing. Install it with:\n    rustup target add wasm32-wasip2\n"
+        } else {
+            ""
+        };
+        panic!("building the plugins in {} failed:\n{stderr}{hint}", root.display());
+    }
+}

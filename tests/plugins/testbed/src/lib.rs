@@ -1,0 +1,129 @@
+//! Tools that misbehave on purpose, and tools that observe the sandbox, for the test suite.
+//! Every tool takes a JSON object; see `call` for the arguments each one reads.
+
+wit_bindgen::generate!({
+    path: "../../../wit/toolhost-plugin-0.1.0",
+    world: "plugin",
+});
+
+use exports::toolhost::plugin::tool::{Guest, ToolError, ToolSpec};
+use serde_json::{Value, json};
+use std::io::Write;
+use toolhost::plugin::host::{LogLevel, log};
+
+struct Testbed;
+
+const TOOLS: &[(&str, &str)] = &[
+    ("spin", "Loop forever."),
+    ("grow", "Allocate memory without bound."),
+    ("recurse", "Recurse without bound until the stack overflows."),
+    ("panic", "Panic with the message in `message`."),
+    ("big_output", "Return a string of `bytes` bytes."),
+    ("flood_stdout", "Write `bytes` bytes to stdout and stderr, then return \"done\"."),
+    ("log_flood", "Call host.log `count` times."),
+    ("read", "Read the file at `path`."),
+    ("write", "Write `text` to the file at `path`."),
+    ("list", "List the directory at `path`."),
+    ("env", "Return the environment the component sees."),
+    ("sleep", "Sleep `ms` milliseconds, then return."),
+    ("count", "Append a line to `path` (a granted read-write file) and return how many lines it has."),
+    ("fail", "Return a tool error of the plugin's own."),
+];
+
+fn arg<'a>(args: &'a Value, key: &str) -> &'a Value {
+    args.get(key).unwrap_or(&Value::Null)
+}
+
+fn io(e: std::io::Error) -> ToolError {
+    ToolError::Failed(e.to_string())
+}
+
+impl Guest for Testbed {
+    fn describe() -> Vec<ToolSpec> {
+        TOOLS
+            .iter()
+            .map(|(name, description)| ToolSpec {
+                name: (*name).into(),
+                description: (*description).into(),
+                input_schema: r#"{"type":"object"}"#.into(),
+            })
+            .collect()
+    }
+
+    fn call(name: String, arguments: String) -> Result<String, ToolError> {
+        let args: Value = serde_json::from_str(&arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let path = arg(&args, "path").as_str().unwrap_or("");
+        match name.as_str() {
+            "spin" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "grow" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "recurse" => Ok(recurse(std::hint::black_box(1)).to_string()),
+            "panic" => panic!("{}", arg(&args, "message").as_str().unwrap_or("boom")),
+            "big_output" => Ok("x".repeat(arg(&args, "bytes").as_u64().unwrap_or(0) as usize)),
+            "flood_stdout" => {
+                let total = arg(&args, "bytes").as_u64().unwrap_or(0) as usize;
+                let chunk = vec![b'o'; 65536];
+                let mut written = 0;
+                while written < total {
+                    let n = chunk.len().min(total - written);
+                    // Errors are ignored: a host may close the stream once its cap is reached.
+                    let _ = std::io::stdout().write_all(&chunk[..n]);
+                    let _ = std::io::stderr().write_all(&chunk[..n]);
+                    written += n;
+                }
+                Ok("done".into())
+            }
+            "log_flood" => {
+                for i in 0..arg(&args, "count").as_u64().unwrap_or(0) {
+                    log(LogLevel::Warn, &format!("log line {i}"));
+                }
+                Ok("logged".into())
+            }
+            "read" => std::fs::read_to_string(path).map_err(io),
+            "write" => std::fs::write(path, arg(&args, "text").as_str().unwrap_or("")).map(|_| "written".into()).map_err(io),
+            "list" => {
+                let mut names: Vec<String> = std::fs::read_dir(path)
+                    .map_err(io)?
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                Ok(json!(names).to_string())
+            }
+            "env" => Ok(json!(std::env::vars().collect::<Vec<_>>()).to_string()),
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_millis(arg(&args, "ms").as_u64().unwrap_or(0)));
+                Ok(json!({ "slept_ms": arg(&args, "ms") }).to_string())
+            }
+            "count" => {
+                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+                file.write_all(b"run\n").map_err(io)?;
+                drop(file);
+                let lines = std::fs::read_to_string(path).map_err(io)?.lines().count();
+                Ok(json!({ "runs": lines, "args": args }).to_string())
+            }
+            "fail" => Err(ToolError::Failed("the tool failed on purpose".into())),
+            other => Err(ToolError::Failed(format!("no tool {other}"))),
+        }
+    }
+}
+
+// Unbounded on purpose: this is the stack-overflow attack.
+#[allow(unconditional_recursion)]
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    let pad = std::hint::black_box([depth; 64]);
+    recurse(depth + 1).wrapping_add(pad[(depth % 64) as usize])
+}
+
+export!(Testbed);
