@@ -13,7 +13,8 @@ const WORKSPACES: &[(&str, &[&str])] = &[
 ];
 
 fn main() {
-    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out.
     let target_dir = out_dir
@@ -23,7 +24,10 @@ fn main() {
         .unwrap_or_else(|| out_dir.join("wasm32-plugins"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
 
-    println!("cargo:rerun-if-changed={}", manifest_dir.join("../wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("../wit").display()
+    );
     let mut constants = String::new();
     for (workspace, members) in WORKSPACES {
         let root = manifest_dir.join(workspace);
@@ -35,8 +39,14 @@ fn main() {
         }
         build_workspace(&cargo, &root, &target_dir);
         for member in *members {
-            let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{member}.wasm"));
-            assert!(wasm.exists(), "the plugin build did not produce {}", wasm.display());
+            let wasm = target_dir
+                .join("wasm32-wasip2/release")
+                .join(format!("{member}.wasm"));
+            assert!(
+                wasm.exists(),
+                "the plugin build did not produce {}",
+                wasm.display()
+            );
             constants.push_str(&format!(
                 "/// Path of the `{member}` component, built for wasm32-wasip2.\npub const {}: &str = {:?};\n",
                 member.to_uppercase(),
@@ -45,29 +55,51 @@ fn main() {
         }
     }
     let root = manifest_dir.parent().unwrap_or(&manifest_dir).to_path_buf();
-    constants.push_str(&format!("/// The repository root.\npub const REPO_ROOT: &str = {:?};\n", root.display().to_string()));
+    constants.push_str(&format!(
+        "/// The repository root.\npub const REPO_ROOT: &str = {:?};\n",
+        root.display().to_string()
+    ));
     std::fs::write(out_dir.join("plugins.rs"), constants).expect("OUT_DIR is writable");
 }
 
 fn build_workspace(cargo: &str, root: &Path, target_dir: &Path) {
     let mut command = Command::new(cargo);
     command
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
         .arg(root.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
     // Flags meant for the host build must not leak into the wasm build.
-    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR", "RUSTC_WORKSPACE_WRAPPER"] {
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
         command.env_remove(var);
     }
-    let output = command.output().unwrap_or_else(|e| panic!("could not run {cargo}: {e}"));
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {cargo}: {e}"));
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let hint = if stderr.contains("wasm32-wasip2") && stderr.contains("target may not be installed") {
+        let hint = if stderr.contains("wasm32-wasip2")
+            && stderr.contains("target may not be installed")
+        {
             "\n\nThe wasm32-wasip2 target is missing. Install it with:\n    rustup target add wasm32-wasip2\n"
         } else {
             ""
         };
-        panic!("building the plugins in {} failed:\n{stderr}{hint}", root.display());
+        panic!(
+            "building the plugins in {} failed:\n{stderr}{hint}",
+            root.display()
+        );
     }
 }

@@ -9,8 +9,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 /// Keys whose values never reach the audit log (matched case-insensitively, as substrings).
-const SECRET_KEY_PARTS: &[&str] =
-    &["password", "passwd", "secret", "token", "apikey", "api_key", "api-key", "authorization", "credential", "private_key", "private-key", "cookie"];
+const SECRET_KEY_PARTS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "credential",
+    "private_key",
+    "private-key",
+    "cookie",
+];
 /// Result summaries are cut to this many characters.
 const SUMMARY_CHARS: usize = 200;
 
@@ -51,20 +63,36 @@ pub struct AuditLog {
 impl AuditLog {
     /// Opens (creating it and its directory if needed) the file at `path` for appending.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
-        let error = |source| AuditError { path: path.to_path_buf(), source };
+        let error = |source| AuditError {
+            path: path.to_path_buf(),
+            source,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(error)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(error)?;
-        Ok(AuditLog { path: path.to_path_buf(), file: Mutex::new(file) })
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(error)?;
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        })
     }
 
     /// Appends one record as one line, in a single write.
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        let mut line = serde_json::to_vec(record).map_err(|e| AuditError { path: self.path.clone(), source: e.into() })?;
+        let mut line = serde_json::to_vec(record).map_err(|e| AuditError {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
         line.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.write_all(&line).map_err(|source| AuditError { path: self.path.clone(), source })
+        file.write_all(&line).map_err(|source| AuditError {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 
@@ -90,11 +118,24 @@ pub fn redact(value: &Value) -> Value {
 
 /// The first [`SUMMARY_CHARS`] characters of a result, on one line.
 pub fn summarize(text: &str) -> String {
-    let mut summary: String = text.chars().take(SUMMARY_CHARS).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut summary: String = text
+        .chars()
+        .take(SUMMARY_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if text.chars().nth(SUMMARY_CHARS).is_some() {
         summary.push('…');
     }
     summary
+}
+
+/// The summary of a tool's result: a JSON result is redacted like arguments are (tools echo
+/// their input more often than not), anything else is summarized as it is.
+pub fn summarize_result(text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value @ (Value::Object(_) | Value::Array(_))) => summarize(&redact(&value).to_string()),
+        _ => summarize(text),
+    }
 }
 
 /// Now, as RFC 3339 with milliseconds.
@@ -109,7 +150,9 @@ mod tests {
 
     #[test]
     fn redacts_secret_keys_at_any_depth() {
-        let redacted = redact(&json!({"q": "x", "API_KEY": "k", "nested": [{"password": "p", "ok": 1}], "authToken": "t"}));
+        let redacted = redact(
+            &json!({"q": "x", "API_KEY": "k", "nested": [{"password": "p", "ok": 1}], "authToken": "t"}),
+        );
         assert_eq!(
             redacted,
             json!({"q": "x", "API_KEY": "[redacted]", "nested": [{"password": "[redacted]", "ok": 1}], "authToken": "[redacted]"})
@@ -119,6 +162,9 @@ mod tests {
     #[test]
     fn summaries_are_short_single_lines() {
         assert_eq!(summarize("a\nb"), "a b");
-        assert_eq!(summarize(&"x".repeat(300)).chars().count(), SUMMARY_CHARS + 1);
+        assert_eq!(
+            summarize(&"x".repeat(300)).chars().count(),
+            SUMMARY_CHARS + 1
+        );
     }
 }

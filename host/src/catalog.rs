@@ -74,7 +74,17 @@ impl Tool {
             .sandbox
             .preopens
             .iter()
-            .map(|p| format!("{}:{}", p.guest, if p.writable { Access::ReadWrite } else { Access::Read }))
+            .map(|p| {
+                format!(
+                    "{}:{}",
+                    p.guest,
+                    if p.writable {
+                        Access::ReadWrite
+                    } else {
+                        Access::Read
+                    }
+                )
+            })
             .collect();
         parts.extend(self.sandbox.env.iter().map(|(k, _)| format!("env:{k}")));
         parts.join(",")
@@ -104,8 +114,16 @@ pub struct Catalog {
 
 impl Catalog {
     pub(crate) fn new(all: Vec<Arc<Tool>>, ensembles: Vec<EnsembleInfo>) -> Self {
-        let active = all.iter().filter(|t| t.enabled).map(|t| (t.name.clone(), t.clone())).collect();
-        Catalog { active, all, ensembles }
+        let active = all
+            .iter()
+            .filter(|t| t.enabled)
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect();
+        Catalog {
+            active,
+            all,
+            ensembles,
+        }
     }
 
     /// The enabled tool called `name`.
@@ -137,7 +155,9 @@ pub struct LiveCatalog {
 
 impl LiveCatalog {
     pub fn new(catalog: Catalog) -> Self {
-        LiveCatalog { current: ArcSwap::from_pointee(catalog) }
+        LiveCatalog {
+            current: ArcSwap::from_pointee(catalog),
+        }
     }
 
     /// The catalog as it is now; keep it for the whole of a call.

@@ -13,7 +13,7 @@ use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime};
 use crate::sandbox::{Preopen, SandboxSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
@@ -55,12 +55,18 @@ pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
         Err(e) => {
             let message = format!("cannot read the ensembles directory: {e}");
             let diagnostics = vec![Diagnostic::new(Location::file(dir), message)];
-            resolved.refused.push(Refused { file: dir.to_path_buf(), diagnostics });
+            resolved.refused.push(Refused {
+                file: dir.to_path_buf(),
+                diagnostics,
+            });
             return resolved;
         }
     };
     files.sort();
-    let mut components = ComponentLoader { runtime, loaded: HashMap::new() };
+    let mut components = ComponentLoader {
+        runtime,
+        loaded: HashMap::new(),
+    };
     let mut names = NameRegistry::default();
     let mut tools = Vec::new();
     let mut ensembles = Vec::new();
@@ -68,7 +74,10 @@ pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
         match resolve_ensemble(&mut components, &file).await {
             Ok((info, ensemble_tools)) => {
                 if let Err(diagnostic) = names.claim(&info, &ensemble_tools) {
-                    resolved.refused.push(Refused { file, diagnostics: vec![diagnostic] });
+                    resolved.refused.push(Refused {
+                        file,
+                        diagnostics: vec![diagnostic],
+                    });
                     continue;
                 }
                 tools.extend(ensemble_tools.into_iter().map(|(tool, _)| Arc::new(tool)));
@@ -85,7 +94,10 @@ fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        let hidden = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
         if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
             files.push(path);
         }
@@ -102,8 +114,13 @@ struct ComponentLoader<'r> {
 
 impl ComponentLoader<'_> {
     /// Reads, pins and loads the component at `path`.
-    async fn load(&mut self, path: &Path, pin: Option<&str>) -> Result<Arc<LoadedComponent>, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read component {}: {e}", path.display()))?;
+    async fn load(
+        &mut self,
+        path: &Path,
+        pin: Option<&str>,
+    ) -> Result<Arc<LoadedComponent>, String> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read component {}: {e}", path.display()))?;
         let hash = ComponentHash::of(&bytes);
         if let Some(pin) = pin
             && hash.to_string() != pin
@@ -116,7 +133,11 @@ impl ComponentLoader<'_> {
         if let Some(done) = self.loaded.get(path) {
             return done.clone();
         }
-        let result = self.runtime.load(path, bytes).await.map_err(|e| e.to_string());
+        let result = self
+            .runtime
+            .load(path, bytes)
+            .await
+            .map_err(|e| e.to_string());
         self.loaded.insert(path.to_path_buf(), result.clone());
         result
     }
@@ -148,7 +169,8 @@ impl NameRegistry {
             }
         }
         for (tool, location) in tools.iter().filter(|(t, _)| t.enabled) {
-            self.owners.insert(tool.name.clone(), (info.name.clone(), location.clone()));
+            self.owners
+                .insert(tool.name.clone(), (info.name.clone(), location.clone()));
         }
         Ok(())
     }
@@ -156,7 +178,7 @@ impl NameRegistry {
 
 /// An `[[invokers]]` entry after its file (if any) was read.
 enum LoadedEntry<'a> {
-    File(SourceFile, InvokerFile),
+    File(Box<(SourceFile, InvokerFile)>),
     Inline(&'a InvokerSection, &'a crate::config::v1::InvokerEntry),
 }
 
@@ -184,7 +206,10 @@ async fn resolve_ensemble(
         let entry = entry.get_ref();
         match (&entry.source, &entry.invoker) {
             (Some(path), None) => {
-                if entry.limits.is_some() || entry.capabilities.is_some() || entry.arguments.is_some() {
+                if entry.limits.is_some()
+                    || entry.capabilities.is_some()
+                    || entry.arguments.is_some()
+                {
                     diagnostics.push(Diagnostic::new(
                         source.at(span),
                         "an invoker entry with `source` takes its limits, capabilities and arguments from that file; \
@@ -196,12 +221,17 @@ async fn resolve_ensemble(
                 let Ok(invoker_source) = SourceFile::read(&invoker_path, FileKind::Invoker) else {
                     diagnostics.push(Diagnostic::new(
                         source.at(path.span()),
-                        format!("invoker file {} does not exist or cannot be read", invoker_path.display()),
+                        format!(
+                            "invoker file {} does not exist or cannot be read",
+                            invoker_path.display()
+                        ),
                     ));
                     continue;
                 };
                 match invoker_source.parse::<InvokerFile>(FileKind::Invoker) {
-                    Ok(parsed) => loaded.push(LoadedEntry::File(invoker_source, parsed)),
+                    Ok(parsed) => {
+                        loaded.push(LoadedEntry::File(Box::new((invoker_source, parsed))))
+                    }
                     Err(d) => diagnostics.push(d),
                 }
             }
@@ -219,12 +249,12 @@ async fn resolve_ensemble(
     let drafts: Vec<InvokerDraft<'_>> = loaded
         .iter()
         .map(|entry| match entry {
-            LoadedEntry::File(invoker_source, file) => InvokerDraft {
-                source: invoker_source,
-                section: &file.invoker,
-                limits: &file.limits,
-                capabilities: &file.capabilities,
-                arguments: file.arguments.as_ref(),
+            LoadedEntry::File(file) => InvokerDraft {
+                source: &file.0,
+                section: &file.1.invoker,
+                limits: &file.1.limits,
+                capabilities: &file.1.capabilities,
+                arguments: file.1.arguments.as_ref(),
             },
             LoadedEntry::Inline(section, entry) => InvokerDraft {
                 source: &source,
@@ -245,8 +275,15 @@ async fn resolve_ensemble(
                 let location = draft.source.at(draft.section.name.span());
                 if let Some(first) = seen.get(&tool.name) {
                     diagnostics.push(
-                        Diagnostic::new(location, format!("ensemble `{}` defines tool `{}` twice", ensemble.ensemble.name.get_ref(), tool.name))
-                            .with_note(Some(first.clone()), "first defined here"),
+                        Diagnostic::new(
+                            location,
+                            format!(
+                                "ensemble `{}` defines tool `{}` twice",
+                                ensemble.ensemble.name.get_ref(),
+                                tool.name
+                            ),
+                        )
+                        .with_note(Some(first.clone()), "first defined here"),
                     );
                     continue;
                 }
@@ -269,22 +306,52 @@ async fn resolve_ensemble(
     Ok((info, tools))
 }
 
-static NO_LIMITS: Limits = Limits { timeout_ms: None, memory_mib: None, max_output_bytes: None };
-static NO_CAPABILITIES: Capabilities = Capabilities { network: Vec::new(), files: Vec::new(), env: Vec::new() };
+static NO_LIMITS: Limits = Limits {
+    timeout_ms: None,
+    memory_mib: None,
+    max_output_bytes: None,
+};
+static NO_CAPABILITIES: Capabilities = Capabilities {
+    network: Vec::new(),
+    files: Vec::new(),
+    env: Vec::new(),
+};
 
-/// A path from a descriptor, relative to the file that names it.
+/// A path from a descriptor, relative to the file that names it, with `.` and `..` folded
+/// lexically (the file may not exist, and messages should show a clean path).
 fn relative_to(file: &Path, path: &str) -> PathBuf {
-    file.parent().unwrap_or(Path::new(".")).join(path)
+    let joined = file.parent().unwrap_or(Path::new(".")).join(path);
+    let mut clean = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                clean.pop();
+            }
+            other => clean.push(other),
+        }
+    }
+    if clean.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        clean
+    }
 }
 
 /// The ensemble's `[grants]`, with host directories resolved.
 struct Grants<'a> {
     files: Vec<(PathBuf, &'a Spanned<crate::config::v1::FileGrant>)>,
-    env: Vec<&'a str>,
+    env: &'a [Spanned<crate::config::EnvVarName>],
 }
 
 impl<'a> Grants<'a> {
-    fn resolve(source: &SourceFile, ensemble: &'a EnsembleFile, diagnostics: &mut Vec<Diagnostic>) -> Self {
+    fn resolve(
+        source: &SourceFile,
+        ensemble: &'a EnsembleFile,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Self {
         let mut files = Vec::new();
         for grant in &ensemble.grants.files {
             let host = grant.get_ref().host.get_ref();
@@ -297,12 +364,17 @@ impl<'a> Grants<'a> {
                 )),
                 Err(e) => diagnostics.push(Diagnostic::new(
                     source.at(grant.get_ref().host.span()),
-                    format!("granted host directory {} cannot be used: {e}", path.display()),
+                    format!(
+                        "granted host directory {} cannot be used: {e}",
+                        path.display()
+                    ),
                 )),
             }
         }
-        let env = ensemble.grants.env.iter().map(|v| v.get_ref().as_str()).collect();
-        Grants { files, env }
+        Grants {
+            files,
+            env: &ensemble.grants.env,
+        }
     }
 }
 
@@ -319,7 +391,10 @@ async fn resolve_invoker(
     let ensemble_name = ensemble.ensemble.name.get_ref().as_str();
 
     // The component: the invoker's own, else the ensemble's; the pin goes with the declaration.
-    let (component_path, component_location, pin) = match (&section.component, &ensemble.ensemble.component) {
+    let (component_path, component_location, pin) = match (
+        &section.component,
+        &ensemble.ensemble.component,
+    ) {
         (Some(path), _) => (
             relative_to(&draft.source.path, path.get_ref()),
             draft.source.at(path.span()),
@@ -333,16 +408,25 @@ async fn resolve_invoker(
         (None, None) => {
             return Err(vec![Diagnostic::new(
                 draft.source.at(section.name.span()),
-                format!("invoker `{name}` has no component: set `component` in [ensemble] or in [invoker]"),
+                format!(
+                    "invoker `{name}` has no component: set `component` in [ensemble] or in [invoker]"
+                ),
             )]);
         }
     };
-    let component = match components.load(&component_path, pin.map(|p| p.get_ref().as_str())).await {
+    let component = match components
+        .load(&component_path, pin.map(|p| p.get_ref().as_str()))
+        .await
+    {
         Ok(component) => component,
         Err(message) => {
             let mut diagnostic = Diagnostic::new(component_location, message);
             if let Some(pin) = pin.filter(|_| diagnostic.message.contains("the pin requires")) {
-                let pin_source = if section.component.is_some() { draft.source } else { ensemble_source };
+                let pin_source = if section.component.is_some() {
+                    draft.source
+                } else {
+                    ensemble_source
+                };
                 diagnostic = diagnostic.with_note(Some(pin_source.at(pin.span())), "pinned here");
             }
             return Err(vec![diagnostic]);
@@ -362,7 +446,11 @@ async fn resolve_invoker(
                 "component {} has no tool `{tool_name}`; it offers: {}{}",
                 component_path.display(),
                 offered.join(", "),
-                if section.tool.is_none() { " (set `tool` to map this invoker to one of them)" } else { "" }
+                if section.tool.is_none() {
+                    " (set `tool` to map this invoker to one of them)"
+                } else {
+                    ""
+                }
             ),
         )]);
     };
@@ -372,30 +460,44 @@ async fn resolve_invoker(
         Some(arguments) => match serde_json::to_value(arguments.get_ref()) {
             Ok(value) => Some((value, draft.source.at(arguments.span()), "[arguments]")),
             Err(e) => {
-                diagnostics.push(Diagnostic::new(draft.source.at(arguments.span()), format!("[arguments] cannot be read as JSON: {e}")));
-                None
-            }
-        },
-        None => match serde_json::from_str::<Value>(&spec.input_schema) {
-            Ok(value) => Some((value, component_location.clone(), "the component's schema")),
-            Err(e) => {
                 diagnostics.push(Diagnostic::new(
-                    component_location.clone(),
-                    format!("describe() gives tool `{tool_name}` an input schema that is not JSON: {e}"),
+                    draft.source.at(arguments.span()),
+                    format!("[arguments] cannot be read as JSON: {e}"),
                 ));
                 None
             }
         },
+        None => {
+            match serde_json::from_str::<Value>(&spec.input_schema) {
+                Ok(value) => Some((value, component_location.clone(), "the component's schema")),
+                Err(e) => {
+                    diagnostics.push(Diagnostic::new(
+                    component_location.clone(),
+                    format!("describe() gives tool `{tool_name}` an input schema that is not JSON: {e}"),
+                ));
+                    None
+                }
+            }
+        }
     };
     let compiled = schema.and_then(|(value, location, what)| match compile_schema(&value) {
         Ok(validator) => Some((value, validator)),
         Err(reason) => {
-            diagnostics.push(Diagnostic::new(location, format!("{what} of tool `{tool_name}` is not a usable JSON Schema: {reason}")));
+            diagnostics.push(Diagnostic::new(
+                location,
+                format!("{what} of tool `{tool_name}` is not a usable JSON Schema: {reason}"),
+            ));
             None
         }
     });
 
-    let sandbox = resolve_capabilities(ensemble_source, ensemble_name, grants, draft, &mut diagnostics);
+    let sandbox = resolve_capabilities(
+        ensemble_source,
+        ensemble_name,
+        grants,
+        draft,
+        &mut diagnostics,
+    );
     let full_name = match &ensemble.ensemble.prefix {
         Some(prefix) => format!("{}_{name}", prefix.get_ref()),
         None => name.to_string(),
@@ -406,17 +508,27 @@ async fn resolve_invoker(
             format!("with the ensemble's prefix the tool name `{full_name}` is longer than 64 characters"),
         ));
     }
-    let (Some((input_schema, validator)), Some(sandbox), true) = (compiled, sandbox, diagnostics.is_empty()) else {
+    let (Some((input_schema, validator)), Some(sandbox), true) =
+        (compiled, sandbox, diagnostics.is_empty())
+    else {
         return Err(diagnostics);
     };
 
     let defaults = &ensemble.defaults;
     let limits = CallLimits {
         timeout: Duration::from_millis(
-            draft.limits.timeout_ms.or(defaults.timeout_ms).map_or(DEFAULT_TIMEOUT_MS, |v| v.get()),
+            draft
+                .limits
+                .timeout_ms
+                .or(defaults.timeout_ms)
+                .map_or(DEFAULT_TIMEOUT_MS, |v| v.get()),
         ),
-        memory_bytes: (draft.limits.memory_mib.or(defaults.memory_mib).map_or(DEFAULT_MEMORY_MIB, |v| v.get()) << 20)
-            as usize,
+        memory_bytes: (draft
+            .limits
+            .memory_mib
+            .or(defaults.memory_mib)
+            .map_or(DEFAULT_MEMORY_MIB, |v| v.get())
+            << 20) as usize,
         max_output_bytes: draft
             .limits
             .max_output_bytes
@@ -424,8 +536,19 @@ async fn resolve_invoker(
             .map_or(DEFAULT_MAX_OUTPUT_BYTES, |v| v.get()) as usize,
     };
     let dedup = section.dedup.or(defaults.dedup).unwrap_or(DedupMode::Exact);
-    let description = section.description.clone().unwrap_or_else(|| spec.description.clone());
-    let version = version_hash(&component.hash, tool_name, &description, &input_schema, &limits, &sandbox, dedup);
+    let description = section
+        .description
+        .clone()
+        .unwrap_or_else(|| spec.description.clone());
+    let version = version_hash(
+        &component.hash,
+        tool_name,
+        &description,
+        &input_schema,
+        &limits,
+        &sandbox,
+        dedup,
+    );
     Ok(Tool {
         name: full_name,
         ensemble: ensemble_name.to_string(),
@@ -450,7 +573,11 @@ async fn resolve_invoker(
 fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::meta::validate(schema).map_err(|e| {
         let at = e.instance_path().to_string();
-        if at.is_empty() { e.to_string() } else { format!("at {at}: {e}") }
+        if at.is_empty() {
+            e.to_string()
+        } else {
+            format!("at {at}: {e}")
+        }
     })?;
     if schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err("it must have \"type\": \"object\" (tool arguments are a JSON object)".into());
@@ -471,8 +598,15 @@ fn resolve_capabilities(
     let name = draft.section.name.get_ref().as_str();
     let ensemble = draft.source.path != ensemble_source.path;
     let grants_note = |what: &str| {
-        let location = if ensemble { Some(Location::file(&ensemble_source.path)) } else { None };
-        (location, format!("ensemble `{ensemble_name}` grants {what}"))
+        let location = if ensemble {
+            Some(Location::file(&ensemble_source.path))
+        } else {
+            None
+        };
+        (
+            location,
+            format!("ensemble `{ensemble_name}` grants {what}"),
+        )
     };
     for network in &draft.capabilities.network {
         diagnostics.push(Diagnostic::new(
@@ -490,15 +624,27 @@ fn resolve_capabilities(
         let guest = wanted.guest.as_str();
         let grant = grants.files.iter().find(|(_, g)| {
             let granted = g.get_ref().guest.as_str();
-            guest == granted || guest.strip_prefix(granted).is_some_and(|rest| rest.starts_with('/'))
+            guest == granted
+                || guest
+                    .strip_prefix(granted)
+                    .is_some_and(|rest| rest.starts_with('/'))
         });
         let Some((host_dir, grant)) = grant else {
-            let granted: Vec<&str> = grants.files.iter().map(|(_, g)| g.get_ref().guest.as_str()).collect();
-            let (location, note) = grants_note(&if granted.is_empty() {
-                "no directories".to_string()
-            } else {
-                format!("only {}", granted.join(", "))
-            });
+            let granted: Vec<&str> = grants
+                .files
+                .iter()
+                .map(|(_, g)| g.get_ref().guest.as_str())
+                .collect();
+            let (location, note) = match grants.files.first() {
+                Some((_, first)) => (
+                    Some(ensemble_source.at(first.span())),
+                    format!(
+                        "ensemble `{ensemble_name}` grants only {}",
+                        granted.join(", ")
+                    ),
+                ),
+                None => grants_note("no directories"),
+            };
             diagnostics.push(
                 Diagnostic::new(
                     draft.source.at(capability.span()),
@@ -523,20 +669,41 @@ fn resolve_capabilities(
             continue;
         }
         let rest = guest[grant.get_ref().guest.as_str().len()..].trim_start_matches('/');
-        let host = if rest.is_empty() { host_dir.clone() } else { host_dir.join(rest) };
+        let host = if rest.is_empty() {
+            host_dir.clone()
+        } else {
+            host_dir.join(rest)
+        };
         if !host.is_dir() {
             diagnostics.push(Diagnostic::new(
                 draft.source.at(capability.span()),
-                format!("{guest} maps to {}, which is not a directory", host.display()),
+                format!(
+                    "{guest} maps to {}, which is not a directory",
+                    host.display()
+                ),
             ));
             continue;
         }
-        spec.preopens.push(Preopen { host, guest: guest.to_string(), writable: wanted.access == Access::ReadWrite });
+        spec.preopens.push(Preopen {
+            host,
+            guest: guest.to_string(),
+            writable: wanted.access == Access::ReadWrite,
+        });
     }
     for variable in &draft.capabilities.env {
         let wanted = variable.get_ref().as_str();
-        if !grants.env.contains(&wanted) {
-            let (location, note) = grants_note("other environment variables, or none");
+        if !grants.env.iter().any(|g| g.get_ref().as_str() == wanted) {
+            let granted: Vec<&str> = grants.env.iter().map(|g| g.get_ref().as_str()).collect();
+            let (location, note) = match grants.env.first() {
+                Some(first) => (
+                    Some(ensemble_source.at(first.span())),
+                    format!(
+                        "ensemble `{ensemble_name}` grants only {}",
+                        granted.join(", ")
+                    ),
+                ),
+                None => grants_note("no environment variables"),
+            };
             diagnostics.push(
                 Diagnostic::new(
                     draft.source.at(variable.span()),

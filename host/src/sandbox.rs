@@ -36,7 +36,11 @@ pub enum SandboxError {
 }
 
 /// Builds the WASI context of one call; stdout and stderr go to the given captures.
-pub(crate) fn wasi_context(spec: &SandboxSpec, stdout: Capture, stderr: Capture) -> Result<WasiCtx, SandboxError> {
+pub(crate) fn wasi_context(
+    spec: &SandboxSpec,
+    stdout: Capture,
+    stderr: Capture,
+) -> Result<WasiCtx, SandboxError> {
     let mut builder = WasiCtxBuilder::new();
     builder
         .stdout(stdout)
@@ -48,10 +52,17 @@ pub(crate) fn wasi_context(spec: &SandboxSpec, stdout: Capture, stderr: Capture)
         builder.env(key, value);
     }
     for preopen in &spec.preopens {
-        let perms = if preopen.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        let perms = if preopen.writable {
+            FsPerms::ReadWrite
+        } else {
+            FsPerms::ReadOnly
+        };
         builder
             .preopened_dir(&preopen.host, &preopen.guest, perms)
-            .map_err(|e| SandboxError::Preopen { path: preopen.host.clone(), reason: e.to_string() })?;
+            .map_err(|e| SandboxError::Preopen {
+                path: preopen.host.clone(),
+                reason: e.to_string(),
+            })?;
     }
     Ok(builder.build())
 }

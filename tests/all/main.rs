@@ -1,1 +1,10 @@
+//! The integration test suite: one binary (it links once), a module per area.
 
+mod cli;
+mod config_golden;
+mod dedup;
+mod invoke;
+mod plugins;
+mod runtime;
+mod sandbox;
+mod support;

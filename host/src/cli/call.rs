@@ -6,17 +6,26 @@ use std::io::Read;
 use std::process::ExitCode;
 use toolhost::invoke::{Arguments, Session};
 
-pub(crate) async fn run(settings: &Settings, tool: &str, arguments: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    settings: &Settings,
+    tool: &str,
+    arguments: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let arguments = if arguments == "-" {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("cannot read the arguments from stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the arguments from stdin")?;
         text
     } else {
         arguments.to_string()
     };
     let host = settings.host().await?;
     let session = Session::new(format!("cli-{}", std::process::id()));
-    let outcome = host.invoke(&session, tool, Arguments::Text(arguments)).await;
+    let outcome = host
+        .invoke(&session, tool, Arguments::Text(arguments))
+        .await;
     if json {
         let report = match &outcome.result {
             Ok(text) => serde_json::json!({

@@ -42,5 +42,9 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             diagnostics.len()
         );
     }
-    Ok(if diagnostics.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if diagnostics.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -39,13 +39,25 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         return Ok(ExitCode::SUCCESS);
     }
     let name_width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    let ensemble_width = tools.iter().map(|t| t.ensemble.len()).max().unwrap_or(8).max(8);
-    println!("{:name_width$}  {:ensemble_width$}  ENABLED  COMPONENT     DESCRIPTION", "TOOL", "ENSEMBLE");
+    let ensemble_width = tools
+        .iter()
+        .map(|t| t.ensemble.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    println!(
+        "{:name_width$}  {:ensemble_width$}  ENABLED  COMPONENT     DESCRIPTION",
+        "TOOL", "ENSEMBLE"
+    );
     for tool in tools {
         let hash = tool.component_hash().to_string();
         let first_line = tool.description.lines().next().unwrap_or("");
         let description: String = first_line.chars().take(70).collect();
-        let cut = if description.len() < first_line.len() { "…" } else { "" };
+        let cut = if description.len() < first_line.len() {
+            "…"
+        } else {
+            ""
+        };
         println!(
             "{:name_width$}  {:ensemble_width$}  {:7}  {}  {description}{cut}",
             tool.name,

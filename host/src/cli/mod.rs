@@ -71,7 +71,10 @@ enum Command {
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -92,7 +95,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { json } => check::run(&settings, json).await,
         Command::List { json } => list::run(&settings, json).await,
-        Command::Call { tool, arguments, json } => call::run(&settings, &tool, &arguments, json).await,
+        Command::Call {
+            tool,
+            arguments,
+            json,
+        } => call::run(&settings, &tool, &arguments, json).await,
     }
 }
 
@@ -105,5 +112,9 @@ fn init_logging(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Logs go to stderr: stdout carries results (and, under `serve`, the MCP protocol).
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

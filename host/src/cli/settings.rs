@@ -29,33 +29,59 @@ impl Settings {
         });
         let (host, base) = match &config_path {
             Some(path) => {
-                let source = SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
-                let file: HostFile = source.parse(FileKind::Host).map_err(|d| anyhow::anyhow!("\n{d}"))?;
-                (file.host, path.parent().unwrap_or(Path::new(".")).to_path_buf())
+                let source =
+                    SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
+                let file: HostFile = source
+                    .parse(FileKind::Host)
+                    .map_err(|d| anyhow::anyhow!("\n{d}"))?;
+                (
+                    file.host,
+                    path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                )
             }
             None => (Default::default(), PathBuf::from(".")),
         };
         let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
-        let ensembles = cli.ensembles.clone().or_else(|| from_file(&host.ensembles)).unwrap_or_else(|| "ensembles".into());
+        let ensembles = cli
+            .ensembles
+            .clone()
+            .or_else(|| from_file(&host.ensembles))
+            .unwrap_or_else(|| "ensembles".into());
         let cache_dir = if cli.no_cache {
             None
         } else {
-            cli.cache_dir.clone().or_else(|| from_file(&host.cache_dir)).or_else(default_cache_dir)
+            cli.cache_dir
+                .clone()
+                .or_else(|| from_file(&host.cache_dir))
+                .or_else(default_cache_dir)
         };
         let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
-        let max_instances = host.max_concurrent_calls.unwrap_or(RuntimeSettings::default().max_instances);
+        let max_instances = host
+            .max_concurrent_calls
+            .unwrap_or(RuntimeSettings::default().max_instances);
         if max_instances == 0 {
             bail!("[host] max-concurrent-calls must be at least 1");
         }
-        Ok(Settings { ensembles, cache_dir, audit, max_instances })
+        Ok(Settings {
+            ensembles,
+            cache_dir,
+            audit,
+            max_instances,
+        })
     }
 
     /// Starts the runtime and resolves the ensembles directory.
     pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
         if !self.ensembles.is_dir() {
-            bail!("the ensembles directory {} does not exist (set --ensembles or [host] ensembles)", self.ensembles.display());
+            bail!(
+                "the ensembles directory {} does not exist (set --ensembles or [host] ensembles)",
+                self.ensembles.display()
+            );
         }
-        let runtime = Runtime::new(&RuntimeSettings { cache_dir: self.cache_dir.clone(), max_instances: self.max_instances })?;
+        let runtime = Runtime::new(&RuntimeSettings {
+            cache_dir: self.cache_dir.clone(),
+            max_instances: self.max_instances,
+        })?;
         let runtime = Arc::new(runtime);
         let resolved = resolve::resolve_dir(&runtime, &self.ensembles).await;
         Ok((runtime, resolved))
@@ -67,7 +93,10 @@ impl Settings {
         let (runtime, resolved) = self.load().await?;
         for refused in &resolved.refused {
             let count = refused.diagnostics.len();
-            eprintln!("warning: {} was refused ({count} error(s)); run `toolhost check` for details", refused.file.display());
+            eprintln!(
+                "warning: {} was refused ({count} error(s)); run `toolhost check` for details",
+                refused.file.display()
+            );
         }
         let audit = match &self.audit {
             Some(path) => Some(AuditLog::open(path).context("cannot open the audit log")?),

@@ -16,7 +16,7 @@ pub struct Location {
     /// 1-based column, in characters.
     pub column: Option<usize>,
     #[serde(skip)]
-    excerpt: Option<Excerpt>,
+    excerpt: Option<Box<Excerpt>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,28 +34,53 @@ impl Location {
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         let column = before[line_start..].chars().count() + 1;
-        let line_end = source[line_start..].find('\n').map_or(source.len(), |i| line_start + i);
-        let text = source[line_start..line_end].trim_end_matches('\r').to_string();
+        let line_end = source[line_start..]
+            .find('\n')
+            .map_or(source.len(), |i| line_start + i);
+        let text = source[line_start..line_end]
+            .trim_end_matches('\r')
+            .to_string();
         let end = floor_char_boundary(source, span.end.clamp(start, line_end));
-        let width = source[floor_char_boundary(source, start)..end].chars().count().max(1);
-        Location { file: file.to_path_buf(), line: Some(line), column: Some(column), excerpt: Some(Excerpt { text, width }) }
+        let width = source[floor_char_boundary(source, start)..end]
+            .chars()
+            .count()
+            .max(1);
+        Location {
+            file: file.to_path_buf(),
+            line: Some(line),
+            column: Some(column),
+            excerpt: Some(Box::new(Excerpt { text, width })),
+        }
     }
 
     /// The file as a whole.
     pub fn file(file: &Path) -> Self {
-        Location { file: file.to_path_buf(), line: None, column: None, excerpt: None }
+        Location {
+            file: file.to_path_buf(),
+            line: None,
+            column: None,
+            excerpt: None,
+        }
     }
 
     fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.line, self.column) {
-            (Some(line), Some(column)) => writeln!(f, "  --> {}:{line}:{column}", self.file.display())?,
+            (Some(line), Some(column)) => {
+                writeln!(f, "  --> {}:{line}:{column}", self.file.display())?
+            }
             _ => writeln!(f, "  --> {}", self.file.display())?,
         }
         if let (Some(excerpt), Some(line), Some(column)) = (&self.excerpt, self.line, self.column) {
             let gutter = line.to_string().len();
             writeln!(f, "{:gutter$} |", "")?;
             writeln!(f, "{line} | {}", excerpt.text)?;
-            writeln!(f, "{:gutter$} | {}{}", "", " ".repeat(column - 1), "^".repeat(excerpt.width))?;
+            writeln!(
+                f,
+                "{:gutter$} | {}{}",
+                "",
+                " ".repeat(column - 1),
+                "^".repeat(excerpt.width)
+            )?;
         }
         Ok(())
     }
@@ -87,12 +112,19 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// An error at `location`.
     pub fn new(location: Location, message: impl Into<String>) -> Self {
-        Diagnostic { message: message.into(), location, notes: Vec::new() }
+        Diagnostic {
+            message: message.into(),
+            location,
+            notes: Vec::new(),
+        }
     }
 
     /// Adds a note that points at another place.
     pub fn with_note(mut self, location: Option<Location>, message: impl Into<String>) -> Self {
-        self.notes.push(Note { message: message.into(), location });
+        self.notes.push(Note {
+            message: message.into(),
+            location,
+        });
         self
     }
 
@@ -136,8 +168,14 @@ mod tests {
     fn renders_line_column_and_caret() {
         let source = "a = 1\nname = \"bad_id\"\n";
         let start = source.find("\"bad").unwrap();
-        let d = Diagnostic::new(Location::at(Path::new("x.toml"), source, start..start + 8), "nope");
-        assert_eq!(d.to_string(), "error: nope\n  --> x.toml:2:8\n  |\n2 | name = \"bad_id\"\n  |        ^^^^^^^^\n");
+        let d = Diagnostic::new(
+            Location::at(Path::new("x.toml"), source, start..start + 8),
+            "nope",
+        );
+        assert_eq!(
+            d.to_string(),
+            "error: nope\n  --> x.toml:2:8\n  |\n2 | name = \"bad_id\"\n  |        ^^^^^^^^\n"
+        );
         assert_eq!(d.position(), "x.toml:2:8");
     }
 }

@@ -10,7 +10,8 @@ pub mod v1;
 
 pub use diagnostic::{Diagnostic, Location, Note};
 pub use names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib, TimeoutMs, ToolName,
+    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib,
+    TimeoutMs, ToolName,
 };
 
 use serde::Deserialize;
@@ -54,9 +55,16 @@ pub struct SourceFile {
 impl SourceFile {
     /// Reads `path`.
     pub fn read(path: &Path, kind: FileKind) -> Result<Self, Diagnostic> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Diagnostic::new(Location::file(path), format!("cannot read {}: {e}", kind.describe())))?;
-        Ok(SourceFile { path: path.to_path_buf(), text })
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Diagnostic::new(
+                Location::file(path),
+                format!("cannot read {}: {e}", kind.describe()),
+            )
+        })?;
+        Ok(SourceFile {
+            path: path.to_path_buf(),
+            text,
+        })
     }
 
     /// Parses the text as `T` after checking its `schema-version`.
@@ -71,8 +79,13 @@ impl SourceFile {
 }
 
 /// Parses `source` (the text of `file`) as `T` after checking its `schema-version`.
-pub fn parse<T: DeserializeOwned>(file: &Path, source: &str, kind: FileKind) -> Result<T, Diagnostic> {
-    let probe: VersionProbe = toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))?;
+pub fn parse<T: DeserializeOwned>(
+    file: &Path,
+    source: &str,
+    kind: FileKind,
+) -> Result<T, Diagnostic> {
+    let probe: VersionProbe =
+        toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))?;
     let Some(version) = probe.schema_version else {
         return Err(Diagnostic::new(
             Location::at(file, source, 0..0),
@@ -82,7 +95,11 @@ pub fn parse<T: DeserializeOwned>(file: &Path, source: &str, kind: FileKind) -> 
     if !SUPPORTED_SCHEMA_VERSIONS.contains(version.get_ref()) {
         return Err(Diagnostic::new(
             Location::at(file, source, version.span()),
-            format!("schema-version {} is not one this toolhost reads (it reads {:?})", version.get_ref(), SUPPORTED_SCHEMA_VERSIONS),
+            format!(
+                "schema-version {} is not one this toolhost reads (it reads {:?})",
+                version.get_ref(),
+                SUPPORTED_SCHEMA_VERSIONS
+            ),
         ));
     }
     toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))

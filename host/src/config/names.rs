@@ -43,7 +43,9 @@ macro_rules! string_newtype {
 
 fn charset(value: &str, what: &str, allowed: &str, ok: fn(char) -> bool) -> Result<(), String> {
     if value.is_empty() || value.len() > 64 || !value.chars().all(ok) {
-        return Err(format!("{what} use {allowed}, 1 to 64 characters; got {value:?}"));
+        return Err(format!(
+            "{what} use {allowed}, 1 to 64 characters; got {value:?}"
+        ));
     }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib, TimeoutMs, ToolName,
+    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib,
+    TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;

@@ -122,7 +122,11 @@ impl DedupCache {
 
     fn forget(&self, key: DedupKey, slot: &Slot) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+        if entries
+            .slots
+            .get(&key)
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
+        {
             entries.slots.remove(&key);
             entries.order.retain(|k| *k != key);
         }
@@ -130,7 +134,11 @@ impl DedupCache {
 
     /// How many results are remembered.
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner).slots.len()
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .slots
+            .len()
     }
 
     /// True when nothing is remembered.
@@ -148,10 +156,22 @@ mod tests {
     fn canonical_json_sorts_keys_at_every_depth() {
         let mut a = Vec::new();
         write_canonical(&json!({"b": [1, {"y": 2, "x": "é"}], "a": null}), &mut a);
-        assert_eq!(String::from_utf8(a).unwrap(), r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#);
+        assert_eq!(
+            String::from_utf8(a).unwrap(),
+            r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#
+        );
         let v = VersionHash([7; 32]);
-        assert_eq!(DedupKey::new("t", &v, &json!({"a": 1, "b": 2})), DedupKey::new("t", &v, &json!({"b": 2, "a": 1})));
-        assert_ne!(DedupKey::new("t", &v, &json!({"a": 1})), DedupKey::new("u", &v, &json!({"a": 1})));
-        assert_ne!(DedupKey::new("t", &v, &json!({"a": 1})), DedupKey::new("t", &VersionHash([8; 32]), &json!({"a": 1})));
+        assert_eq!(
+            DedupKey::new("t", &v, &json!({"a": 1, "b": 2})),
+            DedupKey::new("t", &v, &json!({"b": 2, "a": 1}))
+        );
+        assert_ne!(
+            DedupKey::new("t", &v, &json!({"a": 1})),
+            DedupKey::new("u", &v, &json!({"a": 1}))
+        );
+        assert_ne!(
+            DedupKey::new("t", &v, &json!({"a": 1})),
+            DedupKey::new("t", &VersionHash([8; 32]), &json!({"a": 1}))
+        );
     }
 }

@@ -86,7 +86,11 @@ pub struct CallError {
 
 impl CallError {
     fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        CallError { kind, message: message.into(), violations: Vec::new() }
+        CallError {
+            kind,
+            message: message.into(),
+            violations: Vec::new(),
+        }
     }
 }
 
@@ -127,7 +131,10 @@ impl CallPolicy {
 
     /// Whether `tool` may be called.
     pub fn permits(&self, tool: &str) -> bool {
-        let allowed = self.allow.as_ref().is_none_or(|allow| allow.iter().any(|p| Self::matches(p, tool)));
+        let allowed = self
+            .allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(|p| Self::matches(p, tool)));
         allowed && !self.deny.iter().any(|p| Self::matches(p, tool))
     }
 }
@@ -145,7 +152,11 @@ impl Session {
     }
 
     pub fn with_policy(id: impl Into<String>, policy: CallPolicy) -> Self {
-        Session { id: id.into(), policy, dedup: DedupCache::default() }
+        Session {
+            id: id.into(),
+            policy,
+            dedup: DedupCache::default(),
+        }
     }
 
     /// The results this session remembers.
@@ -174,8 +185,18 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn new(catalog: Arc<LiveCatalog>, runtime: Arc<Runtime>, audit: Option<AuditLog>, max_instances: u32) -> Self {
-        Host { catalog, runtime, audit, slots: Semaphore::new(max_instances.max(1) as usize) }
+    pub fn new(
+        catalog: Arc<LiveCatalog>,
+        runtime: Arc<Runtime>,
+        audit: Option<AuditLog>,
+        max_instances: u32,
+    ) -> Self {
+        Host {
+            catalog,
+            runtime,
+            audit,
+            slots: Semaphore::new(max_instances.max(1) as usize),
+        }
     }
 
     /// The live catalog.
@@ -189,14 +210,23 @@ impl Host {
     }
 
     /// Calls `tool` with `arguments` on behalf of `session`.
-    pub async fn invoke(&self, session: &Session, tool: &str, arguments: impl Into<Arguments>) -> CallOutcome {
+    pub async fn invoke(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+    ) -> CallOutcome {
         let started = Instant::now();
         let catalog = self.catalog.snapshot();
         let arguments = arguments.into();
         let parsed = parse_arguments(&arguments);
         let (result, deduplicated, found) = match self.lookup(&catalog, session, tool) {
             Err(e) => (Err(e), false, None),
-            Ok(found) => match parsed.as_ref().map_err(Clone::clone).and_then(|value| validate(found, value).map(|()| value)) {
+            Ok(found) => match parsed
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|value| validate(found, value).map(|()| value))
+            {
                 Err(e) => (Err(e), false, Some(found)),
                 Ok(value) => {
                     let (result, deduplicated) = self.run_deduplicated(session, found, value).await;
@@ -204,27 +234,57 @@ impl Host {
                 }
             },
         };
-        let outcome = CallOutcome { tool: tool.to_string(), result, deduplicated, duration: started.elapsed() };
-        self.audit(session, found.map(|t| t.as_ref()), parsed.ok().as_ref(), &outcome);
+        let outcome = CallOutcome {
+            tool: tool.to_string(),
+            result,
+            deduplicated,
+            duration: started.elapsed(),
+        };
+        self.audit(
+            session,
+            found.map(|t| t.as_ref()),
+            parsed.ok().as_ref(),
+            &outcome,
+        );
         outcome
     }
 
-    fn lookup<'c>(&self, catalog: &'c Catalog, session: &Session, name: &str) -> Result<&'c Arc<Tool>, CallError> {
+    fn lookup<'c>(
+        &self,
+        catalog: &'c Catalog,
+        session: &Session,
+        name: &str,
+    ) -> Result<&'c Arc<Tool>, CallError> {
         let Some(tool) = catalog.get(name) else {
-            let mut names: Vec<&str> = catalog.tools().map(|t| t.name.as_str()).filter(|n| session.policy.permits(n)).collect();
+            let mut names: Vec<&str> = catalog
+                .tools()
+                .map(|t| t.name.as_str())
+                .filter(|n| session.policy.permits(n))
+                .collect();
             names.truncate(50);
             return Err(CallError::new(
                 ErrorKind::UnknownTool,
-                format!("there is no tool named `{name}`; available tools: {}", names.join(", ")),
+                format!(
+                    "there is no tool named `{name}`; available tools: {}",
+                    names.join(", ")
+                ),
             ));
         };
         if !session.policy.permits(name) {
-            return Err(CallError::new(ErrorKind::Denied, format!("tool `{name}` is not allowed in this session")));
+            return Err(CallError::new(
+                ErrorKind::Denied,
+                format!("tool `{name}` is not allowed in this session"),
+            ));
         }
         Ok(tool)
     }
 
-    async fn run_deduplicated(&self, session: &Session, tool: &Arc<Tool>, arguments: &Value) -> (Result<Arc<str>, CallError>, bool) {
+    async fn run_deduplicated(
+        &self,
+        session: &Session,
+        tool: &Arc<Tool>,
+        arguments: &Value,
+    ) -> (Result<Arc<str>, CallError>, bool) {
         match tool.dedup {
             DedupMode::Off => (self.run(tool, arguments).await, false),
             DedupMode::Exact => {
@@ -242,17 +302,40 @@ impl Host {
             .map_err(|_| CallError::new(ErrorKind::Busy, "the host is shutting down"))?;
         let text = arguments.to_string();
         self.runtime
-            .call(&tool.component, &tool.name, &tool.component_tool, &text, tool.limits, &tool.sandbox)
+            .call(
+                &tool.component,
+                &tool.name,
+                &tool.component_tool,
+                &text,
+                tool.limits,
+                &tool.sandbox,
+            )
             .await
             .map(Arc::from)
             .map_err(|e| run_error(&tool.name, e))
     }
 
-    fn audit(&self, session: &Session, tool: Option<&Tool>, arguments: Option<&Value>, outcome: &CallOutcome) {
+    fn audit(
+        &self,
+        session: &Session,
+        tool: Option<&Tool>,
+        arguments: Option<&Value>,
+        outcome: &CallOutcome,
+    ) {
         let Some(log) = &self.audit else { return };
         let (outcome_name, error, bytes, summary) = match &outcome.result {
-            Ok(text) => ("ok".to_string(), None, text.len(), audit::summarize(text)),
-            Err(e) => (e.kind.as_str().to_string(), Some(e.message.clone()), 0, String::new()),
+            Ok(text) => (
+                "ok".to_string(),
+                None,
+                text.len(),
+                audit::summarize_result(text),
+            ),
+            Err(e) => (
+                e.kind.as_str().to_string(),
+                Some(e.message.clone()),
+                0,
+                String::new(),
+            ),
         };
         let record = AuditRecord {
             time: audit::now_rfc3339(),
@@ -278,11 +361,18 @@ impl Host {
 fn parse_arguments(arguments: &Arguments) -> Result<Value, CallError> {
     let value = match arguments {
         Arguments::Value(value) => value.clone(),
-        Arguments::Text(text) => serde_json::from_str(text)
-            .map_err(|e| CallError::new(ErrorKind::InvalidArguments, format!("the arguments are not valid JSON: {e}")))?,
+        Arguments::Text(text) => serde_json::from_str(text).map_err(|e| {
+            CallError::new(
+                ErrorKind::InvalidArguments,
+                format!("the arguments are not valid JSON: {e}"),
+            )
+        })?,
     };
     if !value.is_object() {
-        return Err(CallError::new(ErrorKind::InvalidArguments, "the arguments must be a JSON object"));
+        return Err(CallError::new(
+            ErrorKind::InvalidArguments,
+            "the arguments must be a JSON object",
+        ));
     }
     Ok(value)
 }
@@ -295,15 +385,32 @@ fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
     let violations: Vec<Violation> = tool
         .validator
         .iter_errors(arguments)
-        .map(|e| Violation { pointer: e.instance_path().to_string(), message: e.to_string() })
+        .map(|e| Violation {
+            pointer: e.instance_path().to_string(),
+            message: e.to_string(),
+        })
         .collect();
     let lines: Vec<String> = violations
         .iter()
-        .map(|v| format!("{}: {}", if v.pointer.is_empty() { "(root)" } else { &v.pointer }, v.message))
+        .map(|v| {
+            format!(
+                "{}: {}",
+                if v.pointer.is_empty() {
+                    "(root)"
+                } else {
+                    &v.pointer
+                },
+                v.message
+            )
+        })
         .collect();
     Err(CallError {
         kind: ErrorKind::InvalidArguments,
-        message: format!("the arguments do not match the schema of `{}`: {}", tool.name, lines.join("; ")),
+        message: format!(
+            "the arguments do not match the schema of `{}`: {}",
+            tool.name,
+            lines.join("; ")
+        ),
         violations,
     })
 }
@@ -330,7 +437,10 @@ mod tests {
 
     #[test]
     fn deny_wins_and_prefixes_match() {
-        let policy = CallPolicy { allow: Some(vec!["calc*".into(), "echo".into()]), deny: vec!["calc_danger".into()] };
+        let policy = CallPolicy {
+            allow: Some(vec!["calc*".into(), "echo".into()]),
+            deny: vec!["calc_danger".into()],
+        };
         assert!(policy.permits("calculate"));
         assert!(policy.permits("echo"));
         assert!(!policy.permits("calc_danger"));

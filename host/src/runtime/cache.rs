@@ -18,11 +18,15 @@ impl ComponentCache {
         std::fs::create_dir_all(dir)?;
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        Ok(ComponentCache { dir: dir.to_path_buf(), engine_hash: hasher.finish() })
+        Ok(ComponentCache {
+            dir: dir.to_path_buf(),
+            engine_hash: hasher.finish(),
+        })
     }
 
     fn path(&self, hash: &ComponentHash) -> PathBuf {
-        self.dir.join(format!("{hash}-{:016x}.cwasm", self.engine_hash))
+        self.dir
+            .join(format!("{hash}-{:016x}.cwasm", self.engine_hash))
     }
 
     /// The cached compilation of `hash`, if there is a usable one.
@@ -49,15 +53,18 @@ impl ComponentCache {
     /// Stores the compilation of `hash`. Failure is logged, not fatal: the cache is an
     /// optimisation.
     pub(crate) fn put(&self, hash: &ComponentHash, component: &Component) {
-        let result = component.serialize().map_err(|e| e.to_string()).and_then(|bytes| {
-            let temp = self.dir.join(format!(".{hash}-{}.tmp", std::process::id()));
-            std::fs::write(&temp, bytes)
-                .and_then(|()| std::fs::rename(&temp, self.path(hash)))
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&temp);
-                    e.to_string()
-                })
-        });
+        let result = component
+            .serialize()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                let temp = self.dir.join(format!(".{hash}-{}.tmp", std::process::id()));
+                std::fs::write(&temp, bytes)
+                    .and_then(|()| std::fs::rename(&temp, self.path(hash)))
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&temp);
+                        e.to_string()
+                    })
+            });
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "could not write the component cache: {e}");
         }

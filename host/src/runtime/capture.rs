@@ -22,7 +22,10 @@ pub(crate) struct Capture {
 
 impl Capture {
     pub(crate) fn new(cap: usize) -> Self {
-        Capture { cap, buffer: Arc::default() }
+        Capture {
+            cap,
+            buffer: Arc::default(),
+        }
     }
 
     fn push(&self, bytes: &[u8]) {
@@ -89,7 +92,10 @@ impl tokio::io::AsyncWrite for Capture {
         std::task::Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 

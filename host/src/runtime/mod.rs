@@ -23,15 +23,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
+    UpdateDeadline,
+};
 
 /// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Captured stdout and stderr keep this many bytes each.
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
 /// `describe()` runs under these limits when a component is loaded.
-const DESCRIBE_LIMITS: CallLimits =
-    CallLimits { timeout: Duration::from_secs(10), memory_bytes: 256 << 20, max_output_bytes: 4 << 20 };
+const DESCRIBE_LIMITS: CallLimits = CallLimits {
+    timeout: Duration::from_secs(10),
+    memory_bytes: 256 << 20,
+    max_output_bytes: 4 << 20,
+};
 /// A call stuck in a host function (a long sleep, say) is abandoned this long after its
 /// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
 const WALL_CLOCK_GRACE: Duration = Duration::from_millis(50);
@@ -47,7 +53,10 @@ pub struct RuntimeSettings {
 
 impl Default for RuntimeSettings {
     fn default() -> Self {
-        RuntimeSettings { cache_dir: None, max_instances: 128 }
+        RuntimeSettings {
+            cache_dir: None,
+            max_instances: 128,
+        }
     }
 }
 
@@ -100,7 +109,10 @@ pub struct LoadedComponent {
 
 impl fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LoadedComponent").field("hash", &self.hash).field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("LoadedComponent")
+            .field("hash", &self.hash)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -108,7 +120,10 @@ impl fmt::Debug for LoadedComponent {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not a valid WebAssembly component: {reason}")]
     Compile { path: PathBuf, reason: String },
     #[error("{path} does not fit the toolhost:plugin@0.1.0 world: {reason}")]
@@ -182,7 +197,9 @@ impl EpochTicker {
                 }
             })
             .map(|_| ())
-            .unwrap_or_else(|e| tracing::error!("could not start the epoch thread; timeouts will not fire: {e}"));
+            .unwrap_or_else(|e| {
+                tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
+            });
         EpochTicker { stop }
     }
 }
@@ -199,7 +216,10 @@ pub enum RuntimeError {
     #[error("cannot configure wasmtime: {0}")]
     Engine(String),
     #[error("cannot use the cache directory {path}: {source}")]
-    CacheDir { path: PathBuf, source: std::io::Error },
+    CacheDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The wasmtime engine, the linker with the host's imports, and the component cache.
@@ -235,17 +255,28 @@ impl Runtime {
         let engine = Engine::new(&config).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
-        Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| state)
-            .map_err(engine_error)?;
+        Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
+            state
+        })
+        .map_err(engine_error)?;
         let cache = match &settings.cache_dir {
-            Some(dir) => Some(
-                ComponentCache::new(dir, &engine)
-                    .map_err(|source| RuntimeError::CacheDir { path: dir.clone(), source })?,
-            ),
+            Some(dir) => Some(ComponentCache::new(dir, &engine).map_err(|source| {
+                RuntimeError::CacheDir {
+                    path: dir.clone(),
+                    source,
+                }
+            })?),
             None => None,
         };
         let ticker = EpochTicker::start(engine.clone());
-        Ok(Runtime { engine, linker, cache, counters: Counters::default(), loaded: Mutex::default(), _ticker: ticker })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            counters: Counters::default(),
+            loaded: Mutex::default(),
+            _ticker: ticker,
+        })
     }
 
     /// Compilations and cache hits since the runtime started.
@@ -259,10 +290,20 @@ impl Runtime {
     /// Loads the component in `bytes` (the content of `path`): from memory if it is already
     /// loaded, else from the disk cache, else by compiling it off the async runtime. Then
     /// links it and runs its `describe()`.
-    pub async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<Arc<LoadedComponent>, LoadError> {
+    pub async fn load(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
         let hash = ComponentHash::of(&bytes);
         if let Some(existing) = self.loaded_component(&hash) {
             return Ok(existing);
+        }
+        if let Some(reason) = not_a_component(&bytes) {
+            return Err(LoadError::Compile {
+                path: path.to_path_buf(),
+                reason: reason.into(),
+            });
         }
         let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &hash)) {
             Some(component) => {
@@ -271,10 +312,17 @@ impl Runtime {
             }
             None => {
                 let engine = self.engine.clone();
-                let compiled = tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))
-                    .await
-                    .map_err(|e| LoadError::Compile { path: path.to_path_buf(), reason: e.to_string() })?
-                    .map_err(|e| LoadError::Compile { path: path.to_path_buf(), reason: format!("{e:#}") })?;
+                let compiled =
+                    tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))
+                        .await
+                        .map_err(|e| LoadError::Compile {
+                            path: path.to_path_buf(),
+                            reason: e.to_string(),
+                        })?
+                        .map_err(|e| LoadError::Compile {
+                            path: path.to_path_buf(),
+                            reason: format!("{e:#}"),
+                        })?;
                 self.counters.compiled.fetch_add(1, Ordering::Relaxed);
                 if let Some(cache) = &self.cache {
                     cache.put(&hash, &compiled);
@@ -282,21 +330,48 @@ impl Runtime {
                 compiled
             }
         };
-        let link_error = |e: wasmtime::Error| LoadError::Link { path: path.to_path_buf(), reason: format!("{e:#}") };
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(link_error)?;
+        let link_error = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_path_buf(),
+            reason: format!("{e:#}"),
+        };
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(link_error)?;
         let pre = PluginPre::new(instance_pre).map_err(link_error)?;
-        let describe_error = |reason: String| LoadError::Describe { path: path.to_path_buf(), reason };
+        let describe_error = |reason: String| LoadError::Describe {
+            path: path.to_path_buf(),
+            reason,
+        };
         let label = path.display().to_string();
-        let specs = match self.execute(&pre, &label, DESCRIBE_LIMITS, &SandboxSpec::default(), Export::Describe).await {
+        let specs = match self
+            .execute(
+                &pre,
+                &label,
+                DESCRIBE_LIMITS,
+                &SandboxSpec::default(),
+                Export::Describe,
+            )
+            .await
+        {
             Ok(Exported::Specs(specs)) => specs,
             Ok(Exported::Call(_)) => return Err(describe_error("unexpected result".into())),
             Err(e) => return Err(describe_error(e.to_string())),
         };
         let tools = specs
             .into_iter()
-            .map(|s| ToolDescription { name: s.name, description: s.description, input_schema: s.input_schema })
+            .map(|s| ToolDescription {
+                name: s.name,
+                description: s.description,
+                input_schema: s.input_schema,
+            })
             .collect();
-        let loaded = Arc::new(LoadedComponent { hash, path: path.to_path_buf(), tools, pre });
+        let loaded = Arc::new(LoadedComponent {
+            hash,
+            path: path.to_path_buf(),
+            tools,
+            pre,
+        });
         self.loaded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -321,14 +396,32 @@ impl Runtime {
         limits: CallLimits,
         sandbox: &SandboxSpec,
     ) -> Result<String, RunError> {
-        match self.execute(&component.pre, invoker, limits, sandbox, Export::Call { tool, arguments }).await? {
+        match self
+            .execute(
+                &component.pre,
+                invoker,
+                limits,
+                sandbox,
+                Export::Call { tool, arguments },
+            )
+            .await?
+        {
             Exported::Call(Ok(text)) if text.len() > limits.max_output_bytes => {
-                Err(RunError::OutputLimit { bytes: text.len(), limit: limits.max_output_bytes })
+                Err(RunError::OutputLimit {
+                    bytes: text.len(),
+                    limit: limits.max_output_bytes,
+                })
             }
             Exported::Call(Ok(text)) => Ok(text),
-            Exported::Call(Err(ToolError::InvalidArguments(m))) => Err(RunError::Tool(ToolFailure::InvalidArguments(m))),
-            Exported::Call(Err(ToolError::Failed(m))) => Err(RunError::Tool(ToolFailure::Failed(m))),
-            Exported::Specs(_) => Err(RunError::Crashed { message: "unexpected result".into() }),
+            Exported::Call(Err(ToolError::InvalidArguments(m))) => {
+                Err(RunError::Tool(ToolFailure::InvalidArguments(m)))
+            }
+            Exported::Call(Err(ToolError::Failed(m))) => {
+                Err(RunError::Tool(ToolFailure::Failed(m)))
+            }
+            Exported::Specs(_) => Err(RunError::Crashed {
+                message: "unexpected result".into(),
+            }),
         }
     }
 
@@ -354,7 +447,11 @@ impl Runtime {
         store.limiter(|state| &mut state.limiter);
         let deadline = Instant::now() + limits.timeout;
         store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+            Ok(if Instant::now() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
         });
         store.set_epoch_deadline(1);
 
@@ -363,17 +460,34 @@ impl Runtime {
             let tool = plugin.toolhost_plugin_tool();
             Ok::<_, wasmtime::Error>(match export {
                 Export::Describe => Exported::Specs(tool.call_describe(&mut store).await?),
-                Export::Call { tool: name, arguments } => Exported::Call(tool.call_call(&mut store, name, arguments).await?),
+                Export::Call {
+                    tool: name,
+                    arguments,
+                } => Exported::Call(tool.call_call(&mut store, name, arguments).await?),
             })
         };
         let outcome = tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, run).await;
         let (out, out_dropped) = stdout.take();
         let (err, err_dropped) = stderr.take();
-        report_output(label, &out, out_dropped, &err, err_dropped, store.data().log.dropped);
+        report_output(
+            label,
+            &out,
+            out_dropped,
+            &err,
+            err_dropped,
+            store.data().log.dropped,
+        );
         match outcome {
-            Err(_elapsed) => Err(RunError::Timeout { limit: limits.timeout }),
+            Err(_elapsed) => Err(RunError::Timeout {
+                limit: limits.timeout,
+            }),
             Ok(Ok(exported)) => Ok(exported),
-            Ok(Err(error)) => Err(classify(&error, store.data().limiter.memory_refused, limits, &err)),
+            Ok(Err(error)) => Err(classify(
+                &error,
+                store.data().limiter.memory_refused,
+                limits,
+                &err,
+            )),
         }
     }
 }
@@ -388,19 +502,53 @@ enum Exported {
     Call(Result<String, ToolError>),
 }
 
+/// Says why `bytes` cannot be a component, for the two mistakes a plugin author makes most:
+/// a file that is not WebAssembly at all, and a core module built for the wrong target.
+fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
+    const CORE_MODULE: [u8; 4] = [1, 0, 0, 0];
+    if !bytes.starts_with(b"\0asm") {
+        return Some(
+            "it is not a WebAssembly file (it does not start with the \\0asm magic bytes)",
+        );
+    }
+    if bytes.get(4..8) == Some(&CORE_MODULE) {
+        return Some(
+            "it is a core WebAssembly module, not a component; build it with `cargo build --target wasm32-wasip2` \
+             (or wrap it with `wasm-tools component new`)",
+        );
+    }
+    None
+}
+
 /// Turns a trap (or an instantiation failure) into the error the caller sees.
-fn classify(error: &wasmtime::Error, memory_refused: bool, limits: CallLimits, stderr: &str) -> RunError {
+fn classify(
+    error: &wasmtime::Error,
+    memory_refused: bool,
+    limits: CallLimits,
+    stderr: &str,
+) -> RunError {
     let trap = error.downcast_ref::<Trap>();
     if trap == Some(&Trap::Interrupt) {
-        return RunError::Timeout { limit: limits.timeout };
+        return RunError::Timeout {
+            limit: limits.timeout,
+        };
     }
     if memory_refused {
-        return RunError::MemoryLimit { limit_bytes: limits.memory_bytes };
+        return RunError::MemoryLimit {
+            limit_bytes: limits.memory_bytes,
+        };
     }
     let message = match (trap, panic_message(stderr)) {
         (_, Some(panic)) => format!("panicked: {panic}"),
         (Some(Trap::StackOverflow), None) => "stack overflow".to_string(),
-        (Some(trap), None) => format!("wasm trap: {trap}"),
+        // Rust and C keep their stack in linear memory: overflowing it runs off the bottom.
+        (Some(Trap::MemoryOutOfBounds), None) => {
+            format!(
+                "{} (most often a stack overflow in the plugin)",
+                Trap::MemoryOutOfBounds
+            )
+        }
+        (Some(trap), None) => trap.to_string(),
         (None, None) => format!("{error:#}"),
     };
     RunError::Crashed { message }
@@ -413,10 +561,21 @@ fn panic_message(stderr: &str) -> Option<String> {
     let (place, message) = rest.split_once('\n')?;
     let message = message.split("\nnote: ").next().unwrap_or(message).trim();
     let place = place.trim_end_matches(':');
-    Some(if message.is_empty() { format!("at {place}") } else { format!("{message} (at {place})") })
+    Some(if message.is_empty() {
+        format!("at {place}")
+    } else {
+        format!("{message} (at {place})")
+    })
 }
 
-fn report_output(label: &str, out: &str, out_dropped: u64, err: &str, err_dropped: u64, logs_dropped: u32) {
+fn report_output(
+    label: &str,
+    out: &str,
+    out_dropped: u64,
+    err: &str,
+    err_dropped: u64,
+    logs_dropped: u32,
+) {
     if !out.is_empty() {
         tracing::debug!(target: "plugin", invoker = label, stream = "stdout", dropped = out_dropped, "{out}");
     }
@@ -435,7 +594,10 @@ mod tests {
     #[test]
     fn finds_the_panic_message() {
         let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:77:24:\nboom\nnote: run with `RUST_BACKTRACE=1`\n";
-        assert_eq!(panic_message(stderr).as_deref(), Some("boom (at src/lib.rs:77:24)"));
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("boom (at src/lib.rs:77:24)")
+        );
         assert_eq!(panic_message("nothing"), None);
     }
 }

@@ -21,7 +21,10 @@ pub(crate) struct CallState {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -34,12 +37,20 @@ pub(crate) struct CallLimiter {
 
 impl CallLimiter {
     pub(crate) fn new(memory_bytes: usize) -> Self {
-        CallLimiter { memory_bytes, memory_refused: false }
+        CallLimiter {
+            memory_bytes,
+            memory_refused: false,
+        }
     }
 }
 
 impl ResourceLimiter for CallLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_bytes {
             self.memory_refused = true;
             return Ok(false);
@@ -47,7 +58,12 @@ impl ResourceLimiter for CallLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
@@ -61,7 +77,11 @@ pub(crate) struct LogBudget {
 
 impl LogBudget {
     pub(crate) fn new(invoker: &str) -> Self {
-        LogBudget { invoker: invoker.to_string(), remaining: LOG_MESSAGES_PER_CALL, dropped: 0 }
+        LogBudget {
+            invoker: invoker.to_string(),
+            remaining: LOG_MESSAGES_PER_CALL,
+            dropped: 0,
+        }
     }
 }
 

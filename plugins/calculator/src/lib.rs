@@ -49,7 +49,9 @@ impl Guest for Calculator {
 
     fn call(name: String, arguments: String) -> Result<String, ToolError> {
         if name != "calculate" {
-            return Err(ToolError::Failed(format!("this component has no tool named {name:?}")));
+            return Err(ToolError::Failed(format!(
+                "this component has no tool named {name:?}"
+            )));
         }
         let args: serde_json::Value = serde_json::from_str(&arguments)
             .map_err(|e| ToolError::InvalidArguments(format!("arguments are not JSON: {e}")))?;
@@ -57,7 +59,8 @@ impl Guest for Calculator {
             .get("expression")
             .and_then(|v| v.as_str())
             .ok_or_else(|| ToolError::InvalidArguments("`expression` must be a string".into()))?;
-        let value = parser::evaluate(expression).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let value =
+            parser::evaluate(expression).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         Ok(serde_json::json!({ "expression": expression, "result": value }).to_string())
     }
 }

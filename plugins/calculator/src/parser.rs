@@ -32,14 +32,24 @@ const MAX_DEPTH: usize = 200;
 /// Evaluates `source` and returns a finite number.
 pub fn evaluate(source: &str) -> Result<f64, EvalError> {
     let tokens = tokenize(source)?;
-    let mut parser = Parser { tokens, pos: 0, depth: 0 };
+    let mut parser = Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
     let value = parser.expr()?;
     let (token, at) = parser.peek();
     if *token != Token::End {
-        return Err(EvalError { at, message: format!("unexpected {}", describe(token)) });
+        return Err(EvalError {
+            at,
+            message: format!("unexpected {}", describe(token)),
+        });
     }
     if !value.is_finite() {
-        return Err(EvalError { at: 1, message: "the result is not a finite real number".into() });
+        return Err(EvalError {
+            at: 1,
+            message: "the result is not a finite real number".into(),
+        });
     }
     Ok(value)
 }
@@ -72,23 +82,37 @@ fn tokenize(source: &str) -> Result<Vec<(Token, usize)>, EvalError> {
                 }
             }
             let text: String = chars[start..i].iter().collect();
-            let value = text
-                .parse::<f64>()
-                .map_err(|_| EvalError { at, message: format!("{text:?} is not a number") })?;
+            let value = text.parse::<f64>().map_err(|_| EvalError {
+                at,
+                message: format!("{text:?} is not a number"),
+            })?;
             tokens.push((Token::Number(value), at));
         } else if c.is_ascii_alphabetic() || c == '_' {
             let start = i;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
-            tokens.push((Token::Ident(chars[start..i].iter().collect::<String>().to_ascii_lowercase()), at));
+            tokens.push((
+                Token::Ident(
+                    chars[start..i]
+                        .iter()
+                        .collect::<String>()
+                        .to_ascii_lowercase(),
+                ),
+                at,
+            ));
         } else {
             let token = match c {
                 '+' | '-' | '*' | '/' | '%' | '^' => Token::Op(c),
                 '(' => Token::LParen,
                 ')' => Token::RParen,
                 ',' => Token::Comma,
-                _ => return Err(EvalError { at, message: format!("unexpected character {c:?}") }),
+                _ => {
+                    return Err(EvalError {
+                        at,
+                        message: format!("unexpected character {c:?}"),
+                    });
+                }
             };
             tokens.push((token, at));
             i += 1;
@@ -136,14 +160,24 @@ impl Parser {
         if token == wanted {
             Ok(())
         } else {
-            Err(EvalError { at, message: format!("expected {} but found {}", describe(&wanted), describe(&token)) })
+            Err(EvalError {
+                at,
+                message: format!(
+                    "expected {} but found {}",
+                    describe(&wanted),
+                    describe(&token)
+                ),
+            })
         }
     }
 
     fn enter(&mut self, at: usize) -> Result<(), EvalError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(EvalError { at, message: format!("expression nests deeper than {MAX_DEPTH} levels") });
+            return Err(EvalError {
+                at,
+                message: format!("expression nests deeper than {MAX_DEPTH} levels"),
+            });
         }
         Ok(())
     }
@@ -179,7 +213,10 @@ impl Parser {
                 '*' => value * rhs,
                 _ if rhs == 0.0 => {
                     let what = if op == '/' { "division" } else { "modulo" };
-                    return Err(EvalError { at, message: format!("{what} by zero") });
+                    return Err(EvalError {
+                        at,
+                        message: format!("{what} by zero"),
+                    });
                 }
                 '/' => value / rhs,
                 _ => value % rhs,
@@ -234,7 +271,13 @@ impl Parser {
                 "e" => Ok(std::f64::consts::E),
                 _ => self.call(&name, at),
             },
-            other => Err(EvalError { at, message: format!("expected a number, a name or \"(\" but found {}", describe(&other)) }),
+            other => Err(EvalError {
+                at,
+                message: format!(
+                    "expected a number, a name or \"(\" but found {}",
+                    describe(&other)
+                ),
+            }),
         }
     }
 
@@ -243,10 +286,18 @@ impl Parser {
             "sqrt" | "ln" | "log10" | "sin" | "cos" | "tan" | "abs" => (1, 1),
             "round" => (1, 2),
             "min" | "max" => (1, usize::MAX),
-            _ => return Err(EvalError { at, message: format!("unknown name {name:?}") }),
+            _ => {
+                return Err(EvalError {
+                    at,
+                    message: format!("unknown name {name:?}"),
+                });
+            }
         };
         if !matches!(self.peek().0, Token::LParen) {
-            return Err(EvalError { at, message: format!("function {name} needs its arguments in parentheses") });
+            return Err(EvalError {
+                at,
+                message: format!("function {name} needs its arguments in parentheses"),
+            });
         }
         self.next();
         self.enter(at)?;
@@ -259,11 +310,21 @@ impl Parser {
                 (1, 2) => "1 or 2 arguments".to_string(),
                 _ => "at least 1 argument".to_string(),
             };
-            return Err(EvalError { at, message: format!("{name} takes {expected}, not {}", args.len()) });
+            return Err(EvalError {
+                at,
+                message: format!("{name} takes {expected}, not {}", args.len()),
+            });
         }
         let x = args[0];
         let domain = |ok: bool, what: &str| {
-            if ok { Ok(()) } else { Err(EvalError { at, message: format!("{name} is undefined for {what}") }) }
+            if ok {
+                Ok(())
+            } else {
+                Err(EvalError {
+                    at,
+                    message: format!("{name} is undefined for {what}"),
+                })
+            }
         };
         Ok(match name {
             "sqrt" => {
@@ -285,7 +346,10 @@ impl Parser {
             "round" => {
                 let digits = args.get(1).copied().unwrap_or(0.0);
                 if digits.fract() != 0.0 || !(0.0..=15.0).contains(&digits) {
-                    return Err(EvalError { at, message: "round's digits must be a whole number from 0 to 15".into() });
+                    return Err(EvalError {
+                        at,
+                        message: "round's digits must be a whole number from 0 to 15".into(),
+                    });
                 }
                 let scale = 10f64.powi(digits as i32);
                 (x * scale).round() / scale
@@ -303,7 +367,10 @@ impl Parser {
                 Token::Comma => args.push(self.expr()?),
                 Token::RParen => return Ok(args),
                 other => {
-                    return Err(EvalError { at, message: format!("expected \",\" or \")\" but found {}", describe(&other)) });
+                    return Err(EvalError {
+                        at,
+                        message: format!("expected \",\" or \")\" but found {}", describe(&other)),
+                    });
                 }
             }
         }
@@ -328,9 +395,17 @@ mod tests {
 
     #[test]
     fn errors_name_the_position() {
-        assert_eq!(evaluate("1 / 0").unwrap_err().to_string(), "at position 3: division by zero");
+        assert_eq!(
+            evaluate("1 / 0").unwrap_err().to_string(),
+            "at position 3: division by zero"
+        );
         assert_eq!(evaluate("2 +").unwrap_err().at, 4);
-        assert!(evaluate("foo(1)").unwrap_err().message.contains("unknown name"));
+        assert!(
+            evaluate("foo(1)")
+                .unwrap_err()
+                .message
+                .contains("unknown name")
+        );
         assert!(evaluate("sqrt(-1)").is_err());
         assert!(evaluate(&"(".repeat(10_000)).is_err());
     }

@@ -57,7 +57,9 @@ fn parse<T: for<'de> Deserialize<'de>>(arguments: &str) -> Result<T, ToolError> 
 fn io_error(path: &Path, e: std::io::Error) -> ToolError {
     let hint = match e.kind() {
         std::io::ErrorKind::NotFound => " (paths start at a granted directory, such as /data)",
-        std::io::ErrorKind::PermissionDenied => " (outside the granted directories, or not allowed)",
+        std::io::ErrorKind::PermissionDenied => {
+            " (outside the granted directories, or not allowed)"
+        }
         _ => "",
     };
     ToolError::Failed(format!("{}: {e}{hint}", path.display()))
@@ -112,13 +114,19 @@ impl Guest for Files {
             "list_files" => list(parse(&arguments)?).map(|v| v.to_string()),
             "read_file" => read(parse(&arguments)?),
             "search_files" => search(parse(&arguments)?).map(|v| v.to_string()),
-            other => Err(ToolError::Failed(format!("this component has no tool named {other:?}"))),
+            other => Err(ToolError::Failed(format!(
+                "this component has no tool named {other:?}"
+            ))),
         }
     }
 }
 
 /// Collects the files under `root` (itself, if it is a file), depth first, in name order.
-fn walk(root: &Path, recursive: bool, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), ToolError> {
+fn walk(
+    root: &Path,
+    recursive: bool,
+    out: &mut Vec<(PathBuf, fs::Metadata)>,
+) -> Result<(), ToolError> {
     let mut entries: Vec<_> = fs::read_dir(root)
         .map_err(|e| io_error(root, e))?
         .filter_map(Result::ok)
@@ -161,7 +169,9 @@ fn read(args: ReadArgs) -> Result<String, ToolError> {
     let file = fs::File::open(path).map_err(|e| io_error(path, e))?;
     let size = file.metadata().map_err(|e| io_error(path, e))?.len();
     let mut bytes = Vec::new();
-    file.take(args.max_bytes).read_to_end(&mut bytes).map_err(|e| io_error(path, e))?;
+    file.take(args.max_bytes)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if size > args.max_bytes {
         text.push_str(&format!("\n[cut at {} of {size} bytes]", args.max_bytes));
@@ -170,7 +180,11 @@ fn read(args: ReadArgs) -> Result<String, ToolError> {
 }
 
 fn search(args: SearchArgs) -> Result<Value, ToolError> {
-    let pattern = if args.regex { args.pattern.clone() } else { regex::escape(&args.pattern) };
+    let pattern = if args.regex {
+        args.pattern.clone()
+    } else {
+        regex::escape(&args.pattern)
+    };
     let regex = regex::RegexBuilder::new(&pattern)
         .size_limit(1 << 20)
         .build()
@@ -182,18 +196,27 @@ fn search(args: SearchArgs) -> Result<Value, ToolError> {
     } else {
         let mut found = Vec::new();
         walk(root, true, &mut found)?;
-        files.extend(found.into_iter().filter(|(_, m)| m.is_file()).map(|(p, _)| p));
+        files.extend(
+            found
+                .into_iter()
+                .filter(|(_, m)| m.is_file())
+                .map(|(p, _)| p),
+        );
     }
     let mut matches = Vec::new();
     'files: for file in files {
         // Binary and unreadable files are skipped, not errors: a search is best effort.
-        let Ok(text) = fs::read_to_string(&file) else { continue };
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
         for (number, line) in text.lines().enumerate() {
             if regex.is_match(line) {
                 if matches.len() == args.max_matches {
                     break 'files;
                 }
-                matches.push(json!({ "file": file.display().to_string(), "line": number + 1, "text": line }));
+                matches.push(
+                    json!({ "file": file.display().to_string(), "line": number + 1, "text": line }),
+                );
             }
         }
     }

@@ -41,9 +41,8 @@ fn parse<T: for<'de> Deserialize<'de>>(arguments: &str) -> Result<T, ToolError> 
 
 /// Parses the `document` argument; the error names the line and column in the document.
 fn document(text: &str) -> Result<Value, ToolError> {
-    serde_json::from_str(text).map_err(|e| {
-        ToolError::InvalidArguments(format!("`document` is not valid JSON: {e}"))
-    })
+    serde_json::from_str(text)
+        .map_err(|e| ToolError::InvalidArguments(format!("`document` is not valid JSON: {e}")))
 }
 
 impl Guest for Json {
@@ -118,7 +117,9 @@ impl Guest for Json {
                 }
                 .to_string())
             }
-            other => Err(ToolError::Failed(format!("this component has no tool named {other:?}"))),
+            other => Err(ToolError::Failed(format!(
+                "this component has no tool named {other:?}"
+            ))),
         }
     }
 }
@@ -145,7 +146,10 @@ fn nearest(doc: &Value, pointer: &str) -> String {
         Value::Array(items) => format!("an array of {} items", items.len()),
         other => format!("a {}", type_name(other)),
     };
-    format!("{:?} resolves to {shape}", if resolved.is_empty() { "" } else { &resolved })
+    format!(
+        "{:?} resolves to {shape}",
+        if resolved.is_empty() { "" } else { &resolved }
+    )
 }
 
 fn type_name(value: &Value) -> &'static str {

@@ -16,7 +16,11 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 struct Text;
 
 fn spec(name: &str, description: &str, schema: Value) -> ToolSpec {
-    ToolSpec { name: name.into(), description: description.into(), input_schema: schema.to_string() }
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        input_schema: schema.to_string(),
+    }
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(arguments: &str) -> Result<T, ToolError> {
@@ -83,7 +87,9 @@ impl Guest for Text {
                 let TextArg { text } = parse(&arguments)?;
                 Ok(slugify(&text))
             }
-            other => Err(ToolError::Failed(format!("this component has no tool named {other:?}"))),
+            other => Err(ToolError::Failed(format!(
+                "this component has no tool named {other:?}"
+            ))),
         }
     }
 }
@@ -155,7 +161,10 @@ fn words(text: &str) -> Vec<String> {
 fn capitalize(word: &str) -> String {
     let mut chars = word.chars();
     match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars.flat_map(char::to_lowercase)).collect(),
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars.flat_map(char::to_lowercase))
+            .collect(),
         None => String::new(),
     }
 }
@@ -165,13 +174,23 @@ fn convert_case(text: &str, to: &str) -> Result<String, ToolError> {
     Ok(match to {
         "upper" => text.to_uppercase(),
         "lower" => text.to_lowercase(),
-        "title" => words(text).iter().map(|w| capitalize(w)).collect::<Vec<_>>().join(" "),
+        "title" => words(text)
+            .iter()
+            .map(|w| capitalize(w))
+            .collect::<Vec<_>>()
+            .join(" "),
         "snake" => words(text).iter().map(lower).collect::<Vec<_>>().join("_"),
         "kebab" => words(text).iter().map(lower).collect::<Vec<_>>().join("-"),
         "camel" => words(text)
             .iter()
             .enumerate()
-            .map(|(i, w)| if i == 0 { w.to_lowercase() } else { capitalize(w) })
+            .map(|(i, w)| {
+                if i == 0 {
+                    w.to_lowercase()
+                } else {
+                    capitalize(w)
+                }
+            })
             .collect(),
         other => {
             return Err(ToolError::InvalidArguments(format!(
@@ -195,7 +214,9 @@ fn regex_find(args: FindArgs) -> Result<Value, ToolError> {
             truncated = true;
             break;
         }
-        let Some(whole) = captures.get(0) else { continue };
+        let Some(whole) = captures.get(0) else {
+            continue;
+        };
         let groups: Vec<Value> = (1..captures.len())
             .map(|i| {
                 let text = captures.get(i).map(|m| m.as_str());
@@ -255,7 +276,10 @@ mod tests {
 
     #[test]
     fn cases() {
-        assert_eq!(convert_case("helloWorld foo-bar", "snake").unwrap(), "hello_world_foo_bar");
+        assert_eq!(
+            convert_case("helloWorld foo-bar", "snake").unwrap(),
+            "hello_world_foo_bar"
+        );
         assert_eq!(convert_case("hello world", "camel").unwrap(), "helloWorld");
         assert_eq!(convert_case("hello wORLD", "title").unwrap(), "Hello World");
         assert_eq!(slugify("  Crème Brûlée: 2 ways! "), "creme-brulee-2-ways");

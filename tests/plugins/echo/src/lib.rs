@@ -62,7 +62,10 @@ impl Guest for Echo {
         match name.as_str() {
             "echo" => Ok(arguments),
             "reject" => {
-                toolhost::plugin::host::log(toolhost::plugin::host::LogLevel::Info, "reject was called");
+                toolhost::plugin::host::log(
+                    toolhost::plugin::host::LogLevel::Info,
+                    "reject was called",
+                );
                 Err(ToolError::InvalidArguments("reject accepts nothing".into()))
             }
             other => Err(ToolError::Failed(format!("no tool {other}"))),

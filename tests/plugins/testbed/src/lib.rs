@@ -16,17 +16,26 @@ struct Testbed;
 const TOOLS: &[(&str, &str)] = &[
     ("spin", "Loop forever."),
     ("grow", "Allocate memory without bound."),
-    ("recurse", "Recurse without bound until the stack overflows."),
+    (
+        "recurse",
+        "Recurse without bound until the stack overflows.",
+    ),
     ("panic", "Panic with the message in `message`."),
     ("big_output", "Return a string of `bytes` bytes."),
-    ("flood_stdout", "Write `bytes` bytes to stdout and stderr, then return \"done\"."),
+    (
+        "flood_stdout",
+        "Write `bytes` bytes to stdout and stderr, then return \"done\".",
+    ),
     ("log_flood", "Call host.log `count` times."),
     ("read", "Read the file at `path`."),
     ("write", "Write `text` to the file at `path`."),
     ("list", "List the directory at `path`."),
     ("env", "Return the environment the component sees."),
     ("sleep", "Sleep `ms` milliseconds, then return."),
-    ("count", "Append a line to `path` (a granted read-write file) and return how many lines it has."),
+    (
+        "count",
+        "Sleep `sleep_ms` if given, append a line to `path` (a granted read-write file) and return how many lines it has.",
+    ),
     ("fail", "Return a tool error of the plugin's own."),
 ];
 
@@ -51,7 +60,8 @@ impl Guest for Testbed {
     }
 
     fn call(name: String, arguments: String) -> Result<String, ToolError> {
-        let args: Value = serde_json::from_str(&arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let args: Value = serde_json::from_str(&arguments)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         let path = arg(&args, "path").as_str().unwrap_or("");
         match name.as_str() {
             "spin" => {
@@ -90,7 +100,9 @@ impl Guest for Testbed {
                 Ok("logged".into())
             }
             "read" => std::fs::read_to_string(path).map_err(io),
-            "write" => std::fs::write(path, arg(&args, "text").as_str().unwrap_or("")).map(|_| "written".into()).map_err(io),
+            "write" => std::fs::write(path, arg(&args, "text").as_str().unwrap_or(""))
+                .map(|_| "written".into())
+                .map_err(io),
             "list" => {
                 let mut names: Vec<String> = std::fs::read_dir(path)
                     .map_err(io)?
@@ -102,11 +114,20 @@ impl Guest for Testbed {
             }
             "env" => Ok(json!(std::env::vars().collect::<Vec<_>>()).to_string()),
             "sleep" => {
-                std::thread::sleep(std::time::Duration::from_millis(arg(&args, "ms").as_u64().unwrap_or(0)));
+                std::thread::sleep(std::time::Duration::from_millis(
+                    arg(&args, "ms").as_u64().unwrap_or(0),
+                ));
                 Ok(json!({ "slept_ms": arg(&args, "ms") }).to_string())
             }
             "count" => {
-                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+                if let Some(ms) = arg(&args, "sleep_ms").as_u64() {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(io)?;
                 file.write_all(b"run\n").map_err(io)?;
                 drop(file);
                 let lines = std::fs::read_to_string(path).map_err(io)?.lines().count();

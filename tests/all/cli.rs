@@ -1,0 +1,218 @@
+//! The `toolhost` binary: check, list and call, their JSON output and exit codes.
+
+use crate::support::{Fixture, ensemble};
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn toolhost(fixture: &Fixture, args: &[&str]) -> Output {
+    toolhost_with_stdin(fixture, args, None)
+}
+
+fn toolhost_with_stdin(fixture: &Fixture, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_AUDIT")
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", fixture.root().join("cache"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolhost runs");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("write stdin");
+    }
+    drop(input);
+    child.wait_with_output().expect("toolhost finishes")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn good_fixture() -> Fixture {
+    let fixture = Fixture::new();
+    let rest = "[defaults]\ntimeout-ms = 300\n\n[[invokers]]\ninvoker = { name = \"echo\" }\n\n\
+        [[invokers]]\ninvoker = { name = \"spin\", tool = \"echo\", enabled = false }\n";
+    fixture.write("echo.toml", &ensemble("echo", "echo", rest));
+    fixture.write(
+        "slow.toml",
+        &ensemble(
+            "slow",
+            "testbed",
+            "[defaults]\ntimeout-ms = 200\n\n[[invokers]]\ninvoker = { name = \"spin\" }\n",
+        ),
+    );
+    fixture
+}
+
+#[test]
+fn check_passes_on_good_ensembles() {
+    let fixture = good_fixture();
+    let output = toolhost(&fixture, &["check"]);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(
+        stdout(&output)
+            .contains("2 ensemble(s) loaded with 2 enabled tool(s); 0 refused; 0 error(s)"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn check_reports_every_error_in_every_file_and_fails() {
+    let fixture = good_fixture();
+    fixture.write(
+        "bad1.toml",
+        "schema-version = 1\n[ensemble]\nname = \"Bad\"\n",
+    );
+    fixture.write("bad2.toml", &ensemble("bad2", "echo", "[[invokers]]\ninvoker = { name = \"x\", tool = \"nope\" }\n\n[[invokers]]\nsource = \"missing.toml\"\n"));
+    let output = toolhost(&fixture, &["check"]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(text.contains("bad1.toml:3:8"), "{text}");
+    assert!(text.contains("ensemble names use [a-z0-9-]"), "{text}");
+    assert!(text.contains("has no tool `nope`"), "{text}");
+    assert!(text.contains("missing.toml does not exist"), "{text}");
+    assert!(text.contains("2 refused; 3 error(s)"), "{text}");
+
+    let output = toolhost(&fixture, &["check", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+    assert_eq!(report["ok"], false);
+    let errors = report["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 3);
+    assert_eq!(errors[0]["line"], 3);
+    assert_eq!(errors[0]["column"], 8);
+}
+
+#[test]
+fn the_second_start_compiles_nothing() {
+    let fixture = good_fixture();
+    let first: Value =
+        serde_json::from_slice(&toolhost(&fixture, &["check", "--json"]).stdout).expect("JSON");
+    assert_eq!(first["components"]["compiled"], 2);
+    let second: Value =
+        serde_json::from_slice(&toolhost(&fixture, &["check", "--json"]).stdout).expect("JSON");
+    assert_eq!(second["components"]["compiled"], 0);
+    assert_eq!(second["components"]["from_cache"], 2);
+}
+
+#[test]
+fn list_shows_tools_with_ensemble_hash_and_enabled() {
+    let fixture = good_fixture();
+    let output = toolhost(&fixture, &["list"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    assert!(text.starts_with("TOOL"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("echo ") && l.contains(" yes ")),
+        "{text}"
+    );
+    let output = toolhost(&fixture, &["list", "--json"]);
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(rows.len(), 3);
+    let disabled = rows
+        .iter()
+        .find(|r| r["ensemble"] == "echo" && r["name"] == "spin")
+        .expect("disabled row");
+    assert_eq!(disabled["enabled"], false);
+    assert_eq!(rows[0]["component"].as_str().map(str::len), Some(64));
+    assert_eq!(rows[0]["input_schema"]["type"], "object");
+}
+
+#[test]
+fn call_prints_the_result() {
+    let fixture = good_fixture();
+    let output = toolhost(&fixture, &["call", "echo", r#"{"text":"hello"}"#]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "{\"text\":\"hello\"}\n");
+    let output = toolhost_with_stdin(
+        &fixture,
+        &["call", "echo", "-"],
+        Some(r#"{"text":"from stdin"}"#),
+    );
+    assert_eq!(stdout(&output), "{\"text\":\"from stdin\"}\n");
+}
+
+#[test]
+fn a_typed_error_gives_exit_1_and_one_line() {
+    let fixture = good_fixture();
+    let output = toolhost(&fixture, &["call", "spin"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stdout(&output), "");
+    let line = stderr(&output);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.starts_with("error: timeout: tool `spin` did not finish within 200 ms"),
+        "{line}"
+    );
+
+    let output = toolhost(&fixture, &["call", "echo", "{bad json", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["error"]["kind"], "invalid-arguments");
+
+    let output = toolhost(&fixture, &["call", "nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).starts_with("error: unknown-tool: there is no tool named `nope`"));
+}
+
+#[test]
+fn a_bad_host_file_stops_the_host_with_its_location() {
+    let fixture = good_fixture();
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n[host]\nensemble = \"x\"\n",
+    )
+    .expect("write");
+    let output = toolhost(&fixture, &["list"]);
+    assert_eq!(output.status.code(), Some(3));
+    let text = stderr(&output);
+    assert!(text.contains("toolhost.toml:3:1"), "{text}");
+    assert!(text.contains("unknown field `ensemble`"), "{text}");
+}
+
+#[test]
+fn the_host_file_sets_paths_relative_to_itself() {
+    let fixture = good_fixture();
+    let config =
+        "schema-version = 1\n[host]\nensembles = \"ensembles\"\naudit = \"state/audit.jsonl\"\n";
+    std::fs::write(fixture.root().join("toolhost.toml"), config).expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir("/")
+        .env_remove("TOOLHOST_ENSEMBLES")
+        .env_remove("TOOLHOST_AUDIT")
+        .env("TOOLHOST_CACHE_DIR", fixture.root().join("cache"))
+        .arg("--config")
+        .arg(fixture.root().join("toolhost.toml"))
+        .args(["call", "echo", "{}"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let audit =
+        std::fs::read_to_string(fixture.root().join("state/audit.jsonl")).expect("audit written");
+    assert_eq!(audit.lines().count(), 1);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let fixture = good_fixture();
+    assert_eq!(toolhost(&fixture, &["call"]).status.code(), Some(2));
+    assert_eq!(toolhost(&fixture, &["frobnicate"]).status.code(), Some(2));
+}

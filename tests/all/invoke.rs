@@ -1,0 +1,264 @@
+//! The call path: lookup, allow/deny, argument validation, enabled flags, prefixes, defaults
+//! from `describe()`, snapshots and the audit log.
+
+use crate::support::{Fixture, ensemble, err, ok, session};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolhost::invoke::{CallPolicy, ErrorKind, Session};
+
+const ECHO: &str = "[[invokers]]\ninvoker = { name = \"echo\" }\n\n[[invokers]]\ninvoker = { name = \"reject\" }\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_is_an_error_that_lists_the_tools() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let host = fixture.host().await;
+    let error = err(&host.invoke(&session(), "nope", json!({})).await);
+    assert_eq!(error.kind, ErrorKind::UnknownTool);
+    assert!(error.message.contains("echo, reject"), "{}", error.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_and_deny_lists_apply() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let host = fixture.host().await;
+    let policy = CallPolicy {
+        allow: Some(vec!["e*".into(), "reject".into()]),
+        deny: vec!["reject".into()],
+    };
+    let s = Session::with_policy("restricted", policy);
+    ok(&host.invoke(&s, "echo", json!({})).await);
+    assert_eq!(
+        err(&host.invoke(&s, "reject", json!({})).await).kind,
+        ErrorKind::Denied
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_and_non_objects_are_invalid_arguments() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let host = fixture.host().await;
+    let error = err(&host.invoke(&session(), "echo", r#"{"text": "#).await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    assert!(
+        error.message.contains("not valid JSON"),
+        "{}",
+        error.message
+    );
+    let error = err(&host.invoke(&session(), "echo", "[1, 2]").await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    assert!(error.message.contains("must be a JSON object"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_schema_violation_is_listed_with_its_json_pointer() {
+    let fixture = Fixture::new();
+    let invoker = "schema-version = 1\n\n[invoker]\nname = \"echo\"\n\n[arguments]\ntype = \"object\"\n\
+        required = [\"a\", \"d\"]\n\n[arguments.properties.a]\ntype = \"integer\"\n\n\
+        [arguments.properties.b]\ntype = \"object\"\n[arguments.properties.b.properties.c]\ntype = \"string\"\n";
+    fixture.write("echo/echo.toml", invoker);
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\nsource = \"echo/echo.toml\"\n",
+        ),
+    );
+    let host = fixture.host().await;
+    let error = err(&host
+        .invoke(&session(), "echo", json!({"a": "x", "b": {"c": 5}}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    let mut pointers: Vec<&str> = error
+        .violations
+        .iter()
+        .map(|v| v.pointer.as_str())
+        .collect();
+    pointers.sort();
+    assert_eq!(pointers, ["", "/a", "/b/c"], "{error:?}");
+    assert!(
+        error.message.contains("/b/c: 5 is not of type \"string\""),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("\"d\" is a required property"),
+        "{}",
+        error.message
+    );
+    ok(&host
+        .invoke(&session(), "echo", json!({"a": 1, "d": true}))
+        .await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugins_invalid_arguments_error_reaches_the_caller() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let host = fixture.host().await;
+    let error = err(&host.invoke(&session(), "reject", json!({})).await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    assert_eq!(error.message, "reject accepts nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_ensembles_tools_are_gone() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "on.toml",
+        &ensemble(
+            "on",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    fixture.write(
+        "off.toml",
+        "schema-version = 1\n[ensemble]\nname = \"off\"\nenabled = false\ncomponent = \"../echo.wasm\"\n\n\
+         [[invokers]]\ninvoker = { name = \"off_echo\", tool = \"echo\" }\n\n\
+         [[invokers]]\n# A disabled ensemble may reuse a name: only enabled tools must be unique.\ninvoker = { name = \"echo\" }\n",
+    );
+    fixture.write(
+        "half.toml",
+        &ensemble(
+            "half",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"half_off\", tool = \"echo\", enabled = false }\n",
+        ),
+    );
+    let host = fixture.host().await;
+    let catalog = host.catalog().snapshot();
+    let active: Vec<&str> = catalog.tools().map(|t| t.name.as_str()).collect();
+    assert_eq!(active, ["echo"]);
+    let disabled: Vec<&str> = catalog
+        .all_tools()
+        .iter()
+        .filter(|t| !t.enabled)
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(disabled, ["half_off", "off_echo", "echo"]);
+    for name in ["off_echo", "half_off"] {
+        assert_eq!(
+            err(&host.invoke(&session(), name, json!({})).await).kind,
+            ErrorKind::UnknownTool
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_namespaces_an_ensembles_tools() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "a.toml",
+        &ensemble("a", "echo", "[[invokers]]\ninvoker = { name = \"echo\" }\n"),
+    );
+    let prefixed = "schema-version = 1\n[ensemble]\nname = \"b\"\nprefix = \"b\"\ncomponent = \"../echo.wasm\"\n\n\
+        [[invokers]]\ninvoker = { name = \"echo\" }\n";
+    fixture.write("b.toml", prefixed);
+    let host = fixture.host().await;
+    ok(&host.invoke(&session(), "echo", json!({})).await);
+    ok(&host.invoke(&session(), "b_echo", json!({})).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn description_and_schema_default_to_describe_and_can_be_overridden() {
+    let fixture = Fixture::new();
+    let rest = "[[invokers]]\ninvoker = { name = \"echo\" }\n\n\
+        [[invokers]]\ninvoker = { name = \"shout\", tool = \"echo\", description = \"Says it louder\" }\n\
+        arguments = { type = \"object\", required = [\"text\"], properties = { text = { type = \"string\" } } }\n";
+    fixture.write("echo.toml", &ensemble("echo", "echo", rest));
+    let host = fixture.host().await;
+    let catalog = host.catalog().snapshot();
+    let echo = catalog.get("echo").expect("echo");
+    assert_eq!(echo.description, "Return the arguments exactly as given.");
+    assert_eq!(echo.input_schema["properties"]["text"]["type"], "string");
+    let shout = catalog.get("shout").expect("shout");
+    assert_eq!(shout.description, "Says it louder");
+    assert_eq!(shout.input_schema["required"], json!(["text"]));
+    assert_eq!(
+        err(&host.invoke(&session(), "shout", json!({})).await).kind,
+        ErrorKind::InvalidArguments
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_come_from_the_invoker_then_the_defaults_then_built_ins() {
+    let fixture = Fixture::new();
+    let rest = "[defaults]\ntimeout-ms = 1234\n\n[[invokers]]\ninvoker = { name = \"echo\" }\nlimits = { memory-mib = 20 }\n\n\
+        [[invokers]]\ninvoker = { name = \"reject\" }\n";
+    fixture.write("echo.toml", &ensemble("echo", "echo", rest));
+    let host = fixture.host().await;
+    let catalog = host.catalog().snapshot();
+    let echo = catalog.get("echo").expect("echo");
+    assert_eq!(echo.limits.timeout.as_millis(), 1234);
+    assert_eq!(echo.limits.memory_bytes, 20 << 20);
+    assert_eq!(echo.limits.max_output_bytes, 1 << 20);
+    let reject = catalog.get("reject").expect("reject");
+    assert_eq!(reject.limits.memory_bytes, 64 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_finishes_on_the_catalog_it_started_with() {
+    let fixture = Fixture::new();
+    let rest = "[[invokers]]\ninvoker = { name = \"sleep\" }\n";
+    fixture.write("t.toml", &ensemble("t", "testbed", rest));
+    let host = Arc::new(fixture.host().await);
+    let call = {
+        let host = host.clone();
+        tokio::spawn(async move { host.invoke(&session(), "sleep", json!({"ms": 400})).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The ensemble is disabled while the call runs.
+    std::fs::write(
+        fixture.ensembles().join("t.toml"),
+        ensemble("t", "testbed", rest).replace("[ensemble]", "[ensemble]\nenabled = false"),
+    )
+    .expect("write");
+    host.catalog().replace(fixture.resolve().await.catalog);
+    let outcome = call.await.expect("task");
+    assert_eq!(ok(&outcome), r#"{"slept_ms":400}"#);
+    assert_eq!(
+        err(&host.invoke(&session(), "sleep", json!({"ms": 1})).await).kind,
+        ErrorKind::UnknownTool
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_leaves_one_redacted_audit_record() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let audit = fixture.root().join("logs/audit.jsonl");
+    let host = fixture.host_with_audit(Some(&audit)).await;
+    let s = Session::new("session-7");
+    let args = json!({"text": "hi", "api_key": "sk-123", "nested": {"password": "pw"}});
+    ok(&host.invoke(&s, "echo", args.clone()).await);
+    ok(&host.invoke(&s, "echo", args).await);
+    err(&host.invoke(&s, "nope", json!({})).await);
+    let text = std::fs::read_to_string(&audit).expect("audit written");
+    assert!(
+        !text.contains("sk-123") && !text.contains("\"pw\""),
+        "a secret reached the audit log: {text}"
+    );
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(records.len(), 3);
+    let first = &records[0];
+    assert_eq!(first["session"], "session-7");
+    assert_eq!(first["tool"], "echo");
+    assert_eq!(first["ensemble"], "echo");
+    assert_eq!(first["outcome"], "ok");
+    assert_eq!(first["deduplicated"], false);
+    assert_eq!(first["arguments"]["api_key"], "[redacted]");
+    assert_eq!(first["arguments"]["nested"]["password"], "[redacted]");
+    assert_eq!(first["arguments"]["text"], "hi");
+    assert_eq!(first["component"].as_str().map(str::len), Some(64));
+    assert!(first["duration_ms"].as_f64().is_some());
+    assert!(first["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(records[1]["deduplicated"], true);
+    assert_eq!(records[2]["outcome"], "unknown-tool");
+}

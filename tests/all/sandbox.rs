@@ -1,0 +1,305 @@
+//! The sandbox and the limits hold against a plugin that misbehaves on purpose (`testbed`),
+//! and a normal call works right after each attack.
+
+use crate::support::{Fixture, ensemble, err, ok, session};
+use serde_json::json;
+use toolhost::invoke::{ErrorKind, Host};
+
+/// An ensemble over `testbed` with every tool as an invoker, and the given limits.
+fn testbed(limits: &str, extra: &str) -> String {
+    let tools = [
+        "spin",
+        "grow",
+        "recurse",
+        "panic",
+        "big_output",
+        "flood_stdout",
+        "log_flood",
+        "read",
+        "write",
+        "list",
+        "env",
+        "sleep",
+        "fail",
+    ];
+    let invokers: String = tools
+        .iter()
+        .map(|t| format!("[[invokers]]\ninvoker = {{ name = \"{t}\" }}\n\n"))
+        .collect();
+    ensemble(
+        "testbed",
+        "testbed",
+        &format!("[defaults]\n{limits}\ndedup = \"off\"\n\n{extra}\n{invokers}"),
+    )
+}
+
+async fn host_with(limits: &str) -> (Fixture, Host) {
+    let fixture = Fixture::new();
+    fixture.write("testbed.toml", &testbed(limits, ""));
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    let host = fixture.host().await;
+    (fixture, host)
+}
+
+/// A normal tool still answers.
+async fn still_serving(host: &Host) {
+    let outcome = host
+        .invoke(&session(), "echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(ok(&outcome), r#"{"text":"still here"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_loop_ends_at_its_timeout_and_the_next_call_works() {
+    let (_fixture, host) = host_with("timeout-ms = 200").await;
+    let outcome = host.invoke(&session(), "spin", json!({})).await;
+    let error = err(&outcome);
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert!(error.message.contains("200 ms"), "{}", error.message);
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_blocked_in_a_host_sleep_also_times_out() {
+    let (_fixture, host) = host_with("timeout-ms = 200").await;
+    // Had the sleep not been cut short, the call would have succeeded after a minute.
+    let error = err(&host
+        .invoke(&session(), "sleep", json!({"ms": 60_000}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_bomb_hits_the_memory_limit() {
+    let (_fixture, host) = host_with("memory-mib = 32").await;
+    let error = err(&host.invoke(&session(), "grow", json!({})).await);
+    assert_eq!(error.kind, ErrorKind::ResourceLimit, "{}", error.message);
+    assert!(
+        error.message.contains("memory limit of 32 MiB"),
+        "{}",
+        error.message
+    );
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stack_overflow_is_a_crash() {
+    let (_fixture, host) = host_with("").await;
+    let error = err(&host.invoke(&session(), "recurse", json!({})).await);
+    assert_eq!(error.kind, ErrorKind::Crashed);
+    // The shadow stack lives in linear memory, so Rust overflows it into an out-of-bounds access.
+    assert!(
+        error.message.contains("stack overflow"),
+        "{}",
+        error.message
+    );
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_becomes_crashed_with_its_message() {
+    let (_fixture, host) = host_with("").await;
+    let error = err(&host
+        .invoke(
+            &session(),
+            "panic",
+            json!({"message": "the plugin gave up"}),
+        )
+        .await);
+    assert_eq!(error.kind, ErrorKind::Crashed);
+    assert!(
+        error.message.contains("panicked: the plugin gave up"),
+        "{}",
+        error.message
+    );
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_over_the_limit_is_a_resource_limit() {
+    let (_fixture, host) = host_with("max-output-bytes = 1000\nmemory-mib = 256").await;
+    let fits = host
+        .invoke(&session(), "big_output", json!({"bytes": 1000}))
+        .await;
+    assert_eq!(ok(&fits).len(), 1000);
+    let error = err(&host
+        .invoke(&session(), "big_output", json!({"bytes": 64 << 20}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::ResourceLimit);
+    assert!(
+        error.message.contains("limit of 1000 bytes"),
+        "{}",
+        error.message
+    );
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_stdout_is_capped_and_never_reaches_the_hosts_stdout() {
+    let (_fixture, host) = host_with("timeout-ms = 20000").await;
+    // 64 MiB each to stdout and stderr; the capture keeps 64 KiB and drops the rest.
+    let outcome = host
+        .invoke(&session(), "flood_stdout", json!({"bytes": 64 << 20}))
+        .await;
+    assert_eq!(ok(&outcome), "done");
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_log_calls_is_dropped_past_the_budget() {
+    let (_fixture, host) = host_with("").await;
+    let outcome = host
+        .invoke(&session(), "log_flood", json!({"count": 100_000}))
+        .await;
+    assert_eq!(ok(&outcome), "logged");
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_grant_no_file_is_reachable() {
+    let (_fixture, host) = host_with("").await;
+    for path in ["/etc/passwd", "/", ".", "../etc/passwd", "/data/x"] {
+        let error = err(&host
+            .invoke(&session(), "read", json!({ "path": path }))
+            .await);
+        assert_eq!(
+            error.kind,
+            ErrorKind::ToolError,
+            "{path}: {}",
+            error.message
+        );
+        let listing = host
+            .invoke(&session(), "list", json!({ "path": path }))
+            .await;
+        assert!(
+            listing.result.is_err(),
+            "listing {path} worked: {:?}",
+            listing.result
+        );
+    }
+    still_serving(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_directory_is_readable_and_nothing_outside_it_is() {
+    let fixture = Fixture::new();
+    let data = fixture.mkdir("data");
+    std::fs::write(data.join("inside.txt"), "inside").expect("write");
+    std::fs::write(fixture.root().join("outside.txt"), "outside").expect("write");
+    std::os::unix::fs::symlink(fixture.root().join("outside.txt"), data.join("escape"))
+        .expect("symlink");
+    std::os::unix::fs::symlink("/etc", data.join("etc")).expect("symlink");
+    let grants =
+        "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read\" }]\n";
+    let invokers = ["read", "write", "list"]
+        .iter()
+        .map(|t| format!("[[invokers]]\ninvoker = {{ name = \"{t}\" }}\ncapabilities = {{ files = [{{ guest = \"/data\", access = \"read\" }}] }}\n"))
+        .collect::<String>();
+    fixture.write(
+        "testbed.toml",
+        &ensemble("testbed", "testbed", &format!("{grants}\n{invokers}")),
+    );
+    let host = fixture.host().await;
+    let s = session();
+    assert_eq!(
+        ok(&host
+            .invoke(&s, "read", json!({"path": "/data/inside.txt"}))
+            .await),
+        "inside"
+    );
+    assert_eq!(
+        ok(&host.invoke(&s, "list", json!({"path": "/data"})).await),
+        r#"["escape","etc","inside.txt"]"#
+    );
+    for path in [
+        "/data/../outside.txt",
+        "/data/escape",
+        "/data/etc/passwd",
+        "/outside.txt",
+        "/etc/passwd",
+    ] {
+        let error = err(&host.invoke(&s, "read", json!({ "path": path })).await);
+        assert_eq!(error.kind, ErrorKind::ToolError, "{path} was readable");
+    }
+    let error = err(&host
+        .invoke(&s, "write", json!({"path": "/data/new.txt", "text": "x"}))
+        .await);
+    assert_eq!(
+        error.kind,
+        ErrorKind::ToolError,
+        "a read-only grant allowed a write"
+    );
+    assert!(!data.join("new.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_grant_allows_writes_inside_only() {
+    let fixture = Fixture::new();
+    let data = fixture.mkdir("data");
+    let grants =
+        "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n";
+    let invoker = "[[invokers]]\ninvoker = { name = \"write\" }\ncapabilities = { files = [{ guest = \"/data\", access = \"read-write\" }] }\n";
+    fixture.write(
+        "testbed.toml",
+        &ensemble("testbed", "testbed", &format!("{grants}\n{invoker}")),
+    );
+    let host = fixture.host().await;
+    let s = session();
+    assert_eq!(
+        ok(&host
+            .invoke(
+                &s,
+                "write",
+                json!({"path": "/data/new.txt", "text": "hello"})
+            )
+            .await),
+        "written"
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("new.txt")).expect("written"),
+        "hello"
+    );
+    let error = err(&host
+        .invoke(
+            &s,
+            "write",
+            json!({"path": "/data/../escaped.txt", "text": "x"}),
+        )
+        .await);
+    assert_eq!(error.kind, ErrorKind::ToolError);
+    assert!(!fixture.root().join("escaped.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_is_invisible_unless_granted() {
+    // SAFETY of set_var: the variable is unique to this test and only read by the resolver.
+    unsafe { std::env::set_var("TOOLHOST_TEST_GRANTED", "visible") };
+    unsafe { std::env::set_var("TOOLHOST_TEST_SECRET", "hidden") };
+    let fixture = Fixture::new();
+    let rest = "[grants]\nenv = [\"TOOLHOST_TEST_GRANTED\"]\n\n\
+        [[invokers]]\ninvoker = { name = \"env\" }\n\n\
+        [[invokers]]\ninvoker = { name = \"granted_env\", tool = \"env\" }\ncapabilities = { env = [\"TOOLHOST_TEST_GRANTED\"] }\n";
+    fixture.write("testbed.toml", &ensemble("testbed", "testbed", rest));
+    let host = fixture.host().await;
+    assert_eq!(ok(&host.invoke(&session(), "env", json!({})).await), "[]");
+    assert_eq!(
+        ok(&host.invoke(&session(), "granted_env", json!({})).await),
+        r#"[["TOOLHOST_TEST_GRANTED","visible"]]"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_error_is_a_tool_error() {
+    let (_fixture, host) = host_with("").await;
+    let error = err(&host.invoke(&session(), "fail", json!({})).await);
+    assert_eq!(error.kind, ErrorKind::ToolError);
+    assert_eq!(error.message, "the tool failed on purpose");
+}

@@ -1,0 +1,129 @@
+//! Shared fixtures: a temporary ensembles directory with the test plugins beside it, and a
+//! host built over it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use toolhost::catalog::LiveCatalog;
+use toolhost::invoke::{CallOutcome, Host, Session};
+use toolhost::resolve::{self, Resolved};
+use toolhost::runtime::{Runtime, RuntimeSettings};
+
+/// The compiled-component cache the tests share, so each component compiles once per build.
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("component-cache")
+}
+
+/// One runtime for the tests that do not measure compilation.
+pub fn runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let settings = RuntimeSettings {
+                cache_dir: Some(cache_dir()),
+                max_instances: 64,
+            };
+            Arc::new(Runtime::new(&settings).expect("runtime starts"))
+        })
+        .clone()
+}
+
+/// A temporary directory holding `ensembles/` and the test components at its root
+/// (`echo.wasm`, `testbed.wasm`, and the example plugins by name).
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("ensembles")).expect("ensembles dir");
+        for (name, path) in [
+            ("echo", toolhost_testkit::ECHO),
+            ("testbed", toolhost_testkit::TESTBED),
+            ("calculator", toolhost_testkit::CALCULATOR),
+            ("files", toolhost_testkit::FILES),
+        ] {
+            std::fs::copy(path, dir.path().join(format!("{name}.wasm"))).expect("copy component");
+        }
+        Fixture { dir }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn ensembles(&self) -> PathBuf {
+        self.dir.path().join("ensembles")
+    }
+
+    /// Writes `text` to `ensembles/<relative>` (creating directories).
+    pub fn write(&self, relative: &str, text: &str) -> PathBuf {
+        let path = self.ensembles().join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dirs");
+        }
+        std::fs::write(&path, text).expect("write file");
+        path
+    }
+
+    /// Makes a directory under the fixture root and returns its path.
+    pub fn mkdir(&self, relative: &str) -> PathBuf {
+        let path = self.root().join(relative);
+        std::fs::create_dir_all(&path).expect("mkdir");
+        path
+    }
+
+    pub async fn resolve(&self) -> Resolved {
+        resolve::resolve_dir(&runtime(), &self.ensembles()).await
+    }
+
+    /// A host over the fixture's ensembles; panics if any ensemble was refused.
+    pub async fn host(&self) -> Host {
+        self.host_with_audit(None).await
+    }
+
+    pub async fn host_with_audit(&self, audit: Option<&Path>) -> Host {
+        let resolved = self.resolve().await;
+        let errors: Vec<String> = resolved.diagnostics().map(|d| d.to_string()).collect();
+        assert!(
+            errors.is_empty(),
+            "fixture did not load:\n{}",
+            errors.join("\n")
+        );
+        let audit = audit.map(|path| toolhost::audit::AuditLog::open(path).expect("audit log"));
+        Host::new(
+            Arc::new(LiveCatalog::new(resolved.catalog)),
+            runtime(),
+            audit,
+            64,
+        )
+    }
+}
+
+/// An ensemble named `name` over `component` (a file at the fixture root) with extra TOML.
+pub fn ensemble(name: &str, component: &str, rest: &str) -> String {
+    format!(
+        "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\ncomponent = \"../{component}.wasm\"\n\n{rest}\n"
+    )
+}
+
+/// The successful text of a call, or a panic that shows the error.
+pub fn ok(outcome: &CallOutcome) -> String {
+    match &outcome.result {
+        Ok(text) => text.to_string(),
+        Err(e) => panic!("call of {} failed: {e}", outcome.tool),
+    }
+}
+
+/// The error of a call, or a panic that shows the result.
+pub fn err(outcome: &CallOutcome) -> toolhost::invoke::CallError {
+    match &outcome.result {
+        Ok(text) => panic!("call of {} succeeded with {text}", outcome.tool),
+        Err(e) => e.clone(),
+    }
+}
+
+/// A session for one test.
+pub fn session() -> Session {
+    Session::new("test")
+}
