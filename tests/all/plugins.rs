@@ -113,7 +113,7 @@ async fn text_toolkit_counts_converts_finds_and_slugs() {
             json!({"text": "parseHTTPResponse now", "to": "snake"}),
         )
         .await);
-    assert_eq!(snake, "parse_httpresponse_now");
+    assert_eq!(snake, "parse_http_response_now");
     let error = err(&host
         .invoke(
             &session(),

@@ -133,23 +133,27 @@ fn stats(text: &str) -> Value {
     })
 }
 
-/// Splits a text into words at whitespace, punctuation and lower-to-upper case changes.
+/// Splits a text into words at whitespace and punctuation, at lower-to-upper case changes
+/// (`parseJson` -> parse, Json) and at the end of an acronym (`HTTPResponse` -> HTTP, Response).
 fn words(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
     let mut words = Vec::new();
     let mut current = String::new();
-    let mut previous_lower = false;
-    for c in text.chars() {
+    for (i, &c) in chars.iter().enumerate() {
         if !c.is_alphanumeric() {
             if !current.is_empty() {
                 words.push(std::mem::take(&mut current));
             }
-            previous_lower = false;
             continue;
         }
-        if c.is_uppercase() && previous_lower && !current.is_empty() {
-            words.push(std::mem::take(&mut current));
+        if c.is_uppercase() && !current.is_empty() {
+            let previous = chars[i - 1];
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            let previous_lower = previous.is_lowercase() || previous.is_numeric();
+            if previous_lower || (previous.is_uppercase() && next_lower) {
+                words.push(std::mem::take(&mut current));
+            }
         }
-        previous_lower = c.is_lowercase() || c.is_numeric();
         current.push(c);
     }
     if !current.is_empty() {
@@ -281,7 +285,11 @@ mod tests {
             "hello_world_foo_bar"
         );
         assert_eq!(convert_case("hello world", "camel").unwrap(), "helloWorld");
-        assert_eq!(convert_case("hello wORLD", "title").unwrap(), "Hello World");
+        assert_eq!(convert_case("hello WORLD", "title").unwrap(), "Hello World");
+        assert_eq!(
+            convert_case("parseHTTPResponse now", "snake").unwrap(),
+            "parse_http_response_now"
+        );
         assert_eq!(slugify("  Crème Brûlée: 2 ways! "), "creme-brulee-2-ways");
     }
 }
