@@ -218,8 +218,7 @@ impl Host {
     ) -> CallOutcome {
         let started = Instant::now();
         let catalog = self.catalog.snapshot();
-        let arguments = arguments.into();
-        let parsed = parse_arguments(&arguments);
+        let parsed = parse_arguments(arguments.into());
         let (result, deduplicated, found) = match self.lookup(&catalog, session, tool) {
             Err(e) => (Err(e), false, None),
             Ok(found) => match parsed
@@ -358,10 +357,10 @@ impl Host {
 }
 
 /// Parses text arguments; a value is taken as it is. Malformed JSON is never run as `{}`.
-fn parse_arguments(arguments: &Arguments) -> Result<Value, CallError> {
+fn parse_arguments(arguments: Arguments) -> Result<Value, CallError> {
     let value = match arguments {
-        Arguments::Value(value) => value.clone(),
-        Arguments::Text(text) => serde_json::from_str(text).map_err(|e| {
+        Arguments::Value(value) => value,
+        Arguments::Text(text) => serde_json::from_str(&text).map_err(|e| {
             CallError::new(
                 ErrorKind::InvalidArguments,
                 format!("the arguments are not valid JSON: {e}"),
@@ -378,7 +377,7 @@ fn parse_arguments(arguments: &Arguments) -> Result<Value, CallError> {
 }
 
 /// Checks `arguments` against the tool's schema and lists every violation.
-fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
+pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
     if tool.validator.is_valid(arguments) {
         return Ok(());
     }

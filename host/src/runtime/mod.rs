@@ -311,6 +311,7 @@ impl Runtime {
                 component
             }
             None => {
+                tracing::info!("compiling {} (once; later starts use the cache)", path.display());
                 let engine = self.engine.clone();
                 let compiled =
                     tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))

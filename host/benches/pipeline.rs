@@ -1,0 +1,324 @@
+//! The performance targets of DESIGN.md section 10, each against a baseline measured in the
+//! same run:
+//!
+//! - `call/bare_wasmtime` vs `call/invoke`: a trivial tool (echo) as raw wasmtime does it
+//!   (fresh Store, instantiate, call) and through the whole `invoke` path (lookup, validation,
+//!   run, audit). Target: ratio at most 1.5.
+//! - `call/dedup_hit`: an identical repeated call answered from the session. Target < 5 us.
+//! - `validate/typical_schema`: argument validation of a typical schema. Target < 5 us.
+//! - `startup/50_invokers_warm_cache`: a new runtime resolving 50 invokers over 6 components
+//!   with the compiled-component cache warm. Target < 100 ms.
+//!
+//! Run: `cargo bench -p toolhost --bench pipeline`.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use toolhost::catalog::LiveCatalog;
+use toolhost::invoke::{Host, Session};
+use toolhost::resolve;
+use toolhost::runtime::{Runtime, RuntimeSettings};
+
+/// Raw wasmtime, configured as the host configures it, with nothing of the host around it.
+mod bare {
+    use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+    use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+    use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+    wasmtime::component::bindgen!({
+        path: "../wit/toolhost-plugin-0.1.0",
+        world: "plugin",
+        exports: { default: async },
+    });
+
+    pub struct State {
+        wasi: WasiCtx,
+        table: ResourceTable,
+    }
+
+    impl WasiView for State {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.wasi,
+                table: &mut self.table,
+            }
+        }
+    }
+
+    impl toolhost::plugin::host::Host for State {
+        fn log(&mut self, _level: toolhost::plugin::host::LogLevel, _message: String) {}
+    }
+
+    impl toolhost::plugin::types::Host for State {}
+
+    pub struct Bare {
+        engine: Engine,
+        pre: PluginPre<State>,
+    }
+
+    impl Bare {
+        pub fn new(wasm: &str) -> Self {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(64)
+                .total_core_instances(512)
+                .total_memories(64)
+                .total_tables(256)
+                .total_stacks(64)
+                .max_memories_per_component(4)
+                .max_memory_size(4 << 30);
+            let mut config = Config::new();
+            config
+                .epoch_interruption(true)
+                .concurrency_support(false)
+                .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            let engine = Engine::new(&config).expect("engine");
+            let mut linker = Linker::new(&engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+            Plugin::add_to_linker::<_, HasSelf<State>>(&mut linker, |s| s).expect("host");
+            let component = Component::from_file(&engine, wasm).expect("component");
+            let pre = PluginPre::new(linker.instantiate_pre(&component).expect("pre"))
+                .expect("plugin pre");
+            Bare { engine, pre }
+        }
+
+        /// A fresh instance in a fresh store, one call.
+        pub async fn call(&self, arguments: &str) -> String {
+            let state = State {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+            };
+            let mut store = Store::new(&self.engine, state);
+            store.set_epoch_deadline(u64::MAX / 2);
+            let plugin = self
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .expect("instantiate");
+            let result = plugin
+                .toolhost_plugin_tool()
+                .call_call(&mut store, "echo", arguments)
+                .await
+                .expect("call");
+            result.expect("echo succeeds")
+        }
+    }
+}
+
+fn ensemble(name: &str, component: &str, invokers: &[(&str, &str)], dedup: &str) -> String {
+    let mut text = format!(
+        "schema-version = 1\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\ncomponent = \"{component}\"\n\n\
+         [defaults]\ndedup = \"{dedup}\"\n\n"
+    );
+    for (invoker, tool) in invokers {
+        text.push_str(&format!(
+            "[[invokers]]\ninvoker = {{ name = \"{invoker}\", tool = \"{tool}\" }}\n\n"
+        ));
+    }
+    text
+}
+
+fn write_ensembles(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("dir");
+    std::fs::write(
+        dir.join("fast.toml"),
+        ensemble("fast", toolhost_testkit::ECHO, &[("echo", "echo")], "off"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("dedup.toml"),
+        ensemble(
+            "dedup",
+            toolhost_testkit::ECHO,
+            &[("echo", "echo")],
+            "exact",
+        ),
+    )
+    .expect("write");
+}
+
+fn runtime(cache: &Path) -> Runtime {
+    Runtime::new(&RuntimeSettings {
+        cache_dir: Some(cache.to_path_buf()),
+        max_instances: 64,
+    })
+    .expect("runtime")
+}
+
+fn calls(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let temp = tempfile::tempdir().expect("temp");
+    let ensembles = temp.path().join("ensembles");
+    write_ensembles(&ensembles);
+    let runtime = Arc::new(runtime(&temp.path().join("cache")));
+    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &ensembles));
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    let audit = toolhost::audit::AuditLog::open(&temp.path().join("audit.jsonl")).expect("audit");
+    let host = Host::new(
+        Arc::new(LiveCatalog::new(resolved.catalog)),
+        runtime,
+        Some(audit),
+        64,
+    );
+    let bare = bare::Bare::new(toolhost_testkit::ECHO);
+    let arguments = json!({"text": "hello"});
+    let text = arguments.to_string();
+
+    let mut group = c.benchmark_group("call");
+    group.measurement_time(Duration::from_secs(8));
+    group.bench_function("bare_wasmtime", |b| {
+        b.iter(|| rt.block_on(bare.call(black_box(&text))))
+    });
+    let session = Session::new("bench");
+    group.bench_function("invoke", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()));
+            assert!(outcome.result.is_ok() && !outcome.deduplicated);
+        })
+    });
+    rt.block_on(host.invoke(&session, "dedup_echo", arguments.clone()));
+    group.bench_function("dedup_hit", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(host.invoke(&session, "dedup_echo", arguments.clone()));
+            assert!(outcome.deduplicated);
+        })
+    });
+    group.finish();
+}
+
+fn validation(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let temp = tempfile::tempdir().expect("temp");
+    let dir = temp.path().join("ensembles");
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A typical tool schema: a few typed properties, bounds, an enum, an array, a nested object.
+    let invoker = format!(
+        "schema-version = 1\n[ensemble]\nname = \"v\"\ncomponent = \"{}\"\n\n[[invokers]]\ninvoker = {{ name = \"echo\" }}\n\
+         [invokers.arguments]\ntype = \"object\"\nrequired = [\"query\", \"limit\"]\nadditionalProperties = false\n\
+         [invokers.arguments.properties.query]\ntype = \"string\"\nminLength = 1\nmaxLength = 500\n\
+         [invokers.arguments.properties.limit]\ntype = \"integer\"\nminimum = 1\nmaximum = 100\n\
+         [invokers.arguments.properties.sort]\nenum = [\"relevance\", \"date\", \"title\"]\n\
+         [invokers.arguments.properties.tags]\ntype = \"array\"\nitems = {{ type = \"string\", pattern = \"^[a-z-]+$\" }}\nmaxItems = 10\n\
+         [invokers.arguments.properties.range]\ntype = \"object\"\nproperties = {{ from = {{ type = \"string\" }}, to = {{ type = \"string\" }} }}\n",
+        toolhost_testkit::ECHO
+    );
+    std::fs::write(dir.join("v.toml"), invoker).expect("write");
+    let runtime = runtime(&temp.path().join("cache"));
+    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    let tool = resolved.catalog.get("echo").expect("tool").clone();
+    let arguments = json!({"query": "wasm sandboxes", "limit": 20, "sort": "date", "tags": ["security", "wasi"], "range": {"from": "2024", "to": "2026"}});
+    c.bench_function("validate/typical_schema", |b| {
+        b.iter(|| toolhost::invoke::validate(&tool, black_box(&arguments)).expect("valid"))
+    });
+}
+
+/// An ensemble name, its component, and its invokers as (name, tool in the component).
+type InvokerSet<'a> = (&'a str, &'a str, Vec<(String, &'a str)>);
+
+fn startup(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let temp = tempfile::tempdir().expect("temp");
+    let dir = temp.path().join("ensembles");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let testbed: Vec<(String, &str)> = [
+        "read",
+        "write",
+        "list",
+        "env",
+        "sleep",
+        "fail",
+        "big_output",
+        "log_flood",
+    ]
+    .iter()
+    .flat_map(|t| (0..2).map(move |i| (format!("{t}_{i}"), *t)))
+    .collect();
+    let sets: Vec<InvokerSet<'_>> = vec![
+        (
+            "echo",
+            toolhost_testkit::ECHO,
+            (0..10).map(|i| (format!("echo_{i}"), "echo")).collect(),
+        ),
+        ("testbed", toolhost_testkit::TESTBED, testbed),
+        (
+            "calc",
+            toolhost_testkit::CALCULATOR,
+            (0..5).map(|i| (format!("calc_{i}"), "calculate")).collect(),
+        ),
+        (
+            "text",
+            toolhost_testkit::TEXT,
+            ["text_stats", "text_case", "regex_find", "slugify"]
+                .iter()
+                .map(|t| (t.to_string(), *t))
+                .collect(),
+        ),
+        (
+            "json",
+            toolhost_testkit::JSON,
+            ["json_query", "json_pretty", "json_validate"]
+                .iter()
+                .flat_map(|t| (0..2).map(move |i| (format!("{t}_{i}"), *t)))
+                .collect(),
+        ),
+        (
+            "files",
+            toolhost_testkit::FILES,
+            ["list_files", "read_file", "search_files"]
+                .iter()
+                .flat_map(|t| (0..3).map(move |i| (format!("{t}_{i}"), *t)))
+                .collect(),
+        ),
+    ];
+    let mut count = 0;
+    for (name, wasm, invokers) in &sets {
+        let pairs: Vec<(&str, &str)> = invokers.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        count += pairs.len();
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            ensemble(name, wasm, &pairs, "exact"),
+        )
+        .expect("write");
+    }
+    assert_eq!(count, 50);
+    let cache = temp.path().join("cache");
+    // Warm the cache once.
+    let warm = rt.block_on(resolve::resolve_dir(&runtime(&cache), &dir));
+    assert!(
+        warm.refused.is_empty(),
+        "{:?}",
+        warm.refused
+            .iter()
+            .map(|r| r.diagnostics.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(warm.catalog.tools().count(), 50);
+    drop(warm);
+    let mut group = c.benchmark_group("startup");
+    group.sample_size(20);
+    group.bench_function("50_invokers_warm_cache", |b| {
+        b.iter(|| {
+            let runtime = runtime(&cache);
+            let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+            assert_eq!(runtime.compile_stats().compiled, 0);
+            black_box(resolved.catalog.tools().count())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, calls, validation, startup);
+criterion_main!(benches);
