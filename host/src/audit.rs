@@ -160,6 +160,17 @@ mod tests {
     }
 
     #[test]
+    fn json_results_are_redacted_in_summaries() {
+        let summary = summarize_result(r#"{"token":"secret-value","ok":1}"#);
+        assert!(
+            !summary.contains("secret-value") && summary.contains("[redacted]"),
+            "{summary}"
+        );
+        assert!(!summarize_result(r#"[{"password":"pw"}]"#).contains("pw"));
+        assert_eq!(summarize_result("plain text"), "plain text");
+    }
+
+    #[test]
     fn summaries_are_short_single_lines() {
         assert_eq!(summarize("a\nb"), "a b");
         assert_eq!(

@@ -65,6 +65,7 @@ pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
     files.sort();
     let mut components = ComponentLoader {
         runtime,
+        files: HashMap::new(),
         loaded: HashMap::new(),
     };
     let mut names = NameRegistry::default();
@@ -105,11 +106,12 @@ fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Loads each component file once per resolve, and keeps the error of one that failed so it
-/// is reported where each invoker names it.
+/// Reads each component file once per resolve and loads each distinct component once,
+/// keeping failures so that every invoker naming a bad file gets the same error.
 struct ComponentLoader<'r> {
     runtime: &'r Runtime,
-    loaded: HashMap<PathBuf, Result<Arc<LoadedComponent>, String>>,
+    files: HashMap<PathBuf, Result<(ComponentHash, Arc<[u8]>), String>>,
+    loaded: HashMap<ComponentHash, Result<Arc<LoadedComponent>, String>>,
 }
 
 impl ComponentLoader<'_> {
@@ -119,9 +121,15 @@ impl ComponentLoader<'_> {
         path: &Path,
         pin: Option<&str>,
     ) -> Result<Arc<LoadedComponent>, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read component {}: {e}", path.display()))?;
-        let hash = ComponentHash::of(&bytes);
+        let (hash, bytes) = self
+            .files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                std::fs::read(path)
+                    .map(|bytes| (ComponentHash::of(&bytes), Arc::from(bytes)))
+                    .map_err(|e| format!("cannot read component {}: {e}", path.display()))
+            })
+            .clone()?;
         if let Some(pin) = pin
             && hash.to_string() != pin
         {
@@ -130,15 +138,15 @@ impl ComponentLoader<'_> {
                 path.display()
             ));
         }
-        if let Some(done) = self.loaded.get(path) {
+        if let Some(done) = self.loaded.get(&hash) {
             return done.clone();
         }
         let result = self
             .runtime
-            .load(path, bytes)
+            .load(path, bytes.to_vec())
             .await
             .map_err(|e| e.to_string());
-        self.loaded.insert(path.to_path_buf(), result.clone());
+        self.loaded.insert(hash, result.clone());
         result
     }
 }

@@ -152,6 +152,9 @@ fn call_prints_the_result() {
 #[test]
 fn a_typed_error_gives_exit_1_and_one_line() {
     let fixture = good_fixture();
+    // The first start announces each compilation on stderr; the error line is then alone.
+    let first = toolhost(&fixture, &["check"]);
+    assert!(stderr(&first).contains("compiling"), "{}", stderr(&first));
     let output = toolhost(&fixture, &["call", "spin"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(stdout(&output), "");

@@ -11,6 +11,7 @@ mod list;
 mod settings;
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

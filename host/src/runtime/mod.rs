@@ -311,7 +311,10 @@ impl Runtime {
                 component
             }
             None => {
-                tracing::info!("compiling {} (once; later starts use the cache)", path.display());
+                tracing::info!(
+                    "compiling {} (once; later starts use the cache)",
+                    path.display()
+                );
                 let engine = self.engine.clone();
                 let compiled =
                     tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))
