@@ -2,7 +2,7 @@
 //! ([`LiveCatalog`]). A call takes a snapshot when it starts and keeps it to the end, so a
 //! swap never changes a call in flight.
 
-use crate::config::{Access, DedupMode};
+use crate::config::{Access, DedupMode, Location};
 use crate::runtime::{CallLimits, ComponentHash, LoadedComponent};
 use crate::sandbox::SandboxSpec;
 use arc_swap::ArcSwap;
@@ -50,6 +50,8 @@ pub struct Tool {
     pub destructive: bool,
     pub sandbox: SandboxSpec,
     pub version: VersionHash,
+    /// Where the invoker's name is written, for messages that point at it.
+    pub definition: Location,
 }
 
 impl fmt::Debug for Tool {
@@ -144,6 +146,21 @@ impl Catalog {
     /// The accepted ensembles.
     pub fn ensembles(&self) -> &[EnsembleInfo] {
         &self.ensembles
+    }
+
+    /// The ensemble loaded from `file`, with all its tools.
+    pub fn ensemble_of_file(
+        &self,
+        file: &std::path::Path,
+    ) -> Option<(EnsembleInfo, Vec<Arc<Tool>>)> {
+        let info = self.ensembles.iter().find(|e| e.file == file)?;
+        let tools = self
+            .all
+            .iter()
+            .filter(|t| t.ensemble_file == file)
+            .cloned()
+            .collect();
+        Some((info.clone(), tools))
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Resolved {
 pub struct Refused {
     pub file: PathBuf,
     pub diagnostics: Vec<Diagnostic>,
+    /// True when the ensemble's previous version goes on serving in its place.
+    pub kept_previous: bool,
 }
 
 impl Resolved {
@@ -49,6 +51,17 @@ impl Resolved {
 /// Reads every `*.toml` in `dir` (not recursively; invoker files live in subdirectories and are
 /// reached through `source`) and builds the catalog.
 pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
+    resolve_dir_keeping(runtime, dir, None).await
+}
+
+/// As [`resolve_dir`], but an ensemble file that fails now keeps the version it had in
+/// `previous` (if it had one): the last good version goes on serving, and the failure is
+/// still reported, with [`Refused::kept_previous`] set. A deleted file's tools are gone.
+pub async fn resolve_dir_keeping(
+    runtime: &Runtime,
+    dir: &Path,
+    previous: Option<&Catalog>,
+) -> Resolved {
     let mut resolved = Resolved::default();
     let mut files = match ensemble_files(dir) {
         Ok(files) => files,
@@ -58,7 +71,14 @@ pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
             resolved.refused.push(Refused {
                 file: dir.to_path_buf(),
                 diagnostics,
+                kept_previous: false,
             });
+            // Nothing can be read: everything that served goes on serving.
+            if let Some(previous) = previous {
+                resolved.catalog =
+                    Catalog::new(previous.all_tools().to_vec(), previous.ensembles().to_vec());
+                resolved.refused[0].kept_previous = true;
+            }
             return resolved;
         }
     };
@@ -72,19 +92,38 @@ pub async fn resolve_dir(runtime: &Runtime, dir: &Path) -> Resolved {
     let mut tools = Vec::new();
     let mut ensembles = Vec::new();
     for file in files {
-        match resolve_ensemble(&mut components, &file).await {
+        let attempt = match resolve_ensemble(&mut components, &file).await {
             Ok((info, ensemble_tools)) => {
-                if let Err(diagnostic) = names.claim(&info, &ensemble_tools) {
-                    resolved.refused.push(Refused {
-                        file,
-                        diagnostics: vec![diagnostic],
-                    });
-                    continue;
-                }
-                tools.extend(ensemble_tools.into_iter().map(|(tool, _)| Arc::new(tool)));
+                let ensemble_tools: Vec<Arc<Tool>> =
+                    ensemble_tools.into_iter().map(Arc::new).collect();
+                names
+                    .claim(&info, &ensemble_tools)
+                    .map(|()| (info, ensemble_tools))
+                    .map_err(|d| vec![d])
+            }
+            Err(diagnostics) => Err(diagnostics),
+        };
+        match attempt {
+            Ok((info, ensemble_tools)) => {
+                tools.extend(ensemble_tools);
                 ensembles.push(info);
             }
-            Err(diagnostics) => resolved.refused.push(Refused { file, diagnostics }),
+            Err(diagnostics) => {
+                let fallback = previous.and_then(|p| p.ensemble_of_file(&file));
+                let kept = match fallback {
+                    Some((info, old_tools)) if names.claim(&info, &old_tools).is_ok() => {
+                        tools.extend(old_tools);
+                        ensembles.push(info);
+                        true
+                    }
+                    _ => false,
+                };
+                resolved.refused.push(Refused {
+                    file,
+                    diagnostics,
+                    kept_previous: kept,
+                });
+            }
         }
     }
     resolved.catalog = Catalog::new(tools, ensembles);
@@ -106,11 +145,14 @@ fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// A component file's hash and bytes.
+type ComponentFile = (ComponentHash, Arc<[u8]>);
+
 /// Reads each component file once per resolve and loads each distinct component once,
 /// keeping failures so that every invoker naming a bad file gets the same error.
 struct ComponentLoader<'r> {
     runtime: &'r Runtime,
-    files: HashMap<PathBuf, Result<(ComponentHash, Arc<[u8]>), String>>,
+    files: HashMap<PathBuf, Result<ComponentFile, String>>,
     loaded: HashMap<ComponentHash, Result<Arc<LoadedComponent>, String>>,
 }
 
@@ -159,14 +201,14 @@ struct NameRegistry {
 
 impl NameRegistry {
     /// Claims every enabled tool name of an ensemble, or none of them.
-    fn claim(&mut self, info: &EnsembleInfo, tools: &[(Tool, Location)]) -> Result<(), Diagnostic> {
+    fn claim(&mut self, info: &EnsembleInfo, tools: &[Arc<Tool>]) -> Result<(), Diagnostic> {
         if !info.enabled {
             return Ok(());
         }
-        for (tool, location) in tools.iter().filter(|(t, _)| t.enabled) {
+        for tool in tools.iter().filter(|t| t.enabled) {
             if let Some((ensemble, first)) = self.owners.get(&tool.name) {
                 return Err(Diagnostic::new(
-                    location.clone(),
+                    tool.definition.clone(),
                     format!(
                         "tool name `{}` is already used by ensemble `{ensemble}`; ensemble `{}` is refused \
                          (rename the invoker, or set `prefix` in [ensemble])",
@@ -176,9 +218,11 @@ impl NameRegistry {
                 .with_note(Some(first.clone()), "first defined here"));
             }
         }
-        for (tool, location) in tools.iter().filter(|(t, _)| t.enabled) {
-            self.owners
-                .insert(tool.name.clone(), (info.name.clone(), location.clone()));
+        for tool in tools.iter().filter(|t| t.enabled) {
+            self.owners.insert(
+                tool.name.clone(),
+                (info.name.clone(), tool.definition.clone()),
+            );
         }
         Ok(())
     }
@@ -202,7 +246,7 @@ struct InvokerDraft<'a> {
 async fn resolve_ensemble(
     components: &mut ComponentLoader<'_>,
     file: &Path,
-) -> Result<(EnsembleInfo, Vec<(Tool, Location)>), Vec<Diagnostic>> {
+) -> Result<(EnsembleInfo, Vec<Tool>), Vec<Diagnostic>> {
     let source = SourceFile::read(file, FileKind::Ensemble).map_err(|d| vec![d])?;
     let ensemble: EnsembleFile = source.parse(FileKind::Ensemble).map_err(|d| vec![d])?;
     let mut diagnostics = Vec::new();
@@ -275,7 +319,7 @@ async fn resolve_ensemble(
         .collect();
 
     let grants = Grants::resolve(&source, &ensemble, &mut diagnostics);
-    let mut tools: Vec<(Tool, Location)> = Vec::new();
+    let mut tools: Vec<Tool> = Vec::new();
     let mut seen: BTreeMap<String, Location> = BTreeMap::new();
     for draft in &drafts {
         match resolve_invoker(components, &source, &ensemble, &grants, draft).await {
@@ -296,7 +340,7 @@ async fn resolve_ensemble(
                     continue;
                 }
                 seen.insert(tool.name.clone(), location.clone());
-                tools.push((tool, location));
+                tools.push(tool);
             }
             Err(mut errors) => diagnostics.append(&mut errors),
         }
@@ -309,7 +353,7 @@ async fn resolve_ensemble(
         file: file.to_path_buf(),
         enabled: ensemble.ensemble.enabled,
         description: ensemble.ensemble.description.clone(),
-        tools: tools.iter().map(|(t, _)| t.name.clone()).collect(),
+        tools: tools.iter().map(|t| t.name.clone()).collect(),
     };
     Ok((info, tools))
 }
@@ -558,6 +602,7 @@ async fn resolve_invoker(
         dedup,
     );
     Ok(Tool {
+        definition: draft.source.at(section.name.span()),
         name: full_name,
         ensemble: ensemble_name.to_string(),
         ensemble_file: ensemble_source.path.clone(),

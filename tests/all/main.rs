@@ -5,6 +5,7 @@ mod config_golden;
 mod dedup;
 mod invoke;
 mod plugins;
+mod reload;
 mod runtime;
 mod sandbox;
 mod support;
