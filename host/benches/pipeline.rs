@@ -23,10 +23,11 @@ use toolhost::invoke::{Host, Session};
 use toolhost::resolve;
 use toolhost::runtime::{Runtime, RuntimeSettings};
 
-/// Raw wasmtime, configured as the host configures it, with nothing of the host around it.
+/// Raw wasmtime, with the host's engine settings (`engine_config`) and nothing of the host
+/// around it.
 mod bare {
     use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-    use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+    use wasmtime::{Engine, Store};
     use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
     wasmtime::component::bindgen!({
@@ -62,20 +63,7 @@ mod bare {
 
     impl Bare {
         pub fn new(wasm: &str) -> Self {
-            let mut pool = PoolingAllocationConfig::default();
-            pool.total_component_instances(64)
-                .total_core_instances(512)
-                .total_memories(64)
-                .total_tables(256)
-                .total_stacks(64)
-                .max_memories_per_component(4)
-                .max_memory_size(4 << 30);
-            let mut config = Config::new();
-            config
-                .epoch_interruption(true)
-                .concurrency_support(false)
-                .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-            let engine = Engine::new(&config).expect("engine");
+            let engine = Engine::new(&::toolhost::runtime::engine_config(64)).expect("engine");
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
             Plugin::add_to_linker::<_, HasSelf<State>>(&mut linker, |s| s).expect("host");

@@ -661,6 +661,19 @@ fn resolve_capabilities(
             format!("ensemble `{ensemble_name}` grants {what}"),
         )
     };
+    // The note of a refused capability: where the ensemble grants the others, or that it
+    // grants none of that kind.
+    let refusal_note =
+        |first: Option<std::ops::Range<usize>>, granted: &[&str], none: &str| match first {
+            Some(span) => (
+                Some(ensemble_source.at(span)),
+                format!(
+                    "ensemble `{ensemble_name}` grants only {}",
+                    granted.join(", ")
+                ),
+            ),
+            None => grants_note(none),
+        };
     for network in &draft.capabilities.network {
         diagnostics.push(Diagnostic::new(
             draft.source.at(network.span()),
@@ -688,16 +701,8 @@ fn resolve_capabilities(
                 .iter()
                 .map(|(_, g)| g.get_ref().guest.as_str())
                 .collect();
-            let (location, note) = match grants.files.first() {
-                Some((_, first)) => (
-                    Some(ensemble_source.at(first.span())),
-                    format!(
-                        "ensemble `{ensemble_name}` grants only {}",
-                        granted.join(", ")
-                    ),
-                ),
-                None => grants_note("no directories"),
-            };
+            let first = grants.files.first().map(|(_, g)| g.span());
+            let (location, note) = refusal_note(first, &granted, "no directories");
             diagnostics.push(
                 Diagnostic::new(
                     draft.source.at(capability.span()),
@@ -747,16 +752,8 @@ fn resolve_capabilities(
         let wanted = variable.get_ref().as_str();
         if !grants.env.iter().any(|g| g.get_ref().as_str() == wanted) {
             let granted: Vec<&str> = grants.env.iter().map(|g| g.get_ref().as_str()).collect();
-            let (location, note) = match grants.env.first() {
-                Some(first) => (
-                    Some(ensemble_source.at(first.span())),
-                    format!(
-                        "ensemble `{ensemble_name}` grants only {}",
-                        granted.join(", ")
-                    ),
-                ),
-                None => grants_note("no environment variables"),
-            };
+            let first = grants.env.first().map(|g| g.span());
+            let (location, note) = refusal_note(first, &granted, "no environment variables");
             diagnostics.push(
                 Diagnostic::new(
                     draft.source.at(variable.span()),

@@ -20,7 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 struct Live {
     fixture: Fixture,
     reloader: Arc<Reloader>,
-    host: Host,
+    host: Arc<Host>,
     changes: broadcast::Receiver<Arc<CatalogChange>>,
     _watch: WatchHandle,
 }
@@ -40,7 +40,7 @@ impl Live {
         );
         let changes = reloader.subscribe();
         let watch = reloader.watch(Duration::from_millis(50)).expect("watch");
-        let host = Host::new(reloader.catalog().clone(), runtime, None, 32);
+        let host = Arc::new(Host::new(reloader.catalog().clone(), runtime, None, 32));
         Live {
             fixture,
             reloader,
@@ -227,33 +227,27 @@ async fn a_component_replaced_while_it_is_called_finishes_the_call_on_the_old_ve
         .map(|t| t.component_hash())
         .expect("tool");
 
-    let host = Arc::new(live.host);
     let call = {
-        let host = host.clone();
+        let host = live.host.clone();
         tokio::spawn(async move { host.invoke(&session(), "sleep", json!({"ms": 1500})).await })
     };
     // The component outside the ensembles directory is replaced by rename, as deploys do.
     replace_by_rename(&wasm, &rebuilt(&wasm, "v2"));
-    let change = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let change = live.changes.recv().await.expect("change");
-            if change.changed.iter().any(|n| n == "sleep") {
-                return change;
-            }
-        }
-    })
-    .await
-    .expect("reload event");
+    let change = live.change(changed("sleep")).await;
     assert!(change.refused.is_empty());
     assert_eq!(ok(&call.await.expect("task")), r#"{"slept_ms":1500}"#);
-    let after = host
+    let after = live
+        .host
         .catalog()
         .snapshot()
         .get("sleep")
         .map(|t| t.component_hash())
         .expect("tool");
     assert_ne!(before, after);
-    ok(&host.invoke(&session(), "sleep", json!({"ms": 1})).await);
+    ok(&live
+        .host
+        .invoke(&session(), "sleep", json!({"ms": 1}))
+        .await);
 }
 
 /// Writes `broken`, checks that the old version keeps serving and the error is reported with

@@ -210,6 +210,27 @@ impl Drop for EpochTicker {
     }
 }
 
+/// The engine settings of the host: the pooling allocator sized for `max_instances`
+/// instances, epoch interruption for deadlines, and no component-model concurrency. Public so
+/// that the benchmarks' raw-wasmtime baseline runs on exactly the same settings.
+pub fn engine_config(max_instances: u32) -> Config {
+    let n = max_instances.max(1);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(n)
+        .total_core_instances(n * 8)
+        .total_memories(n)
+        .total_tables(n * 4)
+        .total_stacks(n)
+        .max_memories_per_component(4)
+        .max_memory_size(4 << 30);
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .concurrency_support(false)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
 /// Why the runtime could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -238,21 +259,7 @@ impl Runtime {
     /// Configures the engine (pooling allocator, epoch interruption) and the linker.
     pub fn new(settings: &RuntimeSettings) -> Result<Self, RuntimeError> {
         let engine_error = |e: wasmtime::Error| RuntimeError::Engine(e.to_string());
-        let n = settings.max_instances.max(1);
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(n)
-            .total_core_instances(n * 8)
-            .total_memories(n)
-            .total_tables(n * 4)
-            .total_stacks(n)
-            .max_memories_per_component(4)
-            .max_memory_size(4 << 30);
-        let mut config = Config::new();
-        config
-            .epoch_interruption(true)
-            .concurrency_support(false)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(engine_error)?;
+        let engine = Engine::new(&engine_config(settings.max_instances)).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
