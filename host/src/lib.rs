@@ -15,6 +15,7 @@
 //! sandbox   capabilities -> WASI context; deny by default
 //! catalog   the resolved tools, and the live catalog behind an atomic pointer
 //! invoke    one call: lookup -> allow/deny -> validate -> dedup (single-flight) -> run -> audit
+//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke
 //! reload    watch -> debounce -> rebuild -> diff -> swap; last good version kept on failure
 //! audit     one JSON line per call, secrets redacted, appended and flushed
 //! ```
@@ -27,6 +28,7 @@ pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod invoke;
+pub mod mcp;
 pub mod reload;
 pub mod resolve;
 pub mod runtime;

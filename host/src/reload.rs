@@ -17,7 +17,7 @@ use crate::resolve::{self, Refused};
 use crate::runtime::Runtime;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,7 +48,7 @@ impl CatalogChange {
 }
 
 /// An ensemble file that failed to load, as reported to subscribers and `status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RefusedEnsemble {
     pub file: PathBuf,
     /// True when its previous version goes on serving.
@@ -72,7 +72,7 @@ impl From<&Refused> for RefusedEnsemble {
 }
 
 /// An ensemble as it serves now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EnsembleStatus {
     pub name: String,
     pub file: PathBuf,
@@ -86,7 +86,7 @@ pub struct EnsembleStatus {
 }
 
 /// What the host serves, and what failed, as of the last reload.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ReloadStatus {
     pub generation: u64,
     pub reloaded_at: String,

@@ -8,7 +8,9 @@
 mod call;
 mod check;
 mod list;
+mod serve;
 mod settings;
+mod status;
 
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
@@ -34,6 +36,9 @@ pub(crate) struct Cli {
     /// Append one JSON line per call to this file (overrides [host] audit).
     #[arg(long, global = true, env = "TOOLHOST_AUDIT", value_name = "FILE")]
     audit: Option<PathBuf>,
+    /// Where `serve` publishes its status for `toolhost status` (overrides [host] status-file).
+    #[arg(long, global = true, env = "TOOLHOST_STATUS_FILE", value_name = "FILE")]
+    status_file: Option<PathBuf>,
     /// More log output on stderr (-v: info, -vv: debug, including plugins' stdout/stderr).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -63,6 +68,25 @@ enum Command {
         #[arg(default_value = "{}")]
         arguments: String,
         /// Print the outcome as JSON (result or typed error, deduplicated, duration).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the tools over MCP: stdio by default, streamable HTTP with --http. Reloads
+    /// ensembles and components as they change.
+    Serve {
+        /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8750) at /mcp instead of stdio.
+        #[arg(long, value_name = "IP:PORT")]
+        http: Option<String>,
+        /// Require `Authorization: Bearer <value of VAR>` on HTTP (needed to bind beyond loopback).
+        #[arg(long, value_name = "VAR")]
+        token_env: Option<String>,
+        /// Do not watch files: serve what was loaded at start.
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Show what the running `toolhost serve` loaded, when, with which hashes, and what failed.
+    Status {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -101,6 +125,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             arguments,
             json,
         } => call::run(&settings, &tool, &arguments, json).await,
+        Command::Serve {
+            http,
+            token_env,
+            no_watch,
+        } => {
+            let options = serve::ServeOptions {
+                http,
+                token_env,
+                no_watch,
+            };
+            serve::run(&settings, options).await
+        }
+        Command::Status { json } => status::run(&settings, json),
     }
 }
 

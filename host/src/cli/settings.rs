@@ -18,6 +18,7 @@ pub(crate) struct Settings {
     pub(crate) ensembles: PathBuf,
     pub(crate) cache_dir: Option<PathBuf>,
     pub(crate) audit: Option<PathBuf>,
+    pub(crate) status_file: Option<PathBuf>,
     pub(crate) max_instances: u32,
 }
 
@@ -56,35 +57,41 @@ impl Settings {
                 .or_else(default_cache_dir)
         };
         let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
+        let status_file = cli.status_file.clone().or_else(|| from_file(&host.status_file)).or_else(default_status_file);
         let max_instances = host
             .max_concurrent_calls
             .unwrap_or(RuntimeSettings::default().max_instances);
         if max_instances == 0 {
             bail!("[host] max-concurrent-calls must be at least 1");
         }
-        Ok(Settings {
-            ensembles,
-            cache_dir,
-            audit,
-            max_instances,
-        })
+        Ok(Settings { ensembles, cache_dir, audit, status_file, max_instances })
     }
 
-    /// Starts the runtime and resolves the ensembles directory.
-    pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
+    /// Starts the runtime (engine, component cache).
+    pub(crate) fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
         if !self.ensembles.is_dir() {
             bail!(
                 "the ensembles directory {} does not exist (set --ensembles or [host] ensembles)",
                 self.ensembles.display()
             );
         }
-        let runtime = Runtime::new(&RuntimeSettings {
-            cache_dir: self.cache_dir.clone(),
-            max_instances: self.max_instances,
-        })?;
-        let runtime = Arc::new(runtime);
+        let settings = RuntimeSettings { cache_dir: self.cache_dir.clone(), max_instances: self.max_instances };
+        Ok(Arc::new(Runtime::new(&settings)?))
+    }
+
+    /// Starts the runtime and resolves the ensembles directory.
+    pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
+        let runtime = self.runtime()?;
         let resolved = resolve::resolve_dir(&runtime, &self.ensembles).await;
         Ok((runtime, resolved))
+    }
+
+    /// The audit log, if one is configured.
+    pub(crate) fn audit_log(&self) -> anyhow::Result<Option<AuditLog>> {
+        match &self.audit {
+            Some(path) => Ok(Some(AuditLog::open(path).context("cannot open the audit log")?)),
+            None => Ok(None),
+        }
     }
 
     /// A host over the resolved catalog, with the audit log if one is configured. Refused
@@ -98,13 +105,18 @@ impl Settings {
                 refused.file.display()
             );
         }
-        let audit = match &self.audit {
-            Some(path) => Some(AuditLog::open(path).context("cannot open the audit log")?),
-            None => None,
-        };
+        let audit = self.audit_log()?;
         let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
         Ok(Host::new(catalog, runtime, audit, self.max_instances))
     }
+}
+
+/// `$XDG_STATE_HOME/toolhost/status.json`, or `~/.local/state/toolhost/status.json`.
+fn default_status_file() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
+    Some(base.join("toolhost/status.json"))
 }
 
 fn default_cache_dir() -> Option<PathBuf> {

@@ -157,5 +157,6 @@ pub struct HostSection {
     pub ensembles: Option<String>,
     pub cache_dir: Option<String>,
     pub audit: Option<String>,
+    pub status_file: Option<String>,
     pub max_concurrent_calls: Option<u32>,
 }

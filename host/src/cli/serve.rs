@@ -1,0 +1,151 @@
+//! `toolhost serve`: the catalog over MCP (stdio by default, streamable HTTP with `--http`),
+//! with hot reload (unless `--no-watch`) and a status file for `toolhost status`.
+
+use super::settings::Settings;
+use anyhow::{Context, bail};
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use toolhost::invoke::Host;
+use toolhost::mcp::McpServer;
+use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
+
+/// How `serve` was asked to run.
+pub(crate) struct ServeOptions {
+    pub(crate) http: Option<String>,
+    pub(crate) token_env: Option<String>,
+    pub(crate) no_watch: bool,
+}
+
+pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::Result<ExitCode> {
+    let token = match &options.token_env {
+        Some(var) => Some(std::env::var(var).with_context(|| format!("--token-env {var}: the variable is not set"))?),
+        None => None,
+    };
+    if token.as_deref().is_some_and(str::is_empty) {
+        bail!("--token-env: the token is empty");
+    }
+    let runtime = settings.runtime()?;
+    let reloader = Reloader::start(runtime.clone(), settings.ensembles.clone()).await;
+    for refused in reloader.status().refused {
+        tracing::warn!("{} was refused ({} error(s)); run `toolhost check` for details", refused.file.display(), refused.errors.len());
+    }
+    let host = Arc::new(Host::new(reloader.catalog().clone(), runtime, settings.audit_log()?, settings.max_instances));
+    let _watch = if options.no_watch { None } else { Some(reloader.watch(DEFAULT_DEBOUNCE)?) };
+    let _status = settings.status_file.as_ref().map(|path| super::status::publish(reloader.clone(), path.clone()));
+    match &options.http {
+        None => serve_stdio(host, reloader).await,
+        Some(address) => serve_http(host, reloader, address, token).await,
+    }
+}
+
+async fn serve_stdio(host: Arc<Host>, reloader: Arc<Reloader>) -> anyhow::Result<ExitCode> {
+    let server = McpServer::new(host, Some(reloader), format!("mcp-stdio-{}", std::process::id()));
+    // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
+    let service = server.serve(rmcp::transport::stdio()).await.context("the MCP session did not start")?;
+    tokio::select! {
+        result = service.waiting() => {
+            result.context("the MCP session failed")?;
+        }
+        () = shutdown_signal() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve_http(host: Arc<Host>, reloader: Arc<Reloader>, address: &str, token: Option<String>) -> anyhow::Result<ExitCode> {
+    let address: SocketAddr = address.parse().with_context(|| format!("--http {address}: expected IP:PORT, e.g. 127.0.0.1:8750"))?;
+    if !address.ip().is_loopback() && token.is_none() {
+        bail!("--http {address} is not a loopback address: set --token-env VAR so that clients must present a bearer token");
+    }
+    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("cannot listen on {address}"))?;
+    let local = listener.local_addr()?;
+    let mut config = StreamableHttpServerConfig::default();
+    if !local.ip().is_loopback() {
+        let mut hosts = config.allowed_hosts.clone();
+        hosts.push(local.ip().to_string());
+        config = config.with_allowed_hosts(hosts);
+    }
+    let shutdown = config.cancellation_token.clone();
+    let factory = McpServer::factory(host, Some(reloader), "mcp-http");
+    let service = StreamableHttpService::new(move || Ok(factory()), Arc::new(LocalSessionManager::default()), config);
+    let token = Arc::new(token);
+    let router = axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(move |request, next| {
+        let token = token.clone();
+        async move { guard(&token, request, next).await }
+    }));
+    // Tests and scripts read this line to learn the port when they asked for port 0.
+    eprintln!("toolhost: serving MCP on http://{local}/mcp");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            shutdown.cancel();
+        })
+        .await
+        .context("the HTTP server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses requests from other origins (a web page the user visits must not reach local
+/// tools) and, when a token is set, requests without it. rmcp checks the Host header.
+async fn guard(token: &Option<String>, request: Request, next: Next) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !is_local_origin(origin)
+    {
+        return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
+    }
+    if let Some(expected) = token.as_deref()
+        && bearer(request.headers()) != Some(expected)
+    {
+        return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
+    }
+    next.run(request).await
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")
+}
+
+fn is_local_origin(origin: &str) -> bool {
+    let host = origin.split("://").nth(1).unwrap_or(origin);
+    let host = host.rsplit_once(':').filter(|(h, port)| !h.ends_with(']') || !port.is_empty()).map_or(host, |(h, _)| h);
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_origin;
+
+    #[test]
+    fn only_local_origins_pass() {
+        for origin in ["http://localhost:3000", "http://127.0.0.1", "https://localhost", "http://[::1]:8080"] {
+            assert!(is_local_origin(origin), "{origin}");
+        }
+        for origin in ["https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io:80"] {
+            assert!(!is_local_origin(origin), "{origin}");
+        }
+    }
+}

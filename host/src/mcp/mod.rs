@@ -1,0 +1,127 @@
+//! mcp: the catalog served to MCP clients over stdio or streamable HTTP (the official `rmcp`
+//! SDK). `tools/list` reads the live catalog; `tools/call` goes through [`Host::invoke`], so
+//! validation, dedup (scoped to the MCP session), limits and audit hold as for every caller.
+//! After each reload that changes the tools, every connected session is sent
+//! `notifications/tools/list_changed`.
+
+use crate::invoke::{Host, Session};
+use crate::reload::Reloader;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool as McpTool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One MCP session's view of the host. Each session (the stdio connection, or each HTTP
+/// session) gets its own, and so its own dedup memory and audit session id.
+pub struct McpServer {
+    host: Arc<Host>,
+    reloader: Option<Arc<Reloader>>,
+    session: Arc<Session>,
+}
+
+impl McpServer {
+    /// A server for one MCP session, named `id` in audit records. With a reloader, the session
+    /// is told when the tool list changes.
+    pub fn new(host: Arc<Host>, reloader: Option<Arc<Reloader>>, id: String) -> Self {
+        McpServer { host, reloader, session: Arc::new(Session::new(id)) }
+    }
+
+    /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...).
+    pub fn factory(
+        host: Arc<Host>,
+        reloader: Option<Arc<Reloader>>,
+        prefix: &str,
+    ) -> impl Fn() -> McpServer + Send + Sync + Clone + 'static {
+        let counter = Arc::new(AtomicU64::new(0));
+        let prefix = format!("{prefix}-{}", std::process::id());
+        move || {
+            let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            McpServer::new(host.clone(), reloader.clone(), format!("{prefix}-{n}"))
+        }
+    }
+}
+
+/// The MCP form of a tool: name, description and input schema.
+fn mcp_tool(tool: &crate::catalog::Tool) -> McpTool {
+    let schema = match &tool.input_schema {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    McpTool::new(tool.name.clone(), tool.description.clone(), Arc::new(schema))
+}
+
+impl ServerHandler for McpServer {
+    /// Up to the last revision with an `initialize` handshake: this server announces tool list
+    /// changes to initialized sessions, which the later, session-less revision replaces with
+    /// subscriptions that toolhost does not implement yet. Newer clients negotiate down.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE))
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        let mut config = ServerConfig::new(capabilities);
+        config.server_info = Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
+        config.instructions = Some(
+            "Tools run in a sandbox. A failed call returns isError with `<kind>: <message>`; \
+             for invalid-arguments the message lists each problem with its JSON pointer."
+                .into(),
+        );
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let catalog = self.host.catalog().snapshot();
+        let tools = catalog.tools().filter(|t| self.session.policy.permits(&t.name)).map(|t| mcp_tool(t)).collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let outcome = self.host.invoke(&self.session, &request.name, arguments).await;
+        // Every failure is a tool result the model can read and act on, never a protocol error.
+        let result = match outcome.result {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text.to_string())]),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", error.kind, error.message))]),
+        };
+        Ok(result.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(reloader) = &self.reloader else { return };
+        let mut changes = reloader.subscribe();
+        let peer = context.peer.clone();
+        tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(change) if change.tools_changed() => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return; // The session is gone.
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+}
