@@ -4,6 +4,7 @@ mod cli;
 mod config_golden;
 mod dedup;
 mod invoke;
+mod mcp;
 mod plugins;
 mod reload;
 mod runtime;

@@ -27,7 +27,10 @@ pub(crate) struct ServeOptions {
 
 pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::Result<ExitCode> {
     let token = match &options.token_env {
-        Some(var) => Some(std::env::var(var).with_context(|| format!("--token-env {var}: the variable is not set"))?),
+        Some(var) => Some(
+            std::env::var(var)
+                .with_context(|| format!("--token-env {var}: the variable is not set"))?,
+        ),
         None => None,
     };
     if token.as_deref().is_some_and(str::is_empty) {
@@ -36,11 +39,27 @@ pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::R
     let runtime = settings.runtime()?;
     let reloader = Reloader::start(runtime.clone(), settings.ensembles.clone()).await;
     for refused in reloader.status().refused {
-        tracing::warn!("{} was refused ({} error(s)); run `toolhost check` for details", refused.file.display(), refused.errors.len());
+        tracing::warn!(
+            "{} was refused ({} error(s)); run `toolhost check` for details",
+            refused.file.display(),
+            refused.errors.len()
+        );
     }
-    let host = Arc::new(Host::new(reloader.catalog().clone(), runtime, settings.audit_log()?, settings.max_instances));
-    let _watch = if options.no_watch { None } else { Some(reloader.watch(DEFAULT_DEBOUNCE)?) };
-    let _status = settings.status_file.as_ref().map(|path| super::status::publish(reloader.clone(), path.clone()));
+    let host = Arc::new(Host::new(
+        reloader.catalog().clone(),
+        runtime,
+        settings.audit_log()?,
+        settings.max_instances,
+    ));
+    let _watch = if options.no_watch {
+        None
+    } else {
+        Some(reloader.watch(DEFAULT_DEBOUNCE)?)
+    };
+    let _status = settings
+        .status_file
+        .as_ref()
+        .map(|path| super::status::publish(reloader.clone(), path.clone()));
     match &options.http {
         None => serve_stdio(host, reloader).await,
         Some(address) => serve_http(host, reloader, address, token).await,
@@ -48,9 +67,20 @@ pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::R
 }
 
 async fn serve_stdio(host: Arc<Host>, reloader: Arc<Reloader>) -> anyhow::Result<ExitCode> {
-    let server = McpServer::new(host, Some(reloader), format!("mcp-stdio-{}", std::process::id()));
+    let server = McpServer::new(
+        host,
+        Some(reloader),
+        format!("mcp-stdio-{}", std::process::id()),
+    );
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
-    let service = server.serve(rmcp::transport::stdio()).await.context("the MCP session did not start")?;
+    let service = match server.serve(rmcp::transport::stdio()).await {
+        Ok(service) => service,
+        // The client went away before it said hello: nothing to serve, nothing wrong.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e).context("the MCP session did not start"),
+    };
     tokio::select! {
         result = service.waiting() => {
             result.context("the MCP session failed")?;
@@ -60,12 +90,23 @@ async fn serve_stdio(host: Arc<Host>, reloader: Arc<Reloader>) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_http(host: Arc<Host>, reloader: Arc<Reloader>, address: &str, token: Option<String>) -> anyhow::Result<ExitCode> {
-    let address: SocketAddr = address.parse().with_context(|| format!("--http {address}: expected IP:PORT, e.g. 127.0.0.1:8750"))?;
+async fn serve_http(
+    host: Arc<Host>,
+    reloader: Arc<Reloader>,
+    address: &str,
+    token: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let address: SocketAddr = address
+        .parse()
+        .with_context(|| format!("--http {address}: expected IP:PORT, e.g. 127.0.0.1:8750"))?;
     if !address.ip().is_loopback() && token.is_none() {
-        bail!("--http {address} is not a loopback address: set --token-env VAR so that clients must present a bearer token");
+        bail!(
+            "--http {address} is not a loopback address: set --token-env VAR so that clients must present a bearer token"
+        );
     }
-    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("cannot listen on {address}"))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))?;
     let local = listener.local_addr()?;
     let mut config = StreamableHttpServerConfig::default();
     if !local.ip().is_loopback() {
@@ -75,12 +116,19 @@ async fn serve_http(host: Arc<Host>, reloader: Arc<Reloader>, address: &str, tok
     }
     let shutdown = config.cancellation_token.clone();
     let factory = McpServer::factory(host, Some(reloader), "mcp-http");
-    let service = StreamableHttpService::new(move || Ok(factory()), Arc::new(LocalSessionManager::default()), config);
+    let service = StreamableHttpService::new(
+        move || Ok(factory()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
     let token = Arc::new(token);
-    let router = axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(move |request, next| {
-        let token = token.clone();
-        async move { guard(&token, request, next).await }
-    }));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(move |request, next| {
+                let token = token.clone();
+                async move { guard(&token, request, next).await }
+            }));
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
     axum::serve(listener, router)
@@ -96,7 +144,10 @@ async fn serve_http(host: Arc<Host>, reloader: Arc<Reloader>, address: &str, tok
 /// Refuses requests from other origins (a web page the user visits must not reach local
 /// tools) and, when a token is set, requests without it. rmcp checks the Host header.
 async fn guard(token: &Option<String>, request: Request, next: Next) -> Response {
-    if let Some(origin) = request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok())
+    if let Some(origin) = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
         && !is_local_origin(origin)
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
@@ -110,12 +161,19 @@ async fn guard(token: &Option<String>, request: Request, next: Next) -> Response
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
 }
 
 fn is_local_origin(origin: &str) -> bool {
     let host = origin.split("://").nth(1).unwrap_or(origin);
-    let host = host.rsplit_once(':').filter(|(h, port)| !h.ends_with(']') || !port.is_empty()).map_or(host, |(h, _)| h);
+    let host = host
+        .rsplit_once(':')
+        .filter(|(h, port)| !h.ends_with(']') || !port.is_empty())
+        .map_or(host, |(h, _)| h);
     matches!(host, "localhost" | "127.0.0.1" | "[::1]")
 }
 
@@ -141,10 +199,19 @@ mod tests {
 
     #[test]
     fn only_local_origins_pass() {
-        for origin in ["http://localhost:3000", "http://127.0.0.1", "https://localhost", "http://[::1]:8080"] {
+        for origin in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://localhost",
+            "http://[::1]:8080",
+        ] {
             assert!(is_local_origin(origin), "{origin}");
         }
-        for origin in ["https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io:80"] {
+        for origin in [
+            "https://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io:80",
+        ] {
             assert!(!is_local_origin(origin), "{origin}");
         }
     }

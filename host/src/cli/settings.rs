@@ -57,14 +57,24 @@ impl Settings {
                 .or_else(default_cache_dir)
         };
         let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
-        let status_file = cli.status_file.clone().or_else(|| from_file(&host.status_file)).or_else(default_status_file);
+        let status_file = cli
+            .status_file
+            .clone()
+            .or_else(|| from_file(&host.status_file))
+            .or_else(default_status_file);
         let max_instances = host
             .max_concurrent_calls
             .unwrap_or(RuntimeSettings::default().max_instances);
         if max_instances == 0 {
             bail!("[host] max-concurrent-calls must be at least 1");
         }
-        Ok(Settings { ensembles, cache_dir, audit, status_file, max_instances })
+        Ok(Settings {
+            ensembles,
+            cache_dir,
+            audit,
+            status_file,
+            max_instances,
+        })
     }
 
     /// Starts the runtime (engine, component cache).
@@ -75,7 +85,10 @@ impl Settings {
                 self.ensembles.display()
             );
         }
-        let settings = RuntimeSettings { cache_dir: self.cache_dir.clone(), max_instances: self.max_instances };
+        let settings = RuntimeSettings {
+            cache_dir: self.cache_dir.clone(),
+            max_instances: self.max_instances,
+        };
         Ok(Arc::new(Runtime::new(&settings)?))
     }
 
@@ -89,7 +102,9 @@ impl Settings {
     /// The audit log, if one is configured.
     pub(crate) fn audit_log(&self) -> anyhow::Result<Option<AuditLog>> {
         match &self.audit {
-            Some(path) => Ok(Some(AuditLog::open(path).context("cannot open the audit log")?)),
+            Some(path) => Ok(Some(
+                AuditLog::open(path).context("cannot open the audit log")?,
+            )),
             None => Ok(None),
         }
     }
@@ -115,7 +130,9 @@ impl Settings {
 fn default_status_file() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
     Some(base.join("toolhost/status.json"))
 }
 

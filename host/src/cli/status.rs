@@ -22,8 +22,11 @@ pub(crate) fn publish(reloader: Arc<Reloader>, path: PathBuf) -> tokio::task::Jo
     let mut changes = reloader.subscribe();
     tokio::spawn(async move {
         loop {
-            let published =
-                Published { pid: std::process::id(), ensembles_dir: reloader.dir().to_path_buf(), status: reloader.status() };
+            let published = Published {
+                pid: std::process::id(),
+                ensembles_dir: reloader.dir().to_path_buf(),
+                status: reloader.status(),
+            };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
             }
@@ -46,43 +49,73 @@ fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
-    let path = settings.status_file.as_ref().context("no status file is configured (set [host] status-file or --status-file)")?;
+    let path = settings
+        .status_file
+        .as_ref()
+        .context("no status file is configured (set [host] status-file or --status-file)")?;
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("no status at {}: no `toolhost serve` has run with this configuration", path.display());
+            eprintln!(
+                "no status at {}: no `toolhost serve` has run with this configuration",
+                path.display()
+            );
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    let published: Published = serde_json::from_str(&text).with_context(|| format!("{} is not a status file", path.display()))?;
+    let published: Published = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a status file", path.display()))?;
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
         let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        let state = if running { "running" } else { "not running (last status shown)" };
-        println!("host pid {} {state}; {} reload(s), last at {}", published.pid, status.generation, status.reloaded_at);
+        let state = if running {
+            "running"
+        } else {
+            "not running (last status shown)"
+        };
+        println!(
+            "host pid {} {state}; {} reload(s), last at {}",
+            published.pid, status.generation, status.reloaded_at
+        );
         println!("ensembles from {}", published.ensembles_dir.display());
         for ensemble in &status.ensembles {
-            let components: Vec<&str> = ensemble.components.iter().map(|h| &h[..12.min(h.len())]).collect();
+            let components: Vec<&str> = ensemble
+                .components
+                .iter()
+                .map(|h| &h[..12.min(h.len())])
+                .collect();
             println!(
                 "  {:20} {:8} loaded {}  components {}  tools {}",
                 ensemble.name,
-                if ensemble.enabled { "enabled" } else { "disabled" },
+                if ensemble.enabled {
+                    "enabled"
+                } else {
+                    "disabled"
+                },
                 ensemble.loaded_at,
                 components.join(","),
                 ensemble.tools.len()
             );
         }
         for refused in &status.refused {
-            let what = if refused.kept_previous { "its previous version is serving" } else { "not loaded" };
+            let what = if refused.kept_previous {
+                "its previous version is serving"
+            } else {
+                "not loaded"
+            };
             println!("refused: {} ({what})", refused.file.display());
             for error in &refused.errors {
                 println!("{error}");
             }
         }
     }
-    Ok(if status.refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if status.refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -7,8 +7,9 @@
 use crate::invoke::{Host, Session};
 use crate::reload::Reloader;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool as McpTool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool as McpTool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -29,7 +30,11 @@ impl McpServer {
     /// A server for one MCP session, named `id` in audit records. With a reloader, the session
     /// is told when the tool list changes.
     pub fn new(host: Arc<Host>, reloader: Option<Arc<Reloader>>, id: String) -> Self {
-        McpServer { host, reloader, session: Arc::new(Session::new(id)) }
+        McpServer {
+            host,
+            reloader,
+            session: Arc::new(Session::new(id)),
+        }
     }
 
     /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...).
@@ -53,7 +58,11 @@ fn mcp_tool(tool: &crate::catalog::Tool) -> McpTool {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    McpTool::new(tool.name.clone(), tool.description.clone(), Arc::new(schema))
+    McpTool::new(
+        tool.name.clone(),
+        tool.description.clone(),
+        Arc::new(schema),
+    )
 }
 
 impl ServerHandler for McpServer {
@@ -61,11 +70,16 @@ impl ServerHandler for McpServer {
     /// changes to initialized sessions, which the later, session-less revision replaces with
     /// subscriptions that toolhost does not implement yet. Newer clients negotiate down.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE))
+        Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
     }
 
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
         let mut config = ServerConfig::new(capabilities);
         config.server_info = Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
         config.instructions = Some(
@@ -82,7 +96,11 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let catalog = self.host.catalog().snapshot();
-        let tools = catalog.tools().filter(|t| self.session.policy.permits(&t.name)).map(|t| mcp_tool(t)).collect();
+        let tools = catalog
+            .tools()
+            .filter(|t| self.session.policy.permits(&t.name))
+            .map(|t| mcp_tool(t))
+            .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -92,17 +110,25 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self.host.invoke(&self.session, &request.name, arguments).await;
+        let outcome = self
+            .host
+            .invoke(&self.session, &request.name, arguments)
+            .await;
         // Every failure is a tool result the model can read and act on, never a protocol error.
         let result = match outcome.result {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text.to_string())]),
-            Err(error) => CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", error.kind, error.message))]),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "{}: {}",
+                error.kind, error.message
+            ))]),
         };
         Ok(result.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let Some(reloader) = &self.reloader else { return };
+        let Some(reloader) = &self.reloader else {
+            return;
+        };
         let mut changes = reloader.subscribe();
         let peer = context.peer.clone();
         tokio::spawn(async move {

@@ -1,0 +1,356 @@
+//! `toolhost serve` driven by the official MCP client (rmcp), over stdio and streamable HTTP:
+//! list, call, errors as results, list_changed after a reload, status, and the HTTP guards.
+
+use crate::support::{Fixture, cache_dir, ensemble};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// A failure deadline for waits, not a timing assertion.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// An MCP client that remembers `tools/list_changed`.
+#[derive(Clone, Default)]
+struct Client {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default().with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+}
+
+fn fixture() -> Fixture {
+    let fixture = Fixture::new();
+    let testbed = "[defaults]\ntimeout-ms = 300\n\n[[invokers]]\ninvoker = { name = \"spin\" }\n\n\
+        [[invokers]]\ninvoker = { name = \"flood_stdout\" }\nlimits = { timeout-ms = 20000 }\n";
+    fixture.write("testbed.toml", &ensemble("testbed", "testbed", testbed));
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    fixture
+}
+
+/// The environment every `toolhost` started by these tests gets.
+fn configure(command: &mut Command, fixture: &Fixture) {
+    command
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", cache_dir())
+        .env("TOOLHOST_STATUS_FILE", fixture.root().join("status.json"))
+        .env("TOOLHOST_AUDIT", fixture.root().join("audit.jsonl"));
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+async fn call(
+    client: &RunningService<RoleClient, Client>,
+    tool: &str,
+    arguments: Value,
+) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
+        .await
+        .expect("tools/call")
+}
+
+async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_serves_lists_calls_and_announces_reloads() {
+    let fixture = fixture();
+    let handler = Client::default();
+    let changed = handler.changed.clone();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    command.arg("serve");
+    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts")
+        .0;
+    let client = handler.serve(transport).await.expect("MCP session");
+
+    assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
+    let schema = client
+        .list_all_tools()
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|t| t.name == "echo")
+        .expect("echo")
+        .input_schema;
+    assert_eq!(schema.get("type"), Some(&json!("object")));
+
+    let ok = call(&client, "echo", json!({"text": "hi"})).await;
+    assert_eq!(ok.is_error, Some(false));
+    assert_eq!(text(&ok), r#"{"text":"hi"}"#);
+
+    let timeout = call(&client, "spin", json!({})).await;
+    assert_eq!(timeout.is_error, Some(true));
+    assert!(
+        text(&timeout).starts_with("timeout: tool `spin` did not finish within 300 ms"),
+        "{}",
+        text(&timeout)
+    );
+    let invalid = call(&client, "nope", json!({})).await;
+    assert_eq!(invalid.is_error, Some(true));
+    assert!(text(&invalid).starts_with("unknown-tool:"));
+
+    // A plugin that floods its stdout cannot corrupt the protocol on the host's stdout.
+    let flood = call(&client, "flood_stdout", json!({"bytes": 8 << 20})).await;
+    assert_eq!(text(&flood), "done");
+    assert_eq!(tool_names(&client).await.len(), 3);
+
+    // A new ensemble file: the session is told, and the list has the new tool.
+    fixture.write(
+        "more.toml",
+        &ensemble(
+            "more",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
+        ),
+    );
+    tokio::time::timeout(DEADLINE, changed.notified())
+        .await
+        .expect("notifications/tools/list_changed");
+    assert_eq!(
+        tool_names(&client).await,
+        ["echo", "fail", "flood_stdout", "spin"]
+    );
+
+    // `toolhost status` reads what this host published.
+    let mut status = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut status, &fixture);
+    let output = status
+        .args(["status", "--json"])
+        .output()
+        .expect("status runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["running"], true);
+    assert!(report["status"]["generation"].as_u64() >= Some(1));
+    let names: Vec<&str> = report["status"]["ensembles"]
+        .as_array()
+        .expect("ensembles")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(names.contains(&"more"), "{names:?}");
+
+    client.cancel().await.expect("close");
+    // The audit log names the MCP session.
+    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
+    assert!(
+        audit
+            .lines()
+            .all(|l| l.contains("\"session\":\"mcp-stdio-")),
+        "{audit}"
+    );
+}
+
+#[test]
+fn stdio_serve_exits_cleanly_when_stdin_closes() {
+    let fixture = fixture();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let mut child = command
+        .args(["serve", "--no-watch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    drop(child.stdin.take());
+    let status = child.wait().expect("exits");
+    assert!(status.success(), "{status:?}");
+}
+
+/// A `toolhost serve --http` on a port the OS picks; killed when dropped.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut command, fixture);
+        command
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("serve --http");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve printed its address")
+                .expect("stderr line");
+            if let Some(url) = line.strip_prefix("toolhost: serving MCP on ") {
+                break url.to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_serves_lists_calls_and_announces_reloads() {
+    let fixture = fixture();
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let handler = Client::default();
+    let changed = handler.changed.clone();
+    let client = handler
+        .serve(StreamableHttpClientTransport::from_uri(server.url.clone()))
+        .await
+        .expect("MCP session");
+    assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
+    let result = call(&client, "echo", json!({"via": "http"})).await;
+    assert_eq!(text(&result), r#"{"via":"http"}"#);
+
+    fixture.write(
+        "more.toml",
+        &ensemble(
+            "more",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
+        ),
+    );
+    tokio::time::timeout(DEADLINE, changed.notified())
+        .await
+        .expect("notifications/tools/list_changed");
+    assert!(tool_names(&client).await.contains(&"fail".to_string()));
+    client.cancel().await.expect("close");
+}
+
+fn initialize_body() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+}
+
+async fn post(url: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(initialize_body().to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("request").status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_foreign_hosts_and_origins() {
+    let fixture = fixture();
+    let server = HttpServer::start(&fixture, &[], &[]);
+    assert_eq!(post(&server.url, &[]).await, 200);
+    assert_eq!(
+        post(&server.url, &[("origin", "https://evil.example")]).await,
+        403
+    );
+    assert_eq!(
+        post(&server.url, &[("origin", "http://localhost:5173")]).await,
+        200
+    );
+    assert_eq!(post(&server.url, &[("host", "evil.example")]).await, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_with_a_token_refuses_requests_without_it() {
+    let fixture = fixture();
+    let server = HttpServer::start(
+        &fixture,
+        &["--token-env", "TOOLHOST_TEST_TOKEN"],
+        &[("TOOLHOST_TEST_TOKEN", "s3cret")],
+    );
+    assert_eq!(post(&server.url, &[]).await, 401);
+    assert_eq!(
+        post(&server.url, &[("authorization", "Bearer wrong")]).await,
+        401
+    );
+    assert_eq!(
+        post(&server.url, &[("authorization", "Bearer s3cret")]).await,
+        200
+    );
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            server.url.clone(),
+        )
+        .auth_header("s3cret");
+    let client = Client::default()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("MCP session");
+    assert_eq!(tool_names(&client).await.len(), 3);
+    client.cancel().await.expect("close");
+}
+
+#[test]
+fn http_beyond_loopback_needs_a_token() {
+    let fixture = fixture();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--token-env"));
+}
