@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: set everything up, check the shipped ensembles, and run a
-# few real calls of the shipped tools through the whole pipeline.
+# The main job on a fresh machine: set everything up, check the shipped ensembles, make one
+# real call, then serve them over MCP (streamable HTTP) with hot reload until Ctrl-C.
 #
-# `toolhost serve` (MCP) is not built yet; when it lands, this script ends by serving instead.
+#   TOOLHOST_HTTP=127.0.0.1:9000 ./scripts/serve.sh    # another address (default 127.0.0.1:8750)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,13 +11,8 @@ toolhost=target/release/toolhost
 
 "$toolhost" check
 "$toolhost" list
-echo
 "$toolhost" call calculate '{"expression": "2 * (3 + 4) ^ 2 - sqrt(16)"}'
-"$toolhost" call text_stats '{"text": "The quick brown fox jumps over the lazy dog."}'
-"$toolhost" call slugify '{"text": "Hot reload, without the downtime!"}'
-"$toolhost" call json_query '{"document": "{\"tools\": [{\"name\": \"calculate\"}]}", "pointer": "/tools/0/name"}'
-"$toolhost" call search_files '{"path": "/data", "pattern": "eggs"}'
-# A typed error, shown on purpose: the tool's sandbox has no /etc.
-"$toolhost" call read_file '{"path": "/etc/passwd"}' || echo "(refused, as it should be)"
 echo
-echo "Every call above is recorded in .toolhost/audit.jsonl"
+echo "MCP clients can connect to http://${TOOLHOST_HTTP:-127.0.0.1:8750}/mcp"
+echo "Edit ensembles/*.toml while it runs: changes are picked up at once. Ctrl-C stops it."
+exec "$toolhost" serve --http "${TOOLHOST_HTTP:-127.0.0.1:8750}"
