@@ -16,10 +16,12 @@ use tokio::sync::Notify;
 /// A failure deadline for waits, not a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// An MCP client that remembers `tools/list_changed`.
+/// An MCP client that remembers `tools/list_changed` and log messages.
 #[derive(Clone, Default)]
 struct Client {
     changed: Arc<Notify>,
+    logs: Arc<std::sync::Mutex<Vec<String>>>,
+    logged: Arc<Notify>,
 }
 
 impl ClientHandler for Client {
@@ -29,6 +31,45 @@ impl ClientHandler for Client {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changed.notify_one();
+    }
+
+    #[allow(deprecated)] // MCP logging, part of the revisions toolhost serves
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let text = params
+            .data
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| params.data.to_string());
+        self.logs.lock().expect("logs").push(text);
+        self.logged.notify_one();
+    }
+}
+
+impl Client {
+    /// Waits until a log message containing `needle` arrives.
+    async fn log_containing(&self, needle: &str) -> String {
+        let wait = async {
+            loop {
+                let notified = self.logged.notified();
+                if let Some(found) = self
+                    .logs
+                    .lock()
+                    .expect("logs")
+                    .iter()
+                    .find(|l| l.contains(needle))
+                {
+                    return found.clone();
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .expect("log message")
     }
 }
 
@@ -98,6 +139,7 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
     let fixture = fixture();
     let handler = Client::default();
     let changed = handler.changed.clone();
+    let observer = handler.clone();
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     configure(&mut command, &fixture);
     command.arg("serve");
@@ -178,6 +220,19 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert!(names.contains(&"more"), "{names:?}");
+
+    // A broken edit keeps the last good version; the session hears why, with file and line.
+    std::fs::write(
+        fixture.ensembles().join("more.toml"),
+        "schema-version = 1\n[ensemble\n",
+    )
+    .expect("write");
+    let message = observer.log_containing("more.toml:2").await;
+    assert!(
+        message.contains("previous version keeps serving"),
+        "{message}"
+    );
+    assert!(tool_names(&client).await.contains(&"fail".to_string()));
 
     client.cancel().await.expect("close");
     // The audit log names the MCP session.

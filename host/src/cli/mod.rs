@@ -16,6 +16,8 @@ use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use toolhost::mcp::log::LogRelay;
+use tracing_subscriber::Layer;
 
 /// A host for LLM tools: sandboxed WebAssembly components behind validated, deduplicated calls.
 #[derive(Debug, Parser)]
@@ -95,7 +97,7 @@ enum Command {
 /// Parses the command line, runs the command, and maps the outcome to an exit code.
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let logs = init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,7 +108,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, logs)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -115,7 +117,7 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
     let settings = settings::Settings::from_cli(&cli)?;
     match cli.command {
         Command::Check { json } => check::run(&settings, json).await,
@@ -135,13 +137,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_env,
                 no_watch,
             };
-            serve::run(&settings, options).await
+            serve::run(&settings, options, logs).await
         }
         Command::Status { json } => status::run(&settings, json),
     }
 }
 
-fn init_logging(verbose: u8) {
+/// Logs go to stderr (stdout carries results and, under `serve`, the MCP protocol), and to
+/// the returned relay, which `serve` forwards to MCP sessions.
+fn init_logging(verbose: u8) -> LogRelay {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
         0 => "warn,toolhost::runtime=info",
         1 => "info",
@@ -149,11 +155,19 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Logs go to stderr: stdout carries results (and, under `serve`, the MCP protocol).
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
+        .with_filter(filter);
+    let relay = LogRelay::default();
+    // The relay sees host and plugin events down to info; each session filters further.
+    let relayed = relay
+        .clone()
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(relayed)
         .init();
+    relay
 }

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolhost::invoke::Host;
 use toolhost::mcp::McpServer;
+use toolhost::mcp::log::LogRelay;
 use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
 
 /// How `serve` was asked to run.
@@ -25,7 +26,11 @@ pub(crate) struct ServeOptions {
     pub(crate) no_watch: bool,
 }
 
-pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    settings: &Settings,
+    options: ServeOptions,
+    logs: LogRelay,
+) -> anyhow::Result<ExitCode> {
     let token = match &options.token_env {
         Some(var) => Some(
             std::env::var(var)
@@ -61,17 +66,18 @@ pub(crate) async fn run(settings: &Settings, options: ServeOptions) -> anyhow::R
         .as_ref()
         .map(|path| super::status::publish(reloader.clone(), path.clone()));
     match &options.http {
-        None => serve_stdio(host, reloader).await,
-        Some(address) => serve_http(host, reloader, address, token).await,
+        None => serve_stdio(host, reloader, logs).await,
+        Some(address) => serve_http(host, reloader, logs, address, token).await,
     }
 }
 
-async fn serve_stdio(host: Arc<Host>, reloader: Arc<Reloader>) -> anyhow::Result<ExitCode> {
-    let server = McpServer::new(
-        host,
-        Some(reloader),
-        format!("mcp-stdio-{}", std::process::id()),
-    );
+async fn serve_stdio(
+    host: Arc<Host>,
+    reloader: Arc<Reloader>,
+    logs: LogRelay,
+) -> anyhow::Result<ExitCode> {
+    let id = format!("mcp-stdio-{}", std::process::id());
+    let server = McpServer::new(host, Some(reloader), id).with_logs(logs);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
     let service = match server.serve(rmcp::transport::stdio()).await {
         Ok(service) => service,
@@ -93,6 +99,7 @@ async fn serve_stdio(host: Arc<Host>, reloader: Arc<Reloader>) -> anyhow::Result
 async fn serve_http(
     host: Arc<Host>,
     reloader: Arc<Reloader>,
+    logs: LogRelay,
     address: &str,
     token: Option<String>,
 ) -> anyhow::Result<ExitCode> {
@@ -115,7 +122,7 @@ async fn serve_http(
         config = config.with_allowed_hosts(hosts);
     }
     let shutdown = config.cancellation_token.clone();
-    let factory = McpServer::factory(host, Some(reloader), "mcp-http");
+    let factory = McpServer::factory(host, Some(reloader), Some(logs), "mcp-http");
     let service = StreamableHttpService::new(
         move || Ok(factory()),
         Arc::new(LocalSessionManager::default()),

@@ -2,28 +2,41 @@
 //! SDK). `tools/list` reads the live catalog; `tools/call` goes through [`Host::invoke`], so
 //! validation, dedup (scoped to the MCP session), limits and audit hold as for every caller.
 //! After each reload that changes the tools, every connected session is sent
-//! `notifications/tools/list_changed`.
+//! `notifications/tools/list_changed`, and the host's own log messages as
+//! `notifications/message` (see [`log`]).
+
+// MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
+// the revisions this server speaks (up to 2025-11-25), and clients rely on it there.
+#![allow(deprecated)]
+
+pub mod log;
 
 use crate::invoke::{Host, Session};
 use crate::reload::Reloader;
+use log::{LogRecord, LogRelay};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool as McpTool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use tokio::sync::broadcast;
 
 /// One MCP session's view of the host. Each session (the stdio connection, or each HTTP
 /// session) gets its own, and so its own dedup memory and audit session id.
 pub struct McpServer {
     host: Arc<Host>,
     reloader: Option<Arc<Reloader>>,
+    logs: Option<LogRelay>,
     session: Arc<Session>,
+    /// The least severe level this session wants relayed (`logging/setLevel`).
+    log_level: Arc<AtomicU8>,
 }
 
 impl McpServer {
@@ -33,21 +46,34 @@ impl McpServer {
         McpServer {
             host,
             reloader,
+            logs: None,
             session: Arc::new(Session::new(id)),
+            log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
         }
+    }
+
+    /// Relays the host's log messages from `logs` to this session.
+    pub fn with_logs(mut self, logs: LogRelay) -> Self {
+        self.logs = Some(logs);
+        self
     }
 
     /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...).
     pub fn factory(
         host: Arc<Host>,
         reloader: Option<Arc<Reloader>>,
+        logs: Option<LogRelay>,
         prefix: &str,
     ) -> impl Fn() -> McpServer + Send + Sync + Clone + 'static {
         let counter = Arc::new(AtomicU64::new(0));
         let prefix = format!("{prefix}-{}", std::process::id());
         move || {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
-            McpServer::new(host.clone(), reloader.clone(), format!("{prefix}-{n}"))
+            let server = McpServer::new(host.clone(), reloader.clone(), format!("{prefix}-{n}"));
+            match &logs {
+                Some(logs) => server.with_logs(logs.clone()),
+                None => server,
+            }
         }
     }
 }
@@ -125,7 +151,24 @@ impl ServerHandler for McpServer {
         Ok(result.into())
     }
 
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level
+            .store(log::severity(request.level), Ordering::Relaxed);
+        Ok(())
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(logs) = &self.logs {
+            relay_logs(
+                logs.subscribe(),
+                context.peer.clone(),
+                self.log_level.clone(),
+            );
+        }
         let Some(reloader) = &self.reloader else {
             return;
         };
@@ -140,14 +183,41 @@ impl ServerHandler for McpServer {
                         }
                     }
                     Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
                         if peer.notify_tool_list_changed().await.is_err() {
                             return;
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Closed) => return,
                 }
             }
         });
     }
+}
+
+/// Sends each relayed log message at or above the session's level, until the session ends.
+fn relay_logs(
+    mut records: broadcast::Receiver<LogRecord>,
+    peer: Peer<RoleServer>,
+    level: Arc<AtomicU8>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let record = match records.recv().await {
+                Ok(record) => record,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            if log::severity(record.level) < level.load(Ordering::Relaxed) {
+                continue;
+            }
+            let param =
+                LoggingMessageNotificationParam::new(record.level, Value::String(record.message))
+                    .with_logger(record.target);
+            let sent = peer.notify_logging_message(param).await;
+            if sent.is_err() {
+                return; // The session is gone.
+            }
+        }
+    });
 }
