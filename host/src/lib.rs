@@ -21,8 +21,8 @@
 //! ```
 //!
 //! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
-//! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, and
-//! later MCP and the agent loop) all go through [`invoke::Host::invoke`].
+//! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, the
+//! MCP server, and later the agent loop) all go through [`invoke::Host::invoke`].
 
 pub mod audit;
 pub mod catalog;

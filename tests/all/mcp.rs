@@ -1,7 +1,7 @@
 //! `toolhost serve` driven by the official MCP client (rmcp), over stdio and streamable HTTP:
 //! list, call, errors as results, list_changed after a reload, status, and the HTTP guards.
 
-use crate::support::{Fixture, cache_dir, ensemble};
+use crate::support::{Fixture, cache_dir, ensemble, fail_ensemble};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -182,14 +182,7 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
     assert_eq!(tool_names(&client).await.len(), 3);
 
     // A new ensemble file: the session is told, and the list has the new tool.
-    fixture.write(
-        "more.toml",
-        &ensemble(
-            "more",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    fixture.write("more.toml", &fail_ensemble("more"));
     tokio::time::timeout(DEADLINE, changed.notified())
         .await
         .expect("notifications/tools/list_changed");
@@ -319,14 +312,7 @@ async fn http_serves_lists_calls_and_announces_reloads() {
     let result = call(&client, "echo", json!({"via": "http"})).await;
     assert_eq!(text(&result), r#"{"via":"http"}"#);
 
-    fixture.write(
-        "more.toml",
-        &ensemble(
-            "more",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    fixture.write("more.toml", &fail_ensemble("more"));
     tokio::time::timeout(DEADLINE, changed.notified())
         .await
         .expect("notifications/tools/list_changed");

@@ -2,7 +2,7 @@
 //! events (never fixed sleeps): every way editors and deployments change files, failures that
 //! keep the last good version, and calls that go on while the catalog is swapped.
 
-use crate::support::{Fixture, ensemble, err, ok, runtime, session};
+use crate::support::{Fixture, ensemble, err, fail_ensemble, ok, runtime, session};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -145,14 +145,7 @@ async fn new_deleted_and_recreated_ensemble_files_add_and_remove_tools() {
     fixture.write("web.toml", &echo_ensemble("web"));
     let mut live = Live::new(fixture).await;
 
-    let other = live.fixture.write(
-        "other.toml",
-        &ensemble(
-            "other",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    let other = live.fixture.write("other.toml", &fail_ensemble("other"));
     let change = live.change(|c| !c.added.is_empty()).await;
     assert_eq!(change.added, ["fail"]);
     assert_eq!(
@@ -168,14 +161,7 @@ async fn new_deleted_and_recreated_ensemble_files_add_and_remove_tools() {
         ErrorKind::UnknownTool
     );
 
-    live.fixture.write(
-        "other.toml",
-        &ensemble(
-            "other",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    live.fixture.write("other.toml", &fail_ensemble("other"));
     let change = live.change(|c| !c.added.is_empty()).await;
     assert_eq!(change.added, ["fail"]);
 }
@@ -324,14 +310,7 @@ async fn a_name_collision_keeps_the_changed_ensembles_previous_version() {
         "a.toml",
         &ensemble("a", "echo", "[[invokers]]\ninvoker = { name = \"echo\" }\n"),
     );
-    let b = fixture.write(
-        "b.toml",
-        &ensemble(
-            "b",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    let b = fixture.write("b.toml", &fail_ensemble("b"));
     let mut live = Live::new(fixture).await;
     std::fs::write(
         &b,
@@ -460,14 +439,7 @@ async fn an_unchanged_component_is_not_recompiled() {
 async fn status_lists_what_was_loaded_when_with_hashes() {
     let fixture = Fixture::new();
     let file = fixture.write("web.toml", &echo_ensemble("v1"));
-    fixture.write(
-        "other.toml",
-        &ensemble(
-            "other",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
-        ),
-    );
+    fixture.write("other.toml", &fail_ensemble("other"));
     let mut live = Live::new(fixture).await;
     let first = live.reloader.status();
     let web = first

@@ -107,6 +107,15 @@ pub fn ensemble(name: &str, component: &str, rest: &str) -> String {
     )
 }
 
+/// An ensemble `name` over `testbed` with one tool, `fail` (a tool error of its own).
+pub fn fail_ensemble(name: &str) -> String {
+    ensemble(
+        name,
+        "testbed",
+        "[[invokers]]\ninvoker = { name = \"fail\" }\n",
+    )
+}
+
 /// The successful text of a call, or a panic that shows the error.
 pub fn ok(outcome: &CallOutcome) -> String {
     match &outcome.result {

@@ -219,18 +219,12 @@ impl Host {
         let started = Instant::now();
         let catalog = self.catalog.snapshot();
         let parsed = parse_arguments(arguments.into());
-        let (result, deduplicated, found) = match self.lookup(&catalog, session, tool) {
-            Err(e) => (Err(e), false, None),
-            Ok(found) => match parsed
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|value| validate(found, value).map(|()| value))
-            {
-                Err(e) => (Err(e), false, Some(found)),
-                Ok(value) => {
-                    let (result, deduplicated) = self.run_deduplicated(session, found, value).await;
-                    (result, deduplicated, Some(found))
-                }
+        let found = self.lookup(&catalog, session, tool);
+        let (result, deduplicated) = match (&found, &parsed) {
+            (Err(e), _) | (Ok(_), Err(e)) => (Err(e.clone()), false),
+            (Ok(found), Ok(value)) => match validate(found, value) {
+                Err(e) => (Err(e), false),
+                Ok(()) => self.run_deduplicated(session, found, value).await,
             },
         };
         let outcome = CallOutcome {
@@ -241,7 +235,7 @@ impl Host {
         };
         self.audit(
             session,
-            found.map(|t| t.as_ref()),
+            found.ok().map(|t| t.as_ref()),
             parsed.ok().as_ref(),
             &outcome,
         );
