@@ -6,7 +6,7 @@
 //! (so `toolhost check` reports them all). An ensemble with any error is refused whole and its
 //! tools are left out; the others load.
 
-use crate::catalog::{Catalog, EnsembleInfo, Tool, VersionHash};
+use crate::catalog::{CallGate, Catalog, EnsembleInfo, Tool, VersionHash};
 use crate::config::v1::{Capabilities, EnsembleFile, InvokerFile, InvokerSection, Limits};
 use crate::config::{Access, DedupMode, Diagnostic, FileKind, Location, SourceFile};
 use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime};
@@ -22,6 +22,8 @@ use toml::Spanned;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_MEMORY_MIB: u64 = 64;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
+pub const DEFAULT_MAX_CONCURRENCY: u64 = 8;
+pub const DEFAULT_MAX_QUEUE: u64 = 64;
 
 /// The result of resolving an ensembles directory: what loaded, and every error found.
 #[derive(Debug, Default)]
@@ -362,6 +364,8 @@ static NO_LIMITS: Limits = Limits {
     timeout_ms: None,
     memory_mib: None,
     max_output_bytes: None,
+    max_concurrency: None,
+    max_queue: None,
 };
 static NO_CAPABILITIES: Capabilities = Capabilities {
     network: Vec::new(),
@@ -601,8 +605,19 @@ async fn resolve_invoker(
         &sandbox,
         dedup,
     );
+    let max_running = draft
+        .limits
+        .max_concurrency
+        .or(defaults.max_concurrency)
+        .map_or(DEFAULT_MAX_CONCURRENCY, |v| v.get());
+    let max_waiting = draft
+        .limits
+        .max_queue
+        .or(defaults.max_queue)
+        .map_or(DEFAULT_MAX_QUEUE, |v| v.get());
     Ok(Tool {
         definition: draft.source.at(section.name.span()),
+        gate: Arc::new(CallGate::new(max_running as usize, max_waiting as usize)),
         name: full_name,
         ensemble: ensemble_name.to_string(),
         ensemble_file: ensemble_source.path.clone(),

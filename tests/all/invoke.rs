@@ -262,3 +262,42 @@ async fn every_call_leaves_one_redacted_audit_record() {
     assert_eq!(records[1]["deduplicated"], true);
     assert_eq!(records[2]["outcome"], "unknown-tool");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_concurrency_limit_and_its_queue_are_busy() {
+    let fixture = Fixture::new();
+    let rest = "[defaults]\ndedup = \"off\"\ntimeout-ms = 20000\n\n\
+        [[invokers]]\ninvoker = { name = \"sleep\" }\nlimits = { max-concurrency = 1, max-queue = 1 }\n";
+    fixture.write("t.toml", &ensemble("t", "testbed", rest));
+    let host = Arc::new(fixture.host().await);
+    let calls: Vec<_> = (0..3)
+        .map(|n| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.invoke(&session(), "sleep", json!({"ms": 600, "n": n}))
+                    .await
+            })
+        })
+        .collect();
+    let mut busy = Vec::new();
+    let mut succeeded = 0;
+    for call in calls {
+        match call.await.expect("task").result {
+            Ok(_) => succeeded += 1,
+            Err(e) => busy.push(e),
+        }
+    }
+    assert_eq!(
+        succeeded, 2,
+        "one running and one queued call should succeed: {busy:?}"
+    );
+    assert_eq!(busy.len(), 1);
+    assert_eq!(busy[0].kind, ErrorKind::Busy);
+    assert!(
+        busy[0].message.contains("1 call(s) running and 1 waiting"),
+        "{}",
+        busy[0].message
+    );
+    // With the queue drained, the tool answers again.
+    ok(&host.invoke(&session(), "sleep", json!({"ms": 1})).await);
+}

@@ -26,6 +26,8 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
                         "timeout_ms": t.limits.timeout.as_millis() as u64,
                         "memory_mib": t.limits.memory_bytes >> 20,
                         "max_output_bytes": t.limits.max_output_bytes,
+                        "max_concurrency": t.gate.max_running,
+                        "max_queue": t.gate.max_waiting,
                     },
                     "grants": t.sandbox.preopens.iter().map(|p| serde_json::json!({
                         "guest": p.guest, "host": p.host, "writable": p.writable,

@@ -10,8 +10,8 @@ pub mod v1;
 
 pub use diagnostic::{Diagnostic, Location, Note};
 pub use names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib,
-    TimeoutMs, ToolName,
+    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
+    MaxOutputBytes, MaxQueue, MemoryMib, TimeoutMs, ToolName,
 };
 
 use serde::Deserialize;

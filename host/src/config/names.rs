@@ -151,6 +151,14 @@ bounded!(
     MemoryMib, "memory-mib", 1, 4096
 );
 bounded!(
+    /// `max-concurrency`: calls of one invoker that may run at once, 1 to 1024.
+    MaxConcurrency, "max-concurrency", 1, 1024
+);
+bounded!(
+    /// `max-queue`: calls of one invoker that may wait for a turn, 0 to 65536.
+    MaxQueue, "max-queue", 0, 65536
+);
+bounded!(
     /// `max-output-bytes`: 1 byte to 64 MiB.
     MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
 );

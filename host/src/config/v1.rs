@@ -2,8 +2,8 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxOutputBytes, MemoryMib,
-    TimeoutMs, ToolName,
+    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
+    MaxOutputBytes, MaxQueue, MemoryMib, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -46,6 +46,8 @@ pub struct Defaults {
     pub timeout_ms: Option<TimeoutMs>,
     pub memory_mib: Option<MemoryMib>,
     pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_concurrency: Option<MaxConcurrency>,
+    pub max_queue: Option<MaxQueue>,
     pub dedup: Option<DedupMode>,
 }
 
@@ -118,6 +120,8 @@ pub struct Limits {
     pub timeout_ms: Option<TimeoutMs>,
     pub memory_mib: Option<MemoryMib>,
     pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_concurrency: Option<MaxConcurrency>,
+    pub max_queue: Option<MaxQueue>,
 }
 
 /// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.

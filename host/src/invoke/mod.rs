@@ -39,7 +39,8 @@ pub enum ErrorKind {
     CapabilityDenied,
     /// The plugin's own `failed` error.
     ToolError,
-    /// The host could not start the call (no instance slot, sandbox set-up failed).
+    /// The invoker's `max-concurrency` calls are running and `max-queue` are waiting, or
+    /// the call's sandbox could not be set up.
     Busy,
 }
 
@@ -288,6 +289,15 @@ impl Host {
     }
 
     async fn run(&self, tool: &Tool, arguments: &Value) -> Result<Arc<str>, CallError> {
+        let _turn = tool.gate.enter().await.map_err(|_| {
+            CallError::new(
+                ErrorKind::Busy,
+                format!(
+                    "tool `{}` is busy: {} call(s) running and {} waiting, its limits; try again shortly",
+                    tool.name, tool.gate.max_running, tool.gate.max_waiting
+                ),
+            )
+        })?;
         let _permit = self
             .slots
             .acquire()
