@@ -303,3 +303,53 @@ async fn a_plugins_own_error_is_a_tool_error() {
     assert_eq!(error.kind, ErrorKind::ToolError);
     assert_eq!(error.message, "the tool failed on purpose");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_and_name_lookups_are_closed() {
+    let fixture = Fixture::new();
+    let rest = "[[invokers]]\ninvoker = { name = \"connect\" }\n\n[[invokers]]\ninvoker = { name = \"udp_send\" }\n\n\
+        [[invokers]]\ninvoker = { name = \"resolve\" }\n";
+    fixture.write("net.toml", &ensemble("net", "testbed", rest));
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    let host = fixture.host().await;
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let tcp_address = tcp.local_addr().expect("address").to_string();
+    let udp_address = udp.local_addr().expect("address").to_string();
+
+    for (tool, args) in [
+        ("connect", json!({ "address": tcp_address })),
+        ("connect", json!({ "address": "192.0.2.1:80" })),
+        ("udp_send", json!({ "address": udp_address })),
+        ("resolve", json!({ "name": "localhost:80" })),
+    ] {
+        let error = err(&host.invoke(&session(), tool, args.clone()).await);
+        assert_eq!(
+            error.kind,
+            ErrorKind::ToolError,
+            "{tool} {args}: {}",
+            error.message
+        );
+        assert!(
+            !error.message.starts_with("no tool"),
+            "the testbed is stale: {}",
+            error.message
+        );
+    }
+    // Nothing arrived on the host's side.
+    assert!(tcp.accept().is_err(), "a TCP connection got through");
+    assert!(
+        udp.recv(&mut [0u8; 16]).is_err(),
+        "a UDP datagram got through"
+    );
+    still_serving(&host).await;
+}

@@ -37,6 +37,9 @@ const TOOLS: &[(&str, &str)] = &[
         "Sleep `sleep_ms` if given, append a line to `path` (a granted read-write file) and return how many lines it has.",
     ),
     ("fail", "Return a tool error of the plugin's own."),
+    ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
+    ("udp_send", "Send a UDP datagram to `address`."),
+    ("resolve", "Look up the addresses of `name` (host:port) through DNS."),
 ];
 
 fn arg<'a>(args: &'a Value, key: &str) -> &'a Value {
@@ -134,6 +137,24 @@ impl Guest for Testbed {
                 Ok(json!({ "runs": lines, "args": args }).to_string())
             }
             "fail" => Err(ToolError::Failed("the tool failed on purpose".into())),
+            "connect" => {
+                let address = arg(&args, "address").as_str().unwrap_or("");
+                let mut stream = std::net::TcpStream::connect(address).map_err(io)?;
+                stream.write_all(b"hello from the sandbox\n").map_err(io)?;
+                Ok("connected".into())
+            }
+            "udp_send" => {
+                let address = arg(&args, "address").as_str().unwrap_or("");
+                let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(io)?;
+                socket.send_to(b"hello", address).map_err(io)?;
+                Ok("sent".into())
+            }
+            "resolve" => {
+                use std::net::ToSocketAddrs;
+                let name = arg(&args, "name").as_str().unwrap_or("");
+                let found: Vec<String> = name.to_socket_addrs().map_err(io)?.map(|a| a.to_string()).collect();
+                Ok(json!(found).to_string())
+            }
             other => Err(ToolError::Failed(format!("no tool {other}"))),
         }
     }
