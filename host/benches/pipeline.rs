@@ -10,6 +10,10 @@
 //! - `startup/50_invokers_warm_cache`: a new runtime resolving 50 invokers over 6 components
 //!   with the compiled-component cache warm. Target < 100 ms.
 //!
+//! - `isolation/echo_alone` vs `isolation/echo_while_a_tool_spins`: the trivial tool's calls
+//!   alone, and while another task calls a tool that spins until its 200 ms timeout, back to
+//!   back. On two cores the spinning guest takes one; the echo calls keep the other.
+//!
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -316,5 +320,75 @@ fn startup(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calls, validation, startup);
+/// A plugin that spins until its timeout, called back to back on one worker, against the
+/// latency of a trivial tool's calls.
+fn isolation(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let temp = tempfile::tempdir().expect("temp");
+    let dir = temp.path().join("ensembles");
+    write_ensembles(&dir);
+    let spin = format!(
+        "schema-version = 1\n[ensemble]\nname = \"spin\"\ncomponent = \"{}\"\n\n[defaults]\ndedup = \"off\"\ntimeout-ms = 200\n\n\
+         [[invokers]]\ninvoker = {{ name = \"spin\" }}\n",
+        toolhost_testkit::TESTBED
+    );
+    std::fs::write(dir.join("spin.toml"), spin).expect("write");
+    let runtime = Arc::new(runtime(&temp.path().join("cache")));
+    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    let host = Arc::new(Host::new(
+        Arc::new(LiveCatalog::new(resolved.catalog)),
+        runtime,
+        None,
+        64,
+    ));
+    let session = Session::new("bench");
+    let arguments = json!({"text": "hello"});
+    let mut group = c.benchmark_group("isolation");
+    group.measurement_time(Duration::from_secs(8));
+    group.bench_function("echo_alone", |b| {
+        b.iter(|| {
+            assert!(
+                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
+                    .result
+                    .is_ok()
+            )
+        })
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spins = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let spinner = {
+        let (host, stop, spins) = (host.clone(), stop.clone(), spins.clone());
+        rt.spawn(async move {
+            let session = Session::new("spinner");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let outcome = host.invoke(&session, "spin", json!({})).await;
+                assert!(outcome.result.is_err(), "spin cannot succeed");
+                spins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    group.bench_function("echo_while_a_tool_spins", |b| {
+        b.iter(|| {
+            assert!(
+                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
+                    .result
+                    .is_ok()
+            )
+        })
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    rt.block_on(spinner).expect("spinner");
+    eprintln!(
+        "spin calls timed out during echo_while_a_tool_spins: {}",
+        spins.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    group.finish();
+}
+
+criterion_group!(benches, calls, validation, startup, isolation);
 criterion_main!(benches);

@@ -6,6 +6,7 @@ mod dedup;
 mod invoke;
 mod mcp;
 mod plugins;
+mod props;
 mod reload;
 mod runtime;
 mod sandbox;

@@ -24,11 +24,16 @@ impl DedupKey {
         hasher.update(tool.as_bytes());
         hasher.update(&[0]);
         hasher.update(&version.0);
-        let mut canonical = Vec::with_capacity(128);
-        write_canonical(arguments, &mut canonical);
-        hasher.update(&canonical);
+        hasher.update(&canonical_json(arguments));
         DedupKey(*hasher.finalize().as_bytes())
     }
+}
+
+/// `value` as JSON with object keys sorted at every depth: the bytes dedup keys hash.
+pub fn canonical_json(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out);
+    out
 }
 
 /// Writes `value` as JSON with object keys sorted, so `{"a":1,"b":2}` and `{"b":2,"a":1}`

@@ -6,7 +6,7 @@
 
 mod dedup;
 
-pub use dedup::{DedupCache, DedupKey};
+pub use dedup::{DedupCache, DedupKey, canonical_json};
 
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::catalog::{Catalog, LiveCatalog, Tool};
