@@ -12,7 +12,9 @@
 //!
 //! - `isolation/echo_alone` vs `isolation/echo_while_a_tool_spins`: the trivial tool's calls
 //!   alone, and while another task calls a tool that spins until its 200 ms timeout, back to
-//!   back. On two cores the spinning guest takes one; the echo calls keep the other.
+//!   back, against `isolation/echo_while_a_native_thread_spins` (a plain thread spinning on one
+//!   core: what the machine's cores explain). On two cores the spinning guest takes one; the
+//!   echo calls keep the other.
 //!
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
@@ -359,6 +361,29 @@ fn isolation(c: &mut Criterion) {
             )
         })
     });
+    // The machine's own share: the same calls while a native thread spins on one core. The
+    // guest's effect is explained by the cores when it is no worse than this.
+    let native_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let native = {
+        let stop = native_stop.clone();
+        std::thread::spawn(move || {
+            let mut x = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                x = black_box(x.wrapping_add(1));
+            }
+        })
+    };
+    group.bench_function("echo_while_a_native_thread_spins", |b| {
+        b.iter(|| {
+            assert!(
+                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
+                    .result
+                    .is_ok()
+            )
+        })
+    });
+    native_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    native.join().expect("native spinner");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spins = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let spinner = {
