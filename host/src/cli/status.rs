@@ -24,7 +24,8 @@ pub(crate) fn publish(reloader: Arc<Reloader>, path: PathBuf) -> tokio::task::Jo
         loop {
             let published = Published {
                 pid: std::process::id(),
-                ensembles_dir: reloader.dir().to_path_buf(),
+                ensembles_dir: std::path::absolute(reloader.dir())
+                    .unwrap_or_else(|_| reloader.dir().to_path_buf()),
                 status: reloader.status(),
             };
             if let Err(e) = write(&path, &published) {
