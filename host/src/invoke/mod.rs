@@ -1,4 +1,5 @@
-//! invoke: one call, the single path that the CLI, the MCP server and the agent loop share.
+//! invoke: one call, the single path that the CLI and the MCP server (and, when it lands, the
+//! agent loop) share.
 //!
 //! lookup in a catalog snapshot -> allow/deny -> parse and validate the arguments (every
 //! violation, with its JSON pointer) -> dedup (single-flight, per session) -> run in a fresh
