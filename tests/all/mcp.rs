@@ -395,3 +395,20 @@ fn http_beyond_loopback_needs_a_token() {
     assert_eq!(output.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--token-env"));
 }
+
+#[test]
+fn serve_stops_cleanly_on_sigterm() {
+    let fixture = fixture();
+    let mut server = HttpServer::start(&fixture, &[], &[]);
+    let pid = server.child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let status = server.child.wait().expect("serve exits");
+    assert!(
+        status.success(),
+        "serve did not exit cleanly on SIGTERM: {status:?}"
+    );
+}
