@@ -151,6 +151,18 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
     let client = handler.serve(transport).await.expect("MCP session");
 
     assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
+    let info = client.peer_info().expect("initialized");
+    assert!(
+        info.capabilities.logging.is_some(),
+        "logging is not advertised"
+    );
+    assert!(
+        info.capabilities
+            .tools
+            .as_ref()
+            .and_then(|t| t.list_changed)
+            == Some(true)
+    );
     let schema = client
         .list_all_tools()
         .await
