@@ -4,6 +4,7 @@
 use crate::support::{Fixture, ensemble, err, ok, session};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 use toolhost::invoke::{CallPolicy, ErrorKind, Session};
 
 const ECHO: &str = "[[invokers]]\ninvoker = { name = \"echo\" }\n\n[[invokers]]\ninvoker = { name = \"reject\" }\n";
@@ -203,27 +204,43 @@ async fn limits_come_from_the_invoker_then_the_defaults_then_built_ins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_finishes_on_the_catalog_it_started_with() {
     let fixture = Fixture::new();
-    let rest = "[[invokers]]\ninvoker = { name = \"sleep\" }\n";
+    let data = fixture.mkdir("data");
+    let rest = "[defaults]\ntimeout-ms = 30000\n\n\
+        [grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n\n\
+        [[invokers]]\ninvoker = { name = \"count\" }\n\
+        capabilities = { files = [{ guest = \"/data\", access = \"read-write\" }] }\n";
     fixture.write("t.toml", &ensemble("t", "testbed", rest));
     let host = Arc::new(fixture.host().await);
     let call = {
         let host = host.clone();
-        tokio::spawn(async move { host.invoke(&session(), "sleep", json!({"ms": 400})).await })
+        tokio::spawn(async move {
+            host.invoke(
+                &session(),
+                "count",
+                json!({"path": "/data/runs", "sleep_ms": 500}),
+            )
+            .await
+        })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The tool writes its line before it sleeps: once the line is there, the call is in flight.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !data.join("runs").exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the call started");
     // The ensemble is disabled while the call runs.
-    std::fs::write(
-        fixture.ensembles().join("t.toml"),
-        ensemble("t", "testbed", rest).replace("[ensemble]", "[ensemble]\nenabled = false"),
-    )
-    .expect("write");
+    let disabled =
+        ensemble("t", "testbed", rest).replace("[ensemble]", "[ensemble]\nenabled = false");
+    std::fs::write(fixture.ensembles().join("t.toml"), disabled).expect("write");
     host.catalog().replace(fixture.resolve().await.catalog);
     let outcome = call.await.expect("task");
-    assert_eq!(ok(&outcome), r#"{"slept_ms":400}"#);
-    assert_eq!(
-        err(&host.invoke(&session(), "sleep", json!({"ms": 1})).await).kind,
-        ErrorKind::UnknownTool
-    );
+    assert!(ok(&outcome).contains("\"runs\":1"), "{:?}", outcome.result);
+    let after = host
+        .invoke(&session(), "count", json!({"path": "/data/runs"}))
+        .await;
+    assert_eq!(err(&after).kind, ErrorKind::UnknownTool);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +291,7 @@ async fn calls_past_the_concurrency_limit_and_its_queue_are_busy() {
         .map(|n| {
             let host = host.clone();
             tokio::spawn(async move {
-                host.invoke(&session(), "sleep", json!({"ms": 600, "n": n}))
+                host.invoke(&session(), "sleep", json!({"ms": 1500, "n": n}))
                     .await
             })
         })

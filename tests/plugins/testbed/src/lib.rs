@@ -34,7 +34,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("sleep", "Sleep `ms` milliseconds, then return."),
     (
         "count",
-        "Sleep `sleep_ms` if given, append a line to `path` (a granted read-write file) and return how many lines it has.",
+        "Append a line to `path` (a granted read-write file), sleep `sleep_ms` if given, and return how many lines it has.",
     ),
     ("fail", "Return a tool error of the plugin's own."),
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
@@ -123,9 +123,6 @@ impl Guest for Testbed {
                 Ok(json!({ "slept_ms": arg(&args, "ms") }).to_string())
             }
             "count" => {
-                if let Some(ms) = arg(&args, "sleep_ms").as_u64() {
-                    std::thread::sleep(std::time::Duration::from_millis(ms));
-                }
                 let mut file = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
@@ -133,6 +130,10 @@ impl Guest for Testbed {
                     .map_err(io)?;
                 file.write_all(b"run\n").map_err(io)?;
                 drop(file);
+                // After the line is written, so a test can see that the call is running.
+                if let Some(ms) = arg(&args, "sleep_ms").as_u64() {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
                 let lines = std::fs::read_to_string(path).map_err(io)?.lines().count();
                 Ok(json!({ "runs": lines, "args": args }).to_string())
             }
