@@ -81,6 +81,9 @@ pub struct Tool {
     pub invoker_file: PathBuf,
     pub enabled: bool,
     pub component: Arc<LoadedComponent>,
+    /// The component file this invoker's descriptor names. (`component.path` is where those
+    /// bytes were first loaded, which may be another ensemble's file with the same content.)
+    pub component_path: PathBuf,
     /// The tool's name inside the component.
     pub component_tool: String,
     pub description: String,

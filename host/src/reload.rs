@@ -317,7 +317,7 @@ impl WatchTargets {
         self.components = catalog
             .all_tools()
             .iter()
-            .map(|t| absolute(&t.component.path))
+            .map(|t| absolute(&t.component_path))
             .collect();
         let ensembles = absolute(ensembles);
         let wanted: HashSet<PathBuf> = self

@@ -624,6 +624,7 @@ async fn resolve_invoker(
         invoker_file: draft.source.path.clone(),
         enabled: ensemble.ensemble.enabled && section.enabled,
         component_tool: tool_name.to_string(),
+        component_path: component_path.clone(),
         component,
         description,
         input_schema,

@@ -540,3 +540,19 @@ async fn a_hundred_reloads_under_load_drop_no_call() {
         "calls failed during reloads"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_is_watched_where_this_ensemble_names_it_even_when_shared() {
+    // Another ensemble elsewhere loaded the same bytes first and is still alive: the runtime
+    // shares the compiled component, but the watcher must follow this ensemble's file.
+    let other = Fixture::new();
+    other.write("t.toml", &fail_ensemble("t"));
+    let other_host = other.host().await;
+    let fixture = Fixture::new();
+    fixture.write("t.toml", &fail_ensemble("t"));
+    let wasm = fixture.root().join("testbed.wasm");
+    let mut live = Live::new(fixture).await;
+    replace_by_rename(&wasm, &rebuilt(&wasm, "mine"));
+    live.change(changed("fail")).await;
+    drop(other_host);
+}

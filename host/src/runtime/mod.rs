@@ -102,6 +102,8 @@ pub struct ToolDescription {
 /// A compiled component, ready to instantiate, with what its `describe()` returned.
 pub struct LoadedComponent {
     pub hash: ComponentHash,
+    /// Where these bytes were first loaded from; components are shared by hash, so callers
+    /// that need the file a descriptor named keep that path themselves.
     pub path: PathBuf,
     pub tools: Vec<ToolDescription>,
     pre: PluginPre<CallState>,
