@@ -350,17 +350,14 @@ fn isolation(c: &mut Criterion) {
     ));
     let session = Session::new("bench");
     let arguments = json!({"text": "hello"});
+    // One echo call, the unit all three isolation benchmarks measure.
+    let echo = || {
+        let outcome = rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()));
+        assert!(outcome.result.is_ok());
+    };
     let mut group = c.benchmark_group("isolation");
     group.measurement_time(Duration::from_secs(8));
-    group.bench_function("echo_alone", |b| {
-        b.iter(|| {
-            assert!(
-                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
-                    .result
-                    .is_ok()
-            )
-        })
-    });
+    group.bench_function("echo_alone", |b| b.iter(echo));
     // The machine's own share: the same calls while a native thread spins on one core. The
     // guest's effect is explained by the cores when it is no worse than this.
     let native_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -373,15 +370,7 @@ fn isolation(c: &mut Criterion) {
             }
         })
     };
-    group.bench_function("echo_while_a_native_thread_spins", |b| {
-        b.iter(|| {
-            assert!(
-                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
-                    .result
-                    .is_ok()
-            )
-        })
-    });
+    group.bench_function("echo_while_a_native_thread_spins", |b| b.iter(echo));
     native_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     native.join().expect("native spinner");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -397,15 +386,7 @@ fn isolation(c: &mut Criterion) {
             }
         })
     };
-    group.bench_function("echo_while_a_tool_spins", |b| {
-        b.iter(|| {
-            assert!(
-                rt.block_on(host.invoke(&session, "fast_echo", arguments.clone()))
-                    .result
-                    .is_ok()
-            )
-        })
-    });
+    group.bench_function("echo_while_a_tool_spins", |b| b.iter(echo));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     rt.block_on(spinner).expect("spinner");
     eprintln!(

@@ -205,13 +205,7 @@ async fn a_component_replaced_while_it_is_called_finishes_the_call_on_the_old_ve
     );
     let wasm = fixture.root().join("testbed.wasm");
     let mut live = Live::new(fixture).await;
-    let before = live
-        .host
-        .catalog()
-        .snapshot()
-        .get("sleep")
-        .map(|t| t.component_hash())
-        .expect("tool");
+    let before = component_of(&live, "sleep");
 
     let call = {
         let host = live.host.clone();
@@ -222,18 +216,22 @@ async fn a_component_replaced_while_it_is_called_finishes_the_call_on_the_old_ve
     let change = live.change(changed("sleep")).await;
     assert!(change.refused.is_empty());
     assert_eq!(ok(&call.await.expect("task")), r#"{"slept_ms":1500}"#);
-    let after = live
-        .host
-        .catalog()
-        .snapshot()
-        .get("sleep")
-        .map(|t| t.component_hash())
-        .expect("tool");
+    let after = component_of(&live, "sleep");
     assert_ne!(before, after);
     ok(&live
         .host
         .invoke(&session(), "sleep", json!({"ms": 1}))
         .await);
+}
+
+/// The component hash `tool` runs on now.
+fn component_of(live: &Live, tool: &str) -> toolhost::runtime::ComponentHash {
+    live.host
+        .catalog()
+        .snapshot()
+        .get(tool)
+        .map(|t| t.component_hash())
+        .expect("tool")
 }
 
 /// Writes `broken`, checks that the old version keeps serving and the error is reported with
