@@ -16,19 +16,25 @@
 //! catalog   the resolved tools, and the live catalog behind an atomic pointer
 //! invoke    one call: lookup -> allow/deny -> validate -> dedup (single-flight) -> run -> audit
 //! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke
+//! agent     the agent loop: a model calls tools over several steps through invoke; the
+//!           canonical conversation, built-in loop-breaking tools, approvals, events
+//! provider  the LLM APIs behind one trait: openai (chat completions), anthropic (messages),
+//!           prompted (<tool> blocks in text); streaming, retries with backoff
 //! reload    watch -> debounce -> rebuild -> diff -> swap; last good version kept on failure
 //! audit     one JSON line per call, secrets redacted, appended and flushed
 //! ```
 //!
 //! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
 //! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, the
-//! MCP server, and later the agent loop) all go through [`invoke::Host::invoke`].
+//! MCP server and the agent loop) all go through [`invoke::Host::invoke`].
 
+pub mod agent;
 pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod invoke;
 pub mod mcp;
+pub mod provider;
 pub mod reload;
 pub mod resolve;
 pub mod runtime;

@@ -1,5 +1,4 @@
-//! invoke: one call, the single path that the CLI and the MCP server (and, when it lands, the
-//! agent loop) share.
+//! invoke: one call, the single path that the CLI, the MCP server and the agent loop share.
 //!
 //! lookup in a catalog snapshot -> allow/deny -> parse and validate the arguments (every
 //! violation, with its JSON pointer) -> dedup (single-flight, per session) -> run in a fresh
@@ -239,6 +238,32 @@ impl Host {
             session,
             found.ok().map(|t| t.as_ref()),
             parsed.ok().as_ref(),
+            &outcome,
+        );
+        outcome
+    }
+
+    /// Records a call that its caller refused before it ran (a destructive call the user did
+    /// not approve): audited like any other call, with `error` as its outcome.
+    pub fn refuse(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: &Arguments,
+        error: CallError,
+    ) -> CallOutcome {
+        let catalog = self.catalog.snapshot();
+        let outcome = CallOutcome {
+            tool: tool.to_string(),
+            result: Err(error),
+            deduplicated: false,
+            duration: Duration::ZERO,
+        };
+        let parsed = parse_arguments(arguments.clone()).ok();
+        self.audit(
+            session,
+            catalog.get(tool).map(|t| t.as_ref()),
+            parsed.as_ref(),
             &outcome,
         );
         outcome

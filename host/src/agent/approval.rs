@@ -1,0 +1,77 @@
+//! Approvals: `destructive` invokers run only when an [`Approver`] says yes. The CLI asks the
+//! person at the terminal; a non-interactive caller uses an [`ApprovalPolicy`].
+
+use crate::invoke::CallPolicy;
+use crate::provider::BoxFuture;
+use serde_json::Value;
+
+/// A call that needs a yes before it runs.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub tool: String,
+    pub ensemble: String,
+    pub description: String,
+    pub arguments: Value,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Approved,
+    /// Refused; the reason goes back to the model.
+    Refused(String),
+}
+
+/// Decides whether a destructive call may run. Called once per call, one at a time.
+pub trait Approver: Send + Sync {
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval>;
+}
+
+/// A fixed answer for callers that cannot ask anyone: approve the tools that `approved`
+/// permits (names, or prefixes ending in `*`), refuse the rest.
+#[derive(Debug, Clone)]
+pub struct ApprovalPolicy {
+    pub approved: CallPolicy,
+}
+
+impl ApprovalPolicy {
+    /// Approves every call (`toolhost chat --yes`).
+    pub fn approve_all() -> Self {
+        ApprovalPolicy {
+            approved: CallPolicy::default(),
+        }
+    }
+
+    /// Refuses every destructive call.
+    pub fn refuse_all() -> Self {
+        Self::approve_only(Vec::new())
+    }
+
+    /// Approves the tools matching `patterns`, refuses the others.
+    pub fn approve_only(patterns: Vec<String>) -> Self {
+        ApprovalPolicy {
+            approved: CallPolicy {
+                allow: Some(patterns),
+                deny: Vec::new(),
+            },
+        }
+    }
+
+    /// The policy's answer for `tool`, without the future.
+    pub fn decide(&self, tool: &str) -> Approval {
+        if self.approved.permits(tool) {
+            Approval::Approved
+        } else {
+            Approval::Refused(format!(
+                "`{tool}` is destructive and this run's approval policy does not allow it; \
+                 do not retry it, tell the user what you wanted to do instead"
+            ))
+        }
+    }
+}
+
+impl Approver for ApprovalPolicy {
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
+        Box::pin(async move { self.decide(&request.tool) })
+    }
+}

@@ -1,0 +1,57 @@
+//! Events: what a run reports as it happens, for a person's terminal or a program.
+
+use crate::provider::Usage;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One thing that happened in a run. Serialized as `{"type": "tool_call", ...}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A piece of the model's text, as it streams in.
+    TextDelta { text: String },
+    /// The model called a tool; it is about to run (or to be answered at once, if it cannot).
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// A call ended. `outcome` is `ok` or the error kind (`invalid-arguments`, `denied`, ...).
+    ToolResult {
+        id: String,
+        name: String,
+        outcome: String,
+        is_error: bool,
+        content: String,
+        duration_ms: f64,
+        deduplicated: bool,
+    },
+    /// The run ended.
+    Done {
+        ending: Ending,
+        text: String,
+        iterations: u32,
+        usage: Usage,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ending {
+    /// The model answered without calling a tool.
+    Answer,
+    /// The model called `task_completion`; its text is the final answer.
+    Completed,
+    /// The model called `ask_question`; the run waits for the user's reply.
+    Question,
+    /// The model called `converse`: a turn of plain conversation.
+    Converse,
+    /// `max-iterations` model calls were made without an answer.
+    IterationLimit,
+    /// The provider failed (after its retries).
+    Error,
+}
+
+/// Where a run's events go. Called from the run's own task, in order.
+pub type EventSink<'a> = &'a (dyn Fn(Event) + Send + Sync);

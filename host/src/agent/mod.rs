@@ -1,0 +1,412 @@
+//! agent: the host's own agent loop. A model ([`crate::provider::Provider`]) is given the
+//! catalog's tools and calls them over several steps; every call goes through
+//! [`Host::invoke`], so validation, dedup, limits and audit hold as on every other path.
+//!
+//! One run: up to `max_iterations` model calls. Each answer's tool calls run concurrently (at
+//! most `max_parallel_calls` at once) and their results go back in the calls' order. The run
+//! ends when the model answers without a call, calls a built-in loop-breaking tool
+//! ([`builtin`]), reaches the iteration limit, or its provider fails after its retries; the
+//! conversation keeps everything said so far in each case, so it can be continued.
+//!
+//! Decisions the design leaves open: a turn that mixes a loop-breaking built-in with other
+//! calls runs the other calls first (their results are kept), then ends; empty argument text
+//! (`""`) means no arguments; a tool whose name a built-in takes is hidden from the model.
+
+mod approval;
+mod builtin;
+pub mod conversation;
+mod event;
+
+pub use approval::{Approval, ApprovalPolicy, ApprovalRequest, Approver};
+pub use event::{Ending, Event, EventSink};
+
+use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, Session};
+use crate::provider::{ModelRequest, Provider, ProviderError, ToolSpec, Usage};
+use conversation::{Conversation, Invocation, Message, ToolResult};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// How a run behaves.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Model calls per run, at most.
+    pub max_iterations: u32,
+    /// Tool calls of one turn running at once, at most.
+    pub max_parallel_calls: usize,
+    /// Offer `task_completion`, `ask_question` and `converse`.
+    pub builtins: bool,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            max_iterations: 10,
+            max_parallel_calls: 4,
+            builtins: true,
+        }
+    }
+}
+
+/// How a run ended, with its final text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub ending: Ending,
+    /// The answer, the question, the conversational message, or what the limit message says.
+    pub text: String,
+    /// Model calls made.
+    pub iterations: u32,
+    pub usage: Usage,
+}
+
+/// Why a run could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// The loop: a host, a model, and who approves destructive calls.
+pub struct Agent {
+    host: Arc<Host>,
+    provider: Arc<dyn Provider>,
+    approver: Arc<dyn Approver>,
+    options: AgentOptions,
+}
+
+/// A call of one turn, ready to run or already answered.
+enum Step {
+    Answered(ToolResult, &'static str),
+    Run(Arguments),
+}
+
+impl Agent {
+    pub fn new(
+        host: Arc<Host>,
+        provider: Arc<dyn Provider>,
+        approver: Arc<dyn Approver>,
+        options: AgentOptions,
+    ) -> Self {
+        Agent {
+            host,
+            provider,
+            approver,
+            options,
+        }
+    }
+
+    /// The tools offered on the next turn: the built-ins, then the catalog's enabled tools
+    /// that the session's policy permits, from a fresh snapshot (so a reload shows up).
+    pub fn tools(&self, session: &Session) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = Vec::new();
+        if self.options.builtins {
+            specs.extend(builtin::BUILTINS.iter().map(|b| b.spec()));
+        }
+        let catalog = self.host.catalog().snapshot();
+        for tool in catalog.tools() {
+            if !session.policy.permits(&tool.name) || self.builtin(&tool.name).is_some() {
+                continue;
+            }
+            specs.push(ToolSpec {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters: tool.input_schema.clone(),
+            });
+        }
+        specs
+    }
+
+    fn builtin(&self, name: &str) -> Option<&'static builtin::Builtin> {
+        self.options.builtins.then(|| builtin::find(name)).flatten()
+    }
+
+    /// Runs the conversation until it ends; see the module docs. `session` scopes dedup and
+    /// carries the allow/deny lists; use one session per conversation.
+    pub async fn run(
+        &self,
+        conversation: &mut Conversation,
+        session: &Arc<Session>,
+        events: EventSink<'_>,
+    ) -> Result<RunOutcome, AgentError> {
+        let mut usage = Usage::default();
+        let mut iterations = 0;
+        let outcome = loop {
+            if iterations >= self.options.max_iterations {
+                break RunOutcome {
+                    ending: Ending::IterationLimit,
+                    text: format!(
+                        "stopped after {iterations} model call(s) (max-iterations) without a \
+                         final answer; the conversation so far is kept"
+                    ),
+                    iterations,
+                    usage,
+                };
+            }
+            iterations += 1;
+            let tools = self.tools(session);
+            let request = ModelRequest {
+                system: conversation.system.as_deref(),
+                messages: &conversation.messages,
+                tools: &tools,
+            };
+            let on_text = |text: &str| {
+                events(Event::TextDelta {
+                    text: text.to_string(),
+                })
+            };
+            let turn = match self.provider.complete(request, &on_text).await {
+                Ok(turn) => turn,
+                Err(e) => {
+                    events(Event::Done {
+                        ending: Ending::Error,
+                        text: e.to_string(),
+                        iterations,
+                        usage,
+                    });
+                    return Err(e.into());
+                }
+            };
+            usage += turn.usage.unwrap_or_default();
+            let calls = name_calls(turn.calls, conversation, iterations);
+            conversation.messages.push(Message::Assistant {
+                text: turn.text.clone(),
+                calls: calls.clone(),
+            });
+            if calls.is_empty() {
+                break RunOutcome {
+                    ending: Ending::Answer,
+                    text: turn.text,
+                    iterations,
+                    usage,
+                };
+            }
+            let (results, ending) = self.run_calls(&calls, session, events).await;
+            conversation.messages.push(Message::Results { results });
+            if let Some((ending, text)) = ending {
+                break RunOutcome {
+                    ending,
+                    text,
+                    iterations,
+                    usage,
+                };
+            }
+        };
+        events(Event::Done {
+            ending: outcome.ending,
+            text: outcome.text.clone(),
+            iterations: outcome.iterations,
+            usage: outcome.usage,
+        });
+        Ok(outcome)
+    }
+
+    /// Runs one turn's calls; returns their results in the calls' order, and the ending the
+    /// first valid loop-breaking built-in asks for.
+    async fn run_calls(
+        &self,
+        calls: &[Invocation],
+        session: &Arc<Session>,
+        events: EventSink<'_>,
+    ) -> (Vec<ToolResult>, Option<(Ending, String)>) {
+        let mut ending = None;
+        let mut steps = Vec::with_capacity(calls.len());
+        for call in calls {
+            events(Event::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+            let step = if let Some(problem) = &call.problem {
+                error_step(call, ErrorKind::InvalidArguments, problem)
+            } else if let Some(builtin) = self.builtin(&call.name) {
+                match builtin.text(&call.arguments) {
+                    Ok(text) => {
+                        ending.get_or_insert((builtin.ending, text));
+                        Step::Answered(result(call, "delivered to the user".into(), false), "ok")
+                    }
+                    Err(message) => error_step(call, ErrorKind::InvalidArguments, &message),
+                }
+            } else {
+                let arguments = arguments_of(call);
+                match self.approval(session, call, &arguments).await {
+                    Approval::Approved => Step::Run(arguments),
+                    Approval::Refused(reason) => {
+                        let error = CallError {
+                            kind: ErrorKind::Denied,
+                            message: reason,
+                            violations: Vec::new(),
+                        };
+                        let outcome = self.host.refuse(session, &call.name, &arguments, error);
+                        Step::Answered(outcome_result(call, &outcome), "denied")
+                    }
+                }
+            };
+            steps.push(step);
+        }
+
+        let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
+        let limit = Arc::new(Semaphore::new(self.options.max_parallel_calls.max(1)));
+        let mut running = JoinSet::new();
+        for (index, (call, step)) in calls.iter().zip(steps).enumerate() {
+            match step {
+                Step::Answered(answer, outcome) => {
+                    events(result_event(&answer, outcome, Duration::ZERO, false));
+                    results[index] = Some(answer);
+                }
+                Step::Run(arguments) => {
+                    let host = Arc::clone(&self.host);
+                    let session = Arc::clone(session);
+                    let limit = Arc::clone(&limit);
+                    let name = call.name.clone();
+                    running.spawn(async move {
+                        // The semaphore is never closed; without a permit the call still runs.
+                        let _permit = limit.acquire_owned().await.ok();
+                        (index, host.invoke(&session, &name, arguments).await)
+                    });
+                }
+            }
+        }
+        while let Some(joined) = running.join_next().await {
+            let Ok((index, outcome)) = joined else {
+                continue;
+            };
+            let answer = outcome_result(&calls[index], &outcome);
+            let kind = match &outcome.result {
+                Ok(_) => "ok",
+                Err(e) => e.kind.as_str(),
+            };
+            events(result_event(
+                &answer,
+                kind,
+                outcome.duration,
+                outcome.deduplicated,
+            ));
+            results[index] = Some(answer);
+        }
+        let results = calls
+            .iter()
+            .zip(results)
+            .map(|(call, r)| {
+                r.unwrap_or_else(|| result(call, "crashed: the call's task failed".into(), true))
+            })
+            .collect();
+        (results, ending)
+    }
+
+    /// Asks the approver when the call is to a destructive tool with valid arguments (an
+    /// invalid or unknown call is refused by `invoke` with a better message).
+    async fn approval(
+        &self,
+        session: &Session,
+        call: &Invocation,
+        arguments: &Arguments,
+    ) -> Approval {
+        let catalog = self.host.catalog().snapshot();
+        let Some(tool) = catalog.get(&call.name) else {
+            return Approval::Approved;
+        };
+        if !tool.destructive || !session.policy.permits(&tool.name) {
+            return Approval::Approved;
+        }
+        let value = match arguments {
+            Arguments::Value(value) => value.clone(),
+            Arguments::Text(text) => match serde_json::from_str::<Value>(text) {
+                Ok(value) => value,
+                Err(_) => return Approval::Approved,
+            },
+        };
+        if crate::invoke::validate(tool, &value).is_err() {
+            return Approval::Approved;
+        }
+        let request = ApprovalRequest {
+            tool: tool.name.clone(),
+            ensemble: tool.ensemble.clone(),
+            description: tool.description.clone(),
+            arguments: value,
+        };
+        self.approver.approve(&request).await
+    }
+}
+
+/// Gives every call an id unique in the conversation: the provider's, or a generated one
+/// where it gave none (or repeated one).
+fn name_calls(
+    calls: Vec<Invocation>,
+    conversation: &Conversation,
+    iteration: u32,
+) -> Vec<Invocation> {
+    let mut seen: HashSet<String> = conversation
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant { calls, .. } => Some(calls.iter().map(|c| c.id.clone())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut call)| {
+            if call.id.is_empty() || seen.contains(&call.id) {
+                call.id = format!("toolhost_{iteration}_{index}");
+            }
+            seen.insert(call.id.clone());
+            call
+        })
+        .collect()
+}
+
+/// The arguments as `invoke` takes them: an object as it is, text to be parsed there (empty
+/// text meaning no arguments).
+fn arguments_of(call: &Invocation) -> Arguments {
+    match &call.arguments {
+        Value::String(text) if text.trim().is_empty() => Arguments::Value(json!({})),
+        Value::String(text) => Arguments::Text(text.clone()),
+        other => Arguments::Value(other.clone()),
+    }
+}
+
+fn result(call: &Invocation, content: String, is_error: bool) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+        is_error,
+    }
+}
+
+fn error_step(call: &Invocation, kind: ErrorKind, message: &str) -> Step {
+    Step::Answered(
+        result(call, format!("{kind}: {message}"), true),
+        kind.as_str(),
+    )
+}
+
+/// What the model reads: the tool's text, or `<kind>: <message>`.
+fn outcome_result(call: &Invocation, outcome: &CallOutcome) -> ToolResult {
+    match &outcome.result {
+        Ok(text) => result(call, text.to_string(), false),
+        Err(e) => result(call, format!("{}: {}", e.kind, e.message), true),
+    }
+}
+
+fn result_event(
+    answer: &ToolResult,
+    outcome: &str,
+    duration: Duration,
+    deduplicated: bool,
+) -> Event {
+    Event::ToolResult {
+        id: answer.call_id.clone(),
+        name: answer.name.clone(),
+        outcome: outcome.to_string(),
+        is_error: answer.is_error,
+        content: answer.content.clone(),
+        duration_ms: duration.as_secs_f64() * 1000.0,
+        deduplicated,
+    }
+}
