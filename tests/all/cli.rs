@@ -9,7 +9,7 @@ fn toolhost(fixture: &Fixture, args: &[&str]) -> Output {
     toolhost_with_stdin(fixture, args, None)
 }
 
-fn toolhost_with_stdin(fixture: &Fixture, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn toolhost_with_stdin(fixture: &Fixture, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .current_dir(fixture.root())
         .env_remove("TOOLHOST_CONFIG")
@@ -30,11 +30,11 @@ fn toolhost_with_stdin(fixture: &Fixture, args: &[&str], stdin: Option<&str>) ->
     child.wait_with_output().expect("toolhost finishes")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 

@@ -1,5 +1,7 @@
 //! The integration test suite: one binary (it links once), a module per area.
 
+mod agent;
+mod chat;
 mod cli;
 mod config_golden;
 mod dedup;
@@ -10,4 +12,5 @@ mod props;
 mod reload;
 mod runtime;
 mod sandbox;
+mod scripted;
 mod support;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toolhost::audit::AuditLog;
 use toolhost::catalog::LiveCatalog;
-use toolhost::config::v1::HostFile;
-use toolhost::config::{FileKind, SourceFile};
+use toolhost::config::v1::{ChatSection, HostFile};
+use toolhost::config::{Diagnostic, FileKind, SourceFile};
 use toolhost::invoke::Host;
 use toolhost::resolve::{self, Resolved};
 use toolhost::runtime::{Runtime, RuntimeSettings};
@@ -20,6 +20,8 @@ pub(crate) struct Settings {
     pub(crate) audit: Option<PathBuf>,
     pub(crate) status_file: Option<PathBuf>,
     pub(crate) max_instances: u32,
+    /// `[chat]`, for `toolhost chat`.
+    pub(crate) chat: ChatSection,
 }
 
 impl Settings {
@@ -28,19 +30,28 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
-        let (host, base) = match &config_path {
+        let (host, chat, base) = match &config_path {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
                 let file: HostFile = source
                     .parse(FileKind::Host)
                     .map_err(|d| anyhow::anyhow!("\n{d}"))?;
+                if let Some(key) = &file.chat.api_key {
+                    let diagnostic = Diagnostic::new(
+                        source.at(key.span()),
+                        "API keys are never read from toolhost.toml: put the key in an \
+                         environment variable and name it with `api-key-env`",
+                    );
+                    bail!("\n{diagnostic}");
+                }
                 (
                     file.host,
+                    file.chat,
                     path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 )
             }
-            None => (Default::default(), PathBuf::from(".")),
+            None => (Default::default(), Default::default(), PathBuf::from(".")),
         };
         let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
         let ensembles = cli
@@ -74,6 +85,7 @@ impl Settings {
             audit,
             status_file,
             max_instances,
+            chat,
         })
     }
 

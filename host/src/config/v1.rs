@@ -152,6 +152,8 @@ pub struct HostFile {
     pub schema_version: u32,
     #[serde(default)]
     pub host: HostSection,
+    #[serde(default)]
+    pub chat: ChatSection,
 }
 
 /// `[host]` of `toolhost.toml`; relative paths are relative to that file.
@@ -163,4 +165,40 @@ pub struct HostSection {
     pub audit: Option<String>,
     pub status_file: Option<String>,
     pub max_concurrent_calls: Option<u32>,
+}
+
+/// Which API `[chat] provider` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatProvider {
+    OpenAi,
+    Anthropic,
+    Prompted,
+}
+
+/// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read
+/// from this file: `api-key-env` names the environment variable that holds the key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChatSection {
+    pub provider: Option<ChatProvider>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<EnvVarName>,
+    /// Accepted only to be refused with a message that says where keys go.
+    pub api_key: Option<Spanned<toml::Value>>,
+    pub stream: Option<bool>,
+    pub max_tokens: Option<u32>,
+    pub max_iterations: Option<u32>,
+    pub max_parallel_calls: Option<u32>,
+    pub request_timeout_s: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub retry_delay_ms: Option<u64>,
+    pub system: Option<String>,
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Destructive tools that run without asking (names, or prefixes ending in `*`).
+    #[serde(default)]
+    pub auto_approve: Vec<String>,
 }

@@ -36,6 +36,10 @@ const TOOLS: &[(&str, &str)] = &[
         "count",
         "Append a line to `path` (a granted read-write file), sleep `sleep_ms` if given, and return how many lines it has.",
     ),
+    (
+        "wait_for",
+        "Wait until the file at `path` exists (up to `ms` milliseconds), then return its text.",
+    ),
     ("fail", "Return a tool error of the plugin's own."),
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
     ("udp_send", "Send a UDP datagram to `address`."),
@@ -136,6 +140,20 @@ impl Guest for Testbed {
                 }
                 let lines = std::fs::read_to_string(path).map_err(io)?.lines().count();
                 Ok(json!({ "runs": lines, "args": args }).to_string())
+            }
+            "wait_for" => {
+                // Proves two calls run at once: this one ends only when another writes `path`.
+                let deadline = std::time::Instant::now()
+                    + std::time::Duration::from_millis(arg(&args, "ms").as_u64().unwrap_or(0));
+                loop {
+                    if let Ok(text) = std::fs::read_to_string(path) {
+                        return Ok(text);
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        return Err(ToolError::Failed(format!("{path} did not appear")));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
             }
             "fail" => Err(ToolError::Failed("the tool failed on purpose".into())),
             "connect" => {

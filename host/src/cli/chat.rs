@@ -1,0 +1,318 @@
+//! `toolhost chat "PROMPT"`: the agent loop at the command line.
+//!
+//! For a person, the model's text streams to stdout and tool activity goes to stderr, one
+//! line per call and per result, so `toolhost chat ... > answer.txt` keeps only the answer.
+//! With `--json`, every event is one JSON line on stdout. When the model asks a question (or
+//! converses) and stdin is a terminal, the reply is read and the run goes on.
+//!
+//! Exit codes: 0 an answer (or a question / a message for the user); 1 the iteration limit or a
+//! provider failure; 3 setup (no model, no key, a bad provider name).
+
+use super::settings::Settings;
+use anyhow::{Context, bail};
+use std::io::{IsTerminal, Read, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolhost::agent::conversation::Conversation;
+use toolhost::agent::{
+    Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending, Event,
+};
+use toolhost::config::v1::ChatProvider;
+use toolhost::invoke::{CallPolicy, Session};
+use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
+
+/// The command line's `chat` options.
+#[derive(Debug)]
+pub(crate) struct ChatOptions {
+    pub(crate) prompt: String,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) base_url: Option<String>,
+    pub(crate) api_key_env: Option<String>,
+    pub(crate) system: Option<String>,
+    pub(crate) max_iterations: Option<u32>,
+    pub(crate) allow: Vec<String>,
+    pub(crate) deny: Vec<String>,
+    pub(crate) no_stream: bool,
+    pub(crate) yes: bool,
+    pub(crate) json: bool,
+    pub(crate) transcript: Option<std::path::PathBuf>,
+}
+
+pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Result<ExitCode> {
+    let prompt = if options.prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the prompt from stdin")?;
+        text
+    } else {
+        options.prompt.clone()
+    };
+    let provider = provider_settings(settings, &options)?
+        .build()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let chat = &settings.chat;
+    let agent_options = AgentOptions {
+        max_iterations: options
+            .max_iterations
+            .or(chat.max_iterations)
+            .unwrap_or(AgentOptions::default().max_iterations),
+        max_parallel_calls: chat
+            .max_parallel_calls
+            .map_or(AgentOptions::default().max_parallel_calls, |n| n as usize),
+        builtins: true,
+    };
+    if agent_options.max_iterations == 0 {
+        bail!("max-iterations must be at least 1");
+    }
+    let interactive = std::io::stdin().is_terminal() && !options.json;
+    let approver: Arc<dyn Approver> = if options.yes {
+        Arc::new(ApprovalPolicy::approve_all())
+    } else if interactive {
+        Arc::new(Prompter {
+            policy: ApprovalPolicy::approve_only(chat.auto_approve.clone()),
+            auto: !chat.auto_approve.is_empty(),
+        })
+    } else {
+        Arc::new(ApprovalPolicy::approve_only(chat.auto_approve.clone()))
+    };
+    let mut allow = chat.allow.clone();
+    if !options.allow.is_empty() {
+        allow = Some(options.allow.clone());
+    }
+    let mut deny = chat.deny.clone();
+    deny.extend(options.deny.iter().cloned());
+    let session = Arc::new(Session::with_policy(
+        format!("chat-{}", std::process::id()),
+        CallPolicy { allow, deny },
+    ));
+
+    let host = Arc::new(settings.host().await?);
+    let agent = Agent::new(host, Arc::from(provider), approver, agent_options);
+    let mut conversation = Conversation::new(options.system.clone().or(chat.system.clone()));
+    conversation.push_user(prompt);
+    let renderer = Renderer::new(options.json);
+    let code = loop {
+        let outcome = agent
+            .run(&mut conversation, &session, &|e| renderer.show(e))
+            .await;
+        match outcome {
+            Err(e) => {
+                if !options.json {
+                    eprintln!("error: {e}");
+                }
+                break ExitCode::from(1);
+            }
+            Ok(outcome) => match outcome.ending {
+                Ending::Question | Ending::Converse if interactive => {
+                    let reply = read_reply()?;
+                    if reply.is_empty() {
+                        break ExitCode::SUCCESS;
+                    }
+                    conversation.push_user(reply);
+                }
+                Ending::IterationLimit | Ending::Error => break ExitCode::from(1),
+                _ => break ExitCode::SUCCESS,
+            },
+        }
+    };
+    if let Some(path) = &options.transcript {
+        let text = serde_json::to_string_pretty(&conversation)?;
+        std::fs::write(path, text)
+            .with_context(|| format!("cannot write the transcript to {}", path.display()))?;
+    }
+    Ok(code)
+}
+
+/// The provider from `[chat]`, with the flags over it; the key from the environment.
+fn provider_settings(
+    settings: &Settings,
+    options: &ChatOptions,
+) -> anyhow::Result<ProviderSettings> {
+    let chat = &settings.chat;
+    let kind = match &options.provider {
+        Some(name) => name
+            .parse::<ProviderKind>()
+            .map_err(|e| anyhow::anyhow!(e))?,
+        None => match chat.provider {
+            Some(ChatProvider::OpenAi) | None => ProviderKind::OpenAi,
+            Some(ChatProvider::Anthropic) => ProviderKind::Anthropic,
+            Some(ChatProvider::Prompted) => ProviderKind::Prompted,
+        },
+    };
+    let Some(model) = options.model.clone().or(chat.model.clone()) else {
+        bail!("no model: pass --model or set [chat] model in toolhost.toml");
+    };
+    let mut provider = ProviderSettings::new(kind, model);
+    if let Some(url) = options.base_url.clone().or(chat.base_url.clone()) {
+        provider.base_url = url.trim_end_matches('/').to_string();
+    }
+    let key_env = options
+        .api_key_env
+        .clone()
+        .or(chat.api_key_env.as_ref().map(|v| v.to_string()))
+        .unwrap_or_else(|| kind.default_key_env().to_string());
+    provider.api_key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
+    if provider.api_key.is_none() && provider.base_url == kind.default_base_url() {
+        bail!(
+            "{kind} needs an API key: set {key_env} in the environment (or name another \
+             variable with --api-key-env / [chat] api-key-env)"
+        );
+    }
+    provider.stream = !options.no_stream && chat.stream.unwrap_or(true);
+    provider.max_tokens = chat.max_tokens;
+    if let Some(seconds) = chat.request_timeout_s {
+        provider.request_timeout = Duration::from_secs(seconds);
+    }
+    if let Some(attempts) = chat.max_attempts {
+        provider.retry.attempts = attempts.max(1);
+    }
+    if let Some(ms) = chat.retry_delay_ms {
+        provider.retry.base_delay = Duration::from_millis(ms);
+    }
+    Ok(provider)
+}
+
+/// Reads the user's reply to a question from the terminal.
+fn read_reply() -> anyhow::Result<String> {
+    eprint!("> ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the reply")?;
+    Ok(line.trim().to_string())
+}
+
+/// Asks the person at the terminal before each destructive call (the auto-approved run at
+/// once).
+struct Prompter {
+    policy: ApprovalPolicy,
+    auto: bool,
+}
+
+impl Approver for Prompter {
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
+        Box::pin(async move {
+            if self.auto && self.policy.decide(&request.tool) == Approval::Approved {
+                return Approval::Approved;
+            }
+            let question = format!(
+                "\n`{}` ({}) is destructive: {}\n  arguments: {}\nRun it? [y/N] ",
+                request.tool, request.ensemble, request.description, request.arguments
+            );
+            let answer = tokio::task::spawn_blocking(move || {
+                eprint!("{question}");
+                let _ = std::io::stderr().flush();
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).map(|_| line)
+            })
+            .await;
+            match answer {
+                Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes" | "Yes") => {
+                    Approval::Approved
+                }
+                _ => Approval::Refused(format!(
+                    "the user refused to run `{}`; do not retry it",
+                    request.tool
+                )),
+            }
+        })
+    }
+}
+
+/// Shows events as they come: for a person, or as JSON lines.
+struct Renderer {
+    json: bool,
+    /// The model's text left the cursor mid-line.
+    mid_line: AtomicBool,
+    stdout: Mutex<std::io::Stdout>,
+}
+
+impl Renderer {
+    fn new(json: bool) -> Self {
+        Renderer {
+            json,
+            mid_line: AtomicBool::new(false),
+            stdout: Mutex::new(std::io::stdout()),
+        }
+    }
+
+    fn out(&self, text: &str) {
+        if let Ok(mut out) = self.stdout.lock() {
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+
+    fn end_line(&self) {
+        if self.mid_line.swap(false, Ordering::Relaxed) {
+            self.out("\n");
+        }
+    }
+
+    fn show(&self, event: Event) {
+        if self.json {
+            if let Ok(line) = serde_json::to_string(&event) {
+                self.out(&format!("{line}\n"));
+            }
+            return;
+        }
+        match event {
+            Event::TextDelta { text } => {
+                self.out(&text);
+                self.mid_line
+                    .store(!text.ends_with('\n'), Ordering::Relaxed);
+            }
+            Event::ToolCall {
+                name, arguments, ..
+            } => {
+                self.end_line();
+                let text = match arguments {
+                    serde_json::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                eprintln!("  -> {name} {}", one_line(&text, 160));
+            }
+            Event::ToolResult {
+                name,
+                is_error,
+                content,
+                duration_ms,
+                deduplicated,
+                ..
+            } => {
+                let mark = if is_error { "x" } else { "ok" };
+                let dedup = if deduplicated { ", deduplicated" } else { "" };
+                eprintln!(
+                    "  {mark} {name}: {} ({duration_ms:.1} ms{dedup})",
+                    one_line(&content, 160)
+                );
+            }
+            Event::Done { ending, text, .. } => {
+                self.end_line();
+                match ending {
+                    Ending::Answer => {}
+                    Ending::Completed | Ending::Converse => self.out(&format!("{text}\n")),
+                    Ending::Question => self.out(&format!("? {text}\n")),
+                    Ending::IterationLimit => eprintln!("error: {text}"),
+                    Ending::Error => {}
+                }
+            }
+        }
+    }
+}
+
+/// `text` on one line, cut at `limit` characters.
+fn one_line(text: &str, limit: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= limit {
+        flat
+    } else {
+        let cut: String = flat.chars().take(limit).collect();
+        format!("{cut}...")
+    }
+}

@@ -1,0 +1,183 @@
+//! `toolhost chat` against a scripted provider server: what a person sees, the JSON events,
+//! exit codes, and where settings (and never keys) come from.
+
+use crate::cli::{stderr, stdout, toolhost_with_stdin};
+use crate::scripted::{Scripted, anthropic, openai};
+use crate::support::{Fixture, cache_dir, ensemble};
+use serde_json::Value;
+use std::process::Output;
+
+fn fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write(
+        "calculator.toml",
+        &ensemble(
+            "calculator",
+            "calculator",
+            "[[invokers]]\ninvoker = { name = \"calculate\" }\n",
+        ),
+    );
+    fixture
+}
+
+fn chat(fixture: &Fixture, server: &Scripted, extra: &[&str]) -> Output {
+    let cache = cache_dir();
+    let mut args = vec![
+        "--cache-dir",
+        cache.to_str().expect("utf-8 path"),
+        "chat",
+        "What is 40 + 2?",
+        "--model",
+        "scripted-model",
+        "--base-url",
+        &server.base_url,
+    ];
+    args.extend_from_slice(extra);
+    toolhost_with_stdin(fixture, &args, None)
+}
+
+fn two_step() -> Vec<crate::scripted::Reply> {
+    vec![
+        openai::stream(
+            "Computing.",
+            &[("c1", "calculate", r#"{"expression": "40 + 2"}"#)],
+        ),
+        openai::text("It is 42."),
+    ]
+}
+
+#[test]
+fn a_person_sees_the_answer_on_stdout_and_the_calls_on_stderr() {
+    let fixture = fixture();
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Computing.\nIt is 42.\n");
+    let err = stderr(&output);
+    assert!(
+        err.contains("  -> calculate {\"expression\": \"40 + 2\"}"),
+        "{err}"
+    );
+    assert!(
+        err.contains("  ok calculate: {\"expression\":\"40 + 2\",\"result\":42.0}"),
+        "{err}"
+    );
+    // No key named and none needed for a local server: no Authorization header.
+    assert_eq!(server.requests()[0].header("authorization"), None);
+}
+
+#[test]
+fn json_prints_every_event_as_a_line() {
+    let fixture = fixture();
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &["--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds.first(), Some(&"text_delta"));
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .expect("tool_call");
+    assert_eq!(call["name"], "calculate");
+    assert_eq!(call["id"], "c1");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("tool_result");
+    assert_eq!(result["outcome"], "ok");
+    assert_eq!(result["deduplicated"], false);
+    assert!(result["duration_ms"].as_f64().is_some());
+    let done = events.last().expect("events");
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["ending"], "answer");
+    assert_eq!(done["text"], "It is 42.");
+    assert_eq!(done["iterations"], 2);
+    assert_eq!(done["usage"]["input_tokens"], 200);
+}
+
+#[test]
+fn the_iteration_limit_exits_1_with_a_clear_message() {
+    let fixture = fixture();
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &["--max-iterations", "1"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("stopped after 1 model call(s) (max-iterations)"));
+}
+
+#[test]
+fn settings_come_from_toolhost_toml_and_the_key_from_the_environment() {
+    let fixture = fixture();
+    let server = Scripted::start(vec![anthropic::text("Hello from the config.")]);
+    let config = format!(
+        "schema-version = 1\n\n[chat]\nprovider = \"anthropic\"\nmodel = \"from-config\"\n\
+         base-url = \"{}\"\napi-key-env = \"SCRIPTED_KEY\"\nmax-tokens = 123\n",
+        server.base_url
+    );
+    std::fs::write(fixture.root().join("toolhost.toml"), config).expect("write");
+    let cache = cache_dir();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", cache)
+        .env("SCRIPTED_KEY", "from-the-environment")
+        .args(["chat", "hi"])
+        .output()
+        .expect("toolhost runs");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Hello from the config.\n");
+    let request = &server.requests()[0];
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.header("x-api-key"), Some("from-the-environment"));
+    assert_eq!(request.body["model"], "from-config");
+    assert_eq!(request.body["max_tokens"], 123);
+}
+
+#[test]
+fn a_key_written_in_toolhost_toml_is_refused_with_its_location() {
+    let fixture = fixture();
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n\n[chat]\nmodel = \"m\"\napi-key = \"sk-secret\"\n",
+    )
+    .expect("write");
+    let output = toolhost_with_stdin(&fixture, &["chat", "hi"], None);
+    assert_eq!(output.status.code(), Some(3));
+    let err = stderr(&output);
+    assert!(err.contains("toolhost.toml:5:11"), "{err}");
+    assert!(err.contains("api-key-env"), "{err}");
+}
+
+#[test]
+fn a_missing_model_or_key_is_a_setup_error() {
+    let fixture = fixture();
+    let output = toolhost_with_stdin(&fixture, &["chat", "hi"], None);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        stderr(&output).contains("no model: pass --model"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("OPENAI_API_KEY")
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .args(["chat", "hi", "--model", "gpt-x"])
+        .output()
+        .expect("toolhost runs");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        stderr(&output).contains("openai needs an API key: set OPENAI_API_KEY"),
+        "{}",
+        stderr(&output)
+    );
+}
