@@ -2,8 +2,9 @@
 //! `anyhow`; every command is a thin layer over the library.
 //!
 //! Exit codes: 0 success; 1 the work failed (`check` found errors, `call` ended in a typed
-//! error); 2 the command line was wrong; 3 the host could not start (bad `toolhost.toml`,
-//! unreadable ensembles directory, unusable cache directory).
+//! error, `chat` hit its iteration limit or its provider failed); 2 the command line was
+//! wrong; 3 the host could not start (bad `toolhost.toml`, unreadable ensembles directory,
+//! unusable cache directory, `chat` without a model or a key).
 
 mod call;
 mod chat;
