@@ -181,3 +181,66 @@ fn a_missing_model_or_key_is_a_setup_error() {
         stderr(&output)
     );
 }
+
+/// A fixture whose `write` tool (testbed, read-write `/data`) is destructive.
+fn destructive_fixture() -> Fixture {
+    let fixture = fixture();
+    fixture.mkdir("data");
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n\n\
+             [[invokers]]\ninvoker = { name = \"write\", destructive = true }\n\
+             capabilities = { files = [{ guest = \"/data\", access = \"read-write\" }] }\n",
+        ),
+    );
+    fixture
+}
+
+fn write_then_answer() -> Vec<crate::scripted::Reply> {
+    vec![
+        openai::stream(
+            "",
+            &[("w", "write", r#"{"path": "/data/out.txt", "text": "hi"}"#)],
+        ),
+        openai::text("Done."),
+    ]
+}
+
+#[test]
+fn without_a_terminal_a_destructive_call_is_refused_unless_yes() {
+    let fixture = destructive_fixture();
+    let server = Scripted::start(write_then_answer());
+    let output = chat(&fixture, &server, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!fixture.root().join("data/out.txt").exists());
+    assert!(
+        stderr(&output).contains("  x write: denied: `write` is destructive"),
+        "{}",
+        stderr(&output)
+    );
+
+    let server = Scripted::start(write_then_answer());
+    let output = chat(&fixture, &server, &["--yes"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(fixture.root().join("data/out.txt")).expect("written"),
+        "hi"
+    );
+}
+
+#[test]
+fn auto_approve_in_toolhost_toml_lets_a_named_tool_run() {
+    let fixture = destructive_fixture();
+    let server = Scripted::start(write_then_answer());
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n\n[chat]\nauto-approve = [\"wri*\"]\n",
+    )
+    .expect("write");
+    let output = chat(&fixture, &server, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(fixture.root().join("data/out.txt").exists());
+}
