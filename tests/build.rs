@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const WORKSPACES: &[(&str, &[&str])] = &[
-    ("../plugins", &["calculator", "text", "json", "files"]),
+    (
+        "../plugins",
+        &["calculator", "text", "json", "files", "fetch"],
+    ),
     ("plugins", &["echo", "testbed"]),
 ];
 

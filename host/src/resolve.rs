@@ -10,7 +10,7 @@ use crate::catalog::{CallGate, Catalog, EnsembleInfo, Tool, VersionHash};
 use crate::config::v1::{Capabilities, EnsembleFile, InvokerFile, InvokerSection, Limits};
 use crate::config::{Access, DedupMode, Diagnostic, FileKind, Location, SourceFile};
 use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime};
-use crate::sandbox::{Preopen, SandboxSpec};
+use crate::sandbox::{NetPattern, Preopen, SandboxSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -22,6 +22,7 @@ use toml::Spanned;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_MEMORY_MIB: u64 = 64;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
 pub const DEFAULT_MAX_CONCURRENCY: u64 = 8;
 pub const DEFAULT_MAX_QUEUE: u64 = 64;
 
@@ -364,6 +365,7 @@ static NO_LIMITS: Limits = Limits {
     timeout_ms: None,
     memory_mib: None,
     max_output_bytes: None,
+    max_response_bytes: None,
     max_concurrency: None,
     max_queue: None,
 };
@@ -398,6 +400,7 @@ fn relative_to(file: &Path, path: &str) -> PathBuf {
 
 /// The ensemble's `[grants]`, with host directories resolved.
 struct Grants<'a> {
+    network: Vec<(NetPattern, &'a Spanned<String>)>,
     files: Vec<(PathBuf, &'a Spanned<crate::config::v1::FileGrant>)>,
     env: &'a [Spanned<crate::config::EnvVarName>],
 }
@@ -408,6 +411,13 @@ impl<'a> Grants<'a> {
         ensemble: &'a EnsembleFile,
         diagnostics: &mut Vec<Diagnostic>,
     ) -> Self {
+        let mut network = Vec::new();
+        for grant in &ensemble.grants.network {
+            match NetPattern::parse(grant.get_ref()) {
+                Ok(pattern) => network.push((pattern, grant)),
+                Err(message) => diagnostics.push(Diagnostic::new(source.at(grant.span()), message)),
+            }
+        }
         let mut files = Vec::new();
         for grant in &ensemble.grants.files {
             let host = grant.get_ref().host.get_ref();
@@ -428,6 +438,7 @@ impl<'a> Grants<'a> {
             }
         }
         Grants {
+            network,
             files,
             env: &ensemble.grants.env,
         }
@@ -590,6 +601,11 @@ async fn resolve_invoker(
             .max_output_bytes
             .or(defaults.max_output_bytes)
             .map_or(DEFAULT_MAX_OUTPUT_BYTES, |v| v.get()) as usize,
+        max_response_bytes: draft
+            .limits
+            .max_response_bytes
+            .or(defaults.max_response_bytes)
+            .map_or(DEFAULT_MAX_RESPONSE_BYTES, |v| v.get()),
     };
     let dedup = section.dedup.or(defaults.dedup).unwrap_or(DedupMode::Exact);
     let description = section
@@ -690,17 +706,34 @@ fn resolve_capabilities(
             ),
             None => grants_note(none),
         };
-    for network in &draft.capabilities.network {
-        diagnostics.push(Diagnostic::new(
-            draft.source.at(network.span()),
-            format!(
-                "invoker `{name}` asks for network access ({}), which this version of toolhost does not provide yet; \
-                 remove it from [capabilities]",
-                network.get_ref()
-            ),
-        ));
-    }
     let mut spec = SandboxSpec::default();
+    for wanted in &draft.capabilities.network {
+        let pattern = match NetPattern::parse(wanted.get_ref()) {
+            Ok(pattern) => pattern,
+            Err(message) => {
+                diagnostics.push(Diagnostic::new(draft.source.at(wanted.span()), message));
+                continue;
+            }
+        };
+        if !grants.network.iter().any(|(g, _)| g.covers(&pattern)) {
+            let granted: Vec<&str> = grants
+                .network
+                .iter()
+                .map(|(_, g)| g.get_ref().as_str())
+                .collect();
+            let first = grants.network.first().map(|(_, g)| g.span());
+            let (location, note) = refusal_note(first, &granted, "no network access");
+            diagnostics.push(
+                Diagnostic::new(
+                    draft.source.at(wanted.span()),
+                    format!("invoker `{name}` asks for network access to {pattern}, which ensemble `{ensemble_name}` does not grant"),
+                )
+                .with_note(location, note),
+            );
+            continue;
+        }
+        spec.network.push(pattern);
+    }
     for capability in &draft.capabilities.files {
         let wanted = capability.get_ref();
         let guest = wanted.guest.as_str();
@@ -805,6 +838,7 @@ fn version_hash(
         "timeout_ms": limits.timeout.as_millis() as u64,
         "memory": limits.memory_bytes,
         "output": limits.max_output_bytes,
+        "response": limits.max_response_bytes,
         "sandbox": sandbox,
         "dedup": dedup,
     });

@@ -36,6 +36,7 @@ async fn shipped() -> (tempfile::TempDir, Host) {
         ("text", toolhost_testkit::TEXT),
         ("json", toolhost_testkit::JSON),
         ("files", toolhost_testkit::FILES),
+        ("fetch", toolhost_testkit::FETCH),
     ] {
         std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
     }
@@ -249,4 +250,31 @@ async fn files_tool_lists_reads_and_searches_only_the_granted_directory() {
             .await);
         assert_eq!(error.kind, ErrorKind::ToolError, "{path}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_fetch_ensemble_reaches_only_wikipedia_over_https() {
+    let (_root, host) = shipped().await;
+    for url in [
+        "https://example.org/",
+        "http://en.wikipedia.org/wiki/WebAssembly",
+        "https://en.wikipedia.org:8443/",
+    ] {
+        let outcome = host
+            .invoke(&session(), "fetch_wikipedia", json!({ "url": url }))
+            .await;
+        let error = err(&outcome);
+        assert_eq!(error.kind, ErrorKind::CapabilityDenied, "{url}: {error}");
+        assert!(
+            error
+                .message
+                .contains("(granted: https://en.wikipedia.org:443)"),
+            "{}",
+            error.message
+        );
+    }
+    let error = err(&host
+        .invoke(&session(), "fetch_wikipedia", json!({ "url": "ftp://x" }))
+        .await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
 }

@@ -42,6 +42,7 @@ impl Fixture {
             ("testbed", toolhost_testkit::TESTBED),
             ("calculator", toolhost_testkit::CALCULATOR),
             ("files", toolhost_testkit::FILES),
+            ("fetch", toolhost_testkit::FETCH),
         ] {
             std::fs::copy(path, dir.path().join(format!("{name}.wasm"))).expect("copy component");
         }

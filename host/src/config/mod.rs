@@ -11,7 +11,7 @@ pub mod v1;
 pub use diagnostic::{Diagnostic, Location, Note};
 pub use names::{
     Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MemoryMib, TimeoutMs, ToolName,
+    MaxOutputBytes, MaxQueue, MaxResponseBytes, MemoryMib, TimeoutMs, ToolName,
 };
 
 use serde::Deserialize;

@@ -159,6 +159,10 @@ bounded!(
     MaxQueue, "max-queue", 0, 65536
 );
 bounded!(
+    /// `max-response-bytes`: the largest HTTP response body a call may read, 1 byte to 1 GiB.
+    MaxResponseBytes, "max-response-bytes", 1, 1 << 30
+);
+bounded!(
     /// `max-output-bytes`: 1 byte to 64 MiB.
     MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
 );

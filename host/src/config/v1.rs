@@ -3,7 +3,7 @@
 
 use super::names::{
     Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MemoryMib, TimeoutMs, ToolName,
+    MaxOutputBytes, MaxQueue, MaxResponseBytes, MemoryMib, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -46,6 +46,7 @@ pub struct Defaults {
     pub timeout_ms: Option<TimeoutMs>,
     pub memory_mib: Option<MemoryMib>,
     pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_response_bytes: Option<MaxResponseBytes>,
     pub max_concurrency: Option<MaxConcurrency>,
     pub max_queue: Option<MaxQueue>,
     pub dedup: Option<DedupMode>,
@@ -120,6 +121,7 @@ pub struct Limits {
     pub timeout_ms: Option<TimeoutMs>,
     pub memory_mib: Option<MemoryMib>,
     pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_response_bytes: Option<MaxResponseBytes>,
     pub max_concurrency: Option<MaxConcurrency>,
     pub max_queue: Option<MaxQueue>,
 }

@@ -450,6 +450,7 @@ fn run_error(tool: &str, error: RunError) -> CallError {
         RunError::MemoryLimit { .. } | RunError::OutputLimit { .. } => ErrorKind::ResourceLimit,
         RunError::Crashed { .. } => ErrorKind::Crashed,
         RunError::Sandbox(_) => ErrorKind::Busy,
+        RunError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
         RunError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
         RunError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,
     };

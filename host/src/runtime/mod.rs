@@ -12,7 +12,7 @@ mod state;
 
 pub(crate) use capture::Capture;
 
-use crate::sandbox::{self, SandboxError, SandboxSpec};
+use crate::sandbox::{self, NetworkGuard, SandboxError, SandboxSpec};
 use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
 use cache::ComponentCache;
 use state::{CallLimiter, CallState, LogBudget};
@@ -37,6 +37,7 @@ const DESCRIBE_LIMITS: CallLimits = CallLimits {
     timeout: Duration::from_secs(10),
     memory_bytes: 256 << 20,
     max_output_bytes: 4 << 20,
+    max_response_bytes: 0,
 };
 /// A call stuck in a host function (a long sleep, say) is abandoned this long after its
 /// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
@@ -89,6 +90,8 @@ pub struct CallLimits {
     pub timeout: Duration,
     pub memory_bytes: usize,
     pub max_output_bytes: usize,
+    /// The largest HTTP response body a call may read (`max-response-bytes`).
+    pub max_response_bytes: u64,
 }
 
 /// One tool as a component's `describe()` reports it.
@@ -146,6 +149,8 @@ pub enum RunError {
     OutputLimit { bytes: usize, limit: usize },
     #[error("crashed: {message}")]
     Crashed { message: String },
+    #[error("was refused network access: {message}")]
+    CapabilityDenied { message: String },
     #[error("the sandbox could not be set up: {0}")]
     Sandbox(String),
     #[error("{0}")]
@@ -264,6 +269,7 @@ impl Runtime {
         let engine = Engine::new(&engine_config(settings.max_instances)).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
         Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
             state
         })
@@ -455,6 +461,12 @@ impl Runtime {
             table: wasmtime_wasi::ResourceTable::new(),
             limiter: CallLimiter::new(limits.memory_bytes),
             log: LogBudget::new(label),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            network: NetworkGuard::new(
+                sandbox.network.as_slice().into(),
+                limits.max_response_bytes,
+                limits.timeout,
+            ),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -490,7 +502,14 @@ impl Runtime {
             err_dropped,
             store.data().log.dropped,
         );
+        let refused = store.data().network.refused();
         match outcome {
+            // A call that failed after a request was refused failed for want of the grant.
+            Ok(Ok(Exported::Call(Err(_)))) | Ok(Err(_)) if !refused.is_empty() => {
+                Err(RunError::CapabilityDenied {
+                    message: refused.join("; "),
+                })
+            }
             Err(_elapsed) => Err(RunError::Timeout {
                 limit: limits.timeout,
             }),

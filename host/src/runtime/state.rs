@@ -2,8 +2,10 @@
 //! memory limiter, and the budget of `host.log` messages — and the `host` import.
 
 use super::bindings::since_v0_1_0::{Host, LogLevel, TypesHost};
+use crate::sandbox::NetworkGuard;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// A plugin may log this many messages per call; the rest are counted and dropped.
 const LOG_MESSAGES_PER_CALL: u32 = 100;
@@ -17,6 +19,19 @@ pub(crate) struct CallState {
     pub(crate) table: ResourceTable,
     pub(crate) limiter: CallLimiter,
     pub(crate) log: LogBudget,
+    pub(crate) http: WasiHttpCtx,
+    /// Checks and sends the call's outgoing HTTP requests.
+    pub(crate) network: NetworkGuard,
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.network,
+        }
+    }
 }
 
 impl WasiView for CallState {

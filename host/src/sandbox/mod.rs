@@ -1,8 +1,17 @@
-//! sandbox: capabilities -> a WASI context. Default deny: no files, no network, no sockets,
-//! no name lookups, no environment, no inherited stdio, no arguments. Clocks and random stay.
+//! sandbox: capabilities -> a WASI context and `wasi:http` hooks. Default deny: no files, no
+//! network, no sockets, no name lookups, no environment, no inherited stdio, no arguments.
+//! Clocks and random stay.
 //!
 //! What a call may reach is exactly what its [`SandboxSpec`] lists; `resolve` builds that spec
 //! from the invoker's `[capabilities]` after checking them against the ensemble's `[grants]`.
+//! Network access is outgoing HTTP only, each request checked in the host ([`http`]) against
+//! the granted patterns ([`network`]); raw sockets and name lookups stay closed.
+
+mod http;
+pub mod network;
+
+pub(crate) use http::NetworkGuard;
+pub use network::NetPattern;
 
 use std::path::PathBuf;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
@@ -26,6 +35,8 @@ pub struct SandboxSpec {
     pub preopens: Vec<Preopen>,
     /// Variables with the values the host had when the catalog was built.
     pub env: Vec<(String, String)>,
+    /// Where outgoing HTTP may go.
+    pub network: Vec<NetPattern>,
 }
 
 /// Why a sandbox could not be built.

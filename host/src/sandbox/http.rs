@@ -1,0 +1,271 @@
+//! Outgoing HTTP for `wasi:http`: every request a guest sends is checked here, in the host,
+//! against the invoker's network patterns, and then sent by the host itself.
+//!
+//! 1. The URL's scheme, host and port must match a granted pattern.
+//! 2. A host name is resolved here, and an internal address (loopback, private, link-local,
+//!    ...) is refused unless a pattern grants that address itself.
+//! 3. The connection goes to the address that was checked (never resolved a second time, so a
+//!    DNS answer that changes in between cannot redirect it), with TLS verified against the
+//!    name for `https`.
+//! 4. Redirects are not followed: the guest sees the 3xx, and a request it then makes to the
+//!    `Location` is checked like any other.
+//! 5. The response body is cut off past `max-response-bytes`, and every wait (connect, first
+//!    byte, between bytes) is bounded by the call's timeout.
+//!
+//! A refusal is `HTTP-request-denied` for the guest and is remembered, so that the call's
+//! outcome says `capability-denied` and names what was refused.
+
+use super::network::{NetPattern, Target, internal_kind};
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// What one call may reach over HTTP, and what it tried and was refused.
+#[derive(Clone)]
+pub(crate) struct NetworkGuard {
+    patterns: Arc<[NetPattern]>,
+    max_response_bytes: u64,
+    timeout: Duration,
+    refused: Arc<Mutex<Vec<String>>>,
+}
+
+/// The response and the future that drives its connection, as `wasi:http` wants them.
+type Sent = (
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), Error>> + Send>,
+);
+
+impl NetworkGuard {
+    pub(crate) fn new(
+        patterns: Arc<[NetPattern]>,
+        max_response_bytes: u64,
+        timeout: Duration,
+    ) -> Self {
+        NetworkGuard {
+            patterns,
+            max_response_bytes,
+            timeout,
+            refused: Arc::default(),
+        }
+    }
+
+    /// The requests this call was refused, in order.
+    pub(crate) fn refused(&self) -> Vec<String> {
+        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn refuse(&self, reason: String) -> Error {
+        tracing::warn!(target: "plugin", "network request refused: {reason}");
+        if let Ok(mut refused) = self.refused.lock() {
+            refused.push(reason);
+        }
+        Error::HttpRequestDenied
+    }
+
+    /// The addresses a request may connect to, or the refusal.
+    async fn addresses(&self, target: &Target) -> Result<Vec<SocketAddr>, Error> {
+        if !self.patterns.iter().any(|p| p.matches(target)) {
+            let granted: Vec<String> = self.patterns.iter().map(|p| p.to_string()).collect();
+            return Err(self.refuse(format!(
+                "{target} is not granted (granted: {})",
+                if granted.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    granted.join(", ")
+                }
+            )));
+        }
+        if let Ok(ip) = target.host.parse() {
+            // A literal address matched a pattern that names that address: granted as such.
+            return Ok(vec![SocketAddr::new(ip, target.port)]);
+        }
+        let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+        let found: Vec<SocketAddr> = match tokio::time::timeout(self.timeout, lookup).await {
+            Err(_) => return Err(Error::DnsTimeout),
+            Ok(Err(e)) => {
+                return Err(Error::DnsError {
+                    rcode: Some(e.to_string()),
+                    info_code: None,
+                });
+            }
+            Ok(Ok(found)) => found.collect(),
+        };
+        let (allowed, internal): (Vec<SocketAddr>, Vec<SocketAddr>) =
+            found.into_iter().partition(|a| {
+                internal_kind(a.ip()).is_none()
+                    || self
+                        .patterns
+                        .iter()
+                        .any(|p| p.grants_address(target, a.ip()))
+            });
+        if allowed.is_empty() {
+            let Some(first) = internal.first() else {
+                return Err(Error::DestinationNotFound);
+            };
+            let kind = internal_kind(first.ip()).unwrap_or("internal");
+            return Err(self.refuse(format!(
+                "{target} resolves to {}, a {kind} address, which is not granted (grant that \
+                 address or its range itself to allow it)",
+                first.ip()
+            )));
+        }
+        Ok(allowed)
+    }
+
+    async fn send(
+        self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<Sent, Error> {
+        let uri = request.uri().clone();
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let host = uri
+            .host()
+            .ok_or(Error::HttpRequestUriInvalid)?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let target = Target {
+            https,
+            port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            host,
+        };
+        let addresses = self.addresses(&target).await?;
+        let bound = |wanted: Option<Duration>| wanted.unwrap_or(self.timeout).min(self.timeout);
+        let connect_timeout = bound(options.and_then(|o| o.connect_timeout));
+        let first_byte_timeout = bound(options.and_then(|o| o.first_byte_timeout));
+        let between_bytes_timeout = bound(options.and_then(|o| o.between_bytes_timeout));
+
+        let connect = tokio::net::TcpStream::connect(&addresses[..]);
+        let tcp = tokio::time::timeout(connect_timeout, connect)
+            .await
+            .map_err(|_| Error::ConnectionTimeout)?
+            .map_err(Error::Connect)?;
+        let stream: Box<dyn Stream> = if https {
+            let roots = tokio_rustls::rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+            };
+            let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+                tokio_rustls::rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::InternalError(Some(e.to_string())))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            let name = match target.host.parse::<std::net::IpAddr>() {
+                Ok(ip) => tokio_rustls::rustls::pki_types::ServerName::from(ip),
+                Err(_) => {
+                    tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
+                        .map_err(|_| Error::HttpRequestUriInvalid)?
+                }
+            };
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let stream = tokio::time::timeout(connect_timeout, tls.connect(name, tcp))
+                .await
+                .map_err(|_| Error::ConnectionTimeout)?
+                .map_err(Error::Tls)?;
+            Box::new(stream)
+        } else {
+            Box::new(tcp)
+        };
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(Error::from)?;
+        let driver = tokio::spawn(connection);
+
+        // Origin form on the wire: the scheme and authority stay in the Host header.
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        *request.uri_mut() = path.parse().map_err(|_| Error::HttpRequestUriInvalid)?;
+        let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
+            .await
+            .map_err(|_| Error::ConnectionReadTimeout)?
+            .map_err(Error::from)?;
+        let limit = self.max_response_bytes;
+        let response = response.map(|incoming| {
+            GuardedBody {
+                incoming,
+                remaining: limit,
+                limit,
+                idle: between_bytes_timeout,
+                timer: Box::pin(tokio::time::sleep(between_bytes_timeout)),
+            }
+            .boxed_unsync()
+        });
+        let io = async move {
+            match driver.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::from(e)),
+                Err(e) => Err(Error::InternalError(Some(e.to_string()))),
+            }
+        };
+        Ok((response, Box::new(io)))
+    }
+}
+
+impl WasiHttpHooks for NetworkGuard {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Box<dyn Future<Output = Result<Sent, Error>> + Send> {
+        drop(fut);
+        Box::new(self.clone().send(request, options))
+    }
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
+
+/// A response body with a size limit and a limit on the wait between frames.
+struct GuardedBody {
+    incoming: hyper::body::Incoming,
+    remaining: u64,
+    limit: u64,
+    idle: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Body for GuardedBody {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
+            Poll::Ready(Some(Ok(frame))) => {
+                let size = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if size > this.remaining {
+                    this.remaining = 0;
+                    return Poll::Ready(Some(Err(Error::HttpResponseBodySize(Some(this.limit)))));
+                }
+                this.remaining -= size;
+                let next = tokio::time::Instant::now() + this.idle;
+                this.timer.as_mut().reset(next);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => {
+                ready!(this.timer.as_mut().poll(cx));
+                Poll::Ready(Some(Err(Error::ConnectionReadTimeout)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+}
