@@ -149,3 +149,45 @@ proptest! {
         prop_assert_eq!(canonical_json(&back), canonical);
     }
 }
+
+/// Text shaped like network patterns, with the pieces that trip parsers.
+fn pattern_text() -> impl Strategy<Value = String> {
+    let scheme = prop_oneof![
+        Just(""),
+        Just("http://"),
+        Just("https://"),
+        Just("ftp://"),
+        Just("://")
+    ];
+    let host = prop_oneof![
+        "[a-z0-9-]{0,10}(\\.[a-z0-9-]{0,10}){0,3}",
+        "\\*\\.[a-z0-9.-]{0,20}",
+        "[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}(/[0-9]{1,3})?",
+        "\\[[0-9a-f:]{0,20}(/[0-9]{1,3})?\\]",
+        "[ -~é]{0,20}",
+    ];
+    let port = prop_oneof![Just(String::new()), ":[0-9]{0,6}", ":[ -~]{0,4}"];
+    (scheme, host, port).prop_map(|(s, h, p)| format!("{s}{h}{p}"))
+}
+
+proptest! {
+    #[test]
+    fn network_patterns_parse_without_panics_and_print_back_to_themselves(text in pattern_text()) {
+        use toolhost::sandbox::NetPattern;
+        use toolhost::sandbox::network::Target;
+        if let Ok(pattern) = NetPattern::parse(&text) {
+            let printed = pattern.to_string();
+            let again = NetPattern::parse(&printed).expect("a printed pattern parses");
+            prop_assert_eq!(&again, &pattern);
+            prop_assert!(pattern.covers(&pattern), "{} does not cover itself", printed);
+            // A pattern over a name matches exactly that name, on its port.
+            if let toolhost::sandbox::network::HostRule::Name(name) = &pattern.host {
+                let target = Target { https: true, host: name.clone(), port: pattern.port };
+                let http = Target { https: false, ..target.clone() };
+                prop_assert!(pattern.matches(&target) || pattern.matches(&http));
+                let other_port = Target { port: pattern.port.wrapping_add(1), ..target };
+                prop_assert!(!pattern.matches(&other_port));
+            }
+        }
+    }
+}
