@@ -3,6 +3,7 @@
 //! swap never changes a call in flight.
 
 use crate::config::{Access, DedupMode, Location};
+use crate::mcp::client::McpImport;
 use crate::runtime::{CallLimits, ComponentHash, LoadedComponent};
 use crate::sandbox::SandboxSpec;
 use arc_swap::ArcSwap;
@@ -80,11 +81,9 @@ pub struct Tool {
     pub ensemble_file: PathBuf,
     pub invoker_file: PathBuf,
     pub enabled: bool,
-    pub component: Arc<LoadedComponent>,
-    /// The component file this invoker's descriptor names. (`component.path` is where those
-    /// bytes were first loaded, which may be another ensemble's file with the same content.)
-    pub component_path: PathBuf,
-    /// The tool's name inside the component.
+    /// What runs a call: a sandboxed component, or an imported MCP server.
+    pub backend: Backend,
+    /// The tool's name inside the component (or on the MCP server).
     pub component_tool: String,
     pub description: String,
     pub input_schema: Value,
@@ -110,10 +109,43 @@ impl fmt::Debug for Tool {
     }
 }
 
+/// Where a tool's calls run.
+#[derive(Clone)]
+pub enum Backend {
+    /// A WebAssembly component, in a fresh sandboxed instance per call.
+    Component {
+        component: Arc<LoadedComponent>,
+        /// The component file this invoker's descriptor names. (`component.path` is where
+        /// those bytes were first loaded, which may be another ensemble's file.)
+        path: PathBuf,
+    },
+    /// A tool of an MCP server imported as an ensemble.
+    Mcp(Arc<McpImport>),
+}
+
 impl Tool {
-    /// The component's hash.
+    /// The component's hash, or for an imported MCP tool the hash of its server's settings.
     pub fn component_hash(&self) -> ComponentHash {
-        self.component.hash
+        match &self.backend {
+            Backend::Component { component, .. } => component.hash,
+            Backend::Mcp(server) => server.hash(),
+        }
+    }
+
+    /// The component file, or the MCP server's command line or URL, for listings.
+    pub fn source(&self) -> String {
+        match &self.backend {
+            Backend::Component { path, .. } => path.display().to_string(),
+            Backend::Mcp(server) => format!("mcp: {}", server.spec().describe()),
+        }
+    }
+
+    /// The component file to watch for changes (none for an MCP server).
+    pub fn component_file(&self) -> Option<&std::path::Path> {
+        match &self.backend {
+            Backend::Component { path, .. } => Some(path),
+            Backend::Mcp(_) => None,
+        }
     }
 
     /// A one-line description of the granted directories, for listings.
@@ -135,6 +167,7 @@ impl Tool {
             })
             .collect();
         parts.extend(self.sandbox.env.iter().map(|(k, _)| format!("env:{k}")));
+        parts.extend(self.sandbox.network.iter().map(|p| format!("net:{p}")));
         parts.join(",")
     }
 }

@@ -22,6 +22,7 @@
 //!           prompted (<tool> blocks in text); streaming, retries with backoff
 //! reload    watch -> debounce -> rebuild -> diff -> swap; last good version kept on failure
 //! audit     one JSON line per call, secrets redacted, appended and flushed
+//! tls       the rustls crypto provider every HTTPS client of the host uses
 //! ```
 //!
 //! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
@@ -39,3 +40,4 @@ pub mod reload;
 pub mod resolve;
 pub mod runtime;
 pub mod sandbox;
+pub mod tls;

@@ -262,15 +262,27 @@ impl Reloader {
         targets.sync(&watcher, &self.dir, &self.catalog.snapshot());
         let reloader = self.clone();
         let task_watcher = watcher.clone();
+        let mut servers = crate::mcp::client::changes();
         let task = tokio::spawn(async move {
             loop {
-                // Wait for a relevant event, then for quiet.
+                // Wait for a relevant event (a file, or an imported MCP server's new tool
+                // list), then for quiet.
                 loop {
-                    let Some(event) = notices.recv().await else {
-                        return;
-                    };
-                    if targets.is_relevant(&event, &reloader.dir) {
-                        break;
+                    tokio::select! {
+                        event = notices.recv() => {
+                            let Some(event) = event else { return };
+                            if targets.is_relevant(&event, &reloader.dir) {
+                                break;
+                            }
+                        }
+                        server = servers.recv() => {
+                            if let Ok(server) = &server {
+                                tracing::info!("reloading: MCP server `{server}` changed its tools");
+                            }
+                            if !matches!(server, Err(broadcast::error::RecvError::Closed)) {
+                                break;
+                            }
+                        }
                     }
                 }
                 loop {
@@ -317,7 +329,7 @@ impl WatchTargets {
         self.components = catalog
             .all_tools()
             .iter()
-            .map(|t| absolute(&t.component_path))
+            .filter_map(|t| t.component_file().map(absolute))
             .collect();
         let ensembles = absolute(ensembles);
         let wanted: HashSet<PathBuf> = self

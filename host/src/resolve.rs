@@ -6,10 +6,14 @@
 //! (so `toolhost check` reports them all). An ensemble with any error is refused whole and its
 //! tools are left out; the others load.
 
-use crate::catalog::{CallGate, Catalog, EnsembleInfo, Tool, VersionHash};
-use crate::config::v1::{Capabilities, EnsembleFile, InvokerFile, InvokerSection, Limits};
+use crate::catalog::{Backend, CallGate, Catalog, EnsembleInfo, Tool, VersionHash};
+use crate::config::ToolName;
+use crate::config::v1::{
+    Capabilities, EnsembleFile, InvokerFile, InvokerSection, Limits, McpSection,
+};
 use crate::config::{Access, DedupMode, Diagnostic, FileKind, Location, SourceFile};
-use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime};
+use crate::mcp::client::{McpImport, McpSpec, McpTarget};
+use crate::runtime::{CallLimits, ComponentHash, LoadedComponent, Runtime, ToolDescription};
 use crate::sandbox::{NetPattern, Preopen, SandboxSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +27,7 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_MEMORY_MIB: u64 = 64;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
+pub const DEFAULT_MCP_STARTUP_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_MAX_CONCURRENCY: u64 = 8;
 pub const DEFAULT_MAX_QUEUE: u64 = 64;
 
@@ -301,31 +306,54 @@ async fn resolve_ensemble(
             )),
         }
     }
-    let drafts: Vec<InvokerDraft<'_>> = loaded
+    // An MCP ensemble: the server's tools, and every one of them when no invoker is listed.
+    let mcp = match &ensemble.ensemble.mcp {
+        Some(section) => match mcp_tools(&source, &ensemble, section).await {
+            Ok(tools) => Some(tools),
+            Err(mut errors) => {
+                diagnostics.append(&mut errors);
+                return Err(diagnostics);
+            }
+        },
+        None => None,
+    };
+    let imported: Vec<InvokerSection> = match &mcp {
+        Some(mcp) if ensemble.invokers.is_empty() => mcp.all_invokers(&source, &mut diagnostics),
+        _ => Vec::new(),
+    };
+    let drafts: Vec<InvokerDraft<'_>> = imported
         .iter()
-        .map(|entry| match entry {
-            LoadedEntry::File(file) => InvokerDraft {
-                source: &file.0,
-                section: &file.1.invoker,
-                limits: &file.1.limits,
-                capabilities: &file.1.capabilities,
-                arguments: file.1.arguments.as_ref(),
-            },
-            LoadedEntry::Inline(section, entry) => InvokerDraft {
-                source: &source,
-                section,
-                limits: entry.limits.as_ref().unwrap_or(&NO_LIMITS),
-                capabilities: entry.capabilities.as_ref().unwrap_or(&NO_CAPABILITIES),
-                arguments: entry.arguments.as_ref(),
-            },
+        .map(|section| InvokerDraft {
+            source: &source,
+            section,
+            limits: &NO_LIMITS,
+            capabilities: &NO_CAPABILITIES,
+            arguments: None,
         })
         .collect();
+    let mut drafts = drafts;
+    drafts.extend(loaded.iter().map(|entry| match entry {
+        LoadedEntry::File(file) => InvokerDraft {
+            source: &file.0,
+            section: &file.1.invoker,
+            limits: &file.1.limits,
+            capabilities: &file.1.capabilities,
+            arguments: file.1.arguments.as_ref(),
+        },
+        LoadedEntry::Inline(section, entry) => InvokerDraft {
+            source: &source,
+            section,
+            limits: entry.limits.as_ref().unwrap_or(&NO_LIMITS),
+            capabilities: entry.capabilities.as_ref().unwrap_or(&NO_CAPABILITIES),
+            arguments: entry.arguments.as_ref(),
+        },
+    }));
 
     let grants = Grants::resolve(&source, &ensemble, &mut diagnostics);
     let mut tools: Vec<Tool> = Vec::new();
     let mut seen: BTreeMap<String, Location> = BTreeMap::new();
     for draft in &drafts {
-        match resolve_invoker(components, &source, &ensemble, &grants, draft).await {
+        match resolve_invoker(components, &source, &ensemble, &grants, draft, mcp.as_ref()).await {
             Ok(tool) => {
                 let location = draft.source.at(draft.section.name.span());
                 if let Some(first) = seen.get(&tool.name) {
@@ -451,67 +479,36 @@ async fn resolve_invoker(
     ensemble: &EnsembleFile,
     grants: &Grants<'_>,
     draft: &InvokerDraft<'_>,
+    mcp: Option<&McpTools>,
 ) -> Result<Tool, Vec<Diagnostic>> {
     let mut diagnostics = Vec::new();
     let section = draft.section;
     let name = section.name.get_ref().as_str();
     let ensemble_name = ensemble.ensemble.name.get_ref().as_str();
-
-    // The component: the invoker's own, else the ensemble's; the pin goes with the declaration.
-    let (component_path, component_location, pin) = match (
-        &section.component,
-        &ensemble.ensemble.component,
-    ) {
-        (Some(path), _) => (
-            relative_to(&draft.source.path, path.get_ref()),
-            draft.source.at(path.span()),
-            section.blake3.as_ref(),
-        ),
-        (None, Some(path)) => (
-            relative_to(&ensemble_source.path, path.get_ref()),
-            ensemble_source.at(path.span()),
-            ensemble.ensemble.blake3.as_ref(),
-        ),
-        (None, None) => {
-            return Err(vec![Diagnostic::new(
-                draft.source.at(section.name.span()),
-                format!(
-                    "invoker `{name}` has no component: set `component` in [ensemble] or in [invoker]"
-                ),
-            )]);
-        }
+    let provider = match mcp {
+        Some(mcp) => mcp.provider(draft)?,
+        None => component_provider(components, ensemble_source, ensemble, draft).await?,
     };
-    let component = match components
-        .load(&component_path, pin.map(|p| p.get_ref().as_str()))
-        .await
-    {
-        Ok(component) => component,
-        Err(message) => {
-            let mut diagnostic = Diagnostic::new(component_location, message);
-            if let Some(pin) = pin.filter(|_| diagnostic.message.contains("the pin requires")) {
-                let pin_source = if section.component.is_some() {
-                    draft.source
-                } else {
-                    ensemble_source
-                };
-                diagnostic = diagnostic.with_note(Some(pin_source.at(pin.span())), "pinned here");
-            }
-            return Err(vec![diagnostic]);
-        }
-    };
+    let Provider {
+        backend,
+        hash,
+        tools: offered_tools,
+        origin,
+        location: component_location,
+    } = provider;
 
     // The tool inside the component.
     let (tool_name, tool_span) = match &section.tool {
         Some(tool) => (tool.get_ref().as_str(), tool.span()),
         None => (name, section.name.span()),
     };
-    let Some(spec) = component.tools.iter().find(|t| t.name == tool_name) else {
-        let offered: Vec<&str> = component.tools.iter().map(|t| t.name.as_str()).collect();
+    let Some((spec, hinted_destructive)) = offered_tools.iter().find(|(t, _)| t.name == tool_name)
+    else {
+        let offered: Vec<&str> = offered_tools.iter().map(|(t, _)| t.name.as_str()).collect();
         return Err(vec![Diagnostic::new(
             draft.source.at(tool_span),
             format!(
-                "component {} has no tool `{tool_name}`; it offers: {}{}",
-                component_path.display(),
+                "{origin} has no tool `{tool_name}`; it offers: {}{}",
                 offered.join(", "),
                 if section.tool.is_none() {
                     " (set `tool` to map this invoker to one of them)"
@@ -613,7 +610,7 @@ async fn resolve_invoker(
         .clone()
         .unwrap_or_else(|| spec.description.clone());
     let version = version_hash(
-        &component.hash,
+        &hash,
         tool_name,
         &description,
         &input_schema,
@@ -640,17 +637,268 @@ async fn resolve_invoker(
         invoker_file: draft.source.path.clone(),
         enabled: ensemble.ensemble.enabled && section.enabled,
         component_tool: tool_name.to_string(),
-        component_path: component_path.clone(),
-        component,
+        backend,
         description,
         input_schema,
         validator: Arc::new(validator),
         limits,
         dedup,
-        destructive: section.destructive,
+        destructive: section.destructive || *hinted_destructive,
         sandbox,
         version,
     })
+}
+
+/// Where an invoker's tool comes from, and what that source offers.
+struct Provider {
+    backend: Backend,
+    hash: ComponentHash,
+    /// The tools offered, each with whether its source marks it destructive.
+    tools: Vec<(ToolDescription, bool)>,
+    /// `component <path>` or `MCP server `<command>``, for messages.
+    origin: String,
+    /// Where the source is named, for messages about its schemas.
+    location: Location,
+}
+
+/// The invoker's component (its own, else the ensemble's), loaded or taken from the cache.
+async fn component_provider(
+    components: &mut ComponentLoader<'_>,
+    ensemble_source: &SourceFile,
+    ensemble: &EnsembleFile,
+    draft: &InvokerDraft<'_>,
+) -> Result<Provider, Vec<Diagnostic>> {
+    let section = draft.section;
+    let name = section.name.get_ref().as_str();
+    let (component_path, component_location, pin) = match (
+        &section.component,
+        &ensemble.ensemble.component,
+    ) {
+        (Some(path), _) => (
+            relative_to(&draft.source.path, path.get_ref()),
+            draft.source.at(path.span()),
+            section.blake3.as_ref(),
+        ),
+        (None, Some(path)) => (
+            relative_to(&ensemble_source.path, path.get_ref()),
+            ensemble_source.at(path.span()),
+            ensemble.ensemble.blake3.as_ref(),
+        ),
+        (None, None) => {
+            return Err(vec![Diagnostic::new(
+                draft.source.at(section.name.span()),
+                format!(
+                    "invoker `{name}` has no component: set `component` in [ensemble] or in [invoker]"
+                ),
+            )]);
+        }
+    };
+    let component = match components
+        .load(&component_path, pin.map(|p| p.get_ref().as_str()))
+        .await
+    {
+        Ok(component) => component,
+        Err(message) => {
+            let mut diagnostic = Diagnostic::new(component_location, message);
+            if let Some(pin) = pin.filter(|_| diagnostic.message.contains("the pin requires")) {
+                let pin_source = if section.component.is_some() {
+                    draft.source
+                } else {
+                    ensemble_source
+                };
+                diagnostic = diagnostic.with_note(Some(pin_source.at(pin.span())), "pinned here");
+            }
+            return Err(vec![diagnostic]);
+        }
+    };
+
+    Ok(Provider {
+        hash: component.hash,
+        tools: component.tools.iter().map(|t| (t.clone(), false)).collect(),
+        origin: format!("component {}", component_path.display()),
+        location: component_location,
+        backend: Backend::Component {
+            component,
+            path: component_path,
+        },
+    })
+}
+
+/// An MCP ensemble's server and the tools it listed.
+struct McpTools {
+    server: Arc<McpImport>,
+    tools: Vec<(ToolDescription, bool)>,
+    location: Location,
+    /// Where `[ensemble.mcp]` is, for the invokers made from the server's list.
+    span: std::ops::Range<usize>,
+}
+
+impl McpTools {
+    /// One invoker per tool of the server, named as the server names it.
+    fn all_invokers(
+        &self,
+        source: &SourceFile,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Vec<InvokerSection> {
+        let span = self.span.clone();
+        let mut sections = Vec::new();
+        for (tool, _) in &self.tools {
+            match ToolName::try_from(tool.name.clone()) {
+                Ok(name) => sections.push(InvokerSection {
+                    name: Spanned::new(span.clone(), name),
+                    tool: None,
+                    enabled: true,
+                    description: None,
+                    destructive: false,
+                    dedup: None,
+                    component: None,
+                    blake3: None,
+                }),
+                Err(reason) => diagnostics.push(Diagnostic::new(
+                    source.at(span.clone()),
+                    format!(
+                        "MCP server `{}` offers tool `{}`, a name toolhost cannot use ({reason}); \
+                         list the tools to import under [[invokers]] with `name` and `tool`",
+                        self.server.spec().describe(),
+                        tool.name
+                    ),
+                )),
+            }
+        }
+        sections
+    }
+
+    fn provider(&self, draft: &InvokerDraft<'_>) -> Result<Provider, Vec<Diagnostic>> {
+        let mut diagnostics = Vec::new();
+        let section = draft.section;
+        if let Some(component) = &section.component {
+            diagnostics.push(Diagnostic::new(
+                draft.source.at(component.span()),
+                "an invoker of an MCP ensemble calls the server's tool; it has no component",
+            ));
+        }
+        let capabilities = draft.capabilities;
+        if !capabilities.files.is_empty()
+            || !capabilities.env.is_empty()
+            || !capabilities.network.is_empty()
+        {
+            diagnostics.push(Diagnostic::new(
+                draft.source.at(section.name.span()),
+                "capabilities do not apply to an MCP server's tools: the server is its own \
+                 process, outside the sandbox; remove [capabilities]",
+            ));
+        }
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+        Ok(Provider {
+            backend: Backend::Mcp(Arc::clone(&self.server)),
+            hash: self.server.hash(),
+            tools: self.tools.clone(),
+            origin: format!("MCP server `{}`", self.server.spec().describe()),
+            location: self.location.clone(),
+        })
+    }
+}
+
+/// Starts (or reuses) the server `[ensemble.mcp]` names and lists its tools.
+async fn mcp_tools(
+    source: &SourceFile,
+    ensemble: &EnsembleFile,
+    section: &Spanned<McpSection>,
+) -> Result<McpTools, Vec<Diagnostic>> {
+    let location = source.at(section.span());
+    let mut diagnostics = Vec::new();
+    let head = &ensemble.ensemble;
+    if let Some(component) = &head.component {
+        diagnostics.push(Diagnostic::new(
+            source.at(component.span()),
+            "an ensemble names either a `component` or an MCP server ([ensemble.mcp]), not both",
+        ));
+    }
+    if let Some(pin) = &head.blake3 {
+        diagnostics.push(Diagnostic::new(
+            source.at(pin.span()),
+            "a `blake3` pin applies to a component; an MCP server has none",
+        ));
+    }
+    let grants = &ensemble.grants;
+    if !grants.files.is_empty() || !grants.env.is_empty() || !grants.network.is_empty() {
+        diagnostics.push(Diagnostic::new(
+            location.clone(),
+            "[grants] do not apply to an MCP server: it is its own process, outside the sandbox; \
+             remove them",
+        ));
+    }
+    let mcp = section.get_ref();
+    let target = match (&mcp.command, &mcp.url) {
+        (Some(command), None) => {
+            let program = command.get_ref();
+            // A path is relative to this file; a bare name is looked up on PATH.
+            let program = if program.contains('/') {
+                relative_to(&source.path, program).display().to_string()
+            } else {
+                program.clone()
+            };
+            let mut env: Vec<(String, String)> = Vec::new();
+            if let Ok(path) = std::env::var("PATH") {
+                env.push(("PATH".into(), path));
+            }
+            for variable in &mcp.inherit_env {
+                if let Ok(value) = std::env::var(variable.get_ref().as_str()) {
+                    env.push((variable.get_ref().to_string(), value));
+                }
+            }
+            env.extend(mcp.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            McpTarget::Command {
+                program,
+                args: mcp.args.clone(),
+                env,
+                cwd: source
+                    .path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from(".")),
+            }
+        }
+        (None, Some(url)) => {
+            let text = url.get_ref();
+            if !(text.starts_with("http://") || text.starts_with("https://")) {
+                diagnostics.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!("{text:?} is not an http:// or https:// URL"),
+                ));
+            }
+            McpTarget::Url(text.clone())
+        }
+        _ => {
+            diagnostics.push(Diagnostic::new(
+                location.clone(),
+                "[ensemble.mcp] needs either `command` (with `args`, `env`) or `url`, not both",
+            ));
+            return Err(diagnostics);
+        }
+    };
+    if !diagnostics.is_empty() {
+        return Err(diagnostics);
+    }
+    let spec = McpSpec {
+        target,
+        startup_timeout: Duration::from_millis(
+            mcp.startup_timeout_ms
+                .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
+        ),
+    };
+    let server = crate::mcp::client::import(spec);
+    match server.tools().await {
+        Ok(tools) => Ok(McpTools {
+            server,
+            tools,
+            location,
+            span: section.span(),
+        }),
+        Err(e) => Err(vec![Diagnostic::new(location, e.to_string())]),
+    }
 }
 
 /// Compiles a JSON Schema; it must itself be valid and describe an object, because tool

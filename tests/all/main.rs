@@ -7,6 +7,7 @@ mod config_golden;
 mod dedup;
 mod invoke;
 mod mcp;
+mod mcp_import;
 mod network;
 mod plugins;
 mod props;

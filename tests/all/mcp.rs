@@ -275,6 +275,8 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        // The tests' own HTTP clients (rmcp over reqwest) need the host's TLS provider.
+        toolhost::tls::install_provider();
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
         configure(&mut command, fixture);
         command

@@ -16,7 +16,7 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
                     "ensemble": t.ensemble,
                     "enabled": t.enabled,
                     "component": t.component_hash().to_string(),
-                    "component_path": t.component_path,
+                    "component_path": t.source(),
                     "tool": t.component_tool,
                     "description": t.description,
                     "input_schema": t.input_schema,

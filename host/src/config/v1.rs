@@ -37,6 +37,29 @@ pub struct EnsembleSection {
     pub component: Option<Spanned<String>>,
     pub blake3: Option<Spanned<Blake3Hex>>,
     pub prefix: Option<Spanned<ToolName>>,
+    /// An MCP server whose tools this ensemble imports, instead of a component.
+    pub mcp: Option<Spanned<McpSection>>,
+}
+
+/// `[ensemble.mcp]`: a server started as a child process (`command`, `args`, `env`) or
+/// reached over streamable HTTP (`url`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct McpSection {
+    pub command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables set for the server process (its environment is otherwise empty but for
+    /// `PATH` and what `inherit-env` names).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Host variables passed through with the host's values (tokens, say), so that their
+    /// values need not be written here.
+    #[serde(default)]
+    pub inherit_env: Vec<Spanned<EnvVarName>>,
+    pub url: Option<Spanned<String>>,
+    /// How long starting the server and listing its tools may take (default 10000).
+    pub startup_timeout_ms: Option<TimeoutMs>,
 }
 
 /// `[defaults]`: what each invoker inherits unless it sets its own.

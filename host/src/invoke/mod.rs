@@ -9,7 +9,7 @@ mod dedup;
 pub use dedup::{DedupCache, DedupKey, canonical_json};
 
 use crate::audit::{self, AuditLog, AuditRecord};
-use crate::catalog::{Catalog, LiveCatalog, Tool};
+use crate::catalog::{Backend, Catalog, LiveCatalog, Tool};
 use crate::config::DedupMode;
 use crate::runtime::{RunError, Runtime, ToolFailure};
 use serde::Serialize;
@@ -329,19 +329,31 @@ impl Host {
             .acquire()
             .await
             .map_err(|_| CallError::new(ErrorKind::Busy, "the host is shutting down"))?;
-        let text = arguments.to_string();
-        self.runtime
-            .call(
-                &tool.component,
-                &tool.name,
-                &tool.component_tool,
-                &text,
-                tool.limits,
-                &tool.sandbox,
-            )
-            .await
-            .map(Arc::from)
-            .map_err(|e| run_error(&tool.name, e))
+        let ran = match &tool.backend {
+            Backend::Component { component, .. } => {
+                self.runtime
+                    .call(
+                        component,
+                        &tool.name,
+                        &tool.component_tool,
+                        &arguments.to_string(),
+                        tool.limits,
+                        &tool.sandbox,
+                    )
+                    .await
+            }
+            Backend::Mcp(server) => {
+                server
+                    .call(
+                        &tool.component_tool,
+                        arguments,
+                        tool.limits.timeout,
+                        tool.limits.max_output_bytes,
+                    )
+                    .await
+            }
+        };
+        ran.map(Arc::from).map_err(|e| run_error(&tool.name, e))
     }
 
     fn audit(
@@ -371,7 +383,7 @@ impl Host {
             session: session.id.clone(),
             tool: outcome.tool.clone(),
             ensemble: tool.map(|t| t.ensemble.clone()),
-            component: tool.map(|t| t.component.hash.to_string()),
+            component: tool.map(|t| t.component_hash().to_string()),
             arguments: arguments.map_or(Value::Null, audit::redact),
             outcome: outcome_name,
             error,

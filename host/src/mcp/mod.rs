@@ -9,6 +9,7 @@
 // the revisions this server speaks (up to 2025-11-25), and clients rely on it there.
 #![allow(deprecated)]
 
+pub mod client;
 pub mod log;
 
 use crate::invoke::{Host, Session};

@@ -249,9 +249,7 @@ pub(crate) struct Transport {
 
 impl Transport {
     fn new(settings: &ProviderSettings) -> Result<Self, ProviderError> {
-        // reqwest is built without a bundled TLS provider; ring is the one the rest of the
-        // host uses. A provider installed earlier (by another client) is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::tls::install_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(settings.request_timeout)

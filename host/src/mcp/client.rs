@@ -1,0 +1,400 @@
+//! The MCP client side: an external MCP server imported as an ensemble (`[ensemble.mcp]`).
+//!
+//! An [`McpImport`] is one server: a child process (`command`, `args`, `env`) or a streamable
+//! HTTP endpoint (`url`). It is started when it is first needed (when the catalog lists its
+//! tools, or a call finds it down), shared by every catalog version that names the same
+//! server, and dropped with the last of them. A server that dies (or cannot be started) makes
+//! only its own tools fail, with `crashed`; the next call starts it again, right away after a
+//! crash, then with a doubling backoff (1 s up to 60 s) while starting keeps failing. A
+//! server's `notifications/tools/list_changed` is broadcast ([`changes`]), and the reloader
+//! rebuilds the catalog from the server's new list.
+//!
+//! An imported server is a native process (or a remote service), not a sandboxed component:
+//! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
+//! the server itself can reach is up to the operator.
+
+use crate::runtime::{ComponentHash, RunError, ToolDescription, ToolFailure};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientInfo};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+
+/// The first wait after a failed start; it doubles with each further failure.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum McpTarget {
+    /// A child process speaking MCP on its stdin and stdout.
+    Command {
+        program: String,
+        args: Vec<String>,
+        /// The complete environment of the process.
+        env: Vec<(String, String)>,
+        /// Its working directory: the ensemble file's directory.
+        cwd: PathBuf,
+    },
+    /// A streamable HTTP endpoint.
+    Url(String),
+}
+
+/// One imported server's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct McpSpec {
+    pub target: McpTarget,
+    #[serde(skip)]
+    pub startup_timeout: Duration,
+}
+
+impl McpSpec {
+    /// Identifies the server's settings (what `list` shows where a component shows its hash).
+    pub fn hash(&self) -> ComponentHash {
+        let text = serde_json::to_string(&self.target).unwrap_or_default();
+        ComponentHash(*blake3::hash(text.as_bytes()).as_bytes())
+    }
+
+    /// The command line or URL, for messages.
+    pub fn describe(&self) -> String {
+        match &self.target {
+            McpTarget::Command { program, args, .. } => std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            McpTarget::Url(url) => url.clone(),
+        }
+    }
+}
+
+/// Why a server could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("MCP server `{server}` {reason}")]
+pub struct McpError {
+    pub server: String,
+    pub reason: String,
+}
+
+/// Tells the reloader which server announced a new tool list.
+fn change_sender() -> &'static broadcast::Sender<String> {
+    static CHANGES: OnceLock<broadcast::Sender<String>> = OnceLock::new();
+    CHANGES.get_or_init(|| broadcast::channel(64).0)
+}
+
+/// The servers' `tools/list_changed` notifications, by server (its command line or URL).
+pub fn changes() -> broadcast::Receiver<String> {
+    change_sender().subscribe()
+}
+
+/// Receives a server's notifications.
+#[derive(Clone)]
+struct Watcher {
+    server: String,
+}
+
+impl ClientHandler for Watcher {
+    fn get_info(&self) -> ClientInfo {
+        ClientInfo::default()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!("MCP server `{}` changed its tools", self.server);
+        let _ = change_sender().send(self.server.clone());
+    }
+}
+
+/// The live connection, or when to try again.
+#[derive(Default)]
+struct Connection {
+    service: Option<Arc<RunningService<RoleClient, Watcher>>>,
+    /// Failed starts in a row.
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// One imported MCP server.
+pub struct McpImport {
+    spec: McpSpec,
+    hash: ComponentHash,
+    connection: tokio::sync::Mutex<Connection>,
+}
+
+impl std::fmt::Debug for McpImport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpImport")
+            .field("server", &self.spec.describe())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The server for `spec`: the one already in use by the catalog, or a new one (not started).
+pub fn import(spec: McpSpec) -> Arc<McpImport> {
+    static SERVERS: OnceLock<Mutex<HashMap<ComponentHash, Weak<McpImport>>>> = OnceLock::new();
+    let hash = spec.hash();
+    let mut servers = SERVERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    servers.retain(|_, server| server.strong_count() > 0);
+    if let Some(server) = servers.get(&hash).and_then(Weak::upgrade) {
+        return server;
+    }
+    let server = Arc::new(McpImport {
+        spec,
+        hash,
+        connection: tokio::sync::Mutex::default(),
+    });
+    servers.insert(hash, Arc::downgrade(&server));
+    server
+}
+
+impl McpImport {
+    pub fn hash(&self) -> ComponentHash {
+        self.hash
+    }
+
+    pub fn spec(&self) -> &McpSpec {
+        &self.spec
+    }
+
+    fn error(&self, reason: impl Into<String>) -> McpError {
+        McpError {
+            server: self.spec.describe(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The running session, started now if there is none (unless a failed start is still in
+    /// its backoff).
+    async fn session(&self) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
+        let mut connection = self.connection.lock().await;
+        if let Some(service) = &connection.service {
+            if !service.is_closed() {
+                return Ok(Arc::clone(service));
+            }
+            tracing::warn!(
+                "MCP server `{}` is gone; starting it again",
+                self.spec.describe()
+            );
+            connection.service = None;
+        }
+        if let Some(at) = connection.retry_at
+            && Instant::now() < at
+        {
+            let wait = at.saturating_duration_since(Instant::now());
+            return Err(self.error(format!(
+                "is unavailable ({}); the next try is in {} s",
+                connection
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("it failed to start"),
+                wait.as_secs().max(1)
+            )));
+        }
+        match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
+            Ok(Ok(service)) => {
+                let service = Arc::new(service);
+                *connection = Connection {
+                    service: Some(Arc::clone(&service)),
+                    ..Connection::default()
+                };
+                Ok(service)
+            }
+            failed => {
+                let reason = match failed {
+                    Ok(Err(reason)) => reason,
+                    _ => format!(
+                        "did not start within {} ms",
+                        self.spec.startup_timeout.as_millis()
+                    ),
+                };
+                connection.failures += 1;
+                let backoff = FIRST_BACKOFF
+                    .saturating_mul(2u32.saturating_pow(connection.failures - 1))
+                    .min(MAX_BACKOFF);
+                connection.retry_at = Some(Instant::now() + backoff);
+                connection.last_error = Some(reason.clone());
+                Err(self.error(reason))
+            }
+        }
+    }
+
+    async fn start(&self) -> Result<RunningService<RoleClient, Watcher>, String> {
+        let watcher = Watcher {
+            server: self.spec.describe(),
+        };
+        match &self.spec.target {
+            McpTarget::Command {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command
+                    .args(args)
+                    .env_clear()
+                    .envs(env.iter().cloned())
+                    .current_dir(cwd)
+                    .kill_on_drop(true);
+                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("could not be started: {e}"))?;
+                if let Some(stderr) = stderr {
+                    forward_stderr(self.spec.describe(), stderr);
+                }
+                watcher
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("did not complete the MCP handshake: {e}"))
+            }
+            McpTarget::Url(url) => {
+                crate::tls::install_provider();
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+                watcher
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("did not complete the MCP handshake: {e}"))
+            }
+        }
+    }
+
+    /// Forgets `service` after it failed, so that the next call starts the server again.
+    async fn forget(&self, service: &Arc<RunningService<RoleClient, Watcher>>) {
+        let mut connection = self.connection.lock().await;
+        if connection
+            .service
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, service))
+        {
+            connection.service = None;
+        }
+    }
+
+    /// The server's tools, as the catalog takes them.
+    pub async fn tools(&self) -> Result<Vec<(ToolDescription, bool)>, McpError> {
+        let service = self.session().await?;
+        let listed = tokio::time::timeout(self.spec.startup_timeout, service.list_all_tools())
+            .await
+            .map_err(|_| self.error("did not list its tools in time"))?;
+        let tools = match listed {
+            Ok(tools) => tools,
+            Err(e) => {
+                self.forget(&service).await;
+                return Err(self.error(format!("could not list its tools: {e}")));
+            }
+        };
+        Ok(tools
+            .into_iter()
+            .map(|tool| {
+                let destructive = tool
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.destructive_hint)
+                    .unwrap_or(false);
+                let description = ToolDescription {
+                    name: tool.name.to_string(),
+                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
+                };
+                (description, destructive)
+            })
+            .collect())
+    }
+
+    /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its text.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        timeout: Duration,
+        max_output_bytes: usize,
+    ) -> Result<String, RunError> {
+        let started = Instant::now();
+        let crashed = |message: String| RunError::Crashed { message };
+        let service = tokio::time::timeout(timeout, self.session())
+            .await
+            .map_err(|_| RunError::Timeout { limit: timeout })?
+            .map_err(|e| crashed(e.to_string()))?;
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Value::Object(map) = arguments {
+            params = params.with_arguments(map.clone());
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        // Dropping the request on timeout sends the server `notifications/cancelled`.
+        let answer = tokio::time::timeout(left, service.peer().call_tool_once(params))
+            .await
+            .map_err(|_| RunError::Timeout { limit: timeout })?;
+        let result = match answer {
+            Ok(CallToolResponse::Complete(result)) => result,
+            Ok(_) => {
+                return Err(crashed(format!(
+                    "MCP server `{}` asked for input or deferred the call, which toolhost does not support",
+                    self.spec.describe()
+                )));
+            }
+            Err(e) => {
+                if service.is_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
+                    self.forget(&service).await;
+                    return Err(crashed(format!(
+                        "MCP server `{}` exited during the call; it will be started again on the next call",
+                        self.spec.describe()
+                    )));
+                }
+                return Err(crashed(format!(
+                    "MCP server `{}` failed the call: {e}",
+                    self.spec.describe()
+                )));
+            }
+        };
+        let text = result_text(&result);
+        if result.is_error == Some(true) {
+            return Err(RunError::Tool(ToolFailure::Failed(text)));
+        }
+        if text.len() > max_output_bytes {
+            return Err(RunError::OutputLimit {
+                bytes: text.len(),
+                limit: max_output_bytes,
+            });
+        }
+        Ok(text)
+    }
+}
+
+/// The text a model reads: text content as it is, other content and structured results as
+/// JSON.
+fn result_text(result: &CallToolResult) -> String {
+    let mut parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|content| match content.as_text() {
+            Some(text) => text.text.clone(),
+            None => serde_json::to_string(content).unwrap_or_default(),
+        })
+        .collect();
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        parts.push(structured.to_string());
+    }
+    parts.join("\n")
+}
+
+/// The server's stderr, line by line, into the host's log (debug, like plugins' output).
+fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "plugin", server = server.as_str(), "{line}");
+        }
+    });
+}
