@@ -1,5 +1,6 @@
-//! toolhost: a host for LLM tools. Tools are sandboxed WebAssembly components that operators
-//! describe in TOML; every call is validated, deduplicated, limited and audited.
+//! toolhost: a host for LLM tools. Tools are sandboxed WebAssembly components (or the tools
+//! of imported MCP servers) that operators describe in TOML; every call is validated,
+//! deduplicated, limited and audited.
 //!
 //! # Layout
 //!
@@ -12,10 +13,12 @@
 //!           checked against grants, schemas compiled, names checked for collisions
 //! runtime   the wasmtime Engine, the compiled-component cache, a fresh Store per call with
 //!           limits, an epoch deadline and captured stdio
-//! sandbox   capabilities -> WASI context; deny by default
+//! sandbox   capabilities -> WASI context and wasi:http checks (host:port grants, no SSRF
+//!           through DNS); deny by default
 //! catalog   the resolved tools, and the live catalog behind an atomic pointer
 //! invoke    one call: lookup -> allow/deny -> validate -> dedup (single-flight) -> run -> audit
-//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke
+//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke, and
+//!           MCP servers imported as ensembles (mcp::client)
 //! agent     the agent loop: a model calls tools over several steps through invoke; the
 //!           canonical conversation, built-in loop-breaking tools, approvals, events
 //! provider  the LLM APIs behind one trait: openai (chat completions), anthropic (messages),

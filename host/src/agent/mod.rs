@@ -5,7 +5,7 @@
 //! One run: up to `max_iterations` model calls. Each answer's tool calls run concurrently (at
 //! most `max_parallel_calls` at once) and their results go back in the calls' order. The run
 //! ends when the model answers without a call, calls a built-in loop-breaking tool
-//! ([`builtin`]), reaches the iteration limit, or its provider fails after its retries; the
+//! (`builtin`), reaches the iteration limit, or its provider fails after its retries; the
 //! conversation keeps everything said so far in each case, so it can be continued.
 //!
 //! Decisions the design leaves open: a turn that mixes a loop-breaking built-in with other

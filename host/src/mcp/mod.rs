@@ -4,6 +4,8 @@
 //! After each reload that changes the tools, every connected session is sent
 //! `notifications/tools/list_changed`, and the host's own log messages as
 //! `notifications/message` (see [`log`]).
+//!
+//! The other direction, external MCP servers whose tools join the catalog, is [`client`].
 
 // MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
 // the revisions this server speaks (up to 2025-11-25), and clients rely on it there.

@@ -4,7 +4,7 @@
 //! format and back: `openai` (chat completions; also Ollama, vLLM, llama.cpp's server,
 //! LiteLLM), `anthropic` (messages) and `prompted` (chat completions without native tools:
 //! tools described in the system prompt, calls parsed from `<tool>` blocks). All of them
-//! stream, retry 429 and 5xx answers with backoff ([`Transport`]), and report usage where the
+//! stream, retry 429 and 5xx answers with backoff (`Transport`), and report usage where the
 //! API gives it.
 
 mod anthropic;

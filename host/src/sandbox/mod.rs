@@ -4,7 +4,7 @@
 //!
 //! What a call may reach is exactly what its [`SandboxSpec`] lists; `resolve` builds that spec
 //! from the invoker's `[capabilities]` after checking them against the ensemble's `[grants]`.
-//! Network access is outgoing HTTP only, each request checked in the host ([`http`]) against
+//! Network access is outgoing HTTP only, each request checked in the host (`http`) against
 //! the granted patterns ([`network`]); raw sockets and name lookups stay closed.
 
 mod http;
