@@ -116,7 +116,7 @@ pub fn redact(value: &Value) -> Value {
     }
 }
 
-/// The first [`SUMMARY_CHARS`] characters of a result, on one line.
+/// The first `SUMMARY_CHARS` characters of a result, on one line.
 pub fn summarize(text: &str) -> String {
     let mut summary: String = text
         .chars()
