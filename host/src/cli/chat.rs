@@ -24,21 +24,46 @@ use toolhost::invoke::{CallPolicy, Session};
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 
 /// The command line's `chat` options.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub(crate) struct ChatOptions {
-    pub(crate) prompt: String,
-    pub(crate) provider: Option<String>,
-    pub(crate) model: Option<String>,
-    pub(crate) base_url: Option<String>,
-    pub(crate) api_key_env: Option<String>,
-    pub(crate) system: Option<String>,
-    pub(crate) max_iterations: Option<u32>,
-    pub(crate) allow: Vec<String>,
-    pub(crate) deny: Vec<String>,
-    pub(crate) no_stream: bool,
-    pub(crate) yes: bool,
-    pub(crate) json: bool,
-    pub(crate) transcript: Option<std::path::PathBuf>,
+    /// What to ask, or `-` to read it from stdin.
+    prompt: String,
+    /// openai, anthropic or prompted (overrides [chat] provider; default openai).
+    #[arg(long)]
+    provider: Option<String>,
+    /// The model's name (overrides [chat] model).
+    #[arg(long)]
+    model: Option<String>,
+    /// The API's base URL, e.g. http://127.0.0.1:11434/v1 for Ollama (overrides [chat] base-url).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// The environment variable that holds the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// A system prompt (overrides [chat] system).
+    #[arg(long)]
+    system: Option<String>,
+    /// Model calls at most (overrides [chat] max-iterations; default 10).
+    #[arg(long, value_name = "N")]
+    max_iterations: Option<u32>,
+    /// Offer only these tools (repeatable; a trailing `*` matches a prefix).
+    #[arg(long, value_name = "TOOL")]
+    allow: Vec<String>,
+    /// Never offer these tools (repeatable; a trailing `*` matches a prefix).
+    #[arg(long, value_name = "TOOL")]
+    deny: Vec<String>,
+    /// Ask for whole answers instead of streamed ones.
+    #[arg(long)]
+    no_stream: bool,
+    /// Approve every destructive call without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Print every event as a JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Write the conversation as JSON to this file when the run ends.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<std::path::PathBuf>,
 }
 
 pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Result<ExitCode> {

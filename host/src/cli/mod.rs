@@ -89,46 +89,7 @@ enum Command {
         no_watch: bool,
     },
     /// Let a model use the tools to do what PROMPT asks: the agent loop, over several steps.
-    Chat {
-        /// What to ask, or `-` to read it from stdin.
-        prompt: String,
-        /// openai, anthropic or prompted (overrides [chat] provider; default openai).
-        #[arg(long)]
-        provider: Option<String>,
-        /// The model's name (overrides [chat] model).
-        #[arg(long)]
-        model: Option<String>,
-        /// The API's base URL, e.g. http://127.0.0.1:11434/v1 for Ollama (overrides [chat] base-url).
-        #[arg(long, value_name = "URL")]
-        base_url: Option<String>,
-        /// The environment variable that holds the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
-        #[arg(long, value_name = "VAR")]
-        api_key_env: Option<String>,
-        /// A system prompt (overrides [chat] system).
-        #[arg(long)]
-        system: Option<String>,
-        /// Model calls at most (overrides [chat] max-iterations; default 10).
-        #[arg(long, value_name = "N")]
-        max_iterations: Option<u32>,
-        /// Offer only these tools (repeatable; a trailing `*` matches a prefix).
-        #[arg(long, value_name = "TOOL")]
-        allow: Vec<String>,
-        /// Never offer these tools (repeatable; a trailing `*` matches a prefix).
-        #[arg(long, value_name = "TOOL")]
-        deny: Vec<String>,
-        /// Ask for whole answers instead of streamed ones.
-        #[arg(long)]
-        no_stream: bool,
-        /// Approve every destructive call without asking.
-        #[arg(long)]
-        yes: bool,
-        /// Print every event as a JSON line.
-        #[arg(long)]
-        json: bool,
-        /// Write the conversation as JSON to this file when the run ends.
-        #[arg(long, value_name = "FILE")]
-        transcript: Option<PathBuf>,
-    },
+    Chat(chat::ChatOptions),
     /// Show what the running `toolhost serve` loaded, when, with which hashes, and what failed.
     Status {
         /// Print JSON.
@@ -182,38 +143,7 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
             };
             serve::run(&settings, options, logs).await
         }
-        Command::Chat {
-            prompt,
-            provider,
-            model,
-            base_url,
-            api_key_env,
-            system,
-            max_iterations,
-            allow,
-            deny,
-            no_stream,
-            yes,
-            json,
-            transcript,
-        } => {
-            let options = chat::ChatOptions {
-                prompt,
-                provider,
-                model,
-                base_url,
-                api_key_env,
-                system,
-                max_iterations,
-                allow,
-                deny,
-                no_stream,
-                yes,
-                json,
-                transcript,
-            };
-            chat::run(&settings, options).await
-        }
+        Command::Chat(options) => chat::run(&settings, options).await,
         Command::Status { json } => status::run(&settings, json),
     }
 }
