@@ -290,7 +290,12 @@ impl Agent {
             .iter()
             .zip(results)
             .map(|(call, r)| {
-                r.unwrap_or_else(|| result(call, "crashed: the call's task failed".into(), true))
+                r.unwrap_or_else(|| {
+                    // Its task panicked: still one result (and one event) per call.
+                    let answer = result(call, "crashed: the call's task failed".into(), true);
+                    events(result_event(&answer, "crashed", Duration::ZERO, false));
+                    answer
+                })
             })
             .collect();
         (results, ending)
