@@ -485,17 +485,17 @@ async fn resolve_invoker(
     let section = draft.section;
     let name = section.name.get_ref().as_str();
     let ensemble_name = ensemble.ensemble.name.get_ref().as_str();
-    let provider = match mcp {
-        Some(mcp) => mcp.provider(draft)?,
-        None => component_provider(components, ensemble_source, ensemble, draft).await?,
+    let tool_source = match mcp {
+        Some(mcp) => mcp.source(draft)?,
+        None => component_source(components, ensemble_source, ensemble, draft).await?,
     };
-    let Provider {
+    let ToolSource {
         backend,
         hash,
         tools: offered_tools,
         origin,
         location: component_location,
-    } = provider;
+    } = tool_source;
 
     // The tool inside the component.
     let (tool_name, tool_span) = match &section.tool {
@@ -650,7 +650,7 @@ async fn resolve_invoker(
 }
 
 /// Where an invoker's tool comes from, and what that source offers.
-struct Provider {
+struct ToolSource {
     backend: Backend,
     hash: ComponentHash,
     /// The tools offered, each with whether its source marks it destructive.
@@ -662,12 +662,12 @@ struct Provider {
 }
 
 /// The invoker's component (its own, else the ensemble's), loaded or taken from the cache.
-async fn component_provider(
+async fn component_source(
     components: &mut ComponentLoader<'_>,
     ensemble_source: &SourceFile,
     ensemble: &EnsembleFile,
     draft: &InvokerDraft<'_>,
-) -> Result<Provider, Vec<Diagnostic>> {
+) -> Result<ToolSource, Vec<Diagnostic>> {
     let section = draft.section;
     let name = section.name.get_ref().as_str();
     let (component_path, component_location, pin) = match (
@@ -712,7 +712,7 @@ async fn component_provider(
         }
     };
 
-    Ok(Provider {
+    Ok(ToolSource {
         hash: component.hash,
         tools: component.tools.iter().map(|t| (t.clone(), false)).collect(),
         origin: format!("component {}", component_path.display()),
@@ -768,7 +768,7 @@ impl McpTools {
         sections
     }
 
-    fn provider(&self, draft: &InvokerDraft<'_>) -> Result<Provider, Vec<Diagnostic>> {
+    fn source(&self, draft: &InvokerDraft<'_>) -> Result<ToolSource, Vec<Diagnostic>> {
         let mut diagnostics = Vec::new();
         let section = draft.section;
         if let Some(component) = &section.component {
@@ -791,7 +791,7 @@ impl McpTools {
         if !diagnostics.is_empty() {
             return Err(diagnostics);
         }
-        Ok(Provider {
+        Ok(ToolSource {
             backend: Backend::Mcp(Arc::clone(&self.server)),
             hash: self.server.hash(),
             tools: self.tools.clone(),
