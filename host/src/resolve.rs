@@ -1,6 +1,6 @@
 //! resolve: raw descriptors -> a [`Catalog`]. Paths are made absolute, defaults applied,
-//! capabilities checked against grants, components loaded, schemas compiled and tool names
-//! checked for collisions.
+//! capabilities checked against grants, components loaded (or an `[ensemble.mcp]` server
+//! started and its tools listed), schemas compiled and tool names checked for collisions.
 //!
 //! Errors never stop the walk: every file is read and every problem becomes a [`Diagnostic`]
 //! (so `toolhost check` reports them all). An ensemble with any error is refused whole and its
@@ -497,7 +497,7 @@ async fn resolve_invoker(
         location: component_location,
     } = tool_source;
 
-    // The tool inside the component.
+    // The tool inside the component (or on the server).
     let (tool_name, tool_span) = match &section.tool {
         Some(tool) => (tool.get_ref().as_str(), tool.span()),
         None => (name, section.name.span()),
