@@ -321,7 +321,7 @@ async fn resolve_ensemble(
         Some(mcp) if ensemble.invokers.is_empty() => mcp.all_invokers(&source, &mut diagnostics),
         _ => Vec::new(),
     };
-    let drafts: Vec<InvokerDraft<'_>> = imported
+    let mut drafts: Vec<InvokerDraft<'_>> = imported
         .iter()
         .map(|section| InvokerDraft {
             source: &source,
@@ -331,7 +331,6 @@ async fn resolve_ensemble(
             arguments: None,
         })
         .collect();
-    let mut drafts = drafts;
     drafts.extend(loaded.iter().map(|entry| match entry {
         LoadedEntry::File(file) => InvokerDraft {
             source: &file.0,
