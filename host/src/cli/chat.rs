@@ -99,7 +99,6 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
     } else if interactive {
         Arc::new(Prompter {
             policy: ApprovalPolicy::approve_only(chat.auto_approve.clone()),
-            auto: !chat.auto_approve.is_empty(),
         })
     } else {
         Arc::new(ApprovalPolicy::approve_only(chat.auto_approve.clone()))
@@ -216,13 +215,12 @@ fn read_reply() -> anyhow::Result<String> {
 /// once).
 struct Prompter {
     policy: ApprovalPolicy,
-    auto: bool,
 }
 
 impl Approver for Prompter {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
         Box::pin(async move {
-            if self.auto && self.policy.decide(&request.tool) == Approval::Approved {
+            if self.policy.decide(&request.tool) == Approval::Approved {
                 return Approval::Approved;
             }
             let question = format!(
