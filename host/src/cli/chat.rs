@@ -19,7 +19,6 @@ use toolhost::agent::conversation::Conversation;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending, Event,
 };
-use toolhost::config::v1::ChatProvider;
 use toolhost::invoke::{CallPolicy, Session};
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 
@@ -161,11 +160,7 @@ fn provider_settings(
         Some(name) => name
             .parse::<ProviderKind>()
             .map_err(|e| anyhow::anyhow!(e))?,
-        None => match chat.provider {
-            Some(ChatProvider::OpenAi) | None => ProviderKind::OpenAi,
-            Some(ChatProvider::Anthropic) => ProviderKind::Anthropic,
-            Some(ChatProvider::Prompted) => ProviderKind::Prompted,
-        },
+        None => chat.provider.unwrap_or(ProviderKind::OpenAi),
     };
     let Some(model) = options.model.clone().or(chat.model.clone()) else {
         bail!("no model: pass --model or set [chat] model in toolhost.toml");

@@ -192,21 +192,13 @@ pub struct HostSection {
     pub max_concurrent_calls: Option<u32>,
 }
 
-/// Which API `[chat] provider` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChatProvider {
-    OpenAi,
-    Anthropic,
-    Prompted,
-}
-
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read
 /// from this file: `api-key-env` names the environment variable that holds the key.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ChatSection {
-    pub provider: Option<ChatProvider>,
+    /// `openai`, `anthropic` or `prompted`.
+    pub provider: Option<crate::provider::ProviderKind>,
     pub model: Option<String>,
     pub base_url: Option<String>,
     pub api_key_env: Option<EnvVarName>,
