@@ -238,3 +238,14 @@ async fn a_network_grant_does_not_open_raw_sockets() {
         error.message
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_to_a_granted_host_speaks_tls() {
+    // The grant has no scheme, so https is allowed; the server speaks plain HTTP, so the
+    // host's TLS handshake (not a plain request) is what fails.
+    let port = server().await;
+    let (_fixture, host) = web_host(&[format!("127.0.0.1:{port}")], "").await;
+    let error = err(&fetch(&host, &format!("https://127.0.0.1:{port}/hello")).await);
+    assert_eq!(error.kind, ErrorKind::ToolError, "{error}");
+    assert!(error.message.contains("Tls"), "{}", error.message);
+}

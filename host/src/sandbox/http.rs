@@ -151,16 +151,7 @@ impl NetworkGuard {
             .map_err(|_| Error::ConnectionTimeout)?
             .map_err(Error::Connect)?;
         let stream: Box<dyn Stream> = if https {
-            let roots = tokio_rustls::rustls::RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-            };
-            let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
-                tokio_rustls::rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::InternalError(Some(e.to_string())))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            let config = tls_config().map_err(|e| Error::InternalError(Some(e)))?;
             let name = match target.host.parse::<std::net::IpAddr>() {
                 Ok(ip) => tokio_rustls::rustls::pki_types::ServerName::from(ip),
                 Err(_) => {
@@ -168,7 +159,7 @@ impl NetworkGuard {
                         .map_err(|_| Error::HttpRequestUriInvalid)?
                 }
             };
-            let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let tls = tokio_rustls::TlsConnector::from(config);
             let stream = tokio::time::timeout(connect_timeout, tls.connect(name, tcp))
                 .await
                 .map_err(|_| Error::ConnectionTimeout)?
@@ -221,6 +212,28 @@ impl WasiHttpHooks for NetworkGuard {
         drop(fut);
         Box::new(self.clone().send(request, options))
     }
+}
+
+/// The TLS client settings of every plugin request (ring, the Mozilla roots), built once.
+fn tls_config() -> Result<Arc<tokio_rustls::rustls::ClientConfig>, String> {
+    use tokio_rustls::rustls;
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+        std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+            };
+            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
 }
 
 trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
