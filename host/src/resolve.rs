@@ -954,6 +954,7 @@ fn resolve_capabilities(
             None => grants_note(none),
         };
     let mut spec = SandboxSpec::default();
+    let mut network = Vec::new();
     for wanted in &draft.capabilities.network {
         let pattern = match NetPattern::parse(wanted.get_ref()) {
             Ok(pattern) => pattern,
@@ -979,8 +980,9 @@ fn resolve_capabilities(
             );
             continue;
         }
-        spec.network.push(pattern);
+        network.push(pattern);
     }
+    spec.network = network.into();
     for capability in &draft.capabilities.files {
         let wanted = capability.get_ref();
         let guest = wanted.guest.as_str();

@@ -463,7 +463,7 @@ impl Runtime {
             log: LogBudget::new(label),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             network: NetworkGuard::new(
-                sandbox.network.as_slice().into(),
+                Arc::clone(&sandbox.network),
                 limits.max_response_bytes,
                 limits.timeout,
             ),

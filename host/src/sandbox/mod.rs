@@ -14,6 +14,7 @@ pub(crate) use http::NetworkGuard;
 pub use network::NetPattern;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::runtime::Capture;
@@ -35,8 +36,8 @@ pub struct SandboxSpec {
     pub preopens: Vec<Preopen>,
     /// Variables with the values the host had when the catalog was built.
     pub env: Vec<(String, String)>,
-    /// Where outgoing HTTP may go.
-    pub network: Vec<NetPattern>,
+    /// Where outgoing HTTP may go; shared with every call's checks, never copied per call.
+    pub network: Arc<[NetPattern]>,
 }
 
 /// Why a sandbox could not be built.
