@@ -2,6 +2,7 @@
 //! exit codes, and where settings (and never keys) come from.
 
 use crate::cli::{stderr, stdout, toolhost_with_stdin};
+use crate::mcp::configure;
 use crate::scripted::{Scripted, anthropic, openai};
 use crate::support::{Fixture, cache_dir, ensemble};
 use serde_json::Value;
@@ -121,12 +122,9 @@ fn settings_come_from_toolhost_toml_and_the_key_from_the_environment() {
         server.base_url
     );
     std::fs::write(fixture.root().join("toolhost.toml"), config).expect("write");
-    let cache = cache_dir();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .current_dir(fixture.root())
-        .env_remove("TOOLHOST_CONFIG")
-        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
-        .env("TOOLHOST_CACHE_DIR", cache)
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command
         .env("SCRIPTED_KEY", "from-the-environment")
         .args(["chat", "hi"])
         .output()
@@ -166,11 +164,10 @@ fn a_missing_model_or_key_is_a_setup_error() {
         stderr(&output)
     );
 
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .current_dir(fixture.root())
-        .env_remove("TOOLHOST_CONFIG")
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command
         .env_remove("OPENAI_API_KEY")
-        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
         .args(["chat", "hi", "--model", "gpt-x"])
         .output()
         .expect("toolhost runs");

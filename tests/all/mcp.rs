@@ -90,7 +90,7 @@ fn fixture() -> Fixture {
 }
 
 /// The environment every `toolhost` started by these tests gets.
-fn configure(command: &mut Command, fixture: &Fixture) {
+pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
     command
         .current_dir(fixture.root())
         .env_remove("TOOLHOST_CONFIG")

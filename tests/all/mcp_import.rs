@@ -391,18 +391,14 @@ async fn an_mcp_client_of_serve_reaches_an_imported_tool() {
     let inner = inner_fixture();
     let outer = Fixture::new();
     outer.write("inner.toml", &import_ensemble(&inner, ""));
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    command
-        .current_dir(outer.root())
-        .env_remove("TOOLHOST_CONFIG")
-        .env("TOOLHOST_ENSEMBLES", outer.ensembles())
-        .env("TOOLHOST_CACHE_DIR", cache_dir())
-        .env("TOOLHOST_STATUS_FILE", outer.root().join("status.json"))
-        .arg("serve");
-    let (transport, _) = rmcp::transport::TokioChildProcess::builder(command)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("serve starts");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &outer);
+    command.arg("serve");
+    let (transport, _) =
+        rmcp::transport::TokioChildProcess::builder(tokio::process::Command::from(command))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve starts");
     let client = ().serve(transport).await.expect("MCP session");
     let tools = client.list_all_tools().await.expect("tools/list");
     assert!(tools.iter().any(|t| t.name == "in_echo"));
