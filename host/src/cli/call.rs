@@ -1,8 +1,6 @@
 //! `toolhost call TOOL JSON`: one call through the same `invoke` path as every other caller.
 
 use super::settings::Settings;
-use anyhow::Context;
-use std::io::Read;
 use std::process::ExitCode;
 use toolhost::invoke::{Arguments, Session};
 
@@ -12,15 +10,7 @@ pub(crate) async fn run(
     arguments: &str,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let arguments = if arguments == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the arguments from stdin")?;
-        text
-    } else {
-        arguments.to_string()
-    };
+    let arguments = super::value_or_stdin(arguments, "the arguments")?;
     let host = settings.host().await?;
     let session = Session::new(format!("cli-{}", std::process::id()));
     let outcome = host

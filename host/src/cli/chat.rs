@@ -10,7 +10,7 @@
 
 use super::settings::Settings;
 use anyhow::{Context, bail};
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,15 +66,7 @@ pub(crate) struct ChatOptions {
 }
 
 pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Result<ExitCode> {
-    let prompt = if options.prompt == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the prompt from stdin")?;
-        text
-    } else {
-        options.prompt.clone()
-    };
+    let prompt = super::value_or_stdin(&options.prompt, "the prompt")?;
     let provider = provider_settings(settings, &options)?
         .build()
         .map_err(|e| anyhow::anyhow!("{e}"))?;

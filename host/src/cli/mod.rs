@@ -148,6 +148,20 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `value`, or all of stdin when it is `-`; `what` names it in the error.
+fn value_or_stdin(value: &str, what: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::io::Read;
+    if value != "-" {
+        return Ok(value.to_string());
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {what} from stdin"))?;
+    Ok(text)
+}
+
 /// Logs go to stderr (stdout carries results and, under `serve`, the MCP protocol), and to
 /// the returned relay, which `serve` forwards to MCP sessions.
 fn init_logging(verbose: u8) -> LogRelay {
