@@ -134,12 +134,21 @@ fn write_ensembles(dir: &Path) {
     .expect("write");
 }
 
-fn runtime(cache: &Path) -> Runtime {
-    Runtime::new(&RuntimeSettings {
-        cache_dir: Some(cache.to_path_buf()),
-        max_instances: 64,
-    })
-    .expect("runtime")
+fn runtime(cache: &Path) -> Arc<Runtime> {
+    Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(cache.to_path_buf()),
+            max_instances: 64,
+        })
+        .expect("runtime"),
+    )
+}
+
+/// Resolves `dir` with a new resolver over `runtime`.
+async fn resolve_dir(runtime: &Arc<Runtime>, dir: &Path) -> resolve::Resolved {
+    resolve::Resolver::new(Arc::clone(runtime))
+        .resolve_dir(dir)
+        .await
 }
 
 fn calls(c: &mut Criterion) {
@@ -150,14 +159,14 @@ fn calls(c: &mut Criterion) {
     let temp = tempfile::tempdir().expect("temp");
     let ensembles = temp.path().join("ensembles");
     write_ensembles(&ensembles);
-    let runtime = Arc::new(runtime(&temp.path().join("cache")));
-    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &ensembles));
+    let runtime = runtime(&temp.path().join("cache"));
+    let resolved = rt.block_on(resolve_dir(&runtime, &ensembles));
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     let audit = toolhost::audit::AuditLog::open(&temp.path().join("audit.jsonl")).expect("audit");
     let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
-    let host = Host::new(catalog.clone(), runtime.clone(), Some(audit), 64);
+    let host = Host::new(catalog.clone(), Some(audit));
     // The same catalog without an audit log, to show what the audit write costs.
-    let quiet = Host::new(catalog, runtime, None, 64);
+    let quiet = Host::new(catalog, None);
     let bare = bare::Bare::new(toolhost_testkit::ECHO);
     let arguments = json!({"text": "hello"});
     let text = arguments.to_string();
@@ -214,7 +223,7 @@ fn validation(c: &mut Criterion) {
     );
     std::fs::write(dir.join("v.toml"), invoker).expect("write");
     let runtime = runtime(&temp.path().join("cache"));
-    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+    let resolved = rt.block_on(resolve_dir(&runtime, &dir));
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     let tool = resolved.catalog.get("echo").expect("tool").clone();
     let arguments = json!({"query": "wasm sandboxes", "limit": 20, "sort": "date", "tags": ["security", "wasi"], "range": {"from": "2024", "to": "2026"}});
@@ -298,7 +307,7 @@ fn startup(c: &mut Criterion) {
     assert_eq!(count, 50);
     let cache = temp.path().join("cache");
     // Warm the cache once.
-    let warm = rt.block_on(resolve::resolve_dir(&runtime(&cache), &dir));
+    let warm = rt.block_on(resolve_dir(&runtime(&cache), &dir));
     assert!(
         warm.refused.is_empty(),
         "{:?}",
@@ -314,7 +323,7 @@ fn startup(c: &mut Criterion) {
     group.bench_function("50_invokers_warm_cache", |b| {
         b.iter(|| {
             let runtime = runtime(&cache);
-            let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+            let resolved = rt.block_on(resolve_dir(&runtime, &dir));
             assert_eq!(runtime.compile_stats().compiled, 0);
             black_box(resolved.catalog.tools().count())
         })
@@ -339,14 +348,12 @@ fn isolation(c: &mut Criterion) {
         toolhost_testkit::TESTBED
     );
     std::fs::write(dir.join("spin.toml"), spin).expect("write");
-    let runtime = Arc::new(runtime(&temp.path().join("cache")));
-    let resolved = rt.block_on(resolve::resolve_dir(&runtime, &dir));
+    let runtime = runtime(&temp.path().join("cache"));
+    let resolved = rt.block_on(resolve_dir(&runtime, &dir));
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     let host = Arc::new(Host::new(
         Arc::new(LiveCatalog::new(resolved.catalog)),
-        runtime,
         None,
-        64,
     ));
     let session = Session::new("bench");
     let arguments = json!({"text": "hello"});

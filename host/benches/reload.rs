@@ -70,12 +70,7 @@ async fn setup() -> Setup {
     };
     let runtime = Arc::new(Runtime::new(&settings).expect("runtime"));
     let reloader = Reloader::start(runtime.clone(), ensembles).await;
-    let host = Arc::new(Host::new(
-        reloader.catalog().clone(),
-        runtime.clone(),
-        None,
-        64,
-    ));
+    let host = Arc::new(Host::new(reloader.catalog().clone(), None));
     Setup {
         _temp: temp,
         wasm,
@@ -106,7 +101,7 @@ fn component_changes(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let bytes = stamped(&original, stamp.fetch_add(1, Ordering::Relaxed));
-                let wanted = toolhost::runtime::ComponentHash::of(&bytes);
+                let wanted = toolhost::backend::SourceHash(*blake3::hash(&bytes).as_bytes());
                 let started = Instant::now();
                 replace_by_rename(&setup.wasm, &bytes);
                 rt.block_on(async {
@@ -114,7 +109,7 @@ fn component_changes(c: &mut Criterion) {
                         let catalog = setup.host.catalog().snapshot();
                         if catalog
                             .get("echo")
-                            .is_some_and(|t| t.component_hash() == wanted)
+                            .is_some_and(|t| t.source_hash() == wanted)
                         {
                             let outcome = setup.host.invoke(&session, "echo", json!({})).await;
                             assert!(outcome.result.is_ok());

@@ -1,21 +1,26 @@
 //! catalog: the resolved tools ([`Catalog`]) and the live catalog behind an atomic pointer
 //! ([`LiveCatalog`]). A call takes a snapshot when it starts and keeps it to the end, so a
-//! swap never changes a call in flight.
+//! swap never changes a call in flight. Every swap is announced to subscribers as a
+//! [`CatalogChange`] (the MCP server turns it into `tools/list_changed`).
+//!
+//! A tool's calls run on its [`Backend`]; the catalog never asks which kind it is.
 
-use crate::config::{Access, DedupMode, Location};
-use crate::mcp::client::McpImport;
-use crate::runtime::{CallLimits, ComponentHash, LoadedComponent};
+use crate::backend::{Backend, SourceHash};
+use crate::config::{Access, DedupMode, Span};
+use crate::runtime::CallLimits;
 use crate::sandbox::SandboxSpec;
 use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::broadcast;
 
-/// Identifies one version of one invoker: blake3 over the component's hash and everything
-/// the descriptor decides (tool, schema, limits, capabilities). Dedup keys include it, so a
-/// reloaded tool never answers from its old version's results.
+/// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
+/// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include
+/// it, so a reloaded tool never answers from its old version's results.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VersionHash(pub [u8; 32]);
 
@@ -72,31 +77,50 @@ impl CallGate {
     }
 }
 
+/// A JSON Schema with its compiled validator. Invokers with the same schema share one.
+pub struct Schema {
+    pub value: Value,
+    pub(crate) validator: jsonschema::Validator,
+    /// blake3 of the schema's JSON text, for version hashes.
+    pub(crate) hash: [u8; 32],
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schema")
+            .field("value", &self.value)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One tool as the model sees it: a resolved invoker.
 pub struct Tool {
     /// The name the model calls (with the ensemble's prefix, if any).
     pub name: String,
-    pub ensemble: String,
+    pub ensemble: Arc<str>,
     /// The ensemble file, and the file that describes this invoker (the same file when inline).
-    pub ensemble_file: PathBuf,
-    pub invoker_file: PathBuf,
+    pub ensemble_file: Arc<Path>,
+    pub invoker_file: Arc<Path>,
     pub enabled: bool,
-    /// What runs a call: a sandboxed component, or an imported MCP server.
-    pub backend: Backend,
-    /// The tool's name inside the component (or on the MCP server).
-    pub component_tool: String,
+    /// What runs a call (shared by the invokers of one component or server).
+    pub backend: Arc<dyn Backend>,
+    /// The tool's name inside the backend.
+    pub backend_tool: String,
     pub description: String,
-    pub input_schema: Value,
-    pub(crate) validator: Arc<jsonschema::Validator>,
+    /// The arguments' schema (shared by invokers with the same one).
+    pub schema: Arc<Schema>,
     pub limits: CallLimits,
     pub dedup: DedupMode,
+    /// Needs a yes before it runs (the invoker's `destructive`, or its server's hint).
     pub destructive: bool,
+    /// Its backend says it changes nothing (an imported server's `readOnlyHint`).
+    pub read_only: bool,
     pub sandbox: SandboxSpec,
     /// Per-invoker admission: `max-concurrency` running, `max-queue` waiting.
     pub gate: Arc<CallGate>,
     pub version: VersionHash,
     /// Where the invoker's name is written, for messages that point at it.
-    pub definition: Location,
+    pub definition: Span,
 }
 
 impl fmt::Debug for Tool {
@@ -109,43 +133,20 @@ impl fmt::Debug for Tool {
     }
 }
 
-/// Where a tool's calls run.
-#[derive(Clone)]
-pub enum Backend {
-    /// A WebAssembly component, in a fresh sandboxed instance per call.
-    Component {
-        component: Arc<LoadedComponent>,
-        /// The component file this invoker's descriptor names. (`component.path` is where
-        /// those bytes were first loaded, which may be another ensemble's file.)
-        path: PathBuf,
-    },
-    /// A tool of an MCP server imported as an ensemble.
-    Mcp(Arc<McpImport>),
-}
-
 impl Tool {
-    /// The component's hash, or for an imported MCP tool the hash of its server's settings.
-    pub fn component_hash(&self) -> ComponentHash {
-        match &self.backend {
-            Backend::Component { component, .. } => component.hash,
-            Backend::Mcp(server) => server.hash(),
-        }
+    /// The arguments' JSON Schema.
+    pub fn input_schema(&self) -> &Value {
+        &self.schema.value
+    }
+
+    /// What its backend runs: the component's hash, or the MCP server's settings' hash.
+    pub fn source_hash(&self) -> SourceHash {
+        self.backend.source_hash()
     }
 
     /// The component file, or the MCP server's command line or URL, for listings.
     pub fn source(&self) -> String {
-        match &self.backend {
-            Backend::Component { path, .. } => path.display().to_string(),
-            Backend::Mcp(server) => format!("mcp: {}", server.spec().describe()),
-        }
-    }
-
-    /// The component file to watch for changes (none for an MCP server).
-    pub fn component_file(&self) -> Option<&std::path::Path> {
-        match &self.backend {
-            Backend::Component { path, .. } => Some(path),
-            Backend::Mcp(_) => None,
-        }
+        self.backend.describe()
     }
 
     /// A one-line description of the granted directories, for listings.
@@ -155,15 +156,12 @@ impl Tool {
             .preopens
             .iter()
             .map(|p| {
-                format!(
-                    "{}:{}",
-                    p.guest,
-                    if p.writable {
-                        Access::ReadWrite
-                    } else {
-                        Access::Read
-                    }
-                )
+                let access = if p.writable {
+                    Access::ReadWrite
+                } else {
+                    Access::Read
+                };
+                format!("{}:{access}", p.guest)
             })
             .collect();
         parts.extend(self.sandbox.env.iter().map(|(k, _)| format!("env:{k}")));
@@ -172,15 +170,29 @@ impl Tool {
     }
 }
 
-/// An ensemble as it was loaded.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct EnsembleInfo {
+/// An accepted ensemble and its tools, enabled or not.
+#[derive(Debug)]
+pub struct Ensemble {
     pub name: String,
     pub file: PathBuf,
     pub enabled: bool,
     pub description: Option<String>,
-    /// Names of its tools (enabled or not).
-    pub tools: Vec<String>,
+    pub tools: Vec<Arc<Tool>>,
+}
+
+impl Serialize for Ensemble {
+    /// `{name, file, enabled, description, tools: [names]}`, as `check --json` prints it.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Ensemble", 5)?;
+        s.serialize_field("name", &self.name)?;
+        s.serialize_field("file", &self.file)?;
+        s.serialize_field("enabled", &self.enabled)?;
+        s.serialize_field("description", &self.description)?;
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        s.serialize_field("tools", &names)?;
+        s.end()
+    }
 }
 
 /// A consistent set of tools, built by `resolve` and never changed after.
@@ -188,22 +200,30 @@ pub struct EnsembleInfo {
 pub struct Catalog {
     /// Enabled tools by name.
     active: BTreeMap<String, Arc<Tool>>,
-    /// Every tool of every accepted ensemble, enabled or not, in load order.
-    all: Vec<Arc<Tool>>,
-    ensembles: Vec<EnsembleInfo>,
+    /// The accepted ensembles, in load order, and where each is by file.
+    ensembles: Vec<Arc<Ensemble>>,
+    by_file: HashMap<PathBuf, usize>,
 }
 
 impl Catalog {
-    pub(crate) fn new(all: Vec<Arc<Tool>>, ensembles: Vec<EnsembleInfo>) -> Self {
-        let active = all
+    /// A catalog of `ensembles`, whose enabled tools' names must not collide (the resolver
+    /// checked them).
+    pub fn new(ensembles: Vec<Arc<Ensemble>>) -> Self {
+        let active = ensembles
             .iter()
-            .filter(|t| t.enabled)
-            .map(|t| (t.name.clone(), t.clone()))
+            .filter(|e| e.enabled)
+            .flat_map(|e| e.tools.iter().filter(|t| t.enabled))
+            .map(|t| (t.name.clone(), Arc::clone(t)))
+            .collect();
+        let by_file = ensembles
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.file.clone(), i))
             .collect();
         Catalog {
             active,
-            all,
             ensembles,
+            by_file,
         }
     }
 
@@ -213,46 +233,105 @@ impl Catalog {
     }
 
     /// Enabled tools, by name.
-    pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
+    pub fn tools(&self) -> impl ExactSizeIterator<Item = &Arc<Tool>> {
         self.active.values()
     }
 
-    /// All tools of the accepted ensembles, disabled ones included.
-    pub fn all_tools(&self) -> &[Arc<Tool>] {
-        &self.all
+    /// Enabled tools whose names come after `name`, by name.
+    pub fn tools_after(&self, name: &str) -> impl Iterator<Item = &Arc<Tool>> {
+        use std::ops::Bound;
+        self.active
+            .range::<str, _>((Bound::Excluded(name), Bound::Unbounded))
+            .map(|(_, tool)| tool)
+    }
+
+    /// All tools of the accepted ensembles, disabled ones included, in load order.
+    pub fn all_tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.ensembles.iter().flat_map(|e| e.tools.iter())
     }
 
     /// The accepted ensembles.
-    pub fn ensembles(&self) -> &[EnsembleInfo] {
+    pub fn ensembles(&self) -> &[Arc<Ensemble>] {
         &self.ensembles
     }
 
-    /// The ensemble loaded from `file`, with all its tools.
-    pub fn ensemble_of_file(
-        &self,
-        file: &std::path::Path,
-    ) -> Option<(EnsembleInfo, Vec<Arc<Tool>>)> {
-        let info = self.ensembles.iter().find(|e| e.file == file)?;
-        let tools = self
-            .all
-            .iter()
-            .filter(|t| t.ensemble_file == file)
-            .cloned()
-            .collect();
-        Some((info.clone(), tools))
+    /// The ensemble loaded from `file`.
+    pub fn ensemble_of_file(&self, file: &Path) -> Option<&Arc<Ensemble>> {
+        self.by_file.get(file).map(|&i| &self.ensembles[i])
     }
 }
 
-/// The catalog that calls use now; replaced whole, atomically.
-#[derive(Debug, Default)]
+/// An ensemble file that failed to load, as reported to subscribers and `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RefusedEnsemble {
+    pub file: PathBuf,
+    /// True when its previous version goes on serving.
+    pub kept_previous: bool,
+    /// The errors, rendered (each starts with `error:` and names file:line:col).
+    pub errors: Vec<String>,
+}
+
+/// What one swap changed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CatalogChange {
+    /// Counts swaps since the live catalog was made; the first catalog is 0.
+    pub generation: u64,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Tools whose version (component or descriptor) changed.
+    pub changed: Vec<String>,
+    /// Ensemble files that failed this time, each with its errors.
+    pub refused: Vec<RefusedEnsemble>,
+}
+
+impl CatalogChange {
+    /// True when the set of tools, or any tool, changed.
+    pub fn tools_changed(&self) -> bool {
+        !(self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty())
+    }
+
+    /// What differs between two catalogs, by enabled tool name and version.
+    fn between(old: &Catalog, new: &Catalog) -> Self {
+        let mut change = CatalogChange::default();
+        for tool in new.tools() {
+            match old.get(&tool.name) {
+                None => change.added.push(tool.name.clone()),
+                Some(before) if before.version != tool.version => {
+                    change.changed.push(tool.name.clone())
+                }
+                Some(_) => {}
+            }
+        }
+        change.removed = old
+            .tools()
+            .filter(|t| new.get(&t.name).is_none())
+            .map(|t| t.name.clone())
+            .collect();
+        change
+    }
+}
+
+/// The catalog that calls use now; replaced whole, atomically, and watched by subscribers.
+#[derive(Debug)]
 pub struct LiveCatalog {
     current: ArcSwap<Catalog>,
+    /// Held while a swap is made and announced, so generations go out in order.
+    generation: Mutex<u64>,
+    changes: broadcast::Sender<Arc<CatalogChange>>,
+}
+
+impl Default for LiveCatalog {
+    fn default() -> Self {
+        LiveCatalog::new(Catalog::default())
+    }
 }
 
 impl LiveCatalog {
     pub fn new(catalog: Catalog) -> Self {
         LiveCatalog {
             current: ArcSwap::from_pointee(catalog),
+            generation: Mutex::new(0),
+            changes: broadcast::channel(64).0,
         }
     }
 
@@ -261,8 +340,26 @@ impl LiveCatalog {
         self.current.load_full()
     }
 
-    /// Makes `catalog` the one new calls see. Calls in flight keep their snapshot.
-    pub fn replace(&self, catalog: Catalog) {
+    /// Receives a [`CatalogChange`] after every swap from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<CatalogChange>> {
+        self.changes.subscribe()
+    }
+
+    /// Makes `catalog` the one new calls see, and tells subscribers what changed (with the
+    /// ensembles that were `refused` while it was built). Calls in flight keep their snapshot.
+    pub fn replace(&self, catalog: Catalog, refused: Vec<RefusedEnsemble>) -> Arc<CatalogChange> {
+        let mut generation = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *generation += 1;
+        let mut change = CatalogChange::between(&self.current.load(), &catalog);
+        change.generation = *generation;
+        change.refused = refused;
         self.current.store(Arc::new(catalog));
+        let change = Arc::new(change);
+        // No subscriber is fine.
+        let _ = self.changes.send(Arc::clone(&change));
+        change
     }
 }

@@ -4,36 +4,50 @@
 //!
 //! # Layout
 //!
-//! A pipeline of types from file to call, one module per concern:
+//! A pipeline of types from file to call, one module per concern. Listed from the top layer
+//! down: a module imports only modules below it, never one above it, and no two import each
+//! other (`tests/all/layers.rs` checks this).
 //!
 //! ```text
-//! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),
-//!           errors with file:line:col (Diagnostic)
-//! resolve   raw descriptors -> a Catalog: paths made absolute, defaults applied, capabilities
-//!           checked against grants, schemas compiled, names checked for collisions
-//! runtime   the wasmtime Engine, the compiled-component cache, a fresh Store per call with
-//!           limits, an epoch deadline and captured stdio
+//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke; paged
+//!           tools/list; list_changed from the live catalog's subscription; the log relay
+//! agent     the agent loop: a model calls tools over several steps through invoke
+//!           (prepare -> approve -> run); built-in loop-breaking tools, approvals, events
+//! reload    watch -> debounce -> resolve -> keep the last good version of what failed -> swap
+//! resolve   raw descriptors -> a Catalog, split along its data: draft (files read, every
+//!           check that needs no engine: limits, grants, capabilities, schemas, names), bind
+//!           (the only step that loads components or starts MCP servers), names across
+//!           ensembles
+//! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
+//!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit
+//! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
+//! backend   one trait for every kind of tool: component (a sandboxed instance per call),
+//!           mcp (an imported MCP server, as a client); typed BackendError
+//! runtime   the wasmtime Engine, the compiled-component cache, admission to the instance
+//!           pool, a fresh Store per call with limits, an epoch deadline and captured stdio
 //! sandbox   capabilities -> WASI context and wasi:http checks (host:port grants, no SSRF
-//!           through DNS); deny by default
-//! catalog   the resolved tools, and the live catalog behind an atomic pointer
-//! invoke    one call: lookup -> allow/deny -> validate -> dedup (single-flight) -> run -> audit
-//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke, and
-//!           MCP servers imported as ensembles (mcp::client)
-//! agent     the agent loop: a model calls tools over several steps through invoke; the
-//!           canonical conversation, built-in loop-breaking tools, approvals, events
-//! provider  the LLM APIs behind one trait: openai (chat completions), anthropic (messages),
-//!           prompted (<tool> blocks in text); streaming, retries with backoff
-//! reload    watch -> debounce -> rebuild -> diff -> swap; last good version kept on failure
+//!           through DNS); bounded capture of a plugin's stdout/stderr; deny by default
+//! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),
+//!           errors with file:line:col (Diagnostic), positions worked out only for messages
+//! provider  the LLM APIs behind one trait: openai, anthropic, prompted; the canonical
+//!           conversation they speak; streaming, retries with backoff
 //! audit     one JSON line per call, secrets redacted, appended and flushed
 //! tls       the rustls crypto provider every HTTPS client of the host uses
 //! ```
 //!
+//! Where a change goes: a new kind of tool is a module in `backend` implementing
+//! [`backend::Backend`], plus the arm in `resolve::bind` that its TOML selects; a new check
+//! of a descriptor goes in `resolve::draft` (no engine) or `resolve::bind` (needs the
+//! component); a new caller of tools goes through [`invoke::Host::prepare`] and
+//! [`invoke::Host::run`].
+//!
 //! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
 //! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, the
-//! MCP server and the agent loop) all go through [`invoke::Host::invoke`].
+//! MCP server and the agent loop) all go through [`invoke::Host`].
 
 pub mod agent;
 pub mod audit;
+pub mod backend;
 pub mod catalog;
 pub mod config;
 pub mod invoke;

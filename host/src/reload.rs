@@ -1,19 +1,22 @@
-//! reload: watch -> debounce -> rebuild -> diff -> swap, in one place.
+//! reload: watch -> debounce -> rebuild -> diff -> swap, in one place, and the policy for
+//! ensembles that fail: the last good version keeps serving.
 //!
-//! [`Reloader::reload`] rebuilds the catalog from the ensembles directory. Components whose
-//! bytes did not change are reused (the runtime shares them by blake3), changed ones compile
+//! [`Reloader::reload`] rebuilds the catalog from the ensembles directory with its
+//! [`Resolver`]: components whose bytes did not change are reused (the runtime shares them by
+//! blake3), schemas that did not change are not compiled again, changed components compile
 //! off the async runtime. An ensemble whose new version fails keeps its last good version
-//! (see [`resolve::resolve_dir_keeping`]). The new catalog replaces the old one atomically:
-//! calls in flight finish on the snapshot they started with. Each swap is announced to
-//! subscribers as a [`CatalogChange`].
+//! ([`keep_last_good`]). The new catalog replaces the old one atomically through
+//! [`LiveCatalog::replace`], which tells its subscribers what changed; calls in flight finish
+//! on the snapshot they started with.
 //!
 //! [`Reloader::watch`] drives reloads from the file system: the ensembles directory
-//! (recursively, so invoker files and Kubernetes' `..data` symlink swaps are seen) and the
-//! directory of every component file the catalog uses, wherever it is.
+//! (recursively, so invoker files and Kubernetes' `..data` symlink swaps are seen), the
+//! directory of every component file the catalog uses, wherever it is, and the tool-list
+//! changes of imported MCP servers.
 
 use crate::audit;
-use crate::catalog::{Catalog, LiveCatalog};
-use crate::resolve::{self, Refused};
+use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
+use crate::resolve::{CatalogBuilder, Outcome, Refused, Resolved, Resolver};
 use crate::runtime::Runtime;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
@@ -26,36 +29,6 @@ use tokio::sync::{broadcast, mpsc};
 
 /// How long the watcher waits for the file system to go quiet before it reloads.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// What one reload changed, for subscribers (the MCP server sends `tools/list_changed`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct CatalogChange {
-    /// Counts reloads since the host started; the initial load is 0.
-    pub generation: u64,
-    pub added: Vec<String>,
-    pub removed: Vec<String>,
-    /// Tools whose version (component or descriptor) changed.
-    pub changed: Vec<String>,
-    /// Ensemble files that failed this time, each with its errors.
-    pub refused: Vec<RefusedEnsemble>,
-}
-
-impl CatalogChange {
-    /// True when the set of tools, or any tool, changed.
-    pub fn tools_changed(&self) -> bool {
-        !(self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty())
-    }
-}
-
-/// An ensemble file that failed to load, as reported to subscribers and `status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RefusedEnsemble {
-    pub file: PathBuf,
-    /// True when its previous version goes on serving.
-    pub kept_previous: bool,
-    /// The errors, rendered (each starts with `error:` and names file:line:col).
-    pub errors: Vec<String>,
-}
 
 impl From<&Refused> for RefusedEnsemble {
     fn from(refused: &Refused) -> Self {
@@ -94,6 +67,52 @@ pub struct ReloadStatus {
     pub refused: Vec<RefusedEnsemble>,
 }
 
+impl ReloadStatus {
+    /// The status after a swap to `catalog`: an ensemble whose tools' versions did not
+    /// change keeps the time it was loaded.
+    fn next(&self, generation: u64, catalog: &Catalog, refused: Vec<RefusedEnsemble>) -> Self {
+        let now = audit::now_rfc3339();
+        let previous: BTreeMap<(&Path, &[String]), &str> = self
+            .ensembles
+            .iter()
+            .map(|e| ((e.file.as_path(), e.tools.as_slice()), e.loaded_at.as_str()))
+            .collect();
+        let ensembles = catalog
+            .ensembles()
+            .iter()
+            .map(|ensemble| {
+                let versions: Vec<String> = ensemble
+                    .tools
+                    .iter()
+                    .map(|t| format!("{}={}", t.name, t.version))
+                    .collect();
+                let components: BTreeSet<String> = ensemble
+                    .tools
+                    .iter()
+                    .map(|t| t.source_hash().to_string())
+                    .collect();
+                let loaded_at = previous
+                    .get(&(ensemble.file.as_path(), versions.as_slice()))
+                    .map_or_else(|| now.clone(), |at| at.to_string());
+                EnsembleStatus {
+                    name: ensemble.name.clone(),
+                    file: ensemble.file.clone(),
+                    enabled: ensemble.enabled,
+                    loaded_at,
+                    components: components.into_iter().collect(),
+                    tools: versions,
+                }
+            })
+            .collect();
+        ReloadStatus {
+            generation,
+            reloaded_at: now,
+            ensembles,
+            refused,
+        }
+    }
+}
+
 /// Why watching could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot watch {path}: {source}")]
@@ -104,35 +123,30 @@ pub struct WatchError {
 
 /// Rebuilds and swaps the live catalog of one ensembles directory.
 pub struct Reloader {
-    runtime: Arc<Runtime>,
+    resolver: Resolver,
     dir: PathBuf,
     catalog: Arc<LiveCatalog>,
-    /// Serializes reloads; holds the generation.
-    generation: tokio::sync::Mutex<u64>,
-    changes: broadcast::Sender<Arc<CatalogChange>>,
+    /// Serializes reloads.
+    reloading: tokio::sync::Mutex<()>,
     status: Mutex<ReloadStatus>,
 }
 
 impl Reloader {
     /// Loads `dir` for the first time. The result's refusals are in the status, too.
     pub async fn start(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
-        let resolved = resolve::resolve_dir(&runtime, &dir).await;
-        let (changes, _) = broadcast::channel(64);
-        let status = ReloadStatus::default();
-        let reloader = Reloader {
-            runtime,
-            dir,
-            catalog: Arc::new(LiveCatalog::default()),
-            generation: tokio::sync::Mutex::new(0),
-            changes,
-            status: Mutex::new(status),
-        };
+        let resolver = Resolver::new(runtime);
+        let resolved = resolver.resolve_dir(&dir).await;
+        report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
-        report(&resolved.refused);
-        reloader.update_status(0, &resolved.catalog, refused);
-        reloader.catalog.replace(resolved.catalog);
-        Arc::new(reloader)
+        let status = ReloadStatus::default().next(0, &resolved.catalog, refused);
+        Arc::new(Reloader {
+            resolver,
+            dir,
+            catalog: Arc::new(LiveCatalog::new(resolved.catalog)),
+            reloading: tokio::sync::Mutex::new(()),
+            status: Mutex::new(status),
+        })
     }
 
     /// The live catalog this reloader swaps.
@@ -147,7 +161,7 @@ impl Reloader {
 
     /// Receives a [`CatalogChange`] after every reload.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<CatalogChange>> {
-        self.changes.subscribe()
+        self.catalog.subscribe()
     }
 
     /// What serves now, and what failed.
@@ -160,20 +174,21 @@ impl Reloader {
 
     /// Rebuilds the catalog, swaps it in and tells subscribers. Reloads never overlap.
     pub async fn reload(&self) -> Arc<CatalogChange> {
-        let mut generation = self.generation.lock().await;
-        *generation += 1;
+        let _one_at_a_time = self.reloading.lock().await;
         let previous = self.catalog.snapshot();
-        let resolved =
-            resolve::resolve_dir_keeping(&self.runtime, &self.dir, Some(&previous)).await;
+        let resolved = match self.resolver.ensembles(&self.dir).await {
+            Ok(outcomes) => keep_last_good(outcomes, &previous),
+            Err(diagnostic) => everything_kept(&self.dir, diagnostic, &previous),
+        };
         report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
-        let mut change = diff(&previous, &resolved.catalog);
-        change.generation = *generation;
-        change.refused = refused.clone();
-        self.update_status(*generation, &resolved.catalog, refused);
-        self.catalog.replace(resolved.catalog);
-        let change = Arc::new(change);
+        // The status is locked across the swap: a subscriber told of the change and asking
+        // for the status sees this reload's.
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        let change = self.catalog.replace(resolved.catalog, refused.clone());
+        *status = status.next(change.generation, &self.catalog.snapshot(), refused);
+        drop(status);
         if change.tools_changed() {
             tracing::info!(
                 generation = change.generation,
@@ -183,56 +198,7 @@ impl Reloader {
                 change.changed.len()
             );
         }
-        // No subscriber is fine.
-        let _ = self.changes.send(change.clone());
         change
-    }
-
-    fn update_status(&self, generation: u64, catalog: &Catalog, refused: Vec<RefusedEnsemble>) {
-        let now = audit::now_rfc3339();
-        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
-        let previous: BTreeMap<(PathBuf, Vec<String>), String> = status
-            .ensembles
-            .iter()
-            .map(|e| ((e.file.clone(), e.tools.clone()), e.loaded_at.clone()))
-            .collect();
-        let ensembles = catalog
-            .ensembles()
-            .iter()
-            .map(|info| {
-                let tools: Vec<_> = catalog
-                    .all_tools()
-                    .iter()
-                    .filter(|t| t.ensemble_file == info.file)
-                    .collect();
-                let versions: Vec<String> = tools
-                    .iter()
-                    .map(|t| format!("{}={}", t.name, t.version))
-                    .collect();
-                let components: BTreeSet<String> = tools
-                    .iter()
-                    .map(|t| t.component_hash().to_string())
-                    .collect();
-                let loaded_at = previous
-                    .get(&(info.file.clone(), versions.clone()))
-                    .cloned()
-                    .unwrap_or_else(|| now.clone());
-                EnsembleStatus {
-                    name: info.name.clone(),
-                    file: info.file.clone(),
-                    enabled: info.enabled,
-                    loaded_at,
-                    components: components.into_iter().collect(),
-                    tools: versions,
-                }
-            })
-            .collect();
-        *status = ReloadStatus {
-            generation,
-            reloaded_at: now,
-            ensembles,
-            refused,
-        };
     }
 
     /// Starts watching the file system; reloads run after `debounce` of quiet. Watching stops
@@ -262,7 +228,7 @@ impl Reloader {
         targets.sync(&watcher, &self.dir, &self.catalog.snapshot());
         let reloader = self.clone();
         let task_watcher = watcher.clone();
-        let mut servers = crate::mcp::client::changes();
+        let mut servers = self.resolver.servers().changes();
         let task = tokio::spawn(async move {
             loop {
                 // Wait for a relevant event (a file, or an imported MCP server's new tool
@@ -326,11 +292,11 @@ impl WatchTargets {
     /// Watches the directory of every component the catalog uses (files are replaced by
     /// rename, so the directory, not the file, is what can be watched reliably).
     fn sync(&mut self, watcher: &Mutex<RecommendedWatcher>, ensembles: &Path, catalog: &Catalog) {
-        self.components = catalog
+        let files: HashSet<&Path> = catalog
             .all_tools()
-            .iter()
-            .filter_map(|t| t.component_file().map(absolute))
+            .filter_map(|t| t.backend.watched_file())
             .collect();
+        self.components = files.into_iter().map(absolute).collect();
         let ensembles = absolute(ensembles);
         let wanted: HashSet<PathBuf> = self
             .components
@@ -370,24 +336,46 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// What differs between two catalogs, by enabled tool name and version.
-fn diff(old: &Catalog, new: &Catalog) -> CatalogChange {
-    let mut change = CatalogChange::default();
-    for tool in new.tools() {
-        match old.get(&tool.name) {
-            None => change.added.push(tool.name.clone()),
-            Some(before) if before.version != tool.version => {
-                change.changed.push(tool.name.clone())
-            }
-            Some(_) => {}
-        }
+/// The reloader's policy for failures: an ensemble file that fails now (or whose names now
+/// collide) keeps the version it had in `previous`, if it had one, put back in its place in
+/// file order, so a kept version can still refuse a newcomer's colliding name. The failure is
+/// still reported, marked as kept. A deleted file's tools are gone.
+fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> Resolved {
+    let mut builder = CatalogBuilder::default();
+    let mut refused = Vec::new();
+    for Outcome { file, result } in outcomes {
+        let Err(diagnostics) = result.and_then(|e| builder.add(e).map_err(|d| vec![d])) else {
+            continue;
+        };
+        let kept_previous = previous
+            .ensemble_of_file(&file)
+            .is_some_and(|old| builder.add(Arc::clone(old)).is_ok());
+        refused.push(Refused {
+            file,
+            diagnostics,
+            kept_previous,
+        });
     }
-    change.removed = old
-        .tools()
-        .filter(|t| new.get(&t.name).is_none())
-        .map(|t| t.name.clone())
-        .collect();
-    change
+    Resolved {
+        catalog: builder.build(),
+        refused,
+    }
+}
+
+/// The directory itself cannot be read: everything that served goes on serving.
+fn everything_kept(
+    dir: &Path,
+    diagnostic: crate::config::Diagnostic,
+    previous: &Catalog,
+) -> Resolved {
+    Resolved {
+        catalog: Catalog::new(previous.ensembles().to_vec()),
+        refused: vec![Refused {
+            file: dir.to_path_buf(),
+            diagnostics: vec![diagnostic],
+            kept_previous: true,
+        }],
+    }
 }
 
 fn report(refused: &[Refused]) {

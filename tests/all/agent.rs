@@ -6,12 +6,12 @@ use crate::support::{Fixture, ensemble};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolhost::agent::conversation::{Conversation, Message};
 use toolhost::agent::{
     Agent, AgentError, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending,
     Event, RunOutcome,
 };
 use toolhost::invoke::{CallPolicy, Session};
+use toolhost::provider::conversation::{Conversation, Message};
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 
 /// A fixture with `calculate`, and testbed tools over a read-write `/data`: `read`, `write`
@@ -796,7 +796,7 @@ async fn a_reloaded_catalog_is_offered_on_the_next_turn() {
     run.ask(&mut conversation).await.expect("runs");
     std::fs::remove_file(run._fixture.ensembles().join("calculator.toml")).expect("remove");
     let resolved = run._fixture.resolve().await;
-    run.host.catalog().replace(resolved.catalog);
+    run.host.catalog().replace(resolved.catalog, Vec::new());
     conversation.push_user("again");
     run.ask(&mut conversation).await.expect("runs again");
     let requests = run.server.requests();

@@ -147,7 +147,7 @@ async fn a_changed_invoker_never_answers_from_its_old_versions_results() {
     );
     let resolved = fixture.resolve().await;
     let live: &Arc<LiveCatalog> = host.catalog();
-    live.replace(resolved.catalog);
+    live.replace(resolved.catalog, Vec::new());
     let after = host.invoke(&s, "count", args).await;
     assert!(!after.deduplicated);
     assert_eq!(runs(&fixture, "f"), 2);

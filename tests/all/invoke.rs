@@ -136,7 +136,6 @@ async fn a_disabled_ensembles_tools_are_gone() {
     assert_eq!(active, ["echo"]);
     let disabled: Vec<&str> = catalog
         .all_tools()
-        .iter()
         .filter(|t| !t.enabled)
         .map(|t| t.name.as_str())
         .collect();
@@ -175,10 +174,10 @@ async fn description_and_schema_default_to_describe_and_can_be_overridden() {
     let catalog = host.catalog().snapshot();
     let echo = catalog.get("echo").expect("echo");
     assert_eq!(echo.description, "Return the arguments exactly as given.");
-    assert_eq!(echo.input_schema["properties"]["text"]["type"], "string");
+    assert_eq!(echo.input_schema()["properties"]["text"]["type"], "string");
     let shout = catalog.get("shout").expect("shout");
     assert_eq!(shout.description, "Says it louder");
-    assert_eq!(shout.input_schema["required"], json!(["text"]));
+    assert_eq!(shout.input_schema()["required"], json!(["text"]));
     assert_eq!(
         err(&host.invoke(&session(), "shout", json!({})).await).kind,
         ErrorKind::InvalidArguments
@@ -234,7 +233,8 @@ async fn a_call_in_flight_finishes_on_the_catalog_it_started_with() {
     let disabled =
         ensemble("t", "testbed", rest).replace("[ensemble]", "[ensemble]\nenabled = false");
     std::fs::write(fixture.ensembles().join("t.toml"), disabled).expect("write");
-    host.catalog().replace(fixture.resolve().await.catalog);
+    host.catalog()
+        .replace(fixture.resolve().await.catalog, Vec::new());
     let outcome = call.await.expect("task");
     assert!(ok(&outcome).contains("\"runs\":1"), "{:?}", outcome.result);
     let after = host

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
+use toolhost::catalog::CatalogChange;
 use toolhost::invoke::{ErrorKind, Host};
-use toolhost::reload::{CatalogChange, Reloader};
+use toolhost::reload::Reloader;
 
 /// A failure deadline for waits, not a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(60);

@@ -40,19 +40,16 @@ async fn shipped() -> (tempfile::TempDir, Host) {
     ] {
         std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
     }
-    let resolved = toolhost::resolve::resolve_dir(&runtime(), &root.path().join("ensembles")).await;
+    let resolved = toolhost::resolve::Resolver::new(runtime())
+        .resolve_dir(&root.path().join("ensembles"))
+        .await;
     let errors: Vec<String> = resolved.diagnostics().map(|d| d.to_string()).collect();
     assert!(
         errors.is_empty(),
         "the shipped ensembles do not load:\n{}",
         errors.join("\n")
     );
-    let host = Host::new(
-        Arc::new(LiveCatalog::new(resolved.catalog)),
-        runtime(),
-        None,
-        16,
-    );
+    let host = Host::new(Arc::new(LiveCatalog::new(resolved.catalog)), None);
     (root, host)
 }
 

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::broadcast;
+use toolhost::catalog::CatalogChange;
 use toolhost::invoke::{ErrorKind, Host};
-use toolhost::reload::{CatalogChange, Reloader, WatchHandle};
+use toolhost::reload::{Reloader, WatchHandle};
 use toolhost::runtime::{Runtime, RuntimeSettings};
 
 /// A failure deadline for waits on events, not a timing assertion: on a loaded machine an
@@ -40,7 +41,7 @@ impl Live {
         );
         let changes = reloader.subscribe();
         let watch = reloader.watch(Duration::from_millis(50)).expect("watch");
-        let host = Arc::new(Host::new(reloader.catalog().clone(), runtime, None, 32));
+        let host = Arc::new(Host::new(reloader.catalog().clone(), None));
         Live {
             fixture,
             reloader,
@@ -225,12 +226,12 @@ async fn a_component_replaced_while_it_is_called_finishes_the_call_on_the_old_ve
 }
 
 /// The component hash `tool` runs on now.
-fn component_of(live: &Live, tool: &str) -> toolhost::runtime::ComponentHash {
+fn component_of(live: &Live, tool: &str) -> toolhost::backend::SourceHash {
     live.host
         .catalog()
         .snapshot()
         .get(tool)
-        .map(|t| t.component_hash())
+        .map(|t| t.source_hash())
         .expect("tool")
 }
 
@@ -491,7 +492,7 @@ async fn a_hundred_reloads_under_load_drop_no_call() {
         ),
     );
     let reloader = Reloader::start(runtime(), fixture.ensembles()).await;
-    let host = Arc::new(Host::new(reloader.catalog().clone(), runtime(), None, 32));
+    let host = Arc::new(Host::new(reloader.catalog().clone(), None));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (calls, failures) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let workers: Vec<_> = (0..4)

@@ -1,15 +1,18 @@
 //! The runtime: the compiled-component cache and component sharing.
 
 use crate::support::{Fixture, ensemble};
-use toolhost::resolve;
+use std::sync::Arc;
+use toolhost::resolve::Resolver;
 use toolhost::runtime::{Runtime, RuntimeSettings};
 
-fn runtime_with_cache(dir: &std::path::Path) -> Runtime {
-    Runtime::new(&RuntimeSettings {
-        cache_dir: Some(dir.to_path_buf()),
-        max_instances: 8,
-    })
-    .expect("runtime")
+fn runtime_with_cache(dir: &std::path::Path) -> Arc<Runtime> {
+    Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(dir.to_path_buf()),
+            max_instances: 8,
+        })
+        .expect("runtime"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +29,9 @@ async fn the_cache_is_reused_on_the_second_start() {
     let cache = fixture.mkdir("cache");
 
     let first = runtime_with_cache(&cache);
-    let resolved = resolve::resolve_dir(&first, &fixture.ensembles()).await;
+    let resolved = Resolver::new(first.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
     assert!(resolved.refused.is_empty());
     assert_eq!(
         (
@@ -39,7 +44,9 @@ async fn the_cache_is_reused_on_the_second_start() {
     drop(first);
 
     let second = runtime_with_cache(&cache);
-    let resolved = resolve::resolve_dir(&second, &fixture.ensembles()).await;
+    let resolved = Resolver::new(second.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
     assert!(resolved.catalog.get("echo").is_some());
     assert_eq!(
         (
@@ -63,12 +70,18 @@ async fn a_damaged_cache_entry_is_replaced_not_trusted() {
         ),
     );
     let cache = fixture.mkdir("cache");
-    drop(resolve::resolve_dir(&runtime_with_cache(&cache), &fixture.ensembles()).await);
+    drop(
+        Resolver::new(runtime_with_cache(&cache))
+            .resolve_dir(&fixture.ensembles())
+            .await,
+    );
     for entry in std::fs::read_dir(&cache).expect("cache dir") {
         std::fs::write(entry.expect("entry").path(), b"garbage").expect("damage the entry");
     }
     let runtime = runtime_with_cache(&cache);
-    let resolved = resolve::resolve_dir(&runtime, &fixture.ensembles()).await;
+    let resolved = Resolver::new(runtime.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
     assert!(resolved.catalog.get("echo").is_some());
     assert_eq!(runtime.compile_stats().compiled, 1);
 }
@@ -83,7 +96,9 @@ async fn one_component_used_by_several_ensembles_loads_once() {
     }
     let cache = fixture.mkdir("cache");
     let runtime = runtime_with_cache(&cache);
-    let resolved = resolve::resolve_dir(&runtime, &fixture.ensembles()).await;
+    let resolved = Resolver::new(runtime.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
     assert_eq!(resolved.catalog.tools().count(), 3);
     let stats = runtime.compile_stats();
     assert_eq!(stats.compiled + stats.cache_hits, 1);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{CallOutcome, Host, Session};
-use toolhost::resolve::{self, Resolved};
+use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{Runtime, RuntimeSettings};
 
 /// The compiled-component cache the tests share, so each component compiles once per build.
@@ -75,7 +75,9 @@ impl Fixture {
     }
 
     pub async fn resolve(&self) -> Resolved {
-        resolve::resolve_dir(&runtime(), &self.ensembles()).await
+        Resolver::new(runtime())
+            .resolve_dir(&self.ensembles())
+            .await
     }
 
     /// A host over the fixture's ensembles; panics if any ensemble was refused.
@@ -92,12 +94,7 @@ impl Fixture {
             errors.join("\n")
         );
         let audit = audit.map(|path| toolhost::audit::AuditLog::open(path).expect("audit log"));
-        Host::new(
-            Arc::new(LiveCatalog::new(resolved.catalog)),
-            runtime(),
-            audit,
-            64,
-        )
+        Host::new(Arc::new(LiveCatalog::new(resolved.catalog)), audit)
     }
 }
 

@@ -1,17 +1,21 @@
 //! Approvals: `destructive` invokers run only when an [`Approver`] says yes. The CLI asks the
 //! person at the terminal; a non-interactive caller uses an [`ApprovalPolicy`].
 
+use crate::catalog::VersionHash;
 use crate::invoke::CallPolicy;
 use crate::provider::BoxFuture;
 use serde_json::Value;
 
-/// A call that needs a yes before it runs.
+/// A call that needs a yes before it runs. What is approved is exactly what runs: this
+/// version of the tool, with these arguments.
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
     pub tool: String,
     pub ensemble: String,
     pub description: String,
     pub arguments: Value,
+    /// The tool's version (component and descriptor) that runs if the call is approved.
+    pub version: VersionHash,
 }
 
 /// The answer.

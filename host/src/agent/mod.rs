@@ -1,6 +1,9 @@
 //! agent: the host's own agent loop. A model ([`crate::provider::Provider`]) is given the
-//! catalog's tools and calls them over several steps; every call goes through
-//! [`Host::invoke`], so validation, dedup, limits and audit hold as on every other path.
+//! catalog's tools and calls them over several steps; every call goes through the one call
+//! path ([`Host::prepare`], then [`Host::run`]), so validation, dedup, limits and audit hold
+//! as on every other path. A destructive call is approved between the two halves, on the
+//! prepared call: the version the person approves is the version that runs, whatever reload
+//! happens in between.
 //!
 //! One run: up to `max_iterations` model calls. Each answer's tool calls run concurrently (at
 //! most `max_parallel_calls` at once) and their results go back in the calls' order. The run
@@ -14,15 +17,14 @@
 
 mod approval;
 mod builtin;
-pub mod conversation;
 mod event;
 
 pub use approval::{Approval, ApprovalPolicy, ApprovalRequest, Approver};
 pub use event::{Ending, Event, EventSink};
 
-use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, Session};
+use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session};
+use crate::provider::conversation::{Conversation, Invocation, Message, ToolResult};
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolSpec, Usage};
-use conversation::{Conversation, Invocation, Message, ToolResult};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -80,7 +82,7 @@ pub struct Agent {
 /// A call of one turn, ready to run or already answered.
 enum Step {
     Answered(ToolResult, &'static str),
-    Run(Arguments),
+    Run(PreparedCall),
 }
 
 impl Agent {
@@ -113,7 +115,7 @@ impl Agent {
             specs.push(ToolSpec {
                 name: tool.name.clone(),
                 description: tool.description.clone(),
-                parameters: tool.input_schema.clone(),
+                parameters: tool.input_schema().clone(),
             });
         }
         specs
@@ -230,18 +232,12 @@ impl Agent {
                     Err(message) => error_step(call, ErrorKind::InvalidArguments, &message),
                 }
             } else {
-                let arguments = arguments_of(call);
-                match self.approval(session, call, &arguments).await {
-                    Approval::Approved => Step::Run(arguments),
-                    Approval::Refused(reason) => {
-                        let error = CallError {
-                            kind: ErrorKind::Denied,
-                            message: reason,
-                            violations: Vec::new(),
-                        };
-                        let outcome = self.host.refuse(session, &call.name, &arguments, error);
-                        Step::Answered(outcome_result(call, &outcome), "denied")
+                match self.host.prepare(session, &call.name, arguments_of(call)) {
+                    // Unknown, denied or invalid: answered (and audited) without running.
+                    Err(outcome) => {
+                        Step::Answered(outcome_result(call, &outcome), outcome_kind(&outcome))
                     }
+                    Ok(prepared) => self.approve(session, call, prepared).await,
                 }
             };
             steps.push(step);
@@ -250,21 +246,20 @@ impl Agent {
         let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
         let limit = Arc::new(Semaphore::new(self.options.max_parallel_calls.max(1)));
         let mut running = JoinSet::new();
-        for (index, (call, step)) in calls.iter().zip(steps).enumerate() {
+        for (index, step) in steps.into_iter().enumerate() {
             match step {
                 Step::Answered(answer, outcome) => {
                     events(result_event(&answer, outcome, Duration::ZERO, false));
                     results[index] = Some(answer);
                 }
-                Step::Run(arguments) => {
+                Step::Run(prepared) => {
                     let host = Arc::clone(&self.host);
                     let session = Arc::clone(session);
                     let limit = Arc::clone(&limit);
-                    let name = call.name.clone();
                     running.spawn(async move {
                         // The semaphore is never closed; without a permit the call still runs.
                         let _permit = limit.acquire_owned().await.ok();
-                        (index, host.invoke(&session, &name, arguments).await)
+                        (index, host.run(&session, prepared).await)
                     });
                 }
             }
@@ -274,13 +269,9 @@ impl Agent {
                 continue;
             };
             let answer = outcome_result(&calls[index], &outcome);
-            let kind = match &outcome.result {
-                Ok(_) => "ok",
-                Err(e) => e.kind.as_str(),
-            };
             events(result_event(
                 &answer,
-                kind,
+                outcome_kind(&outcome),
                 outcome.duration,
                 outcome.deduplicated,
             ));
@@ -301,38 +292,28 @@ impl Agent {
         (results, ending)
     }
 
-    /// Asks the approver when the call is to a destructive tool with valid arguments (an
-    /// invalid or unknown call is refused by `invoke` with a better message).
-    async fn approval(
-        &self,
-        session: &Session,
-        call: &Invocation,
-        arguments: &Arguments,
-    ) -> Approval {
-        let catalog = self.host.catalog().snapshot();
-        let Some(tool) = catalog.get(&call.name) else {
-            return Approval::Approved;
-        };
-        if !tool.destructive || !session.policy.permits(&tool.name) {
-            return Approval::Approved;
-        }
-        let value = match arguments {
-            Arguments::Value(value) => value.clone(),
-            Arguments::Text(text) => match serde_json::from_str::<Value>(text) {
-                Ok(value) => value,
-                Err(_) => return Approval::Approved,
-            },
-        };
-        if crate::invoke::validate(tool, &value).is_err() {
-            return Approval::Approved;
+    /// Asks the approver about a prepared call to a destructive tool: the request names the
+    /// exact version that runs if it is approved. A refusal is audited as `denied`.
+    async fn approve(&self, session: &Session, call: &Invocation, prepared: PreparedCall) -> Step {
+        let tool = prepared.tool();
+        if !tool.destructive {
+            return Step::Run(prepared);
         }
         let request = ApprovalRequest {
             tool: tool.name.clone(),
-            ensemble: tool.ensemble.clone(),
+            ensemble: tool.ensemble.to_string(),
             description: tool.description.clone(),
-            arguments: value,
+            arguments: prepared.arguments().clone(),
+            version: tool.version,
         };
-        self.approver.approve(&request).await
+        match self.approver.approve(&request).await {
+            Approval::Approved => Step::Run(prepared),
+            Approval::Refused(reason) => {
+                let error = CallError::new(ErrorKind::Denied, reason);
+                let outcome = self.host.refuse(session, prepared, error);
+                Step::Answered(outcome_result(call, &outcome), ErrorKind::Denied.as_str())
+            }
+        }
     }
 }
 
@@ -385,17 +366,23 @@ fn result(call: &Invocation, content: String, is_error: bool) -> ToolResult {
 }
 
 fn error_step(call: &Invocation, kind: ErrorKind, message: &str) -> Step {
-    Step::Answered(
-        result(call, format!("{kind}: {message}"), true),
-        kind.as_str(),
-    )
+    let error = CallError::new(kind, message);
+    Step::Answered(result(call, error.to_string(), true), kind.as_str())
 }
 
 /// What the model reads: the tool's text, or `<kind>: <message>`.
 fn outcome_result(call: &Invocation, outcome: &CallOutcome) -> ToolResult {
     match &outcome.result {
         Ok(text) => result(call, text.to_string(), false),
-        Err(e) => result(call, format!("{}: {}", e.kind, e.message), true),
+        Err(e) => result(call, e.to_string(), true),
+    }
+}
+
+/// `ok`, or the error kind, for events.
+fn outcome_kind(outcome: &CallOutcome) -> &'static str {
+    match &outcome.result {
+        Ok(_) => "ok",
+        Err(e) => e.kind.as_str(),
     }
 }
 

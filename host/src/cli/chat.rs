@@ -15,11 +15,11 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolhost::agent::conversation::Conversation;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending, Event,
 };
 use toolhost::invoke::{CallPolicy, Session};
+use toolhost::provider::conversation::Conversation;
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 
 /// The command line's `chat` options.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let host = settings.host().await?;
     let catalog = host.catalog().snapshot();
-    let tools = catalog.all_tools();
+    let tools: Vec<_> = catalog.all_tools().collect();
     if json {
         let rows: Vec<_> = tools
             .iter()
@@ -15,11 +15,11 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
                     "name": t.name,
                     "ensemble": t.ensemble,
                     "enabled": t.enabled,
-                    "component": t.component_hash().to_string(),
+                    "component": t.source_hash().to_string(),
                     "component_path": t.source(),
-                    "tool": t.component_tool,
+                    "tool": t.backend_tool,
                     "description": t.description,
-                    "input_schema": t.input_schema,
+                    "input_schema": t.input_schema(),
                     "destructive": t.destructive,
                     "dedup": t.dedup,
                     "limits": {
@@ -51,8 +51,8 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         "{:name_width$}  {:ensemble_width$}  ENABLED  COMPONENT     DESCRIPTION",
         "TOOL", "ENSEMBLE"
     );
-    for tool in tools {
-        let hash = tool.component_hash().to_string();
+    for tool in &tools {
+        let hash = tool.source_hash().to_string();
         let first_line = tool.description.lines().next().unwrap_or("");
         let description: String = first_line.chars().take(70).collect();
         let cut = if description.len() < first_line.len() {

@@ -42,7 +42,7 @@ pub(crate) async fn run(
         bail!("--token-env: the token is empty");
     }
     let runtime = settings.runtime()?;
-    let reloader = Reloader::start(runtime.clone(), settings.ensembles.clone()).await;
+    let reloader = Reloader::start(runtime, settings.ensembles.clone()).await;
     for refused in reloader.status().refused {
         tracing::warn!(
             "{} was refused ({} error(s)); run `toolhost check` for details",
@@ -50,12 +50,7 @@ pub(crate) async fn run(
             refused.errors.len()
         );
     }
-    let host = Arc::new(Host::new(
-        reloader.catalog().clone(),
-        runtime,
-        settings.audit_log()?,
-        settings.max_instances,
-    ));
+    let host = Arc::new(Host::new(reloader.catalog().clone(), settings.audit_log()?));
     let _watch = if options.no_watch {
         None
     } else {
@@ -66,18 +61,14 @@ pub(crate) async fn run(
         .as_ref()
         .map(|path| super::status::publish(reloader.clone(), path.clone()));
     match &options.http {
-        None => serve_stdio(host, reloader, logs).await,
-        Some(address) => serve_http(host, reloader, logs, address, token).await,
+        None => serve_stdio(host, logs).await,
+        Some(address) => serve_http(host, logs, address, token).await,
     }
 }
 
-async fn serve_stdio(
-    host: Arc<Host>,
-    reloader: Arc<Reloader>,
-    logs: LogRelay,
-) -> anyhow::Result<ExitCode> {
+async fn serve_stdio(host: Arc<Host>, logs: LogRelay) -> anyhow::Result<ExitCode> {
     let id = format!("mcp-stdio-{}", std::process::id());
-    let server = McpServer::new(host, Some(reloader), id).with_logs(logs);
+    let server = McpServer::new(host, id).with_logs(logs);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
     let service = match server.serve(rmcp::transport::stdio()).await {
         Ok(service) => service,
@@ -98,7 +89,6 @@ async fn serve_stdio(
 
 async fn serve_http(
     host: Arc<Host>,
-    reloader: Arc<Reloader>,
     logs: LogRelay,
     address: &str,
     token: Option<String>,
@@ -122,7 +112,7 @@ async fn serve_http(
         config = config.with_allowed_hosts(hosts);
     }
     let shutdown = config.cancellation_token.clone();
-    let factory = McpServer::factory(host, Some(reloader), Some(logs), "mcp-http");
+    let factory = McpServer::factory(host, Some(logs), "mcp-http");
     let service = StreamableHttpService::new(
         move || Ok(factory()),
         Arc::new(LocalSessionManager::default()),

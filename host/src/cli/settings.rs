@@ -9,7 +9,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile};
 use toolhost::invoke::Host;
-use toolhost::resolve::{self, Resolved};
+use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{Runtime, RuntimeSettings};
 
 /// Everything the commands need to build a host.
@@ -107,7 +107,9 @@ impl Settings {
     /// Starts the runtime and resolves the ensembles directory.
     pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
         let runtime = self.runtime()?;
-        let resolved = resolve::resolve_dir(&runtime, &self.ensembles).await;
+        let resolved = Resolver::new(runtime.clone())
+            .resolve_dir(&self.ensembles)
+            .await;
         Ok((runtime, resolved))
     }
 
@@ -124,7 +126,7 @@ impl Settings {
     /// A host over the resolved catalog, with the audit log if one is configured. Refused
     /// ensembles are reported in one line each on stderr.
     pub(crate) async fn host(&self) -> anyhow::Result<Host> {
-        let (runtime, resolved) = self.load().await?;
+        let (_runtime, resolved) = self.load().await?;
         for refused in &resolved.refused {
             let count = refused.diagnostics.len();
             eprintln!(
@@ -134,7 +136,7 @@ impl Settings {
         }
         let audit = self.audit_log()?;
         let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
-        Ok(Host::new(catalog, runtime, audit, self.max_instances))
+        Ok(Host::new(catalog, audit))
     }
 }
 

@@ -27,24 +27,30 @@ struct Excerpt {
 }
 
 impl Location {
-    /// The place of the byte range `span` of `source`, the text of `file`.
+    /// The place of the byte range `span` of `source`, the text of `file`. Counts lines from
+    /// the start of the text: for a single message; [`LineIndex`] answers many in log time.
     pub fn at(file: &Path, source: &str, span: Range<usize>) -> Self {
-        let start = span.start.min(source.len());
-        let before = &source[..floor_char_boundary(source, start)];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
+        Location::indexed(file, source, &LineIndex::new(source), span)
+    }
+
+    /// As [`Location::at`], with the lines of `source` already indexed.
+    pub(crate) fn indexed(
+        file: &Path,
+        source: &str,
+        lines: &LineIndex,
+        span: Range<usize>,
+    ) -> Self {
+        let start = source.floor_char_boundary(span.start);
+        let (line, line_start) = lines.line_of(start);
+        let column = source[line_start..start].chars().count() + 1;
         let line_end = source[line_start..]
             .find('\n')
             .map_or(source.len(), |i| line_start + i);
         let text = source[line_start..line_end]
             .trim_end_matches('\r')
             .to_string();
-        let end = floor_char_boundary(source, span.end.clamp(start, line_end));
-        let width = source[floor_char_boundary(source, start)..end]
-            .chars()
-            .count()
-            .max(1);
+        let end = source.floor_char_boundary(span.end.clamp(start, line_end));
+        let width = source[start..end].chars().count().max(1);
         Location {
             file: file.to_path_buf(),
             line: Some(line),
@@ -86,11 +92,25 @@ impl Location {
     }
 }
 
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
+/// Where each line of a text starts, so that the line of a byte offset is a binary search
+/// instead of a count from the start (which made checking a large file quadratic).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub(crate) fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
     }
-    i.min(s.len())
+
+    /// The 1-based line of `offset`, and the offset where that line starts.
+    fn line_of(&self, offset: usize) -> (usize, usize) {
+        let line = self.starts.partition_point(|&start| start <= offset);
+        (line, self.starts[line.saturating_sub(1)])
+    }
 }
 
 /// A second place that explains a diagnostic (the ensemble that grants, the first file to

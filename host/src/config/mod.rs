@@ -9,6 +9,8 @@ mod names;
 pub mod v1;
 
 pub use diagnostic::{Diagnostic, Location, Note};
+
+use diagnostic::LineIndex;
 pub use names::{
     Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
     MaxOutputBytes, MaxQueue, MaxResponseBytes, MemoryMib, TimeoutMs, ToolName,
@@ -16,7 +18,9 @@ pub use names::{
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// The versions of the descriptor formats this host reads.
 pub const SUPPORTED_SCHEMA_VERSIONS: &[i64] = &[1];
@@ -45,14 +49,26 @@ struct VersionProbe {
     schema_version: Option<toml::Spanned<i64>>,
 }
 
-/// A configuration file's path and text, kept so that later checks can point into it.
-#[derive(Debug, Clone)]
+/// A configuration file's path and text, kept so that later checks can point into it. Its
+/// lines are indexed the first time a place in it is asked for, so that naming the place of
+/// an error costs log time, and nothing at all while there is no error.
+#[derive(Debug)]
 pub struct SourceFile {
     pub path: PathBuf,
     pub text: String,
+    lines: OnceLock<LineIndex>,
 }
 
 impl SourceFile {
+    /// A file's text as it was read.
+    pub fn new(path: PathBuf, text: String) -> Self {
+        SourceFile {
+            path,
+            text,
+            lines: OnceLock::new(),
+        }
+    }
+
     /// Reads `path`.
     pub fn read(path: &Path, kind: FileKind) -> Result<Self, Diagnostic> {
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -61,10 +77,7 @@ impl SourceFile {
                 format!("cannot read {}: {e}", kind.describe()),
             )
         })?;
-        Ok(SourceFile {
-            path: path.to_path_buf(),
-            text,
-        })
+        Ok(SourceFile::new(path.to_path_buf(), text))
     }
 
     /// Parses the text as `T` after checking its `schema-version`.
@@ -73,8 +86,31 @@ impl SourceFile {
     }
 
     /// The location of a byte range of this file.
-    pub fn at(&self, span: std::ops::Range<usize>) -> Location {
-        Location::at(&self.path, &self.text, span)
+    pub fn at(&self, span: Range<usize>) -> Location {
+        let lines = self.lines.get_or_init(|| LineIndex::new(&self.text));
+        Location::indexed(&self.path, &self.text, lines, span)
+    }
+}
+
+/// A byte range of a configuration file, kept as it is: its line and column are worked out
+/// only when a message needs them ([`Span::location`]).
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub source: Arc<SourceFile>,
+    pub range: Range<usize>,
+}
+
+impl Span {
+    pub fn new(source: &Arc<SourceFile>, range: Range<usize>) -> Self {
+        Span {
+            source: Arc::clone(source),
+            range,
+        }
+    }
+
+    /// The file, line and column.
+    pub fn location(&self) -> Location {
+        self.source.at(self.range.clone())
     }
 }
 

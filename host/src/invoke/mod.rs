@@ -1,99 +1,31 @@
 //! invoke: one call, the single path that the CLI, the MCP server and the agent loop share.
 //!
-//! lookup in a catalog snapshot -> allow/deny -> parse and validate the arguments (every
-//! violation, with its JSON pointer) -> dedup (single-flight, per session) -> run in a fresh
-//! instance -> audit. Every failure is a typed [`CallError`]; none of them ends the host.
+//! A call has two halves, so that a caller may decide in between (the agent loop asks a
+//! person before a destructive call):
+//!
+//! - [`Host::prepare`], on one catalog snapshot: lookup -> allow/deny -> parse and validate
+//!   the arguments (every violation, with its JSON pointer) -> dedup key. The result, a
+//!   [`PreparedCall`], holds the exact tool version that will run.
+//! - [`Host::run`]: dedup (single-flight, per session) -> the invoker's admission gate -> the
+//!   tool's backend -> audit. Or [`Host::refuse`], which audits the call as refused.
+//!
+//! [`Host::invoke`] is both in one. Every failure is a typed [`CallError`]; none of them ends
+//! the host. The backend runs the call (a component in a fresh instance, or an imported MCP
+//! server); this module never asks which.
 
 mod dedup;
+mod error;
 
 pub use dedup::{DedupCache, DedupKey, canonical_json};
+pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord};
-use crate::catalog::{Backend, Catalog, LiveCatalog, Tool};
+use crate::backend::BackendCall;
+use crate::catalog::{LiveCatalog, Tool};
 use crate::config::DedupMode;
-use crate::runtime::{RunError, Runtime, ToolFailure};
-use serde::Serialize;
 use serde_json::Value;
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
-
-/// The kinds of failure a call can end in, as callers and the model see them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ErrorKind {
-    /// No enabled tool has that name.
-    UnknownTool,
-    /// The caller's allow/deny lists refuse the tool.
-    Denied,
-    /// Malformed JSON, a schema violation, or the plugin's own `invalid-arguments`.
-    InvalidArguments,
-    /// The tool ran past its `timeout-ms`.
-    Timeout,
-    /// Memory or output size limit reached.
-    ResourceLimit,
-    /// A trap: panic, stack overflow, abort.
-    Crashed,
-    /// The tool reached for something it was not granted.
-    CapabilityDenied,
-    /// The plugin's own `failed` error.
-    ToolError,
-    /// The invoker's `max-concurrency` calls are running and `max-queue` are waiting, or
-    /// the call's sandbox could not be set up.
-    Busy,
-}
-
-impl ErrorKind {
-    /// The kebab-case name used in JSON output and the audit log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::UnknownTool => "unknown-tool",
-            ErrorKind::Denied => "denied",
-            ErrorKind::InvalidArguments => "invalid-arguments",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::ResourceLimit => "resource-limit",
-            ErrorKind::Crashed => "crashed",
-            ErrorKind::CapabilityDenied => "capability-denied",
-            ErrorKind::ToolError => "tool-error",
-            ErrorKind::Busy => "busy",
-        }
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One schema violation: where in the arguments, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Violation {
-    /// A JSON pointer into the arguments; `""` is the arguments object itself.
-    pub pointer: String,
-    pub message: String,
-}
-
-/// Why a call failed, with a message written for the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("{kind}: {message}")]
-pub struct CallError {
-    pub kind: ErrorKind,
-    pub message: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub violations: Vec<Violation>,
-}
-
-impl CallError {
-    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        CallError {
-            kind,
-            message: message.into(),
-            violations: Vec::new(),
-        }
-    }
-}
 
 /// The arguments of a call, as text (checked here) or as a value already parsed.
 #[derive(Debug, Clone)]
@@ -176,28 +108,37 @@ pub struct CallOutcome {
     pub duration: Duration,
 }
 
-/// The host's calling side: the live catalog, the runtime and the audit log.
+/// A call that passed every check and is ready to run: the tool version it will run (taken
+/// from one catalog snapshot), its arguments and its dedup key.
+#[derive(Debug)]
+pub struct PreparedCall {
+    tool: Arc<Tool>,
+    arguments: Value,
+    key: Option<DedupKey>,
+    started: Instant,
+}
+
+impl PreparedCall {
+    /// The tool, at the version that will run.
+    pub fn tool(&self) -> &Arc<Tool> {
+        &self.tool
+    }
+
+    /// The parsed, validated arguments.
+    pub fn arguments(&self) -> &Value {
+        &self.arguments
+    }
+}
+
+/// The host's calling side: the live catalog and the audit log.
 pub struct Host {
     catalog: Arc<LiveCatalog>,
-    runtime: Arc<Runtime>,
     audit: Option<AuditLog>,
-    /// One permit per instance the runtime's pool can hold; calls past it wait their turn.
-    slots: Semaphore,
 }
 
 impl Host {
-    pub fn new(
-        catalog: Arc<LiveCatalog>,
-        runtime: Arc<Runtime>,
-        audit: Option<AuditLog>,
-        max_instances: u32,
-    ) -> Self {
-        Host {
-            catalog,
-            runtime,
-            audit,
-            slots: Semaphore::new(max_instances.max(1) as usize),
-        }
+    pub fn new(catalog: Arc<LiveCatalog>, audit: Option<AuditLog>) -> Self {
+        Host { catalog, audit }
     }
 
     /// The live catalog.
@@ -205,155 +146,89 @@ impl Host {
         &self.catalog
     }
 
-    /// The runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
-        &self.runtime
-    }
-
-    /// Calls `tool` with `arguments` on behalf of `session`.
+    /// Calls `tool` with `arguments` on behalf of `session`: [`Host::prepare`], then
+    /// [`Host::run`].
     pub async fn invoke(
         &self,
         session: &Session,
         tool: &str,
         arguments: impl Into<Arguments>,
     ) -> CallOutcome {
+        match self.prepare(session, tool, arguments) {
+            Ok(call) => self.run(session, call).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Checks a call on one snapshot of the catalog: the tool exists and is enabled, the
+    /// session may call it, and its arguments are a JSON object that passes its schema. A call
+    /// that fails a check is audited and returned as its outcome.
+    pub fn prepare(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+    ) -> Result<PreparedCall, CallOutcome> {
         let started = Instant::now();
         let catalog = self.catalog.snapshot();
-        let parsed = parse_arguments(arguments.into());
-        let found = self.lookup(&catalog, session, tool);
-        let (result, deduplicated) = match (&found, &parsed) {
-            (Err(e), _) | (Ok(_), Err(e)) => (Err(e.clone()), false),
-            (Ok(found), Ok(value)) => match validate(found, value) {
-                Err(e) => (Err(e), false),
-                Ok(()) => self.run_deduplicated(session, found, value).await,
+        let failed = |found: Option<&Arc<Tool>>, arguments: Option<&Value>, error| {
+            let outcome = CallOutcome {
+                tool: tool.to_string(),
+                result: Err(error),
+                deduplicated: false,
+                duration: started.elapsed(),
+            };
+            self.audit(session, found.map(|t| t.as_ref()), arguments, &outcome);
+            outcome
+        };
+        match (
+            lookup(&catalog, session, tool),
+            parse_arguments(arguments.into()),
+        ) {
+            (Ok(found), Ok(arguments)) => match validate(found, &arguments) {
+                Ok(()) => Ok(PreparedCall {
+                    key: (found.dedup == DedupMode::Exact)
+                        .then(|| DedupKey::new(&found.name, &found.version, &arguments)),
+                    tool: Arc::clone(found),
+                    arguments,
+                    started,
+                }),
+                Err(error) => Err(failed(Some(found), Some(&arguments), error)),
             },
+            (Err(error), parsed) => Err(failed(None, parsed.as_ref().ok(), error)),
+            (Ok(found), Err(error)) => Err(failed(Some(found), None, error)),
+        }
+    }
+
+    /// Runs a prepared call: answered from the session's dedup memory if an identical call
+    /// succeeded (or is in flight), else through the invoker's admission gate on its backend.
+    pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
+        let run = run_on_backend(&call.tool, &call.arguments);
+        let (result, deduplicated) = match call.key {
+            Some(key) => session.dedup.run(key, run).await,
+            None => (run.await, false),
         };
         let outcome = CallOutcome {
-            tool: tool.to_string(),
+            tool: call.tool.name.clone(),
             result,
             deduplicated,
-            duration: started.elapsed(),
+            duration: call.started.elapsed(),
         };
-        self.audit(
-            session,
-            found.ok().map(|t| t.as_ref()),
-            parsed.ok().as_ref(),
-            &outcome,
-        );
+        self.audit(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
     }
 
     /// Records a call that its caller refused before it ran (a destructive call the user did
     /// not approve): audited like any other call, with `error` as its outcome.
-    pub fn refuse(
-        &self,
-        session: &Session,
-        tool: &str,
-        arguments: &Arguments,
-        error: CallError,
-    ) -> CallOutcome {
-        let catalog = self.catalog.snapshot();
+    pub fn refuse(&self, session: &Session, call: PreparedCall, error: CallError) -> CallOutcome {
         let outcome = CallOutcome {
-            tool: tool.to_string(),
+            tool: call.tool.name.clone(),
             result: Err(error),
             deduplicated: false,
             duration: Duration::ZERO,
         };
-        let parsed = parse_arguments(arguments.clone()).ok();
-        self.audit(
-            session,
-            catalog.get(tool).map(|t| t.as_ref()),
-            parsed.as_ref(),
-            &outcome,
-        );
+        self.audit(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
-    }
-
-    fn lookup<'c>(
-        &self,
-        catalog: &'c Catalog,
-        session: &Session,
-        name: &str,
-    ) -> Result<&'c Arc<Tool>, CallError> {
-        let Some(tool) = catalog.get(name) else {
-            let mut names: Vec<&str> = catalog
-                .tools()
-                .map(|t| t.name.as_str())
-                .filter(|n| session.policy.permits(n))
-                .collect();
-            names.truncate(50);
-            return Err(CallError::new(
-                ErrorKind::UnknownTool,
-                format!(
-                    "there is no tool named `{name}`; available tools: {}",
-                    names.join(", ")
-                ),
-            ));
-        };
-        if !session.policy.permits(name) {
-            return Err(CallError::new(
-                ErrorKind::Denied,
-                format!("tool `{name}` is not allowed in this session"),
-            ));
-        }
-        Ok(tool)
-    }
-
-    async fn run_deduplicated(
-        &self,
-        session: &Session,
-        tool: &Arc<Tool>,
-        arguments: &Value,
-    ) -> (Result<Arc<str>, CallError>, bool) {
-        match tool.dedup {
-            DedupMode::Off => (self.run(tool, arguments).await, false),
-            DedupMode::Exact => {
-                let key = DedupKey::new(&tool.name, &tool.version, arguments);
-                session.dedup.run(key, self.run(tool, arguments)).await
-            }
-        }
-    }
-
-    async fn run(&self, tool: &Tool, arguments: &Value) -> Result<Arc<str>, CallError> {
-        let _turn = tool.gate.enter().await.map_err(|_| {
-            CallError::new(
-                ErrorKind::Busy,
-                format!(
-                    "tool `{}` is busy: {} call(s) running and {} waiting, its limits; try again shortly",
-                    tool.name, tool.gate.max_running, tool.gate.max_waiting
-                ),
-            )
-        })?;
-        let _permit = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| CallError::new(ErrorKind::Busy, "the host is shutting down"))?;
-        let ran = match &tool.backend {
-            Backend::Component { component, .. } => {
-                self.runtime
-                    .call(
-                        component,
-                        &tool.name,
-                        &tool.component_tool,
-                        &arguments.to_string(),
-                        tool.limits,
-                        &tool.sandbox,
-                    )
-                    .await
-            }
-            Backend::Mcp(server) => {
-                server
-                    .call(
-                        &tool.component_tool,
-                        arguments,
-                        tool.limits.timeout,
-                        tool.limits.max_output_bytes,
-                    )
-                    .await
-            }
-        };
-        ran.map(Arc::from).map_err(|e| run_error(&tool.name, e))
     }
 
     fn audit(
@@ -382,8 +257,8 @@ impl Host {
             time: audit::now_rfc3339(),
             session: session.id.clone(),
             tool: outcome.tool.clone(),
-            ensemble: tool.map(|t| t.ensemble.clone()),
-            component: tool.map(|t| t.component_hash().to_string()),
+            ensemble: tool.map(|t| t.ensemble.to_string()),
+            component: tool.map(|t| t.source_hash().to_string()),
             arguments: arguments.map_or(Value::Null, audit::redact),
             outcome: outcome_name,
             error,
@@ -396,6 +271,61 @@ impl Host {
             tracing::error!("{e}");
         }
     }
+}
+
+/// The enabled tool `name` of `catalog`, if the session may call it.
+fn lookup<'c>(
+    catalog: &'c crate::catalog::Catalog,
+    session: &Session,
+    name: &str,
+) -> Result<&'c Arc<Tool>, CallError> {
+    let Some(tool) = catalog.get(name) else {
+        let names: Vec<&str> = catalog
+            .tools()
+            .map(|t| t.name.as_str())
+            .filter(|n| session.policy.permits(n))
+            .take(50)
+            .collect();
+        return Err(CallError::new(
+            ErrorKind::UnknownTool,
+            format!(
+                "there is no tool named `{name}`; available tools: {}",
+                names.join(", ")
+            ),
+        ));
+    };
+    if !session.policy.permits(name) {
+        return Err(CallError::new(
+            ErrorKind::Denied,
+            format!("tool `{name}` is not allowed in this session"),
+        ));
+    }
+    Ok(tool)
+}
+
+/// One run of `tool` on its backend, once the invoker's gate lets it in.
+async fn run_on_backend(tool: &Tool, arguments: &Value) -> Result<Arc<str>, CallError> {
+    let _turn = tool.gate.enter().await.map_err(|_| {
+        CallError::new(
+            ErrorKind::Busy,
+            format!(
+                "tool `{}` is busy: {} call(s) running and {} waiting, its limits; try again shortly",
+                tool.name, tool.gate.max_running, tool.gate.max_waiting
+            ),
+        )
+    })?;
+    let call = BackendCall {
+        invoker: &tool.name,
+        tool: &tool.backend_tool,
+        arguments,
+        limits: tool.limits,
+        sandbox: &tool.sandbox,
+    };
+    tool.backend
+        .call(call)
+        .await
+        .map(Arc::from)
+        .map_err(|e| CallError::from_backend(&tool.name, e))
 }
 
 /// Parses text arguments; a value is taken as it is. Malformed JSON is never run as `{}`.
@@ -420,57 +350,10 @@ fn parse_arguments(arguments: Arguments) -> Result<Value, CallError> {
 
 /// Checks `arguments` against the tool's schema and lists every violation.
 pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
-    if tool.validator.is_valid(arguments) {
-        return Ok(());
+    match CallError::violations(&tool.name, &tool.schema.validator, arguments) {
+        Some(error) => Err(error),
+        None => Ok(()),
     }
-    let violations: Vec<Violation> = tool
-        .validator
-        .iter_errors(arguments)
-        .map(|e| Violation {
-            pointer: e.instance_path().to_string(),
-            message: e.to_string(),
-        })
-        .collect();
-    let lines: Vec<String> = violations
-        .iter()
-        .map(|v| {
-            format!(
-                "{}: {}",
-                if v.pointer.is_empty() {
-                    "(root)"
-                } else {
-                    &v.pointer
-                },
-                v.message
-            )
-        })
-        .collect();
-    Err(CallError {
-        kind: ErrorKind::InvalidArguments,
-        message: format!(
-            "the arguments do not match the schema of `{}`: {}",
-            tool.name,
-            lines.join("; ")
-        ),
-        violations,
-    })
-}
-
-fn run_error(tool: &str, error: RunError) -> CallError {
-    let kind = match &error {
-        RunError::Timeout { .. } => ErrorKind::Timeout,
-        RunError::MemoryLimit { .. } | RunError::OutputLimit { .. } => ErrorKind::ResourceLimit,
-        RunError::Crashed { .. } => ErrorKind::Crashed,
-        RunError::Sandbox(_) => ErrorKind::Busy,
-        RunError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
-        RunError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
-        RunError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,
-    };
-    let message = match error {
-        RunError::Tool(failure) => failure.to_string(),
-        other => format!("tool `{tool}` {other}"),
-    };
-    CallError::new(kind, message)
 }
 
 #[cfg(test)]

@@ -1,26 +1,25 @@
 //! mcp: the catalog served to MCP clients over stdio or streamable HTTP (the official `rmcp`
-//! SDK). `tools/list` reads the live catalog; `tools/call` goes through [`Host::invoke`], so
-//! validation, dedup (scoped to the MCP session), limits and audit hold as for every caller.
-//! After each reload that changes the tools, every connected session is sent
-//! `notifications/tools/list_changed`, and the host's own log messages as
-//! `notifications/message` (see [`log`]).
+//! SDK). `tools/list` reads the live catalog, in pages ([`tools`]); `tools/call` goes through
+//! [`Host::invoke`], so validation, dedup (scoped to the MCP session), limits and audit hold
+//! as for every caller. After each swap of the live catalog that changes the tools, every
+//! connected session is sent `notifications/tools/list_changed`, and the host's own log
+//! messages as `notifications/message` (see [`log`]).
 //!
-//! The other direction, external MCP servers whose tools join the catalog, is [`client`].
+//! The other direction, external MCP servers whose tools join the catalog, is a backend:
+//! [`crate::backend::mcp`].
 
 // MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
 // the revisions this server speaks (up to 2025-11-25), and clients rely on it there.
 #![allow(deprecated)]
 
-pub mod client;
 pub mod log;
+pub mod tools;
 
 use crate::invoke::{Host, Session};
-use crate::reload::Reloader;
 use log::{LogRecord, LogRelay};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool as McpTool,
 };
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
 use rmcp::service::{NotificationContext, Peer, RequestContext};
@@ -30,12 +29,14 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use tokio::sync::broadcast;
+use tools::ToolList;
 
 /// One MCP session's view of the host. Each session (the stdio connection, or each HTTP
 /// session) gets its own, and so its own dedup memory and audit session id.
 pub struct McpServer {
     host: Arc<Host>,
-    reloader: Option<Arc<Reloader>>,
+    /// The tool listing, shared by the sessions of the host.
+    tools: Arc<ToolList>,
     logs: Option<LogRelay>,
     session: Arc<Session>,
     /// The least severe level this session wants relayed (`logging/setLevel`).
@@ -43,12 +44,15 @@ pub struct McpServer {
 }
 
 impl McpServer {
-    /// A server for one MCP session, named `id` in audit records. With a reloader, the session
-    /// is told when the tool list changes.
-    pub fn new(host: Arc<Host>, reloader: Option<Arc<Reloader>>, id: String) -> Self {
+    /// A server for one MCP session, named `id` in audit records.
+    pub fn new(host: Arc<Host>, id: String) -> Self {
+        McpServer::with_tools(host, Arc::default(), id)
+    }
+
+    fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, id: String) -> Self {
         McpServer {
             host,
-            reloader,
+            tools,
             logs: None,
             session: Arc::new(Session::new(id)),
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
@@ -64,34 +68,22 @@ impl McpServer {
     /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...).
     pub fn factory(
         host: Arc<Host>,
-        reloader: Option<Arc<Reloader>>,
         logs: Option<LogRelay>,
         prefix: &str,
     ) -> impl Fn() -> McpServer + Send + Sync + Clone + 'static {
         let counter = Arc::new(AtomicU64::new(0));
         let prefix = format!("{prefix}-{}", std::process::id());
+        let tools = Arc::new(ToolList::default());
         move || {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
-            let server = McpServer::new(host.clone(), reloader.clone(), format!("{prefix}-{n}"));
+            let id = format!("{prefix}-{n}");
+            let server = McpServer::with_tools(host.clone(), tools.clone(), id);
             match &logs {
                 Some(logs) => server.with_logs(logs.clone()),
                 None => server,
             }
         }
     }
-}
-
-/// The MCP form of a tool: name, description and input schema.
-fn mcp_tool(tool: &crate::catalog::Tool) -> McpTool {
-    let schema = match &tool.input_schema {
-        Value::Object(map) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
-    McpTool::new(
-        tool.name.clone(),
-        tool.description.clone(),
-        Arc::new(schema),
-    )
 }
 
 impl ServerHandler for McpServer {
@@ -122,16 +114,15 @@ impl ServerHandler for McpServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let catalog = self.host.catalog().snapshot();
-        let tools = catalog
-            .tools()
-            .filter(|t| self.session.policy.permits(&t.name))
-            .map(|t| mcp_tool(t))
-            .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (tools, next) = self.tools.page(&catalog, &self.session.policy, cursor);
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     async fn call_tool(
@@ -147,10 +138,7 @@ impl ServerHandler for McpServer {
         // Every failure is a tool result the model can read and act on, never a protocol error.
         let result = match outcome.result {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text.to_string())]),
-            Err(error) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "{}: {}",
-                error.kind, error.message
-            ))]),
+            Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
         };
         Ok(result.into())
     }
@@ -173,10 +161,7 @@ impl ServerHandler for McpServer {
                 self.log_level.clone(),
             );
         }
-        let Some(reloader) = &self.reloader else {
-            return;
-        };
-        let mut changes = reloader.subscribe();
+        let mut changes = self.host.catalog().subscribe();
         let peer = context.peer.clone();
         tokio::spawn(async move {
             loop {

@@ -5,11 +5,11 @@
 //! any text in it (the API's rule). Consecutive user-side messages are merged into one, since
 //! the API wants the roles to alternate.
 
+use super::conversation::{Invocation, Message};
 use super::{
     BoxFuture, ModelRequest, ModelTurn, Provider, ProviderError, ProviderSettings, TextSink,
     Transport, Usage, api_error, parse_chunk,
 };
-use crate::agent::conversation::{Invocation, Message};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -294,7 +294,7 @@ impl StreamedTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::conversation::ToolResult;
+    use crate::provider::conversation::ToolResult;
 
     #[test]
     fn results_come_first_in_one_user_message() {

@@ -1,6 +1,6 @@
 //! provider: the LLM APIs the agent loop talks to, behind one [`Provider`] trait.
 //!
-//! Each provider maps the canonical conversation ([`crate::agent::conversation`]) to its wire
+//! Each provider maps the canonical conversation ([`conversation`]) to its wire
 //! format and back: `openai` (chat completions; also Ollama, vLLM, llama.cpp's server,
 //! LiteLLM), `anthropic` (messages) and `prompted` (chat completions without native tools:
 //! tools described in the system prompt, calls parsed from `<tool>` blocks). All of them
@@ -8,6 +8,7 @@
 //! API gives it.
 
 mod anthropic;
+pub mod conversation;
 mod openai;
 mod prompted;
 mod sse;
@@ -16,7 +17,7 @@ pub use anthropic::Anthropic;
 pub use openai::OpenAi;
 pub use prompted::{Prompted, parse_tool_blocks};
 
-use crate::agent::conversation::{Invocation, Message};
+use conversation::{Invocation, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -376,11 +377,7 @@ fn excerpt(text: &str) -> String {
     if text.len() <= LIMIT {
         return text.to_string();
     }
-    let mut end = LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
+    format!("{}...", &text[..text.floor_char_boundary(LIMIT)])
 }
 
 /// An error and its sources on one line (reqwest's own message hides the cause).

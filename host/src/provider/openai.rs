@@ -6,11 +6,11 @@
 //! when the call runs); results go back as `role: tool` messages. When streaming, tool-call
 //! deltas are assembled per `index`, and a call's id is taken from the first delta that has one.
 
+use super::conversation::{Invocation, Message};
 use super::{
     BoxFuture, ModelRequest, ModelTurn, Provider, ProviderError, ProviderSettings, TextSink,
     Transport, Usage, api_error, parse_chunk,
 };
-use crate::agent::conversation::{Invocation, Message};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 

@@ -7,8 +7,8 @@
 //! `problem`, which the loop returns to the model as an error. Streamed text reaches the
 //! caller with the `<tool>` blocks held back.
 
+use super::conversation::{Invocation, Message};
 use super::{BoxFuture, ModelRequest, ModelTurn, OpenAi, Provider, ProviderError, TextSink};
-use crate::agent::conversation::{Invocation, Message};
 use serde_json::{Value, json};
 use std::sync::Mutex;
 

@@ -3,33 +3,35 @@
 //! limit, epoch deadline and captured stdout/stderr.
 //!
 //! The runtime knows nothing of TOML or tool names as the model sees them: it loads component
-//! files and runs an export under a [`SandboxSpec`] and [`CallLimits`].
+//! files and runs an export under a [`SandboxSpec`] and [`CallLimits`]. It also owns admission
+//! to the instance pool it sized: every instance (a call, or a load's `describe()`) waits for
+//! one of `max_instances` slots, so a full pool delays work instead of failing it.
 
 mod bindings;
 mod cache;
-mod capture;
+mod engine;
+mod outcome;
 mod state;
 
-pub(crate) use capture::Capture;
+pub use engine::engine_config;
+pub use outcome::{LoadError, RunError, ToolFailure};
 
-use crate::sandbox::{self, NetworkGuard, SandboxError, SandboxSpec};
+use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
 use cache::ComponentCache;
+use engine::EpochTicker;
+use outcome::{classify, not_a_component};
 use state::{CallLimiter, CallState, LogBudget};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
-    UpdateDeadline,
-};
+use wasmtime::{Engine, Store, UpdateDeadline};
 
-/// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
-const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Captured stdout and stderr keep this many bytes each.
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
 /// `describe()` runs under these limits when a component is loaded.
@@ -121,57 +123,6 @@ impl fmt::Debug for LoadedComponent {
     }
 }
 
-/// Why a component could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is not a valid WebAssembly component: {reason}")]
-    Compile { path: PathBuf, reason: String },
-    #[error("{path} does not fit the toolhost:plugin@0.1.0 world: {reason}")]
-    Link { path: PathBuf, reason: String },
-    #[error("describe() of {path} failed: {reason}")]
-    Describe { path: PathBuf, reason: String },
-}
-
-/// Why a call did not produce a result. Traps and limits are kept apart from the tool's own
-/// errors ([`RunError::Tool`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RunError {
-    #[error("did not finish within {} ms", limit.as_millis())]
-    Timeout { limit: Duration },
-    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
-    MemoryLimit { limit_bytes: usize },
-    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
-    OutputLimit { bytes: usize, limit: usize },
-    #[error("crashed: {message}")]
-    Crashed { message: String },
-    #[error("was refused network access: {message}")]
-    CapabilityDenied { message: String },
-    #[error("the sandbox could not be set up: {0}")]
-    Sandbox(String),
-    #[error("{0}")]
-    Tool(ToolFailure),
-}
-
-/// The tool's own error, as the plugin returned it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToolFailure {
-    #[error("{0}")]
-    InvalidArguments(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<SandboxError> for RunError {
-    fn from(e: SandboxError) -> Self {
-        RunError::Sandbox(e.to_string())
-    }
-}
-
 /// Counters that tests and `toolhost check` read.
 #[derive(Debug, Default)]
 struct Counters {
@@ -184,58 +135,6 @@ struct Counters {
 pub struct CompileStats {
     pub compiled: u64,
     pub cache_hits: u64,
-}
-
-/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        std::thread::Builder::new()
-            .name("toolhost-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .map(|_| ())
-            .unwrap_or_else(|e| {
-                tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
-            });
-        EpochTicker { stop }
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The engine settings of the host: the pooling allocator sized for `max_instances`
-/// instances, epoch interruption for deadlines, and no component-model concurrency. Public so
-/// that the benchmarks' raw-wasmtime baseline runs on exactly the same settings.
-pub fn engine_config(max_instances: u32) -> Config {
-    let n = max_instances.max(1);
-    let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(n)
-        .total_core_instances(n * 8)
-        .total_memories(n)
-        .total_tables(n * 4)
-        .total_stacks(n)
-        .max_memories_per_component(4)
-        .max_memory_size(4 << 30);
-    let mut config = Config::new();
-    config
-        .epoch_interruption(true)
-        .concurrency_support(false)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    config
 }
 
 /// Why the runtime could not start.
@@ -259,6 +158,8 @@ pub struct Runtime {
     /// Components by hash, so that one file used by several ensembles, or unchanged across a
     /// reload, is compiled and described once.
     loaded: Mutex<HashMap<ComponentHash, Weak<LoadedComponent>>>,
+    /// One permit per instance the pool can hold: calls and loads wait here for a slot.
+    slots: Semaphore,
     _ticker: EpochTicker,
 }
 
@@ -290,6 +191,7 @@ impl Runtime {
             cache,
             counters: Counters::default(),
             loaded: Mutex::default(),
+            slots: Semaphore::new(settings.max_instances.max(1) as usize),
             _ticker: ticker,
         })
     }
@@ -453,6 +355,8 @@ impl Runtime {
         sandbox: &SandboxSpec,
         export: Export<'_>,
     ) -> Result<Exported, RunError> {
+        // The semaphore is never closed, so waiting always ends with a permit.
+        let _slot = self.slots.acquire().await.ok();
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
         let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone())?;
@@ -534,72 +438,6 @@ enum Exported {
     Call(Result<String, ToolError>),
 }
 
-/// Says why `bytes` cannot be a component, for the two mistakes a plugin author makes most:
-/// a file that is not WebAssembly at all, and a core module built for the wrong target.
-fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
-    const CORE_MODULE: [u8; 4] = [1, 0, 0, 0];
-    if !bytes.starts_with(b"\0asm") {
-        return Some(
-            "it is not a WebAssembly file (it does not start with the \\0asm magic bytes)",
-        );
-    }
-    if bytes.get(4..8) == Some(&CORE_MODULE) {
-        return Some(
-            "it is a core WebAssembly module, not a component; build it with `cargo build --target wasm32-wasip2` \
-             (or wrap it with `wasm-tools component new`)",
-        );
-    }
-    None
-}
-
-/// Turns a trap (or an instantiation failure) into the error the caller sees.
-fn classify(
-    error: &wasmtime::Error,
-    memory_refused: bool,
-    limits: CallLimits,
-    stderr: &str,
-) -> RunError {
-    let trap = error.downcast_ref::<Trap>();
-    if trap == Some(&Trap::Interrupt) {
-        return RunError::Timeout {
-            limit: limits.timeout,
-        };
-    }
-    if memory_refused {
-        return RunError::MemoryLimit {
-            limit_bytes: limits.memory_bytes,
-        };
-    }
-    let message = match (trap, panic_message(stderr)) {
-        (_, Some(panic)) => format!("panicked: {panic}"),
-        (Some(Trap::StackOverflow), None) => "stack overflow".to_string(),
-        // Rust and C keep their stack in linear memory: overflowing it runs off the bottom.
-        (Some(Trap::MemoryOutOfBounds), None) => {
-            format!(
-                "{} (most often a stack overflow in the plugin)",
-                Trap::MemoryOutOfBounds
-            )
-        }
-        (Some(trap), None) => trap.to_string(),
-        (None, None) => format!("{error:#}"),
-    };
-    RunError::Crashed { message }
-}
-
-/// The message of a Rust panic in captured stderr ("thread '..' panicked at FILE:\nMESSAGE\nnote: ..").
-fn panic_message(stderr: &str) -> Option<String> {
-    let start = stderr.find("panicked at ")?;
-    let rest = &stderr[start + "panicked at ".len()..];
-    let (place, message) = rest.split_once('\n')?;
-    let message = message.split("\nnote: ").next().unwrap_or(message).trim();
-    let place = place.trim_end_matches(':');
-    Some(if message.is_empty() {
-        format!("at {place}")
-    } else {
-        format!("{message} (at {place})")
-    })
-}
-
 fn report_output(
     label: &str,
     out: &str,
@@ -616,20 +454,5 @@ fn report_output(
     }
     if logs_dropped > 0 {
         tracing::warn!(target: "plugin", invoker = label, "dropped {logs_dropped} log messages over the per-call limit");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::panic_message;
-
-    #[test]
-    fn finds_the_panic_message() {
-        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:77:24:\nboom\nnote: run with `RUST_BACKTRACE=1`\n";
-        assert_eq!(
-            panic_message(stderr).as_deref(),
-            Some("boom (at src/lib.rs:77:24)")
-        );
-        assert_eq!(panic_message("nothing"), None);
     }
 }

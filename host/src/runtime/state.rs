@@ -109,11 +109,7 @@ impl Host for CallState {
         }
         budget.remaining -= 1;
         if message.len() > LOG_MESSAGE_BYTES {
-            let mut end = LOG_MESSAGE_BYTES;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
+            message.truncate(message.floor_char_boundary(LOG_MESSAGE_BYTES));
             message.push_str(" [cut]");
         }
         let invoker = budget.invoker.as_str();

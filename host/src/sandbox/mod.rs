@@ -1,23 +1,23 @@
 //! sandbox: capabilities -> a WASI context and `wasi:http` hooks. Default deny: no files, no
 //! network, no sockets, no name lookups, no environment, no inherited stdio, no arguments.
-//! Clocks and random stay.
+//! Clocks and random stay. A plugin's stdout and stderr go to bounded in-memory [`Capture`]s.
 //!
 //! What a call may reach is exactly what its [`SandboxSpec`] lists; `resolve` builds that spec
 //! from the invoker's `[capabilities]` after checking them against the ensemble's `[grants]`.
 //! Network access is outgoing HTTP only, each request checked in the host (`http`) against
 //! the granted patterns ([`network`]); raw sockets and name lookups stay closed.
 
+mod capture;
 mod http;
 pub mod network;
 
+pub(crate) use capture::Capture;
 pub(crate) use http::NetworkGuard;
 pub use network::NetPattern;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
-
-use crate::runtime::Capture;
 
 /// A host directory made visible to the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
@@ -41,7 +41,7 @@ pub struct SandboxSpec {
 }
 
 /// Why a sandbox could not be built.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
     #[error("cannot open granted directory {path}: {reason}")]
     Preopen { path: PathBuf, reason: String },

@@ -1,5 +1,6 @@
 //! The canonical conversation: what the providers map to and from their wire formats, and
-//! what a run keeps (and a caller may save as JSON and continue later).
+//! what an agent run keeps (and a caller may save as JSON and continue later). It lives with
+//! the providers, the lowest layer that speaks it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,27 +1,31 @@
-//! The MCP client side: an external MCP server imported as an ensemble (`[ensemble.mcp]`).
+//! The MCP backend: an external MCP server imported as an ensemble (`[ensemble.mcp]`), as a
+//! client of it.
 //!
 //! An [`McpImport`] is one server: a child process (`command`, `args`, `env`) or a streamable
 //! HTTP endpoint (`url`). It is started when it is first needed (when the catalog lists its
 //! tools, or a call finds it down), shared by every catalog version that names the same
-//! server, and dropped with the last of them. A server that dies (or cannot be started) makes
-//! only its own tools fail, with `crashed`; the next call starts it again, right away after a
-//! crash, then with a doubling backoff (1 s up to 60 s) while starting keeps failing. A
-//! server's `notifications/tools/list_changed` is broadcast ([`changes`]), and the reloader
-//! rebuilds the catalog from the server's new list.
+//! server ([`ImportedServers`], owned by whoever builds catalogs), and dropped with the last
+//! of them. A server that dies (or cannot be started) makes only its own tools fail, with
+//! `crashed`; the next call starts it again, right away after a crash, then with a doubling
+//! backoff (1 s up to 60 s) while starting keeps failing. A server's
+//! `notifications/tools/list_changed` is broadcast ([`ImportedServers::changes`]), and the
+//! reloader rebuilds the catalog from the server's new list.
 //!
 //! An imported server is a native process (or a remote service), not a sandboxed component:
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
 //! the server itself can reach is up to the operator.
 
-use crate::runtime::{ComponentHash, RunError, ToolDescription, ToolFailure};
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientInfo};
+use super::{
+    Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolFailure, ToolHints, ToolOffer,
+};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
@@ -55,9 +59,9 @@ pub struct McpSpec {
 
 impl McpSpec {
     /// Identifies the server's settings (what `list` shows where a component shows its hash).
-    pub fn hash(&self) -> ComponentHash {
+    pub fn hash(&self) -> SourceHash {
         let text = serde_json::to_string(&self.target).unwrap_or_default();
-        ComponentHash(*blake3::hash(text.as_bytes()).as_bytes())
+        SourceHash(*blake3::hash(text.as_bytes()).as_bytes())
     }
 
     /// The command line or URL, for messages.
@@ -80,31 +84,22 @@ pub struct McpError {
     pub reason: String,
 }
 
-/// Tells the reloader which server announced a new tool list.
-fn change_sender() -> &'static broadcast::Sender<String> {
-    static CHANGES: OnceLock<broadcast::Sender<String>> = OnceLock::new();
-    CHANGES.get_or_init(|| broadcast::channel(64).0)
-}
-
-/// The servers' `tools/list_changed` notifications, by server (its command line or URL).
-pub fn changes() -> broadcast::Receiver<String> {
-    change_sender().subscribe()
-}
-
 /// Receives a server's notifications.
 #[derive(Clone)]
 struct Watcher {
     server: String,
+    changes: broadcast::Sender<String>,
 }
 
 impl ClientHandler for Watcher {
-    fn get_info(&self) -> ClientInfo {
-        ClientInfo::default()
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::info!("MCP server `{}` changed its tools", self.server);
-        let _ = change_sender().send(self.server.clone());
+        // Nobody listening (`check`, `call`) is fine.
+        let _ = self.changes.send(self.server.clone());
     }
 }
 
@@ -121,8 +116,10 @@ struct Connection {
 /// One imported MCP server.
 pub struct McpImport {
     spec: McpSpec,
-    hash: ComponentHash,
+    hash: SourceHash,
     connection: tokio::sync::Mutex<Connection>,
+    /// Where its `tools/list_changed` notifications go.
+    changes: broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for McpImport {
@@ -133,32 +130,50 @@ impl std::fmt::Debug for McpImport {
     }
 }
 
-/// The server for `spec`: the one already in use by the catalog, or a new one (not started).
-pub fn import(spec: McpSpec) -> Arc<McpImport> {
-    static SERVERS: OnceLock<Mutex<HashMap<ComponentHash, Weak<McpImport>>>> = OnceLock::new();
-    let hash = spec.hash();
-    let mut servers = SERVERS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    servers.retain(|_, server| server.strong_count() > 0);
-    if let Some(server) = servers.get(&hash).and_then(Weak::upgrade) {
-        return server;
+/// The MCP servers the catalogs of one host use, by their settings, so that a reload with
+/// unchanged settings keeps the running server. Held by whoever builds catalogs (the
+/// reloader, or a command that loads once); a server is stopped when no catalog uses it.
+#[derive(Debug)]
+pub struct ImportedServers {
+    servers: Mutex<HashMap<SourceHash, Weak<McpImport>>>,
+    changes: broadcast::Sender<String>,
+}
+
+impl Default for ImportedServers {
+    fn default() -> Self {
+        ImportedServers {
+            servers: Mutex::default(),
+            changes: broadcast::channel(64).0,
+        }
     }
-    let server = Arc::new(McpImport {
-        spec,
-        hash,
-        connection: tokio::sync::Mutex::default(),
-    });
-    servers.insert(hash, Arc::downgrade(&server));
-    server
+}
+
+impl ImportedServers {
+    /// The server for `spec`: the one already in use, or a new one (not started yet).
+    pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
+        let hash = spec.hash();
+        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        servers.retain(|_, server| server.strong_count() > 0);
+        if let Some(server) = servers.get(&hash).and_then(Weak::upgrade) {
+            return server;
+        }
+        let server = Arc::new(McpImport {
+            spec,
+            hash,
+            connection: tokio::sync::Mutex::default(),
+            changes: self.changes.clone(),
+        });
+        servers.insert(hash, Arc::downgrade(&server));
+        server
+    }
+
+    /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
+    pub fn changes(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
 }
 
 impl McpImport {
-    pub fn hash(&self) -> ComponentHash {
-        self.hash
-    }
-
     pub fn spec(&self) -> &McpSpec {
         &self.spec
     }
@@ -228,6 +243,7 @@ impl McpImport {
     async fn start(&self) -> Result<RunningService<RoleClient, Watcher>, String> {
         let watcher = Watcher {
             server: self.spec.describe(),
+            changes: self.changes.clone(),
         };
         match &self.spec.target {
             McpTarget::Command {
@@ -280,7 +296,7 @@ impl McpImport {
     }
 
     /// The server's tools, as the catalog takes them.
-    pub async fn tools(&self) -> Result<Vec<(ToolDescription, bool)>, McpError> {
+    pub async fn tools(&self) -> Result<Vec<ToolOffer>, McpError> {
         let service = self.session().await?;
         let listed = tokio::time::timeout(self.spec.startup_timeout, service.list_all_tools())
             .await
@@ -295,35 +311,39 @@ impl McpImport {
         Ok(tools
             .into_iter()
             .map(|tool| {
-                let destructive = tool
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.destructive_hint)
-                    .unwrap_or(false);
-                let description = ToolDescription {
+                let annotations = tool.annotations.as_ref();
+                // The hints count only when the server sets them: MCP's default for an
+                // absent destructiveHint (true) would make nearly every tool ask.
+                let hints = ToolHints {
+                    destructive: annotations.and_then(|a| a.destructive_hint) == Some(true),
+                    read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
+                };
+                ToolOffer {
                     name: tool.name.to_string(),
                     description: tool.description.as_deref().unwrap_or_default().to_string(),
                     input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
-                };
-                (description, destructive)
+                    hints,
+                }
             })
             .collect())
     }
 
     /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its text.
-    pub async fn call(
+    async fn call_tool(
         &self,
         tool: &str,
         arguments: &Value,
         timeout: Duration,
         max_output_bytes: usize,
-    ) -> Result<String, RunError> {
+    ) -> Result<String, BackendError> {
         let started = Instant::now();
-        let crashed = |message: String| RunError::Crashed { message };
+        let crashed = |message: String| BackendError::Crashed { message };
         let service = tokio::time::timeout(timeout, self.session())
             .await
-            .map_err(|_| RunError::Timeout { limit: timeout })?
-            .map_err(|e| crashed(e.to_string()))?;
+            .map_err(|_| BackendError::Timeout { limit: timeout })?
+            .map_err(|e| BackendError::ServerUnavailable {
+                message: e.to_string(),
+            })?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Value::Object(map) = arguments {
             params = params.with_arguments(map.clone());
@@ -332,7 +352,7 @@ impl McpImport {
         // Dropping the request on timeout sends the server `notifications/cancelled`.
         let answer = tokio::time::timeout(left, service.peer().call_tool_once(params))
             .await
-            .map_err(|_| RunError::Timeout { limit: timeout })?;
+            .map_err(|_| BackendError::Timeout { limit: timeout })?;
         let result = match answer {
             Ok(CallToolResponse::Complete(result)) => result,
             Ok(_) => {
@@ -357,15 +377,38 @@ impl McpImport {
         };
         let text = result_text(&result);
         if result.is_error == Some(true) {
-            return Err(RunError::Tool(ToolFailure::Failed(text)));
+            return Err(BackendError::Tool(ToolFailure::Failed(text)));
         }
         if text.len() > max_output_bytes {
-            return Err(RunError::OutputLimit {
+            return Err(BackendError::OutputLimit {
                 bytes: text.len(),
                 limit: max_output_bytes,
             });
         }
         Ok(text)
+    }
+}
+
+impl Backend for McpImport {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(self.call_tool(
+            call.tool,
+            call.arguments,
+            call.limits.timeout,
+            call.limits.max_output_bytes,
+        ))
+    }
+
+    fn source_hash(&self) -> SourceHash {
+        self.hash
+    }
+
+    fn watched_file(&self) -> Option<&Path> {
+        None
+    }
+
+    fn describe(&self) -> String {
+        format!("mcp: {}", self.spec.describe())
     }
 }
 

@@ -1,0 +1,83 @@
+//! The component backend: a WebAssembly component of the `toolhost:plugin` world, run in a
+//! fresh sandboxed instance per call by the [`Runtime`].
+
+use super::{Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer};
+use crate::runtime::{LoadError, LoadedComponent, Runtime};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One component file, as a descriptor names it.
+pub struct ComponentBackend {
+    runtime: Arc<Runtime>,
+    component: Arc<LoadedComponent>,
+    /// The file this descriptor names (the compiled component is shared by hash, so it may
+    /// have been first loaded from another file).
+    path: PathBuf,
+}
+
+impl ComponentBackend {
+    /// Loads the component in `bytes`, read from `path` (shared with any other file of the
+    /// same bytes), and returns it with the tools its `describe()` offers.
+    pub async fn load(
+        runtime: &Arc<Runtime>,
+        path: &Path,
+        bytes: Vec<u8>,
+    ) -> Result<(Self, Vec<ToolOffer>), LoadError> {
+        let component = runtime.load(path, bytes).await?;
+        let offers = component
+            .tools
+            .iter()
+            .map(|tool| ToolOffer {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                input_schema: tool.input_schema.clone(),
+                hints: ToolHints::default(),
+            })
+            .collect();
+        let backend = ComponentBackend {
+            runtime: Arc::clone(runtime),
+            component,
+            path: path.to_path_buf(),
+        };
+        Ok((backend, offers))
+    }
+}
+
+impl std::fmt::Debug for ComponentBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentBackend")
+            .field("component", &self.component)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for ComponentBackend {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>> {
+        Box::pin(async move {
+            self.runtime
+                .call(
+                    &self.component,
+                    call.invoker,
+                    call.tool,
+                    &call.arguments.to_string(),
+                    call.limits,
+                    call.sandbox,
+                )
+                .await
+                .map_err(BackendError::from)
+        })
+    }
+
+    fn source_hash(&self) -> SourceHash {
+        SourceHash(self.component.hash.0)
+    }
+
+    fn watched_file(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}

@@ -1,0 +1,132 @@
+//! backend: what runs a tool's calls. One trait, [`Backend`], for every kind of tool: a
+//! sandboxed WebAssembly component ([`component`]) or an imported MCP server ([`mcp`]).
+//!
+//! The catalog holds an `Arc<dyn Backend>` per tool and `invoke` calls it; neither names a
+//! kind. A backend says how to call it, what identifies its code (a [`SourceHash`], part of
+//! every tool version), which file to watch for changes, and how to describe it in listings.
+//! What tools it offers ([`ToolOffer`]) is learnt when `resolve` binds a descriptor to it.
+//!
+//! A fourth kind of tool is a module here implementing [`Backend`], plus the one place in
+//! `resolve::bind` that turns its TOML into one.
+
+pub mod component;
+pub mod mcp;
+
+use crate::runtime::{CallLimits, RunError};
+use crate::sandbox::SandboxSpec;
+use serde_json::Value;
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+
+pub use crate::runtime::ToolFailure;
+
+/// A boxed future, so that [`Backend`] can be used as a trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a backend runs: the blake3 of a component's bytes, or of an MCP server's settings.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceHash(pub [u8; 32]);
+
+impl fmt::Display for SourceHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for SourceHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SourceHash({self})")
+    }
+}
+
+/// One tool as its backend offers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOffer {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments, as JSON text.
+    pub input_schema: String,
+    pub hints: ToolHints,
+}
+
+/// What a backend says of a tool's effects (an MCP server's annotations; a component says
+/// nothing). The operator's `destructive = true` adds to them, never removes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolHints {
+    pub destructive: bool,
+    pub read_only: bool,
+}
+
+/// One call as a backend receives it: arguments that already passed the tool's schema.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendCall<'a> {
+    /// The invoker's name, to tag log lines and captured output.
+    pub invoker: &'a str,
+    /// The tool's name inside the backend.
+    pub tool: &'a str,
+    pub arguments: &'a Value,
+    pub limits: CallLimits,
+    pub sandbox: &'a SandboxSpec,
+}
+
+/// Runs calls of the tools bound to it.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Runs one call and returns the tool's text.
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>>;
+
+    /// What this backend runs; a different hash is a different version of every tool on it.
+    fn source_hash(&self) -> SourceHash;
+
+    /// The file whose change should reload the catalog, if there is one.
+    fn watched_file(&self) -> Option<&Path>;
+
+    /// The component file, or `mcp: <command or URL>`, for listings.
+    fn describe(&self) -> String;
+}
+
+/// Why a backend did not return a result. Each cause is kept apart, up to the caller's
+/// error kind: limits, traps, refused capabilities, a sandbox or server that is not there,
+/// and the tool's own error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("did not finish within {} ms", limit.as_millis())]
+    Timeout { limit: std::time::Duration },
+    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
+    MemoryLimit { limit_bytes: usize },
+    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
+    OutputLimit { bytes: usize, limit: usize },
+    #[error("crashed: {message}")]
+    Crashed { message: String },
+    #[error("was refused network access: {message}")]
+    CapabilityDenied { message: String },
+    /// The call's sandbox could not be built (a granted directory is gone, say).
+    #[error("could not be given its sandbox: {message}")]
+    SandboxUnavailable { message: String },
+    /// The engine ran out of a pooled resource other than instances (which calls wait for).
+    #[error("could not be started: the host is at its limit ({detail}); try again shortly")]
+    HostCapacity { detail: String },
+    /// An imported server that is not running, and could not be started or is in backoff.
+    #[error("crashed: {message}")]
+    ServerUnavailable { message: String },
+    #[error("{0}")]
+    Tool(ToolFailure),
+}
+
+impl From<RunError> for BackendError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Timeout { limit } => BackendError::Timeout { limit },
+            RunError::MemoryLimit { limit_bytes } => BackendError::MemoryLimit { limit_bytes },
+            RunError::OutputLimit { bytes, limit } => BackendError::OutputLimit { bytes, limit },
+            RunError::Crashed { message } => BackendError::Crashed { message },
+            RunError::CapabilityDenied { message } => BackendError::CapabilityDenied { message },
+            RunError::Sandbox(e) => BackendError::SandboxUnavailable {
+                message: e.to_string(),
+            },
+            RunError::PoolExhausted { detail } => BackendError::HostCapacity { detail },
+            RunError::Tool(failure) => BackendError::Tool(failure),
+        }
+    }
+}

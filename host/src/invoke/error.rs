@@ -1,0 +1,146 @@
+//! How a call fails, as callers and the model see it: an [`ErrorKind`] and a message (with
+//! every schema violation for `invalid-arguments`), mapped from each layer's typed cause.
+
+use crate::backend::{BackendError, ToolFailure};
+use serde::Serialize;
+use std::fmt;
+
+/// The kinds of failure a call can end in, as callers and the model see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// No enabled tool has that name.
+    UnknownTool,
+    /// The caller's allow/deny lists refuse the tool.
+    Denied,
+    /// Malformed JSON, a schema violation, or the plugin's own `invalid-arguments`.
+    InvalidArguments,
+    /// The tool ran past its `timeout-ms`.
+    Timeout,
+    /// Memory or output size limit reached.
+    ResourceLimit,
+    /// A trap: panic, stack overflow, abort.
+    Crashed,
+    /// The tool reached for something it was not granted.
+    CapabilityDenied,
+    /// The plugin's own `failed` error.
+    ToolError,
+    /// The invoker's `max-concurrency` calls are running and `max-queue` are waiting, or the
+    /// host ran out of a pooled resource for a moment; worth trying again shortly.
+    Busy,
+    /// The host could not give the call what it needs (its sandbox: a granted directory is
+    /// gone); an operator has to fix it, retrying does not help.
+    Unavailable,
+}
+
+impl ErrorKind {
+    /// The kebab-case name used in JSON output and the audit log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownTool => "unknown-tool",
+            ErrorKind::Denied => "denied",
+            ErrorKind::InvalidArguments => "invalid-arguments",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::ResourceLimit => "resource-limit",
+            ErrorKind::Crashed => "crashed",
+            ErrorKind::CapabilityDenied => "capability-denied",
+            ErrorKind::ToolError => "tool-error",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One schema violation: where in the arguments, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// A JSON pointer into the arguments; `""` is the arguments object itself.
+    pub pointer: String,
+    pub message: String,
+}
+
+/// Why a call failed, with a message written for the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct CallError {
+    pub kind: ErrorKind,
+    pub message: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<Violation>,
+}
+
+impl CallError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        CallError {
+            kind,
+            message: message.into(),
+            violations: Vec::new(),
+        }
+    }
+
+    /// The error a backend's failure is for the caller of `tool`.
+    pub(crate) fn from_backend(tool: &str, error: BackendError) -> Self {
+        let kind = match &error {
+            BackendError::Timeout { .. } => ErrorKind::Timeout,
+            BackendError::MemoryLimit { .. } | BackendError::OutputLimit { .. } => {
+                ErrorKind::ResourceLimit
+            }
+            BackendError::Crashed { .. } | BackendError::ServerUnavailable { .. } => {
+                ErrorKind::Crashed
+            }
+            BackendError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
+            BackendError::SandboxUnavailable { .. } => ErrorKind::Unavailable,
+            BackendError::HostCapacity { .. } => ErrorKind::Busy,
+            BackendError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
+            BackendError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,
+        };
+        let message = match error {
+            BackendError::Tool(failure) => failure.to_string(),
+            other => format!("tool `{tool}` {other}"),
+        };
+        CallError::new(kind, message)
+    }
+
+    /// Every violation of `schema` by `arguments`, each with its JSON pointer, or `None`.
+    pub(crate) fn violations(
+        tool: &str,
+        validator: &jsonschema::Validator,
+        arguments: &serde_json::Value,
+    ) -> Option<Self> {
+        if validator.is_valid(arguments) {
+            return None;
+        }
+        let violations: Vec<Violation> = validator
+            .iter_errors(arguments)
+            .map(|e| Violation {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect();
+        let lines: Vec<String> = violations
+            .iter()
+            .map(|v| {
+                let at = if v.pointer.is_empty() {
+                    "(root)"
+                } else {
+                    &v.pointer
+                };
+                format!("{at}: {}", v.message)
+            })
+            .collect();
+        Some(CallError {
+            kind: ErrorKind::InvalidArguments,
+            message: format!(
+                "the arguments do not match the schema of `{tool}`: {}",
+                lines.join("; ")
+            ),
+            violations,
+        })
+    }
+}

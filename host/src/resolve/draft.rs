@@ -1,0 +1,592 @@
+//! Drafts: an ensemble file and its invoker files read, parsed and checked as far as they can
+//! be without an engine or a server. Every check that needs no component runs here (entry
+//! shapes, limits and defaults, grants and capabilities, `[arguments]` schemas, names with
+//! their prefix, `[ensemble.mcp]` settings), and each error is kept, so that an invoker whose
+//! component is missing still has all its other errors reported.
+//!
+//! What is left for binding is what the component (or server) decides: which tools exist,
+//! their own schemas and descriptions.
+
+use super::grants::Grants;
+use super::schema::{SchemaCache, SchemaError};
+use crate::backend::ToolOffer;
+use crate::backend::mcp::{McpSpec, McpTarget};
+use crate::catalog::Schema;
+use crate::config::v1::{
+    Capabilities, Defaults, EnsembleFile, InvokerEntry, InvokerFile, InvokerSection, Limits,
+    McpSection,
+};
+use crate::config::{Blake3Hex, DedupMode, Diagnostic, FileKind, SourceFile, Span, ToolName};
+use crate::runtime::CallLimits;
+use crate::sandbox::SandboxSpec;
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Built-in limits, used when neither the invoker nor its ensemble's `[defaults]` set one.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
+pub const DEFAULT_MCP_STARTUP_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_MAX_CONCURRENCY: u64 = 8;
+pub const DEFAULT_MAX_QUEUE: u64 = 64;
+
+/// An ensemble file and its invokers, checked as far as they can be without binding.
+pub(super) struct EnsembleDraft {
+    pub(super) source: Arc<SourceFile>,
+    pub(super) name: String,
+    pub(super) enabled: bool,
+    pub(super) description: Option<String>,
+    /// The MCP server the ensemble imports, when it names one instead of a component.
+    pub(super) mcp: Option<McpDraft>,
+    pub(super) invokers: Vec<InvokerDraft>,
+    /// Errors of the ensemble as a whole: its entries, grants and `[ensemble.mcp]`.
+    pub(super) errors: Vec<Diagnostic>,
+    context: Context,
+}
+
+/// What every invoker of an ensemble inherits.
+struct Context {
+    /// The ensemble file.
+    source: Arc<SourceFile>,
+    prefix: Option<ToolName>,
+    defaults: Defaults,
+    grants: Grants,
+    /// The ensemble's `component` and `blake3` pin.
+    component: Option<(Spanned<String>, Option<Spanned<Blake3Hex>>)>,
+    is_mcp: bool,
+    /// The file lists `[[invokers]]` (an MCP ensemble without any imports every tool).
+    lists_invokers: bool,
+}
+
+/// An `[ensemble.mcp]` server: its settings, and where they are written.
+pub(super) struct McpDraft {
+    /// `None` when the settings have an error (reported in the ensemble's errors).
+    pub(super) spec: Option<McpSpec>,
+    pub(super) at: Span,
+}
+
+/// The component an invoker runs on, as a descriptor names it.
+#[derive(Debug, Clone)]
+pub(super) struct ComponentRef {
+    pub(super) path: PathBuf,
+    /// Where the path is written.
+    pub(super) at: Span,
+    pub(super) pin: Option<(Blake3Hex, Span)>,
+}
+
+/// The limits, dedup mode and admission of one invoker, defaults applied.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings {
+    pub(super) limits: CallLimits,
+    pub(super) dedup: DedupMode,
+    pub(super) max_running: usize,
+    pub(super) max_waiting: usize,
+}
+
+impl Settings {
+    /// The invoker's own `[limits]` (and `dedup`), else the ensemble's `[defaults]`, else the
+    /// built-ins.
+    fn merge(own: &Limits, dedup: Option<DedupMode>, defaults: &Defaults) -> Self {
+        fn pick<T: Into<u64>>(own: Option<T>, default: Option<T>, builtin: u64) -> u64 {
+            own.or(default).map_or(builtin, Into::into)
+        }
+        Settings {
+            limits: CallLimits {
+                timeout: Duration::from_millis(pick(
+                    own.timeout_ms,
+                    defaults.timeout_ms,
+                    DEFAULT_TIMEOUT_MS,
+                )),
+                memory_bytes: (pick(own.memory_mib, defaults.memory_mib, DEFAULT_MEMORY_MIB) << 20)
+                    as usize,
+                max_output_bytes: pick(
+                    own.max_output_bytes,
+                    defaults.max_output_bytes,
+                    DEFAULT_MAX_OUTPUT_BYTES,
+                ) as usize,
+                max_response_bytes: pick(
+                    own.max_response_bytes,
+                    defaults.max_response_bytes,
+                    DEFAULT_MAX_RESPONSE_BYTES,
+                ),
+            },
+            dedup: dedup.or(defaults.dedup).unwrap_or_default(),
+            max_running: pick(
+                own.max_concurrency,
+                defaults.max_concurrency,
+                DEFAULT_MAX_CONCURRENCY,
+            ) as usize,
+            max_waiting: pick(own.max_queue, defaults.max_queue, DEFAULT_MAX_QUEUE) as usize,
+        }
+    }
+}
+
+/// One invoker, checked as far as it can be without its component.
+pub(super) struct InvokerDraft {
+    /// The file it is written in (the ensemble file when inline).
+    pub(super) source: Arc<SourceFile>,
+    pub(super) section: InvokerSection,
+    /// The name the model sees, with the ensemble's prefix.
+    pub(super) name: String,
+    pub(super) settings: Settings,
+    /// `None` when a capability was refused.
+    pub(super) sandbox: Option<SandboxSpec>,
+    /// The compiled `[arguments]`, when the descriptor has a usable one.
+    pub(super) arguments: Option<Arc<Schema>>,
+    /// Its component (its own, else the ensemble's); `None` for an MCP ensemble's invokers.
+    pub(super) component: Option<ComponentRef>,
+    pub(super) errors: Vec<Diagnostic>,
+}
+
+impl InvokerDraft {
+    /// Where its name is written.
+    pub(super) fn definition(&self) -> Span {
+        Span::new(&self.source, self.section.name.span())
+    }
+
+    /// The tool's name inside the component or on the server, and where it is written.
+    pub(super) fn backend_tool(&self) -> (&str, std::ops::Range<usize>) {
+        match &self.section.tool {
+            Some(tool) => (tool.get_ref().as_str(), tool.span()),
+            None => (
+                self.section.name.get_ref().as_str(),
+                self.section.name.span(),
+            ),
+        }
+    }
+}
+
+/// The tables of one invoker, from its own file or inline.
+struct InvokerTables {
+    source: Arc<SourceFile>,
+    section: InvokerSection,
+    limits: Limits,
+    capabilities: Capabilities,
+    arguments: Option<Spanned<toml::Value>>,
+}
+
+/// Reads the ensemble file at `file` and everything it names, and checks what can be
+/// checked without binding. A file that cannot be read or parsed is its only error.
+pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, Diagnostic> {
+    let source = Arc::new(SourceFile::read(file, FileKind::Ensemble)?);
+    let parsed: EnsembleFile = source.parse(FileKind::Ensemble)?;
+    let EnsembleFile {
+        ensemble: head,
+        defaults,
+        grants,
+        invokers: entries,
+        ..
+    } = parsed;
+    let name = head.name.get_ref().to_string();
+    let mut errors = Vec::new();
+    let mut tables = Vec::new();
+    let lists_invokers = !entries.is_empty();
+    for entry in entries {
+        if let Some(table) = entry_tables(&source, entry, &mut errors) {
+            tables.push(table);
+        }
+    }
+    let grants = Grants::resolve(&source, &name, grants, &mut errors);
+    let mcp = head.mcp.map(|section| {
+        let has_component = head.component.as_ref().map(Spanned::span);
+        let pin = head.blake3.as_ref().map(Spanned::span);
+        mcp_draft(
+            &source,
+            section,
+            has_component,
+            pin,
+            grants.is_empty(),
+            &mut errors,
+        )
+    });
+    let context = Context {
+        source: Arc::clone(&source),
+        prefix: head.prefix.map(Spanned::into_inner),
+        defaults,
+        grants,
+        component: head.component.map(|path| (path, head.blake3)),
+        is_mcp: mcp.is_some(),
+        lists_invokers,
+    };
+    let invokers = tables
+        .into_iter()
+        .map(|tables| context.invoker(tables, schemas))
+        .collect();
+    Ok(EnsembleDraft {
+        source,
+        name,
+        enabled: head.enabled,
+        description: head.description,
+        mcp,
+        invokers,
+        errors,
+        context,
+    })
+}
+
+impl EnsembleDraft {
+    /// True for an MCP ensemble without `[[invokers]]`: it offers every tool of its server.
+    pub(super) fn imports_every_tool(&self) -> bool {
+        self.mcp.is_some() && !self.context.lists_invokers
+    }
+
+    /// Drafts one invoker per tool the server offers, named as the server names it.
+    pub(super) fn draft_offers(&mut self, offers: &[ToolOffer], schemas: &SchemaCache) {
+        let Some(mcp) = &self.mcp else { return };
+        let at = mcp.at.clone();
+        let server = mcp.spec.as_ref().map(McpSpec::describe).unwrap_or_default();
+        for offer in offers {
+            match ToolName::try_from(offer.name.clone()) {
+                Ok(name) => {
+                    let tables = InvokerTables {
+                        source: Arc::clone(&self.source),
+                        section: InvokerSection {
+                            name: Spanned::new(at.range.clone(), name),
+                            tool: None,
+                            enabled: true,
+                            description: None,
+                            destructive: false,
+                            dedup: None,
+                            component: None,
+                            blake3: None,
+                        },
+                        limits: Limits::default(),
+                        capabilities: Capabilities::default(),
+                        arguments: None,
+                    };
+                    self.invokers.push(self.context.invoker(tables, schemas));
+                }
+                Err(reason) => self.errors.push(Diagnostic::new(
+                    at.location(),
+                    format!(
+                        "MCP server `{server}` offers tool `{}`, a name toolhost cannot use ({reason}); \
+                         list the tools to import under [[invokers]] with `name` and `tool`",
+                        offer.name
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// An error for every invoker whose name an earlier invoker of the ensemble took.
+    pub(super) fn duplicates(&self) -> Vec<Diagnostic> {
+        let mut first: HashMap<&str, &InvokerDraft> = HashMap::new();
+        let mut errors = Vec::new();
+        for invoker in &self.invokers {
+            match first.get(invoker.name.as_str()) {
+                Some(earlier) => errors.push(
+                    Diagnostic::new(
+                        invoker.definition().location(),
+                        format!(
+                            "ensemble `{}` defines tool `{}` twice",
+                            self.name, invoker.name
+                        ),
+                    )
+                    .with_note(Some(earlier.definition().location()), "first defined here"),
+                ),
+                None => {
+                    first.insert(&invoker.name, invoker);
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// The tables of one `[[invokers]]` entry: its file's, or its own inline.
+fn entry_tables(
+    source: &Arc<SourceFile>,
+    entry: Spanned<InvokerEntry>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<InvokerTables> {
+    let span = entry.span();
+    let entry = entry.into_inner();
+    match (entry.source, entry.invoker) {
+        (Some(path), None) => {
+            if entry.limits.is_some() || entry.capabilities.is_some() || entry.arguments.is_some() {
+                errors.push(Diagnostic::new(
+                    source.at(span),
+                    "an invoker entry with `source` takes its limits, capabilities and arguments from that file; \
+                     remove the other keys here",
+                ));
+                return None;
+            }
+            let invoker_path = relative_to(&source.path, path.get_ref());
+            let Ok(invoker_source) = SourceFile::read(&invoker_path, FileKind::Invoker) else {
+                errors.push(Diagnostic::new(
+                    source.at(path.span()),
+                    format!(
+                        "invoker file {} does not exist or cannot be read",
+                        invoker_path.display()
+                    ),
+                ));
+                return None;
+            };
+            let parsed: InvokerFile = invoker_source
+                .parse(FileKind::Invoker)
+                .map_err(|d| errors.push(d))
+                .ok()?;
+            Some(InvokerTables {
+                source: Arc::new(invoker_source),
+                section: parsed.invoker,
+                limits: parsed.limits,
+                capabilities: parsed.capabilities,
+                arguments: parsed.arguments,
+            })
+        }
+        (None, Some(section)) => Some(InvokerTables {
+            source: Arc::clone(source),
+            section,
+            limits: entry.limits.unwrap_or_default(),
+            capabilities: entry.capabilities.unwrap_or_default(),
+            arguments: entry.arguments,
+        }),
+        (Some(_), Some(_)) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry has either `source` or an inline `invoker` table, not both",
+            ));
+            None
+        }
+        (None, None) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry needs `source = \"<file>.toml\"` or an inline `invoker` table",
+            ));
+            None
+        }
+    }
+}
+
+impl Context {
+    /// Checks one invoker's tables; every error goes into the draft.
+    fn invoker(&self, tables: InvokerTables, schemas: &SchemaCache) -> InvokerDraft {
+        let InvokerTables {
+            source,
+            section,
+            limits,
+            capabilities,
+            arguments,
+        } = tables;
+        let mut errors = Vec::new();
+        let name = section.name.get_ref().as_str();
+        let component = if self.is_mcp {
+            if let Some(component) = &section.component {
+                errors.push(Diagnostic::new(
+                    source.at(component.span()),
+                    "an invoker of an MCP ensemble calls the server's tool; it has no component",
+                ));
+            }
+            None
+        } else {
+            self.component_of(&source, &section, &mut errors)
+        };
+        let arguments = arguments.and_then(|arguments| {
+            let at = || source.at(arguments.span());
+            let value = serde_json::to_value(arguments.get_ref())
+                .map_err(|e| {
+                    errors.push(Diagnostic::new(
+                        at(),
+                        format!("[arguments] cannot be read as JSON: {e}"),
+                    ))
+                })
+                .ok()?;
+            let tool = section.tool.as_ref().map_or(name, |t| t.get_ref().as_str());
+            match schemas.of_value(value) {
+                Ok(schema) => Some(schema),
+                Err(SchemaError::NotJson(reason) | SchemaError::Unusable(reason)) => {
+                    errors.push(Diagnostic::new(
+                        at(),
+                        format!(
+                            "[arguments] of tool `{tool}` is not a usable JSON Schema: {reason}"
+                        ),
+                    ));
+                    None
+                }
+            }
+        });
+        let sandbox = if self.is_mcp {
+            if !(capabilities.files.is_empty()
+                && capabilities.env.is_empty()
+                && capabilities.network.is_empty())
+            {
+                errors.push(Diagnostic::new(
+                    source.at(section.name.span()),
+                    "capabilities do not apply to an MCP server's tools: the server is its own \
+                     process, outside the sandbox; remove [capabilities]",
+                ));
+            }
+            Some(SandboxSpec::default())
+        } else {
+            self.grants
+                .sandbox(&source, name, &capabilities, &mut errors)
+        };
+        let full_name = match &self.prefix {
+            Some(prefix) => format!("{prefix}_{name}"),
+            None => name.to_string(),
+        };
+        if full_name.len() > 64 {
+            errors.push(Diagnostic::new(
+                source.at(section.name.span()),
+                format!("with the ensemble's prefix the tool name `{full_name}` is longer than 64 characters"),
+            ));
+        }
+        InvokerDraft {
+            settings: Settings::merge(&limits, section.dedup, &self.defaults),
+            source,
+            section,
+            name: full_name,
+            sandbox,
+            arguments,
+            component,
+            errors,
+        }
+    }
+
+    /// The invoker's component: its own (with its own pin), else the ensemble's.
+    fn component_of(
+        &self,
+        source: &Arc<SourceFile>,
+        section: &InvokerSection,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<ComponentRef> {
+        let (path, pin, named_in) = match (&section.component, &self.component) {
+            (Some(path), _) => (path, section.blake3.as_ref(), source),
+            (None, Some((path, pin))) => (path, pin.as_ref(), &self.source),
+            (None, None) => {
+                errors.push(Diagnostic::new(
+                    source.at(section.name.span()),
+                    format!(
+                        "invoker `{}` has no component: set `component` in [ensemble] or in [invoker]",
+                        section.name.get_ref()
+                    ),
+                ));
+                return None;
+            }
+        };
+        Some(ComponentRef {
+            path: relative_to(&named_in.path, path.get_ref()),
+            at: Span::new(named_in, path.span()),
+            pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(named_in, pin.span()))),
+        })
+    }
+}
+
+/// Checks `[ensemble.mcp]` and builds the server's settings; the server is started later,
+/// when the ensemble is bound.
+fn mcp_draft(
+    source: &Arc<SourceFile>,
+    section: Spanned<McpSection>,
+    component: Option<std::ops::Range<usize>>,
+    pin: Option<std::ops::Range<usize>>,
+    no_grants: bool,
+    errors: &mut Vec<Diagnostic>,
+) -> McpDraft {
+    let at = Span::new(source, section.span());
+    let before = errors.len();
+    if let Some(component) = component {
+        errors.push(Diagnostic::new(
+            source.at(component),
+            "an ensemble names either a `component` or an MCP server ([ensemble.mcp]), not both",
+        ));
+    }
+    if let Some(pin) = pin {
+        errors.push(Diagnostic::new(
+            source.at(pin),
+            "a `blake3` pin applies to a component; an MCP server has none",
+        ));
+    }
+    if !no_grants {
+        errors.push(Diagnostic::new(
+            at.location(),
+            "[grants] do not apply to an MCP server: it is its own process, outside the sandbox; \
+             remove them",
+        ));
+    }
+    let mcp = section.into_inner();
+    let target = match (&mcp.command, &mcp.url) {
+        (Some(command), None) => {
+            let program = command.get_ref();
+            // A path is relative to this file; a bare name is looked up on PATH.
+            let program = if program.contains('/') {
+                relative_to(&source.path, program).display().to_string()
+            } else {
+                program.clone()
+            };
+            let mut env: Vec<(String, String)> = Vec::new();
+            if let Ok(path) = std::env::var("PATH") {
+                env.push(("PATH".into(), path));
+            }
+            for variable in &mcp.inherit_env {
+                if let Ok(value) = std::env::var(variable.get_ref().as_str()) {
+                    env.push((variable.get_ref().to_string(), value));
+                }
+            }
+            env.extend(mcp.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Some(McpTarget::Command {
+                program,
+                args: mcp.args.clone(),
+                env,
+                cwd: source
+                    .path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from(".")),
+            })
+        }
+        (None, Some(url)) => {
+            let text = url.get_ref();
+            if !(text.starts_with("http://") || text.starts_with("https://")) {
+                errors.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!("{text:?} is not an http:// or https:// URL"),
+                ));
+            }
+            Some(McpTarget::Url(text.clone()))
+        }
+        _ => {
+            errors.push(Diagnostic::new(
+                at.location(),
+                "[ensemble.mcp] needs either `command` (with `args`, `env`) or `url`, not both",
+            ));
+            None
+        }
+    };
+    let spec = target
+        .filter(|_| errors.len() == before)
+        .map(|target| McpSpec {
+            target,
+            startup_timeout: Duration::from_millis(
+                mcp.startup_timeout_ms
+                    .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
+            ),
+        });
+    McpDraft { spec, at }
+}
+
+/// A path from a descriptor, relative to the file that names it, with `.` and `..` folded
+/// lexically (the file may not exist, and messages should show a clean path).
+pub(super) fn relative_to(file: &Path, path: &str) -> PathBuf {
+    let joined = file.parent().unwrap_or(Path::new(".")).join(path);
+    let mut clean = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                clean.pop();
+            }
+            other => clean.push(other),
+        }
+    }
+    if clean.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        clean
+    }
+}

@@ -1,0 +1,344 @@
+//! resolve: raw descriptors -> a [`Catalog`], in three steps split along their data.
+//!
+//! 1. [`draft`]: read an ensemble file and its invoker files, and check everything that needs
+//!    no engine: entries, limits and defaults, names with their prefix, `[grants]` and each
+//!    invoker's `[capabilities]` ([`grants`]), `[arguments]` schemas ([`schema`]),
+//!    `[ensemble.mcp]` settings.
+//! 2. [`bind`]: the only step that touches the runtime or MCP servers: load the components
+//!    the drafts name (or start the server and list its tools) and look each invoker's tool
+//!    up in what its backend offers.
+//! 3. [`CatalogBuilder`]: claim tool names across ensembles and build the catalog.
+//!
+//! Errors never stop the walk: every file is read and every problem becomes a [`Diagnostic`]
+//! (so `toolhost check` reports them all). An ensemble with any error is refused whole; the
+//! others load. Keeping an ensemble's last good version in place of a refused one is the
+//! reloader's policy, not this module's.
+
+mod bind;
+mod draft;
+mod grants;
+mod names;
+mod schema;
+
+pub use draft::{
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_STARTUP_TIMEOUT_MS, DEFAULT_MEMORY_MIB,
+    DEFAULT_TIMEOUT_MS,
+};
+pub use names::CatalogBuilder;
+
+use crate::backend::SourceHash;
+use crate::backend::mcp::ImportedServers;
+use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
+use crate::config::{DedupMode, Diagnostic, Location};
+use crate::runtime::{CallLimits, Runtime};
+use crate::sandbox::SandboxSpec;
+use bind::{Binder, Bound};
+use draft::{EnsembleDraft, InvokerDraft};
+use schema::{SchemaCache, SchemaError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Resolves ensembles directories for one host: the runtime that loads components, the MCP
+/// servers that imported ensembles share across reloads, and the compiled schemas that
+/// unchanged invokers reuse.
+pub struct Resolver {
+    runtime: Arc<Runtime>,
+    servers: Arc<ImportedServers>,
+    schemas: SchemaCache,
+}
+
+/// The result of resolving an ensembles directory: what loaded, and every error found.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub catalog: Catalog,
+    /// Ensemble files that were refused, each with its errors (which may point into its
+    /// invoker files). The directory itself appears here when it cannot be read.
+    pub refused: Vec<Refused>,
+}
+
+/// An ensemble file that did not load, and why.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub file: PathBuf,
+    pub diagnostics: Vec<Diagnostic>,
+    /// True when the ensemble's previous version goes on serving in its place.
+    pub kept_previous: bool,
+}
+
+impl Resolved {
+    /// Every error, in file order.
+    pub fn diagnostics(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.refused.iter().flat_map(|r| r.diagnostics.iter())
+    }
+}
+
+/// One ensemble file's result: the ensemble with its tools, or every error found in it.
+#[derive(Debug)]
+pub struct Outcome {
+    pub file: PathBuf,
+    pub result: Result<Arc<Ensemble>, Vec<Diagnostic>>,
+}
+
+impl Resolver {
+    /// A resolver with no MCP server started yet.
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        Resolver {
+            runtime,
+            servers: Arc::default(),
+            schemas: SchemaCache::default(),
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The imported MCP servers (whose tool-list changes the reloader listens to).
+    pub fn servers(&self) -> &Arc<ImportedServers> {
+        &self.servers
+    }
+
+    /// Resolves every `*.toml` in `dir` and builds the catalog of those that load.
+    pub async fn resolve_dir(&self, dir: &Path) -> Resolved {
+        let outcomes = match self.ensembles(dir).await {
+            Ok(outcomes) => outcomes,
+            Err(diagnostic) => return Resolved::unreadable(dir, diagnostic),
+        };
+        let mut builder = CatalogBuilder::default();
+        let mut refused = Vec::new();
+        for Outcome { file, result } in outcomes {
+            if let Err(diagnostics) = result.and_then(|e| builder.add(e).map_err(|d| vec![d])) {
+                refused.push(Refused {
+                    file,
+                    diagnostics,
+                    kept_previous: false,
+                });
+            }
+        }
+        Resolved {
+            catalog: builder.build(),
+            refused,
+        }
+    }
+
+    /// Resolves every `*.toml` in `dir` (not recursively: invoker files live in
+    /// subdirectories and are reached through `source`), in file-name order. Fails only when
+    /// the directory cannot be read.
+    pub async fn ensembles(&self, dir: &Path) -> Result<Vec<Outcome>, Diagnostic> {
+        let files = ensemble_files(dir).map_err(|e| {
+            Diagnostic::new(
+                Location::file(dir),
+                format!("cannot read the ensembles directory: {e}"),
+            )
+        })?;
+        self.schemas.prune();
+        let mut binder = Binder::new(&self.runtime, &self.servers);
+        let mut outcomes = Vec::with_capacity(files.len());
+        for file in files {
+            let result = self.ensemble(&mut binder, &file).await.map(Arc::new);
+            outcomes.push(Outcome { file, result });
+        }
+        Ok(outcomes)
+    }
+
+    async fn ensemble(
+        &self,
+        binder: &mut Binder<'_>,
+        file: &Path,
+    ) -> Result<Ensemble, Vec<Diagnostic>> {
+        let mut draft = draft::read(file, &self.schemas).map_err(|d| vec![d])?;
+        let server = match &draft.mcp {
+            Some(mcp) => match &mcp.spec {
+                Some(spec) => Some(binder.server(spec, mcp).await),
+                None => None,
+            },
+            None => None,
+        };
+        if let Some(Ok(server)) = &server
+            && draft.imports_every_tool()
+        {
+            draft.draft_offers(&server.offers.list, &self.schemas);
+        }
+        let mut diagnostics = std::mem::take(&mut draft.errors);
+        if let Some(Err(diagnostic)) = &server {
+            diagnostics.push(diagnostic.clone());
+        }
+        let mut tools = Vec::with_capacity(draft.invokers.len());
+        for invoker in &draft.invokers {
+            let bound = match (&server, &invoker.component) {
+                (Some(Ok(server)), _) => Ok(Some(Arc::clone(server))),
+                (None, Some(component)) => binder.component(component).await.map(Some),
+                // A server that did not start is reported once, above; an invoker without a
+                // component has that error in its draft.
+                _ => Ok(None),
+            };
+            let mut errors = Vec::new();
+            let tool = match bound {
+                Ok(Some(bound)) => self
+                    .tool(&draft, invoker, &bound)
+                    .map_err(|e| errors = e)
+                    .ok(),
+                Ok(None) => None,
+                Err(diagnostic) => {
+                    errors.push(diagnostic);
+                    None
+                }
+            };
+            errors.extend(invoker.errors.iter().cloned());
+            match tool {
+                Some(tool) if errors.is_empty() => tools.push(Arc::new(tool)),
+                _ => diagnostics.append(&mut errors),
+            }
+        }
+        diagnostics.extend(draft.duplicates());
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+        Ok(Ensemble {
+            name: draft.name,
+            file: file.to_path_buf(),
+            enabled: draft.enabled,
+            description: draft.description,
+            tools,
+        })
+    }
+
+    /// The tool an invoker draft makes on its backend, or why there is none.
+    fn tool(
+        &self,
+        ensemble: &EnsembleDraft,
+        invoker: &InvokerDraft,
+        bound: &Bound,
+    ) -> Result<Tool, Vec<Diagnostic>> {
+        let (tool_name, tool_span) = invoker.backend_tool();
+        let Some(offer) = bound.offers.get(tool_name) else {
+            let hint = if invoker.section.tool.is_none() {
+                " (set `tool` to map this invoker to one of them)"
+            } else {
+                ""
+            };
+            return Err(vec![Diagnostic::new(
+                invoker.source.at(tool_span),
+                format!(
+                    "{} has no tool `{tool_name}`; it offers: {}{hint}",
+                    bound.origin,
+                    bound.offers.names()
+                ),
+            )]);
+        };
+        // The descriptor's [arguments] (checked in the draft), else the backend's own.
+        let schema = match &invoker.arguments {
+            Some(schema) => Arc::clone(schema),
+            None => self.schemas.of_text(&offer.input_schema).map_err(|e| {
+                let message = match e {
+                    SchemaError::NotJson(e) => format!(
+                        "describe() gives tool `{tool_name}` an input schema that is not JSON: {e}"
+                    ),
+                    SchemaError::Unusable(reason) => format!(
+                        "the component's schema of tool `{tool_name}` is not a usable JSON Schema: {reason}"
+                    ),
+                };
+                vec![Diagnostic::new(bound.at.location(), message)]
+            })?,
+        };
+        let sandbox = invoker.sandbox.clone().ok_or_else(Vec::new)?;
+        let settings = invoker.settings;
+        let description = invoker
+            .section
+            .description
+            .clone()
+            .unwrap_or_else(|| offer.description.clone());
+        let destructive = invoker.section.destructive || offer.hints.destructive;
+        let version = version_hash(
+            bound.backend.source_hash(),
+            tool_name,
+            &description,
+            &schema,
+            &settings.limits,
+            &sandbox,
+            settings.dedup,
+        );
+        Ok(Tool {
+            name: invoker.name.clone(),
+            ensemble: Arc::from(ensemble.name.as_str()),
+            ensemble_file: Arc::from(ensemble.source.path.as_path()),
+            invoker_file: Arc::from(invoker.source.path.as_path()),
+            enabled: ensemble.enabled && invoker.section.enabled,
+            backend: Arc::clone(&bound.backend),
+            backend_tool: tool_name.to_string(),
+            description,
+            schema,
+            limits: settings.limits,
+            dedup: settings.dedup,
+            destructive,
+            read_only: offer.hints.read_only && !destructive,
+            sandbox,
+            gate: Arc::new(CallGate::new(settings.max_running, settings.max_waiting)),
+            version,
+            definition: invoker.definition(),
+        })
+    }
+}
+
+impl Resolved {
+    /// Nothing loaded: the directory itself could not be read.
+    fn unreadable(dir: &Path, diagnostic: Diagnostic) -> Self {
+        Resolved {
+            catalog: Catalog::default(),
+            refused: vec![Refused {
+                file: dir.to_path_buf(),
+                diagnostics: vec![diagnostic],
+                kept_previous: false,
+            }],
+        }
+    }
+}
+
+fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// blake3 over what runs (the backend's source) and everything the descriptor decides.
+fn version_hash(
+    source: SourceHash,
+    tool: &str,
+    description: &str,
+    schema: &Schema,
+    limits: &CallLimits,
+    sandbox: &SandboxSpec,
+    dedup: DedupMode,
+) -> VersionHash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&source.0);
+    for text in [tool, description] {
+        hasher.update(&(text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    hasher.update(&schema.hash);
+    for number in [
+        limits.timeout.as_millis() as u64,
+        limits.memory_bytes as u64,
+        limits.max_output_bytes as u64,
+        limits.max_response_bytes,
+    ] {
+        hasher.update(&number.to_le_bytes());
+    }
+    // A sandbox is a few paths and patterns; serializing it cannot fail.
+    let sandbox = serde_json::to_vec(sandbox).unwrap_or_default();
+    hasher.update(&sandbox);
+    hasher.update(&[dedup as u8]);
+    VersionHash(*hasher.finalize().as_bytes())
+}

@@ -1,0 +1,61 @@
+//! The engine settings every component runs under, and the thread that advances the epoch.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The engine settings of the host: the pooling allocator sized for `max_instances`
+/// instances, epoch interruption for deadlines, and no component-model concurrency. Public so
+/// that the benchmarks' raw-wasmtime baseline runs on exactly the same settings.
+pub fn engine_config(max_instances: u32) -> Config {
+    let n = max_instances.max(1);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(n)
+        .total_core_instances(n * 8)
+        .total_memories(n)
+        .total_tables(n * 4)
+        .total_stacks(n)
+        .max_memories_per_component(4)
+        .max_memory_size(4 << 30);
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .concurrency_support(false)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+pub(super) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    pub(super) fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| {
+                tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
+            });
+        EpochTicker { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

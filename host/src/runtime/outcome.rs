@@ -1,0 +1,138 @@
+//! How loads and calls fail: [`LoadError`], [`RunError`], and the reading of a trap (or of a
+//! plugin's stderr) that tells which one it was.
+
+use super::CallLimits;
+use crate::sandbox::SandboxError;
+use std::path::PathBuf;
+use std::time::Duration;
+use wasmtime::Trap;
+
+/// Why a component could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path} is not a valid WebAssembly component: {reason}")]
+    Compile { path: PathBuf, reason: String },
+    #[error("{path} does not fit the toolhost:plugin@0.1.0 world: {reason}")]
+    Link { path: PathBuf, reason: String },
+    #[error("describe() of {path} failed: {reason}")]
+    Describe { path: PathBuf, reason: String },
+}
+
+/// Why a call did not produce a result. Traps and limits are kept apart from the tool's own
+/// errors ([`RunError::Tool`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("did not finish within {} ms", limit.as_millis())]
+    Timeout { limit: Duration },
+    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
+    MemoryLimit { limit_bytes: usize },
+    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
+    OutputLimit { bytes: usize, limit: usize },
+    #[error("crashed: {message}")]
+    Crashed { message: String },
+    #[error("was refused network access: {message}")]
+    CapabilityDenied { message: String },
+    #[error("the sandbox could not be set up: {0}")]
+    Sandbox(#[from] SandboxError),
+    /// The pooling allocator ran out of something other than instances (which calls wait
+    /// for): tables, memories, stacks.
+    #[error("the instance pool is exhausted: {detail}")]
+    PoolExhausted { detail: String },
+    #[error("{0}")]
+    Tool(ToolFailure),
+}
+
+/// The tool's own error, as the plugin returned it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolFailure {
+    #[error("{0}")]
+    InvalidArguments(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Says why `bytes` cannot be a component, for the two mistakes a plugin author makes most:
+/// a file that is not WebAssembly at all, and a core module built for the wrong target.
+pub(super) fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
+    const CORE_MODULE: [u8; 4] = [1, 0, 0, 0];
+    if !bytes.starts_with(b"\0asm") {
+        return Some(
+            "it is not a WebAssembly file (it does not start with the \\0asm magic bytes)",
+        );
+    }
+    if bytes.get(4..8) == Some(&CORE_MODULE) {
+        return Some(
+            "it is a core WebAssembly module, not a component; build it with `cargo build --target wasm32-wasip2` \
+             (or wrap it with `wasm-tools component new`)",
+        );
+    }
+    None
+}
+
+/// Turns a trap (or an instantiation failure) into the error the caller sees.
+pub(super) fn classify(
+    error: &wasmtime::Error,
+    memory_refused: bool,
+    limits: CallLimits,
+    stderr: &str,
+) -> RunError {
+    if let Some(pool) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return RunError::PoolExhausted {
+            detail: pool.to_string(),
+        };
+    }
+    let trap = error.downcast_ref::<Trap>();
+    if trap == Some(&Trap::Interrupt) {
+        return RunError::Timeout {
+            limit: limits.timeout,
+        };
+    }
+    if memory_refused {
+        return RunError::MemoryLimit {
+            limit_bytes: limits.memory_bytes,
+        };
+    }
+    let message = match (trap, panic_message(stderr)) {
+        (_, Some(panic)) => format!("panicked: {panic}"),
+        (Some(Trap::StackOverflow), None) => "stack overflow".to_string(),
+        // Rust and C keep their stack in linear memory: overflowing it runs off the bottom.
+        (Some(Trap::MemoryOutOfBounds), None) => {
+            format!(
+                "{} (most often a stack overflow in the plugin)",
+                Trap::MemoryOutOfBounds
+            )
+        }
+        (Some(trap), None) => trap.to_string(),
+        (None, None) => format!("{error:#}"),
+    };
+    RunError::Crashed { message }
+}
+
+/// The message of a Rust panic in captured stderr ("thread '..' panicked at FILE:\nMESSAGE\nnote: ..").
+fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.find("panicked at ")?;
+    let rest = &stderr[start + "panicked at ".len()..];
+    let (place, message) = rest.split_once('\n')?;
+    let message = message.split("\nnote: ").next().unwrap_or(message).trim();
+    let place = place.trim_end_matches(':');
+    Some(if message.is_empty() {
+        format!("at {place}")
+    } else {
+        format!("{message} (at {place})")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn finds_the_panic_message() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:77:24:\nboom\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("boom (at src/lib.rs:77:24)")
+        );
+        assert_eq!(panic_message("nothing"), None);
+    }
+}
