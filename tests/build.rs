@@ -57,12 +57,37 @@ fn main() {
             ));
         }
     }
+    constants.push_str(&ui_cases(&manifest_dir.join("ui")));
     let root = manifest_dir.parent().unwrap_or(&manifest_dir).to_path_buf();
     constants.push_str(&format!(
         "/// The repository root.\npub const REPO_ROOT: &str = {:?};\n",
         root.display().to_string()
     ));
     std::fs::write(out_dir.join("plugins.rs"), constants).expect("OUT_DIR is writable");
+}
+
+/// A macro that calls `$m!(<case>)` for every golden case (a directory of `tests/ui`), so
+/// that each case is a test of its own in the one test binary.
+fn ui_cases(ui: &Path) -> String {
+    println!("cargo:rerun-if-changed={}", ui.display());
+    let mut cases: Vec<String> = std::fs::read_dir(ui)
+        .expect("tests/ui exists")
+        .map(|e| e.expect("a tests/ui entry"))
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    cases.sort();
+    let calls: String = cases
+        .iter()
+        .map(|c| format!("        $m!({c});\n"))
+        .collect();
+    format!(
+        "/// Calls `$m!(case)` for each of the {} golden cases in `tests/ui`.\n\
+         #[macro_export]\nmacro_rules! for_each_ui_case {{\n    ($m:ident) => {{\n{calls}    }};\n}}\n\
+         /// How many golden cases `tests/ui` holds.\npub const UI_CASES: usize = {};\n",
+        cases.len(),
+        cases.len()
+    )
 }
 
 fn build_workspace(cargo: &str, root: &Path, target_dir: &Path) {

@@ -1,6 +1,8 @@
 //! Golden tests for bad configuration: each directory under `tests/ui/` is an ensembles
 //! directory with mistakes in it, and `expected.err` holds the exact text `check` prints for
-//! them. Run with `BLESS=1` to rewrite the expectations after improving a message on purpose.
+//! them. Each case is a test of its own (the testkit's build script lists them), so one
+//! failing case does not hide another. Run with `BLESS=1` to rewrite the expectations after
+//! improving a message on purpose.
 
 use crate::support::Fixture;
 use std::path::{Path, PathBuf};
@@ -22,50 +24,47 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_descriptors_give_their_exact_errors() {
-    let bless = std::env::var_os("BLESS").is_some();
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(ui_dir())
-        .expect("tests/ui exists")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.is_dir())
+/// Resolves the case's ensembles and compares every diagnostic with `expected.err`.
+async fn check_case(name: &str) {
+    let case = ui_dir().join(name);
+    let fixture = Fixture::new();
+    let ensembles = fixture.ensembles();
+    copy_dir(&case, &ensembles);
+    let resolved = fixture.resolve().await;
+    let prefix = format!("{}/", fixture.root().display());
+    let actual: String = resolved
+        .diagnostics()
+        .map(|d| d.to_string().replace(&prefix, "") + "\n")
         .collect();
-    cases.sort();
-    assert!(
-        cases.len() >= 20,
-        "expected at least 20 golden cases, found {}",
-        cases.len()
-    );
-    let mut failures = Vec::new();
-    for case in &cases {
-        let fixture = Fixture::new();
-        let ensembles = fixture.ensembles();
-        copy_dir(case, &ensembles);
-        let resolved = fixture.resolve().await;
-        let prefix = format!("{}/", fixture.root().display());
-        let actual: String = resolved
-            .diagnostics()
-            .map(|d| d.to_string().replace(&prefix, "") + "\n")
-            .collect();
-        let expected_path = case.join("expected.err");
-        if bless {
-            std::fs::write(&expected_path, &actual).expect("write expected.err");
-            continue;
-        }
-        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-        if actual.is_empty() {
-            failures.push(format!("{}: no error at all", case.display()));
-        } else if actual != expected {
-            failures.push(format!(
-                "{}:\n--- expected\n{expected}--- actual\n{actual}",
-                case.display()
-            ));
-        }
+    let expected_path = case.join("expected.err");
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&expected_path, &actual).expect("write expected.err");
+        return;
     }
+    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+    assert!(!actual.is_empty(), "{name}: no error at all");
     assert!(
-        failures.is_empty(),
-        "{} golden case(s) differ (BLESS=1 rewrites them):\n\n{}",
-        failures.len(),
-        failures.join("\n")
+        actual == expected,
+        "{name} differs (BLESS=1 rewrites it):\n--- expected\n{expected}--- actual\n{actual}"
+    );
+}
+
+macro_rules! golden_case {
+    ($case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            check_case(stringify!($case)).await;
+        }
+    };
+}
+
+toolhost_testkit::for_each_ui_case!(golden_case);
+
+#[test]
+fn every_kind_of_mistake_has_a_golden_case() {
+    assert!(
+        toolhost_testkit::UI_CASES >= 20,
+        "expected at least 20 golden cases, found {}",
+        toolhost_testkit::UI_CASES
     );
 }

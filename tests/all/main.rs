@@ -6,6 +6,7 @@ mod cli;
 mod config_golden;
 mod dedup;
 mod invoke;
+mod layers;
 mod mcp;
 mod mcp_import;
 mod network;

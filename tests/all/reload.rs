@@ -555,3 +555,88 @@ async fn a_component_is_watched_where_this_ensemble_names_it_even_when_shared() 
     live.change(changed("fail")).await;
     drop(other_host);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_component_loads_while_calls_fill_the_instance_pool() {
+    let fixture = Fixture::new();
+    let data = fixture.mkdir("data");
+    fixture.write("web.toml", &echo_ensemble("v1"));
+    fixture.write(
+        "wait.toml",
+        &ensemble(
+            "wait",
+            "testbed",
+            "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read\" }]\n\n\
+             [defaults]\ntimeout-ms = 60000\ndedup = \"off\"\n\n[[invokers]]\ninvoker = { name = \"wait_for\" }\n\
+             capabilities = { files = [{ guest = \"/data\", access = \"read\" }] }\n",
+        ),
+    );
+    let wasm = fixture.root().join("echo.wasm");
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(crate::support::cache_dir()),
+            max_instances: 2,
+        })
+        .expect("runtime"),
+    );
+    // No watcher: this test reloads by itself, once.
+    let reloader = Reloader::start(runtime.clone(), fixture.ensembles()).await;
+    let host = Arc::new(Host::new(reloader.catalog().clone(), None));
+    let echo_hash = || {
+        host.catalog()
+            .snapshot()
+            .get("echo")
+            .map(|t| t.source_hash())
+            .expect("echo")
+    };
+    let before = echo_hash();
+
+    // Two calls hold both instances until the flag file appears.
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.invoke(
+                    &session(),
+                    "wait_for",
+                    json!({"path": "/data/flag", "ms": 60000}),
+                )
+                .await
+            })
+        })
+        .collect();
+    wait_until(|| runtime.pool().in_use == 2).await;
+
+    // The reload's describe() of the changed component waits for a slot instead of failing.
+    replace_by_rename(&wasm, &rebuilt(&wasm, "while-full"));
+    let reload = {
+        let reloader = reloader.clone();
+        tokio::spawn(async move { reloader.reload().await })
+    };
+    wait_until(|| runtime.pool().waiting >= 1).await;
+    assert!(!reload.is_finished(), "the reload did not wait for a slot");
+    std::fs::write(data.join("flag"), "go").expect("write the flag");
+    for call in calls {
+        assert_eq!(ok(&call.await.expect("call task")), "go");
+    }
+    let change = reload.await.expect("reload task");
+    assert!(change.refused.is_empty(), "{:?}", change.refused);
+    assert!(change.changed.contains(&"echo".to_string()), "{change:?}");
+    assert_ne!(echo_hash(), before);
+    ok(&host
+        .invoke(&session(), "echo", json!({"text": "after"}))
+        .await);
+    drop(fixture);
+}
+
+/// Polls `condition` until it holds (a failure deadline, not a timing assertion).
+async fn wait_until(condition: impl Fn() -> bool) {
+    let wait = async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, wait)
+        .await
+        .expect("the condition never held");
+}

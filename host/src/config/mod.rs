@@ -19,7 +19,7 @@ pub use names::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// The versions of the descriptor formats this host reads.
@@ -83,6 +83,29 @@ impl SourceFile {
     /// Parses the text as `T` after checking its `schema-version`.
     pub fn parse<T: DeserializeOwned>(&self, kind: FileKind) -> Result<T, Diagnostic> {
         parse(&self.path, &self.text, kind)
+    }
+
+    /// A path written in this file, relative to the file, with `.` and `..` folded
+    /// lexically (the path may not exist, and messages should show a clean path).
+    pub fn relative(&self, path: &str) -> PathBuf {
+        let joined = self.path.parent().unwrap_or(Path::new(".")).join(path);
+        let mut clean = PathBuf::new();
+        for part in joined.components() {
+            match part {
+                Component::CurDir => {}
+                Component::ParentDir
+                    if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
+                {
+                    clean.pop();
+                }
+                other => clean.push(other),
+            }
+        }
+        if clean.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            clean
+        }
     }
 
     /// The location of a byte range of this file.

@@ -20,7 +20,7 @@ use crate::config::{Blake3Hex, DedupMode, Diagnostic, FileKind, SourceFile, Span
 use crate::runtime::CallLimits;
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
@@ -315,7 +315,7 @@ fn entry_tables(
                 ));
                 return None;
             }
-            let invoker_path = relative_to(&source.path, path.get_ref());
+            let invoker_path = source.relative(path.get_ref());
             let Ok(invoker_source) = SourceFile::read(&invoker_path, FileKind::Invoker) else {
                 errors.push(Diagnostic::new(
                     source.at(path.span()),
@@ -469,7 +469,7 @@ impl Context {
             }
         };
         Some(ComponentRef {
-            path: relative_to(&named_in.path, path.get_ref()),
+            path: named_in.relative(path.get_ref()),
             at: Span::new(named_in, path.span()),
             pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(named_in, pin.span()))),
         })
@@ -513,7 +513,7 @@ fn mcp_draft(
             let program = command.get_ref();
             // A path is relative to this file; a bare name is looked up on PATH.
             let program = if program.contains('/') {
-                relative_to(&source.path, program).display().to_string()
+                source.relative(program).display().to_string()
             } else {
                 program.clone()
             };
@@ -568,25 +568,93 @@ fn mcp_draft(
     McpDraft { spec, at }
 }
 
-/// A path from a descriptor, relative to the file that names it, with `.` and `..` folded
-/// lexically (the file may not exist, and messages should show a clean path).
-pub(super) fn relative_to(file: &Path, path: &str) -> PathBuf {
-    let joined = file.parent().unwrap_or(Path::new(".")).join(path);
-    let mut clean = PathBuf::new();
-    for part in joined.components() {
-        match part {
-            Component::CurDir => {}
-            Component::ParentDir
-                if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
-            {
-                clean.pop();
-            }
-            other => clean.push(other),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
     }
-    if clean.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        clean
+
+    #[test]
+    fn every_check_that_needs_no_component_runs_without_an_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "web.toml",
+            "schema-version = 1\n[ensemble]\nname = \"web\"\ncomponent = \"missing.wasm\"\n\
+             prefix = \"p\"\n[defaults]\ntimeout-ms = 250\n[grants]\nenv = [\"TZ\"]\n\n\
+             [[invokers]]\ninvoker = { name = \"a\" }\ncapabilities = { env = [\"HOME\"] }\n\
+             arguments = { type = \"objekt\" }\n\n\
+             [[invokers]]\ninvoker = { name = \"b\", dedup = \"off\" }\nlimits = { timeout-ms = 10 }\n\n\
+             [[invokers]]\ninvoker = { name = \"a\" }\n",
+        );
+        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        assert!(draft.errors.is_empty(), "{:?}", draft.errors);
+        let [a, b, again] = &draft.invokers[..] else {
+            panic!("three invokers")
+        };
+        let messages: Vec<&str> = a.errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].contains("not a usable JSON Schema"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].contains("environment variable HOME"),
+            "{messages:?}"
+        );
+        assert_eq!(a.name, "p_a");
+        let component = a.component.as_ref().expect("the ensemble's component");
+        assert!(component.path.ends_with("missing.wasm"));
+        assert!(b.errors.is_empty());
+        assert_eq!(b.settings.limits.timeout, Duration::from_millis(10));
+        assert_eq!(b.settings.dedup, DedupMode::Off);
+        assert_eq!(again.settings.limits.timeout, Duration::from_millis(250));
+        assert_eq!(again.settings.dedup, DedupMode::Exact);
+        assert_eq!(
+            again.settings.limits.memory_bytes,
+            (DEFAULT_MEMORY_MIB << 20) as usize
+        );
+        let duplicates = draft.duplicates();
+        assert_eq!(duplicates.len(), 1);
+        assert!(duplicates[0].message.contains("defines tool `p_a` twice"));
+    }
+
+    #[test]
+    fn an_mcp_ensemble_refuses_what_does_not_apply_before_starting_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "m.toml",
+            "schema-version = 1\n[ensemble]\nname = \"m\"\nblake3 = \"\
+             0000000000000000000000000000000000000000000000000000000000000000\"\n\
+             [ensemble.mcp]\nurl = \"ftp://x\"\n[grants]\nenv = [\"TZ\"]\n\n\
+             [[invokers]]\ninvoker = { name = \"t\", component = \"c.wasm\" }\n\
+             capabilities = { env = [\"TZ\"] }\n",
+        );
+        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        let messages: Vec<&str> = draft.errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].contains("`blake3` pin applies to a component"));
+        assert!(messages[1].contains("[grants] do not apply"));
+        assert!(messages[2].contains("is not an http:// or https:// URL"));
+        let spec = draft.mcp.as_ref().expect("an MCP draft");
+        assert!(spec.spec.is_none(), "a server with errors is not started");
+        assert_eq!(draft.invokers[0].errors.len(), 2);
+    }
+
+    #[test]
+    fn paths_are_relative_to_the_file_that_names_them() {
+        let source = SourceFile::new(PathBuf::from("a/b/web.toml"), String::new());
+        assert_eq!(source.relative("../c.wasm"), PathBuf::from("a/c.wasm"));
+        assert_eq!(
+            source.relative("./x/../y.toml"),
+            PathBuf::from("a/b/y.toml")
+        );
+        assert_eq!(source.relative("/abs/z"), PathBuf::from("/abs/z"));
     }
 }

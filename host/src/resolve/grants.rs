@@ -1,7 +1,6 @@
 //! An ensemble's `[grants]` and the checks of each invoker's `[capabilities]` against them.
 //! No engine is needed: the result is the [`SandboxSpec`] a call of the invoker runs in.
 
-use super::draft::relative_to;
 use crate::config::v1::{self, Capabilities};
 use crate::config::{Access, Diagnostic, EnvVarName, Location, SourceFile};
 use crate::sandbox::{NetPattern, Preopen, SandboxSpec};
@@ -37,7 +36,7 @@ impl Grants {
         let mut files = Vec::new();
         for grant in grants.files {
             let host = grant.get_ref().host.get_ref();
-            let path = relative_to(&source.path, host);
+            let path = source.relative(host);
             let at = || source.at(grant.get_ref().host.span());
             match std::fs::canonicalize(&path) {
                 Ok(dir) if dir.is_dir() => files.push((dir, grant)),
@@ -218,5 +217,78 @@ impl Grants {
             }
         }
         (diagnostics.len() == before).then_some(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FileKind;
+
+    fn parse<T: serde::de::DeserializeOwned>(source: &SourceFile) -> T {
+        crate::config::parse(&source.path, &source.text, FileKind::Ensemble).unwrap()
+    }
+
+    #[test]
+    fn capabilities_within_the_grants_make_the_sandbox_and_the_rest_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data/reports")).unwrap();
+        let ensemble = Arc::new(SourceFile::new(
+            dir.path().join("web.toml"),
+            "schema-version = 1\n[grants]\nnetwork = [\"*.example.org:443\", \"bad\"]\n\
+             files = [{ host = \"data\", guest = \"/data\", access = \"read\" }]\n"
+                .into(),
+        ));
+        #[derive(serde::Deserialize)]
+        struct File {
+            grants: v1::Grants,
+        }
+        let file: File = parse(&ensemble);
+        let mut errors = Vec::new();
+        let grants = Grants::resolve(&ensemble, "web", file.grants, &mut errors);
+        assert_eq!(errors.len(), 1, "the bad pattern: {errors:?}");
+
+        let invoker = SourceFile::new(
+            dir.path().join("web/i.toml"),
+            "schema-version = 1\n[capabilities]\nnetwork = [\"https://a.example.org:443\"]\n\
+             files = [{ guest = \"/data/reports\", access = \"read\" }]\n"
+                .into(),
+        );
+        #[derive(serde::Deserialize)]
+        struct Invoker {
+            capabilities: Capabilities,
+        }
+        let wanted: Invoker = parse(&invoker);
+        let mut errors = Vec::new();
+        let spec = grants
+            .sandbox(&invoker, "i", &wanted.capabilities, &mut errors)
+            .expect("granted");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(spec.network.len(), 1);
+        assert!(spec.preopens[0].host.ends_with("data/reports"));
+        assert!(!spec.preopens[0].writable);
+
+        let greedy = SourceFile::new(
+            dir.path().join("web/g.toml"),
+            "schema-version = 1\n[capabilities]\nnetwork = [\"example.org:443\"]\n\
+             files = [{ guest = \"/data\", access = \"read-write\" }]\nenv = [\"HOME\"]\n"
+                .into(),
+        );
+        let wanted: Invoker = parse(&greedy);
+        let mut errors = Vec::new();
+        assert!(
+            grants
+                .sandbox(&greedy, "g", &wanted.capabilities, &mut errors)
+                .is_none()
+        );
+        let messages: Vec<&str> = errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].contains("network access to example.org:443"));
+        assert!(messages[1].contains("read-write access to /data"));
+        assert!(messages[2].contains("environment variable HOME"));
+        assert_eq!(
+            errors[2].notes[0].message,
+            "ensemble `web` grants no environment variables"
+        );
     }
 }

@@ -128,6 +128,16 @@ impl fmt::Debug for LoadedComponent {
 struct Counters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
+    /// Calls and loads waiting for an instance slot.
+    waiting: AtomicU64,
+}
+
+/// The instance pool as it is now: its size, the slots in use, and the work waiting for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolUsage {
+    pub capacity: usize,
+    pub in_use: usize,
+    pub waiting: u64,
 }
 
 /// The compilation counters: components compiled, and components read from the disk cache.
@@ -160,6 +170,7 @@ pub struct Runtime {
     loaded: Mutex<HashMap<ComponentHash, Weak<LoadedComponent>>>,
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
     slots: Semaphore,
+    capacity: usize,
     _ticker: EpochTicker,
 }
 
@@ -192,6 +203,7 @@ impl Runtime {
             counters: Counters::default(),
             loaded: Mutex::default(),
             slots: Semaphore::new(settings.max_instances.max(1) as usize),
+            capacity: settings.max_instances.max(1) as usize,
             _ticker: ticker,
         })
     }
@@ -202,6 +214,33 @@ impl Runtime {
             compiled: self.counters.compiled.load(Ordering::Relaxed),
             cache_hits: self.counters.cache_hits.load(Ordering::Relaxed),
         }
+    }
+
+    /// How full the instance pool is.
+    pub fn pool(&self) -> PoolUsage {
+        PoolUsage {
+            capacity: self.capacity,
+            in_use: self.capacity - self.slots.available_permits(),
+            waiting: self.counters.waiting.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits for a slot of the instance pool; the permit frees it when dropped.
+    async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        if let Ok(permit) = self.slots.try_acquire() {
+            return Some(permit);
+        }
+        /// Counts a waiter until it has its slot or gives up (its future dropped).
+        struct Waiting<'a>(&'a AtomicU64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.counters.waiting);
+        // The semaphore is never closed, so waiting always ends with a permit.
+        self.slots.acquire().await.ok()
     }
 
     /// Loads the component in `bytes` (the content of `path`): from memory if it is already
@@ -355,8 +394,7 @@ impl Runtime {
         sandbox: &SandboxSpec,
         export: Export<'_>,
     ) -> Result<Exported, RunError> {
-        // The semaphore is never closed, so waiting always ends with a permit.
-        let _slot = self.slots.acquire().await.ok();
+        let _slot = self.slot().await;
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
         let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone())?;
