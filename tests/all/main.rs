@@ -1,14 +1,17 @@
 //! The integration test suite: one binary (it links once), a module per area.
 
 mod agent;
+mod agent_loop;
 mod chat;
 mod cli;
 mod config_golden;
 mod dedup;
+mod fake_model;
 mod invoke;
 mod layers;
 mod mcp;
 mod mcp_import;
+mod mcp_list;
 mod network;
 mod plugins;
 mod props;

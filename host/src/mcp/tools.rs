@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// Tools per page, at most.
-pub const PAGE_TOOLS: usize = 1000;
+pub const PAGE_TOOLS: usize = 2000;
 /// Serialized bytes per page, at most (a page always has at least one tool).
 pub const PAGE_BYTES: usize = 1 << 20;
 

@@ -19,13 +19,14 @@ mod draft;
 mod grants;
 mod names;
 mod schema;
+mod settings;
 
-pub use draft::{
+pub use names::CatalogBuilder;
+pub use settings::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_STARTUP_TIMEOUT_MS, DEFAULT_MEMORY_MIB,
     DEFAULT_TIMEOUT_MS,
 };
-pub use names::CatalogBuilder;
 
 use crate::backend::SourceHash;
 use crate::backend::mcp::ImportedServers;

@@ -1,0 +1,203 @@
+//! `tools/list` of `toolhost serve` on a large catalog: every tool reaches a client that
+//! follows `nextCursor`, pages are bounded, and each tool says whether it is destructive.
+
+use crate::mcp::configure;
+use crate::support::{Fixture, ensemble};
+use rmcp::ServiceExt;
+use rmcp::model::PaginatedRequestParams;
+use rmcp::transport::TokioChildProcess;
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+
+/// An ensemble of `count` echo invokers named `echo_00000`... plus `wipe`, destructive.
+pub(crate) fn many_echoes(count: usize) -> String {
+    let mut rest = String::with_capacity(count * 60);
+    for i in 0..count {
+        rest.push_str(&format!(
+            "[[invokers]]\ninvoker = {{ name = \"echo_{i:05}\", tool = \"echo\" }}\n"
+        ));
+    }
+    rest.push_str(
+        "[[invokers]]\ninvoker = { name = \"wipe\", tool = \"echo\", destructive = true }\n",
+    );
+    ensemble("many", "echo", &rest)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_catalog_is_listed_in_pages_with_destructive_hints() {
+    let fixture = Fixture::new();
+    fixture.write("many.toml", &many_echoes(4_500));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    command.arg("serve");
+    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts")
+        .0;
+    let client = ().serve(transport).await.expect("MCP session");
+
+    let first = client
+        .list_tools(Some(PaginatedRequestParams::default()))
+        .await
+        .expect("first page");
+    assert_eq!(first.tools.len(), toolhost::mcp::tools::PAGE_TOOLS);
+    let cursor = first.next_cursor.clone().expect("a next page");
+
+    let all = client.list_all_tools().await.expect("every page");
+    assert_eq!(all.len(), 4_501);
+    let names: HashSet<&str> = all.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names.len(), 4_501, "a tool came twice");
+    assert!(
+        all.windows(2).all(|w| w[0].name < w[1].name),
+        "pages are in name order"
+    );
+    assert_eq!(cursor, first.tools.last().expect("a tool").name.as_ref());
+
+    let hint = |name: &str| {
+        all.iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.annotations.as_ref())
+            .and_then(|a| a.destructive_hint)
+    };
+    assert_eq!(hint("wipe"), Some(true));
+    assert_eq!(hint("echo_00042"), Some(false));
+
+    // A cursor past the last tool gives an empty last page.
+    let past = client
+        .list_tools(Some(
+            PaginatedRequestParams::default().with_cursor(Some("zzz".into())),
+        ))
+        .await
+        .expect("a page past the end");
+    assert!(past.tools.is_empty() && past.next_cursor.is_none());
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_stops_at_its_byte_budget() {
+    let fixture = Fixture::new();
+    let long = "x".repeat(100_000);
+    let mut rest = String::new();
+    for i in 0..25 {
+        rest.push_str(&format!(
+            "[[invokers]]\ninvoker = {{ name = \"big_{i:02}\", tool = \"echo\", description = \"{long}\" }}\n"
+        ));
+    }
+    fixture.write("big.toml", &ensemble("big", "echo", &rest));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    command.arg("serve");
+    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts")
+        .0;
+    let client = ().serve(transport).await.expect("MCP session");
+    let first = client
+        .list_tools(Some(PaginatedRequestParams::default()))
+        .await
+        .expect("first page");
+    let bytes: usize = first
+        .tools
+        .iter()
+        .map(|t| serde_json::to_vec(t).expect("json").len())
+        .sum();
+    assert!(first.tools.len() < 25, "one page held every big tool");
+    assert!(
+        bytes <= toolhost::mcp::tools::PAGE_BYTES,
+        "{bytes} bytes in one page"
+    );
+    assert_eq!(client.list_all_tools().await.expect("all").len(), 25);
+    client.cancel().await.expect("close");
+}
+
+/// Where `scripts/test-tools.sh` installed the official MCP clients.
+fn test_tools() -> std::path::PathBuf {
+    let dir = std::env::var_os("TOOLHOST_TEST_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-tools")
+        });
+    assert!(
+        dir.join("pins").is_file(),
+        "the official MCP clients are not installed in {}: run ./scripts/test-tools.sh \
+         (./scripts/test.sh does)",
+        dir.display()
+    );
+    dir
+}
+
+/// Runs a client program against `toolhost serve` over stdio and returns its stdout.
+fn run_client(program: &std::path::Path, args: &[&str], fixture: &Fixture) -> String {
+    let mut command = Command::new(program);
+    configure(&mut command, fixture);
+    let tools = test_tools();
+    command
+        .args(args)
+        .arg(env!("CARGO_BIN_EXE_toolhost"))
+        .arg("serve")
+        .env("MCP_CLIENTS_NODE", tools.join("node"))
+        .env("LIST_TOOLS_TIMEOUT", "120")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    let output = command.output().expect("the client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{} failed ({}): {stdout}",
+        program.display(),
+        output.status
+    );
+    stdout
+}
+
+#[test]
+fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool() {
+    let fixture = Fixture::new();
+    fixture.write("many.toml", &many_echoes(4_500));
+    let tools = test_tools();
+    let clients = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients");
+    let node = tools.join("node/node_modules/.bin/node");
+    let expected = serde_json::json!({"count": 4_501, "pages": 3, "names_unique": true});
+
+    let python = run_client(
+        &tools.join("venv/bin/python"),
+        &[clients.join("list_tools.py").to_str().expect("path")],
+        &fixture,
+    );
+    let python: serde_json::Value = serde_json::from_str(python.trim()).expect("JSON line");
+    assert_eq!(python, expected, "Python SDK");
+
+    let typescript = run_client(
+        &node,
+        &[clients.join("list_tools.mjs").to_str().expect("path")],
+        &fixture,
+    );
+    let typescript: serde_json::Value = serde_json::from_str(typescript.trim()).expect("JSON");
+    assert_eq!(typescript, expected, "TypeScript SDK");
+
+    let inspector = tools
+        .join("node/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
+    let listed = run_client(
+        &node,
+        &[
+            inspector.to_str().expect("path"),
+            "--cli",
+            "--format",
+            "json",
+            "--method",
+            "tools/list",
+            "--",
+        ],
+        &fixture,
+    );
+    let listed: serde_json::Value = serde_json::from_str(listed.trim()).expect("Inspector JSON");
+    let names: HashSet<&str> = listed["result"]["tools"]
+        .as_array()
+        .expect("a tool list")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 4_501, "MCP Inspector CLI");
+}
