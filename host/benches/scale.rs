@@ -39,13 +39,6 @@ enum Layout {
 }
 
 impl Layout {
-    fn name(self) -> &'static str {
-        match self {
-            Layout::OneFile => "one file",
-            Layout::ManyFiles => "many files",
-        }
-    }
-
     fn parse(text: &str) -> Self {
         if text == "many" {
             Layout::ManyFiles
@@ -107,7 +100,9 @@ fn write_catalog(root: &Path, n: usize, layout: Layout, description: &str) -> Pa
                         ),
                     )
                     .expect("write invoker");
-                    text.push_str(&format!("[[invokers]]\nsource = \"{name}/calc_{i}.toml\"\n\n"));
+                    text.push_str(&format!(
+                        "[[invokers]]\nsource = \"{name}/calc_{i}.toml\"\n\n"
+                    ));
                 }
                 std::fs::write(dir.join(format!("{name}.toml")), text).expect("write");
             }
@@ -191,15 +186,17 @@ fn measure(n: usize, layout: Layout, cache: &Path) {
             let reloader = Reloader::start(runtime(cache), dir.clone()).await;
             let host = Host::new(reloader.catalog().clone(), None);
             let outcome = host
-                .invoke(&Session::new("bench"), "calc_0", json!({"expression": "1 + 1"}))
+                .invoke(
+                    &Session::new("bench"),
+                    "calc_0",
+                    json!({"expression": "1 + 1"}),
+                )
                 .await;
             assert!(outcome.result.is_ok(), "{:?}", outcome.result);
         })
     });
 
-    let before = rss();
     let reloader = rt.block_on(Reloader::start(runtime(cache), dir.clone()));
-    let per_invoker = rss().saturating_sub(before) / n;
 
     let mut reload = Duration::MAX;
     for round in 0..runs {
@@ -248,8 +245,28 @@ fn measure(n: usize, layout: Layout, cache: &Path) {
             "reload_ms": reload.as_secs_f64() * 1e3,
             "list_new_ms": list_new.as_secs_f64() * 1e3,
             "list_again_ms": list_again.as_secs_f64() * 1e3,
-            "bytes_per_invoker": per_invoker,
         })
+    );
+}
+
+/// Measures, in a process that has done nothing else, how much resident memory a loaded
+/// catalog of N invokers holds, per invoker (the compile cache is warm by then).
+fn memory(n: usize, layout: Layout, cache: &Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let temp = tempfile::tempdir().expect("temp");
+    let dir = write_catalog(temp.path(), n, layout, "first");
+    let runtime = runtime(cache);
+    let before = rss();
+    let reloader = rt.block_on(Reloader::start(runtime, dir));
+    let after = rss();
+    assert_eq!(reloader.catalog().snapshot().tools().count(), n);
+    println!(
+        "{}",
+        json!({ "bytes_per_invoker": after.saturating_sub(before) / n })
     );
 }
 
@@ -263,12 +280,18 @@ const MEASURES: &[(&str, &str)] = &[
 ];
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let cache = std::env::temp_dir().join("toolhost-scale-bench-cache");
-    if let [flag, n, layout] = args.as_slice()
-        && flag == "--one"
-    {
-        measure(n.parse().expect("N"), Layout::parse(layout), &cache);
+    if let [flag, n, layout] = args.as_slice() {
+        let n = n.parse().expect("N");
+        match flag.as_str() {
+            "--one" => measure(n, Layout::parse(layout), &cache),
+            "--memory" => memory(n, Layout::parse(layout), &cache),
+            other => panic!("unknown flag {other}"),
+        }
         return;
     }
     let sizes: Vec<usize> = if args.is_empty() {
@@ -278,30 +301,41 @@ fn main() {
     };
     let me = std::env::current_exe().expect("this benchmark");
     for layout in [Layout::OneFile, Layout::ManyFiles] {
+        let run = |flag: &str, n: usize| -> serde_json::Value {
+            let output = Command::new(&me)
+                .args([flag, &n.to_string(), layout.arg()])
+                .output()
+                .expect("run one size");
+            assert!(
+                output.status.success(),
+                "N = {n}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice(&output.stdout).expect("a JSON line")
+        };
         let rows: Vec<serde_json::Value> = sizes
             .iter()
-            .map(|n| {
-                let output = Command::new(&me)
-                    .args(["--one", &n.to_string(), layout.arg()])
-                    .output()
-                    .expect("run one size");
-                assert!(
-                    output.status.success(),
-                    "N = {n}: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                serde_json::from_slice(&output.stdout).expect("a JSON line")
+            .map(|&n| {
+                let mut row = run("--one", n);
+                row["bytes_per_invoker"] = run("--memory", n)["bytes_per_invoker"].clone();
+                row
             })
             .collect();
-        println!("\n{} ({} per file where spread)", layout.name(), PER_FILE);
+        match layout {
+            Layout::OneFile => println!("\none file"),
+            Layout::ManyFiles => println!("\nmany files ({PER_FILE} invokers per ensemble file)"),
+        }
         print!("{:32}", "invokers");
-        for row in &rows {
-            print!("{:>12}", row["n"]);
+        for n in &sizes {
+            print!("{n:>12}");
         }
         println!("  growth per 10x");
         for (key, label) in MEASURES {
             print!("{label:32}");
-            let values: Vec<f64> = rows.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect();
+            let values: Vec<f64> = rows
+                .iter()
+                .map(|r| r[key].as_f64().unwrap_or(0.0))
+                .collect();
             for value in &values {
                 print!("{value:>12.1}");
             }

@@ -11,7 +11,7 @@ use crate::runtime::CallLimits;
 use crate::sandbox::SandboxSpec;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -77,18 +77,22 @@ impl CallGate {
     }
 }
 
-/// A JSON Schema with its compiled validator. Invokers with the same schema share one.
+/// An arguments schema (always a JSON object) with its compiled validator. Invokers with the
+/// same schema share one.
 pub struct Schema {
-    pub value: Value,
+    /// The schema, shared as it is with whoever lists it (an MCP `inputSchema` is one).
+    pub object: Arc<Map<String, Value>>,
     pub(crate) validator: jsonschema::Validator,
     /// blake3 of the schema's JSON text, for version hashes.
     pub(crate) hash: [u8; 32],
+    /// The length of its JSON text, for budgets.
+    pub json_len: usize,
 }
 
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Schema")
-            .field("value", &self.value)
+            .field("object", &self.object)
             .finish_non_exhaustive()
     }
 }
@@ -106,7 +110,8 @@ pub struct Tool {
     pub backend: Arc<dyn Backend>,
     /// The tool's name inside the backend.
     pub backend_tool: String,
-    pub description: String,
+    /// What the tool does, for the model (shared with its backend's when not overridden).
+    pub description: Arc<str>,
     /// The arguments' schema (shared by invokers with the same one).
     pub schema: Arc<Schema>,
     pub limits: CallLimits,
@@ -134,9 +139,9 @@ impl fmt::Debug for Tool {
 }
 
 impl Tool {
-    /// The arguments' JSON Schema.
-    pub fn input_schema(&self) -> &Value {
-        &self.schema.value
+    /// The arguments' JSON Schema (an object).
+    pub fn input_schema(&self) -> &Map<String, Value> {
+        &self.schema.object
     }
 
     /// What its backend runs: the component's hash, or the MCP server's settings' hash.

@@ -173,10 +173,10 @@ async fn description_and_schema_default_to_describe_and_can_be_overridden() {
     let host = fixture.host().await;
     let catalog = host.catalog().snapshot();
     let echo = catalog.get("echo").expect("echo");
-    assert_eq!(echo.description, "Return the arguments exactly as given.");
+    assert_eq!(&*echo.description, "Return the arguments exactly as given.");
     assert_eq!(echo.input_schema()["properties"]["text"]["type"], "string");
     let shout = catalog.get("shout").expect("shout");
-    assert_eq!(shout.description, "Says it louder");
+    assert_eq!(&*shout.description, "Says it louder");
     assert_eq!(shout.input_schema()["required"], json!(["text"]));
     assert_eq!(
         err(&host.invoke(&session(), "shout", json!({})).await).kind,

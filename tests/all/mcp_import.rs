@@ -92,7 +92,7 @@ async fn an_imported_servers_tools_are_validated_called_deduplicated_and_audited
     names.sort();
     assert_eq!(names, ["in_echo", "in_fail", "in_sleep", "shout"]);
     let shout = catalog.get("shout").expect("shout");
-    assert_eq!(shout.description, "Echo, strictly");
+    assert_eq!(&*shout.description, "Echo, strictly");
     assert!(shout.source().starts_with("mcp: "), "{}", shout.source());
 
     let s = session();

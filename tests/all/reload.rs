@@ -72,7 +72,7 @@ impl Live {
             .catalog()
             .snapshot()
             .get(tool)
-            .map(|t| t.description.clone())
+            .map(|t| t.description.to_string())
     }
 }
 

@@ -114,8 +114,8 @@ impl Agent {
             }
             specs.push(ToolSpec {
                 name: tool.name.clone(),
-                description: tool.description.clone(),
-                parameters: tool.input_schema().clone(),
+                description: tool.description.to_string(),
+                parameters: serde_json::Value::Object(tool.input_schema().clone()),
             });
         }
         specs
@@ -302,7 +302,7 @@ impl Agent {
         let request = ApprovalRequest {
             tool: tool.name.clone(),
             ensemble: tool.ensemble.to_string(),
-            description: tool.description.clone(),
+            description: tool.description.to_string(),
             arguments: prepared.arguments().clone(),
             version: tool.version,
         };

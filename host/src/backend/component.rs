@@ -29,7 +29,7 @@ impl ComponentBackend {
             .iter()
             .map(|tool| ToolOffer {
                 name: tool.name.clone(),
-                description: tool.description.clone(),
+                description: tool.description.as_str().into(),
                 input_schema: tool.input_schema.clone(),
                 hints: ToolHints::default(),
             })

@@ -320,7 +320,7 @@ impl McpImport {
                 };
                 ToolOffer {
                     name: tool.name.to_string(),
-                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    description: tool.description.as_deref().unwrap_or_default().into(),
                     input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
                     hints,
                 }

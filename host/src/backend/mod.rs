@@ -45,7 +45,7 @@ impl fmt::Debug for SourceHash {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOffer {
     pub name: String,
-    pub description: String,
+    pub description: std::sync::Arc<str>,
     /// JSON Schema of the arguments, as JSON text.
     pub input_schema: String,
     pub hints: ToolHints,

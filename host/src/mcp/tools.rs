@@ -11,7 +11,6 @@
 use crate::catalog::{Catalog, Tool};
 use crate::invoke::CallPolicy;
 use rmcp::model::{Tool as McpTool, ToolAnnotations};
-use serde_json::Value;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// Tools per page, at most.
@@ -74,11 +73,7 @@ impl ToolList {
         }
         let tools: Arc<[(McpTool, usize)]> = catalog
             .tools()
-            .map(|tool| {
-                let tool = mcp_tool(tool);
-                let size = serde_json::to_vec(&tool).map_or(0, |bytes| bytes.len());
-                (tool, size)
-            })
+            .map(|tool| (mcp_tool(tool), listed_size(tool)))
             .collect();
         *current = Some(Listing {
             catalog: Arc::downgrade(catalog),
@@ -88,21 +83,24 @@ impl ToolList {
     }
 }
 
-/// The MCP form of a tool: name, description, input schema, and what it may do
-/// (`destructiveHint` always; `readOnlyHint` where its backend says so).
+/// The MCP form of a tool: name, description, input schema (shared, not copied), and what
+/// it may do (`destructiveHint` always; `readOnlyHint` where its backend says so).
 fn mcp_tool(tool: &Tool) -> McpTool {
-    let schema = match tool.input_schema() {
-        Value::Object(map) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
     let mut annotations = ToolAnnotations::new().destructive(tool.destructive);
     if tool.read_only {
         annotations = annotations.read_only(true);
     }
     McpTool::new(
         tool.name.clone(),
-        tool.description.clone(),
-        Arc::new(schema),
+        tool.description.to_string(),
+        Arc::clone(&tool.schema.object),
     )
     .annotate(annotations)
+}
+
+/// About how many bytes a tool takes in a `tools/list` answer: its texts, its schema's JSON
+/// and the keys around them (escapes aside), without serializing it.
+fn listed_size(tool: &Tool) -> usize {
+    const KEYS_AND_ANNOTATIONS: usize = 120;
+    tool.name.len() + tool.description.len() + tool.schema.json_len + KEYS_AND_ANNOTATIONS
 }

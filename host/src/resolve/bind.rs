@@ -4,14 +4,16 @@
 //! invokers name it, and failures are typed ([`BindError`]) up to the diagnostic.
 
 use super::draft::{ComponentRef, McpDraft};
+use super::schema::{SchemaCache, SchemaError};
 use crate::backend::component::ComponentBackend;
 use crate::backend::mcp::{ImportedServers, McpError, McpSpec};
 use crate::backend::{Backend, ToolOffer};
+use crate::catalog::Schema;
 use crate::config::{Diagnostic, Span};
 use crate::runtime::{ComponentHash, LoadError, Runtime};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A backend and the tools it offers.
 pub(super) struct Bound {
@@ -23,10 +25,12 @@ pub(super) struct Bound {
     pub(super) at: Span,
 }
 
-/// The tools of a backend, in its order and by name.
+/// The tools of a backend, in its order and by name, each with its schema compiled the
+/// first time an invoker needs it (so a thousand invokers of one tool compile it once).
 pub(super) struct Offers {
     pub(super) list: Vec<ToolOffer>,
     by_name: HashMap<String, usize>,
+    schemas: Vec<OnceLock<Result<Arc<Schema>, SchemaError>>>,
 }
 
 impl Offers {
@@ -36,11 +40,24 @@ impl Offers {
             .enumerate()
             .map(|(i, offer)| (offer.name.clone(), i))
             .collect();
-        Offers { list, by_name }
+        let schemas = list.iter().map(|_| OnceLock::new()).collect();
+        Offers {
+            list,
+            by_name,
+            schemas,
+        }
     }
 
-    pub(super) fn get(&self, name: &str) -> Option<&ToolOffer> {
-        self.by_name.get(name).map(|&i| &self.list[i])
+    /// The tool called `name`, and its schema (compiled through `cache`).
+    pub(super) fn get(
+        &self,
+        name: &str,
+        cache: &SchemaCache,
+    ) -> Option<(&ToolOffer, Result<Arc<Schema>, SchemaError>)> {
+        let &i = self.by_name.get(name)?;
+        let offer = &self.list[i];
+        let schema = self.schemas[i].get_or_init(|| cache.of_text(&offer.input_schema));
+        Some((offer, schema.clone()))
     }
 
     /// The offered names for a message: the first few, then how many more.

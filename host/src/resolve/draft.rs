@@ -41,13 +41,11 @@ pub(super) struct EnsembleDraft {
 
 /// What every invoker of an ensemble inherits.
 struct Context {
-    /// The ensemble file.
-    source: Arc<SourceFile>,
     prefix: Option<ToolName>,
     defaults: Defaults,
     grants: Grants,
-    /// The ensemble's `component` and `blake3` pin.
-    component: Option<(Spanned<String>, Option<Spanned<Blake3Hex>>)>,
+    /// The ensemble's `component` (with its `blake3` pin), for invokers without their own.
+    component: Option<ComponentRef>,
     is_mcp: bool,
     /// The file lists `[[invokers]]` (an MCP ensemble without any imports every tool).
     lists_invokers: bool,
@@ -67,6 +65,21 @@ pub(super) struct ComponentRef {
     /// Where the path is written.
     pub(super) at: Span,
     pub(super) pin: Option<(Blake3Hex, Span)>,
+}
+
+impl ComponentRef {
+    /// The component `path` names in `source`, with the `pin` beside it.
+    fn new(
+        source: &Arc<SourceFile>,
+        path: &Spanned<String>,
+        pin: Option<&Spanned<Blake3Hex>>,
+    ) -> Self {
+        ComponentRef {
+            path: source.relative(path.get_ref()),
+            at: Span::new(source, path.span()),
+            pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(source, pin.span()))),
+        }
+    }
 }
 
 /// One invoker, checked as far as it can be without its component.
@@ -148,11 +161,12 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
         )
     });
     let context = Context {
-        source: Arc::clone(&source),
         prefix: head.prefix.map(Spanned::into_inner),
         defaults,
         grants,
-        component: head.component.map(|path| (path, head.blake3)),
+        component: head
+            .component
+            .map(|path| ComponentRef::new(&source, &path, head.blake3.as_ref())),
         is_mcp: mcp.is_some(),
         lists_invokers,
     };
@@ -398,9 +412,9 @@ impl Context {
         section: &InvokerSection,
         errors: &mut Vec<Diagnostic>,
     ) -> Option<ComponentRef> {
-        let (path, pin, named_in) = match (&section.component, &self.component) {
-            (Some(path), _) => (path, section.blake3.as_ref(), source),
-            (None, Some((path, pin))) => (path, pin.as_ref(), &self.source),
+        match (&section.component, &self.component) {
+            (Some(path), _) => Some(ComponentRef::new(source, path, section.blake3.as_ref())),
+            (None, Some(component)) => Some(component.clone()),
             (None, None) => {
                 errors.push(Diagnostic::new(
                     source.at(section.name.span()),
@@ -409,14 +423,9 @@ impl Context {
                         section.name.get_ref()
                     ),
                 ));
-                return None;
+                None
             }
-        };
-        Some(ComponentRef {
-            path: named_in.relative(path.get_ref()),
-            at: Span::new(named_in, path.span()),
-            pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(named_in, pin.span()))),
-        })
+        }
     }
 }
 

@@ -165,6 +165,10 @@ impl Resolver {
         if let Some(Err(diagnostic)) = &server {
             diagnostics.push(diagnostic.clone());
         }
+        let shared = Shared {
+            name: Arc::from(draft.name.as_str()),
+            file: Arc::from(file),
+        };
         let mut tools = Vec::with_capacity(draft.invokers.len());
         for invoker in &draft.invokers {
             let bound = match (&server, &invoker.component) {
@@ -177,7 +181,7 @@ impl Resolver {
             let mut errors = Vec::new();
             let tool = match bound {
                 Ok(Some(bound)) => self
-                    .tool(&draft, invoker, &bound)
+                    .tool(&draft, &shared, invoker, &bound)
                     .map_err(|e| errors = e)
                     .ok(),
                 Ok(None) => None,
@@ -209,11 +213,12 @@ impl Resolver {
     fn tool(
         &self,
         ensemble: &EnsembleDraft,
+        shared: &Shared,
         invoker: &InvokerDraft,
         bound: &Bound,
     ) -> Result<Tool, Vec<Diagnostic>> {
         let (tool_name, tool_span) = invoker.backend_tool();
-        let Some(offer) = bound.offers.get(tool_name) else {
+        let Some((offer, offered_schema)) = bound.offers.get(tool_name, &self.schemas) else {
             let hint = if invoker.section.tool.is_none() {
                 " (set `tool` to map this invoker to one of them)"
             } else {
@@ -231,7 +236,7 @@ impl Resolver {
         // The descriptor's [arguments] (checked in the draft), else the backend's own.
         let schema = match &invoker.arguments {
             Some(schema) => Arc::clone(schema),
-            None => self.schemas.of_text(&offer.input_schema).map_err(|e| {
+            None => offered_schema.map_err(|e| {
                 let message = match e {
                     SchemaError::NotJson(e) => format!(
                         "describe() gives tool `{tool_name}` an input schema that is not JSON: {e}"
@@ -245,11 +250,10 @@ impl Resolver {
         };
         let sandbox = invoker.sandbox.clone().ok_or_else(Vec::new)?;
         let settings = invoker.settings;
-        let description = invoker
-            .section
-            .description
-            .clone()
-            .unwrap_or_else(|| offer.description.clone());
+        let description = match &invoker.section.description {
+            Some(own) => Arc::from(own.as_str()),
+            None => Arc::clone(&offer.description),
+        };
         let destructive = invoker.section.destructive || offer.hints.destructive;
         let version = version_hash(
             bound.backend.source_hash(),
@@ -262,9 +266,13 @@ impl Resolver {
         );
         Ok(Tool {
             name: invoker.name.clone(),
-            ensemble: Arc::from(ensemble.name.as_str()),
-            ensemble_file: Arc::from(ensemble.source.path.as_path()),
-            invoker_file: Arc::from(invoker.source.path.as_path()),
+            ensemble: Arc::clone(&shared.name),
+            ensemble_file: Arc::clone(&shared.file),
+            invoker_file: if Arc::ptr_eq(&invoker.source, &ensemble.source) {
+                Arc::clone(&shared.file)
+            } else {
+                Arc::from(invoker.source.path.as_path())
+            },
             enabled: ensemble.enabled && invoker.section.enabled,
             backend: Arc::clone(&bound.backend),
             backend_tool: tool_name.to_string(),
@@ -280,6 +288,12 @@ impl Resolver {
             definition: invoker.definition(),
         })
     }
+}
+
+/// What the tools of one ensemble share.
+struct Shared {
+    name: Arc<str>,
+    file: Arc<Path>,
 }
 
 impl Resolved {

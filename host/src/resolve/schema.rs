@@ -47,10 +47,15 @@ impl SchemaCache {
         }
         let value = value()?;
         let validator = compile(&value).map_err(SchemaError::Unusable)?;
+        // compile() accepts only objects.
+        let Value::Object(object) = value else {
+            return Err(SchemaError::Unusable("it is not a JSON object".into()));
+        };
         let schema = Arc::new(Schema {
-            value,
+            object: Arc::new(object),
             validator,
             hash,
+            json_len: text.len(),
         });
         self.lock().insert(hash, Arc::downgrade(&schema));
         Ok(schema)
