@@ -8,6 +8,7 @@ mod config_golden;
 mod dedup;
 mod fake_model;
 mod invoke;
+mod large;
 mod layers;
 mod mcp;
 mod mcp_import;

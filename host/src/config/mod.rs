@@ -146,7 +146,11 @@ fn probe_version(file: &Path, source: &str) -> Result<VersionProbe, Diagnostic> 
     let header = source
         .match_indices('\n')
         .map(|(i, _)| i + 1)
-        .find(|&start| source[start..].trim_start_matches([' ', '\t']).starts_with('['));
+        .find(|&start| {
+            source[start..]
+                .trim_start_matches([' ', '\t'])
+                .starts_with('[')
+        });
     if let Some(end) = header
         && let Ok(probe) = toml::from_str::<VersionProbe>(&source[..end])
         && probe.schema_version.is_some()
