@@ -67,6 +67,7 @@ async fn setup() -> Setup {
     let settings = RuntimeSettings {
         cache_dir: Some(temp.path().join("cache")),
         max_instances: 64,
+        ..RuntimeSettings::default()
     };
     let runtime = Arc::new(Runtime::new(&settings).expect("runtime"));
     let reloader = Reloader::start(runtime.clone(), ensembles).await;

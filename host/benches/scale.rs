@@ -144,6 +144,7 @@ fn runtime(cache: &Path) -> Arc<Runtime> {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(cache.to_path_buf()),
             max_instances: 16,
+            ..RuntimeSettings::default()
         })
         .expect("runtime"),
     )

@@ -16,7 +16,7 @@
 
 use crate::audit;
 use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
-use crate::resolve::{CatalogBuilder, Outcome, Refused, Resolved, Resolver};
+use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
 use crate::runtime::Runtime;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
@@ -58,6 +58,14 @@ pub struct EnsembleStatus {
     pub tools: Vec<String>,
 }
 
+/// An ensemble waiting for its components to compile (its previous version, if it had one,
+/// serves meanwhile).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadingEnsemble {
+    pub file: PathBuf,
+    pub components: Vec<PathBuf>,
+}
+
 /// What the host serves, and what failed, as of the last reload.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ReloadStatus {
@@ -65,12 +73,21 @@ pub struct ReloadStatus {
     pub reloaded_at: String,
     pub ensembles: Vec<EnsembleStatus>,
     pub refused: Vec<RefusedEnsemble>,
+    /// Ensembles whose components are compiling.
+    #[serde(default)]
+    pub loading: Vec<LoadingEnsemble>,
 }
 
 impl ReloadStatus {
     /// The status after a swap to `catalog`: an ensemble whose tools' versions did not
     /// change keeps the time it was loaded.
-    fn next(&self, generation: u64, catalog: &Catalog, refused: Vec<RefusedEnsemble>) -> Self {
+    fn next(
+        &self,
+        generation: u64,
+        catalog: &Catalog,
+        refused: Vec<RefusedEnsemble>,
+        loading: Vec<LoadingEnsemble>,
+    ) -> Self {
         let now = audit::now_rfc3339();
         let previous: BTreeMap<(&Path, &[String]), &str> = self
             .ensembles
@@ -109,6 +126,7 @@ impl ReloadStatus {
             reloaded_at: now,
             ensembles,
             refused,
+            loading,
         }
     }
 }
@@ -126,24 +144,44 @@ pub struct Reloader {
     resolver: Resolver,
     dir: PathBuf,
     catalog: Arc<LiveCatalog>,
+    /// Whether a reload waits for compiles, or leaves them to finish in the background.
+    compiles: Compiles,
     /// Serializes reloads.
     reloading: tokio::sync::Mutex<()>,
     status: Mutex<ReloadStatus>,
 }
 
 impl Reloader {
-    /// Loads `dir` for the first time. The result's refusals are in the status, too.
+    /// Loads `dir` for the first time, waiting for every compile; later reloads wait too. The
+    /// result's refusals are in the status.
     pub async fn start(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
+        Self::start_with(runtime, dir, Compiles::Wait).await
+    }
+
+    /// Loads `dir` for the first time without waiting for any compile: what is loaded or in
+    /// the cache serves at once, and each ensemble whose component must be compiled joins the
+    /// catalog when its compile ends (a reload of its own). Later reloads never wait for a
+    /// compile either: the ensemble's previous version serves until the new one is ready. For
+    /// `serve`, so that a slow or hostile compile delays nothing that is already loaded.
+    pub async fn start_serving(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
+        Self::start_with(runtime, dir, Compiles::InBackground).await
+    }
+
+    async fn start_with(runtime: Arc<Runtime>, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
         let resolver = Resolver::new(runtime);
-        let resolved = resolver.resolve_dir(&dir).await;
+        let (resolved, loading) = match resolver.ensembles(&dir, compiles).await {
+            Ok(outcomes) => keep_last_good(outcomes, &Catalog::default()),
+            Err(diagnostic) => (Resolved::unreadable(&dir, diagnostic), Vec::new()),
+        };
         report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
-        let status = ReloadStatus::default().next(0, &resolved.catalog, refused);
+        let status = ReloadStatus::default().next(0, &resolved.catalog, refused, loading);
         Arc::new(Reloader {
             resolver,
             dir,
             catalog: Arc::new(LiveCatalog::new(resolved.catalog)),
+            compiles,
             reloading: tokio::sync::Mutex::new(()),
             status: Mutex::new(status),
         })
@@ -176,9 +214,12 @@ impl Reloader {
     pub async fn reload(&self) -> Arc<CatalogChange> {
         let _one_at_a_time = self.reloading.lock().await;
         let previous = self.catalog.snapshot();
-        let resolved = match self.resolver.ensembles(&self.dir).await {
+        let (resolved, loading) = match self.resolver.ensembles(&self.dir, self.compiles).await {
             Ok(outcomes) => keep_last_good(outcomes, &previous),
-            Err(diagnostic) => everything_kept(&self.dir, diagnostic, &previous),
+            Err(diagnostic) => (
+                everything_kept(&self.dir, diagnostic, &previous),
+                Vec::new(),
+            ),
         };
         report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
@@ -187,7 +228,12 @@ impl Reloader {
         // for the status sees this reload's.
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         let change = self.catalog.replace(resolved.catalog, refused.clone());
-        *status = status.next(change.generation, &self.catalog.snapshot(), refused);
+        *status = status.next(
+            change.generation,
+            &self.catalog.snapshot(),
+            refused,
+            loading,
+        );
         drop(status);
         if change.tools_changed() {
             tracing::info!(
@@ -229,6 +275,7 @@ impl Reloader {
         let reloader = self.clone();
         let task_watcher = watcher.clone();
         let mut servers = self.resolver.servers().changes();
+        let mut compiled = self.resolver.runtime().loads_finished();
         let task = tokio::spawn(async move {
             loop {
                 // Wait for a relevant event (a file, or an imported MCP server's new tool
@@ -238,6 +285,11 @@ impl Reloader {
                         event = notices.recv() => {
                             let Some(event) = event else { return };
                             if targets.is_relevant(&event, &reloader.dir) {
+                                break;
+                            }
+                        }
+                        finished = compiled.recv() => {
+                            if !matches!(finished, Err(broadcast::error::RecvError::Closed)) {
                                 break;
                             }
                         }
@@ -251,9 +303,19 @@ impl Reloader {
                         }
                     }
                 }
+                // Then for `debounce` without a relevant event (reads of the files in a
+                // watched directory, an audit log written beside the components, do not
+                // count), but never longer than ten debounces: steady writes cannot put a
+                // reload off for ever.
+                let give_up = tokio::time::Instant::now() + debounce * 10;
+                let mut quiet = tokio::time::Instant::now() + debounce;
                 loop {
-                    match tokio::time::timeout(debounce, notices.recv()).await {
-                        Ok(Some(_)) => continue,
+                    match tokio::time::timeout_at(quiet.min(give_up), notices.recv()).await {
+                        Ok(Some(event)) => {
+                            if targets.is_relevant(&event, &reloader.dir) {
+                                quiet = tokio::time::Instant::now() + debounce;
+                            }
+                        }
                         Ok(None) => return,
                         Err(_quiet) => break,
                     }
@@ -337,29 +399,45 @@ fn absolute(path: &Path) -> PathBuf {
 }
 
 /// The reloader's policy for failures: an ensemble file that fails now (or whose names now
-/// collide) keeps the version it had in `previous`, if it had one, put back in its place in
-/// file order, so a kept version can still refuse a newcomer's colliding name. The failure is
-/// still reported, marked as kept. A deleted file's tools are gone.
-fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> Resolved {
+/// collide, or whose components are still compiling) keeps the version it had in `previous`,
+/// if it had one, put back in its place in file order, so a kept version can still refuse a
+/// newcomer's colliding name. A failure is still reported, marked as kept; an ensemble that
+/// only waits for a compile is reported as loading. A deleted file's tools are gone.
+fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> (Resolved, Vec<LoadingEnsemble>) {
     let mut builder = CatalogBuilder::default();
     let mut refused = Vec::new();
-    for Outcome { file, result } in outcomes {
+    let mut loading = Vec::new();
+    for Outcome {
+        file,
+        result,
+        compiling,
+    } in outcomes
+    {
         let Err(diagnostics) = result.and_then(|e| builder.add(e).map_err(|d| vec![d])) else {
             continue;
         };
         let kept_previous = previous
             .ensemble_of_file(&file)
             .is_some_and(|old| builder.add(Arc::clone(old)).is_ok());
-        refused.push(Refused {
-            file,
-            diagnostics,
-            kept_previous,
-        });
+        if !compiling.is_empty() {
+            loading.push(LoadingEnsemble {
+                file: file.clone(),
+                components: compiling,
+            });
+        }
+        if !diagnostics.is_empty() {
+            refused.push(Refused {
+                file,
+                diagnostics,
+                kept_previous,
+            });
+        }
     }
-    Resolved {
+    let resolved = Resolved {
         catalog: builder.build(),
         refused,
-    }
+    };
+    (resolved, loading)
 }
 
 /// The directory itself cannot be read: everything that served goes on serving.

@@ -91,6 +91,7 @@ fn fixture() -> Fixture {
 
 /// The environment every `toolhost` started by these tests gets.
 pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
+    crate::support::warm_cache();
     command
         .current_dir(fixture.root())
         .env_remove("TOOLHOST_CONFIG")
@@ -268,13 +269,13 @@ fn stdio_serve_exits_cleanly_when_stdin_closes() {
 }
 
 /// A `toolhost serve --http` on a port the OS picks; killed when dropped.
-struct HttpServer {
-    child: Child,
-    url: String,
+pub(crate) struct HttpServer {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl HttpServer {
-    fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
         // The tests' own HTTP clients (rmcp over reqwest) need the host's TLS provider.
         toolhost::tls::install_provider();
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));

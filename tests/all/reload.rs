@@ -410,6 +410,7 @@ async fn an_unchanged_component_is_not_recompiled() {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(cache),
             max_instances: 8,
+            ..RuntimeSettings::default()
         })
         .expect("runtime"),
     );
@@ -576,6 +577,7 @@ async fn a_changed_component_loads_while_calls_fill_the_instance_pool() {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(crate::support::cache_dir()),
             max_instances: 2,
+            ..RuntimeSettings::default()
         })
         .expect("runtime"),
     );

@@ -10,6 +10,7 @@ fn runtime_with_cache(dir: &std::path::Path) -> Arc<Runtime> {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(dir.to_path_buf()),
             max_instances: 8,
+            ..RuntimeSettings::default()
         })
         .expect("runtime"),
     )

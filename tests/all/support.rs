@@ -21,10 +21,47 @@ pub fn runtime() -> Arc<Runtime> {
             let settings = RuntimeSettings {
                 cache_dir: Some(cache_dir()),
                 max_instances: 64,
+                // Tests share this runtime and run side by side on a busy machine: a slow
+                // describe() must not be taken for a hostile one.
+                describe_timeout: std::time::Duration::from_secs(30),
+                ..RuntimeSettings::default()
             };
             Arc::new(Runtime::new(&settings).expect("runtime starts"))
         })
         .clone()
+}
+
+/// Compiles every test component into the shared cache once, so that a `toolhost serve` a
+/// test starts finds them there and serves them at once (a component it would have to
+/// compile joins its catalog only when the compile ends).
+pub fn warm_cache() {
+    static WARM: OnceLock<()> = OnceLock::new();
+    WARM.get_or_init(|| {
+        // A thread of its own: callers may already be inside a tokio runtime.
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio");
+            rt.block_on(async {
+                for path in [
+                    toolhost_testkit::ECHO,
+                    toolhost_testkit::TESTBED,
+                    toolhost_testkit::CALCULATOR,
+                    toolhost_testkit::FILES,
+                    toolhost_testkit::FETCH,
+                ] {
+                    let bytes = std::fs::read(path).expect("read a test component");
+                    runtime()
+                        .load(Path::new(path), bytes)
+                        .await
+                        .expect("a test component loads");
+                }
+            });
+        })
+        .join()
+        .expect("warming the cache");
+    });
 }
 
 /// A temporary directory holding `ensembles/` and the test components at its root

@@ -2,7 +2,7 @@
 //! fresh sandboxed instance per call by the [`Runtime`].
 
 use super::{Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer};
-use crate::runtime::{LoadError, LoadedComponent, Runtime};
+use crate::runtime::{LoadedComponent, Runtime};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,14 +16,13 @@ pub struct ComponentBackend {
 }
 
 impl ComponentBackend {
-    /// Loads the component in `bytes`, read from `path` (shared with any other file of the
-    /// same bytes), and returns it with the tools its `describe()` offers.
-    pub async fn load(
+    /// The backend of `component` (loaded by `runtime`) as the file at `path`, with the tools
+    /// its `describe()` offers.
+    pub fn new(
         runtime: &Arc<Runtime>,
+        component: Arc<LoadedComponent>,
         path: &Path,
-        bytes: Vec<u8>,
-    ) -> Result<(Self, Vec<ToolOffer>), LoadError> {
-        let component = runtime.load(path, bytes).await?;
+    ) -> (Self, Vec<ToolOffer>) {
         let offers = component
             .tools
             .iter()
@@ -39,7 +38,7 @@ impl ComponentBackend {
             component,
             path: path.to_path_buf(),
         };
-        Ok((backend, offers))
+        (backend, offers)
     }
 }
 

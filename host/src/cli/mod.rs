@@ -96,11 +96,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// (Internal) compile the component on stdin under limits, for the host that runs this.
+    #[command(hide = true)]
+    CompileWorker {
+        #[arg(long)]
+        memory_mib: u64,
+        #[arg(long)]
+        cpu_seconds: u64,
+    },
 }
 
 /// Parses the command line, runs the command, and maps the outcome to an exit code.
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::CompileWorker {
+        memory_mib,
+        cpu_seconds,
+    } = cli.command
+    {
+        // No logging, no async runtime: the worker does one thing under its limits.
+        let code = toolhost::runtime::worker_main(memory_mib, cpu_seconds);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let logs = init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -145,7 +162,13 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         }
         Command::Chat(options) => chat::run(&settings, options).await,
         Command::Status { json } => status::run(&settings, json),
+        Command::CompileWorker { .. } => unreachable_worker(),
     }
+}
+
+/// `compile-worker` is dispatched in [`main`] before anything starts.
+fn unreachable_worker() -> anyhow::Result<ExitCode> {
+    anyhow::bail!("compile-worker runs on its own, not inside another command")
 }
 
 /// `value`, or all of stdin when it is `-`; `what` names it in the error.

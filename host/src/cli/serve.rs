@@ -42,7 +42,9 @@ pub(crate) async fn run(
         bail!("--token-env: the token is empty");
     }
     let runtime = settings.runtime()?;
-    let reloader = Reloader::start(runtime, settings.ensembles.clone()).await;
+    // Nothing waits for a compile: what is loaded or cached serves at once, the rest joins
+    // the catalog when its compile ends.
+    let reloader = Reloader::start_serving(runtime.clone(), settings.ensembles.clone()).await;
     for refused in reloader.status().refused {
         tracing::warn!(
             "{} was refused ({} error(s)); run `toolhost check` for details",
@@ -59,7 +61,7 @@ pub(crate) async fn run(
     let _status = settings
         .status_file
         .as_ref()
-        .map(|path| super::status::publish(reloader.clone(), path.clone()));
+        .map(|path| super::status::publish(reloader.clone(), runtime.clone(), path.clone()));
     match &options.http {
         None => serve_stdio(host, logs).await,
         Some(address) => serve_http(host, logs, address, token).await,
@@ -69,6 +71,7 @@ pub(crate) async fn run(
 async fn serve_stdio(host: Arc<Host>, logs: LogRelay) -> anyhow::Result<ExitCode> {
     let id = format!("mcp-stdio-{}", std::process::id());
     let server = McpServer::new(host, id).with_logs(logs);
+    let signal = shutdown_signal();
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
     let service = match server.serve(rmcp::transport::stdio()).await {
         Ok(service) => service,
@@ -82,7 +85,7 @@ async fn serve_stdio(host: Arc<Host>, logs: LogRelay) -> anyhow::Result<ExitCode
         result = service.waiting() => {
             result.context("the MCP session failed")?;
         }
-        () = shutdown_signal() => {}
+        () = signal => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -126,11 +129,12 @@ async fn serve_http(
                 let token = token.clone();
                 async move { guard(&token, request, next).await }
             }));
+    let signal = shutdown_signal();
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            signal.await;
             shutdown.cancel();
         })
         .await
@@ -174,19 +178,26 @@ fn is_local_origin(origin: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "[::1]")
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Ctrl-C (SIGINT) or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled, so a signal that comes right after the server says it is ready
+/// still stops it cleanly instead of killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        let wait = |signal: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match signal {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = wait(terminate) => {}
+            () = wait(interrupt) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
     }
 }
 

@@ -10,7 +10,7 @@ use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile};
 use toolhost::invoke::Host;
 use toolhost::resolve::{Resolved, Resolver};
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
 /// Everything the commands need to build a host.
 #[derive(Debug)]
@@ -20,6 +20,9 @@ pub(crate) struct Settings {
     pub(crate) audit: Option<PathBuf>,
     pub(crate) status_file: Option<PathBuf>,
     pub(crate) max_instances: u32,
+    /// How components are compiled and bounded, and how long `describe()` may take.
+    pub(crate) compile: CompileSettings,
+    pub(crate) describe_timeout: std::time::Duration,
     /// `[chat]`, for `toolhost chat`.
     pub(crate) chat: ChatSection,
 }
@@ -79,12 +82,56 @@ impl Settings {
         if max_instances == 0 {
             bail!("[host] max-concurrent-calls must be at least 1");
         }
+        let positive = |value: Option<u64>, key: &str, default: u64| -> anyhow::Result<u64> {
+            match value {
+                Some(0) => bail!("[host] {key} must be at least 1"),
+                Some(value) => Ok(value),
+                None => Ok(default),
+            }
+        };
+        let defaults = CompileSettings::default();
+        let compile = CompileSettings {
+            // The compile worker is this very program.
+            worker: std::env::current_exe().ok(),
+            memory_mib: positive(
+                host.compile_memory_mib,
+                "compile-memory-mib",
+                defaults.memory_mib,
+            )?,
+            cpu_seconds: positive(
+                host.compile_cpu_seconds,
+                "compile-cpu-seconds",
+                defaults.cpu_seconds,
+            )?,
+            timeout: std::time::Duration::from_secs(positive(
+                host.compile_timeout_s,
+                "compile-timeout-s",
+                defaults.timeout.as_secs(),
+            )?),
+            parallel: positive(
+                host.max_parallel_compiles.map(u64::from),
+                "max-parallel-compiles",
+                defaults.parallel as u64,
+            )? as usize,
+            max_component_bytes: positive(
+                host.max_component_mib,
+                "max-component-mib",
+                defaults.max_component_bytes >> 20,
+            )? << 20,
+        };
+        let describe_timeout = std::time::Duration::from_millis(positive(
+            host.describe_timeout_ms,
+            "describe-timeout-ms",
+            RuntimeSettings::default().describe_timeout.as_millis() as u64,
+        )?);
         Ok(Settings {
             ensembles,
             cache_dir,
             audit,
             status_file,
             max_instances,
+            compile,
+            describe_timeout,
             chat,
         })
     }
@@ -100,6 +147,8 @@ impl Settings {
         let settings = RuntimeSettings {
             cache_dir: self.cache_dir.clone(),
             max_instances: self.max_instances,
+            compile: self.compile.clone(),
+            describe_timeout: self.describe_timeout,
         };
         Ok(Arc::new(Runtime::new(&settings)?))
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolhost::reload::{ReloadStatus, Reloader};
+use toolhost::runtime::{CompileProgress, Runtime};
 
 /// The status file: the host's pid and its last reload status.
 #[derive(Serialize, Deserialize)]
@@ -15,25 +16,49 @@ struct Published {
     pid: u32,
     ensembles_dir: PathBuf,
     status: ReloadStatus,
+    /// Compiles in progress when this was written.
+    #[serde(default)]
+    compiles: Vec<CompileProgress>,
 }
 
-/// Writes the status now and after every reload, until the returned task is dropped.
-pub(crate) fn publish(reloader: Arc<Reloader>, path: PathBuf) -> tokio::task::JoinHandle<()> {
+/// Writes the status now and after every reload (and every second while a compile runs),
+/// until the returned task is dropped.
+pub(crate) fn publish(
+    reloader: Arc<Reloader>,
+    runtime: Arc<Runtime>,
+    path: PathBuf,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::sync::broadcast::error::RecvError;
     let mut changes = reloader.subscribe();
     tokio::spawn(async move {
         loop {
+            let compiles = runtime.compiles();
+            let compiling = !compiles.is_empty();
             let published = Published {
                 pid: std::process::id(),
                 ensembles_dir: std::path::absolute(reloader.dir())
                     .unwrap_or_else(|_| reloader.dir().to_path_buf()),
                 status: reloader.status(),
+                compiles,
             };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
             }
-            match changes.recv().await {
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            let change = async {
+                match changes.recv().await {
+                    Ok(_) | Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => false,
+                }
+            };
+            let going_on = if compiling {
+                tokio::time::timeout(std::time::Duration::from_secs(1), change)
+                    .await
+                    .unwrap_or(true)
+            } else {
+                change.await
+            };
+            if !going_on {
+                return;
             }
         }
     })
@@ -70,7 +95,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
-        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status });
+        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
@@ -100,6 +125,25 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 ensemble.loaded_at,
                 components.join(","),
                 ensemble.tools.len()
+            );
+        }
+        for compile in &published.compiles {
+            println!(
+                "compiling: {} ({:.0} s so far)",
+                compile.path.display(),
+                compile.seconds
+            );
+        }
+        for loading in &status.loading {
+            println!(
+                "loading: {} (waits for {} to compile; its previous version, if any, serves)",
+                loading.file.display(),
+                loading
+                    .components
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         for refused in &status.refused {

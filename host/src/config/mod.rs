@@ -69,14 +69,16 @@ impl SourceFile {
         }
     }
 
-    /// Reads `path`.
+    /// Reads `path`: a regular file of at most [`MAX_DESCRIPTOR_BYTES`] of UTF-8.
     pub fn read(path: &Path, kind: FileKind) -> Result<Self, Diagnostic> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let error = |e: String| {
             Diagnostic::new(
                 Location::file(path),
                 format!("cannot read {}: {e}", kind.describe()),
             )
-        })?;
+        };
+        let bytes = read_limited(path, MAX_DESCRIPTOR_BYTES).map_err(error)?;
+        let text = String::from_utf8(bytes).map_err(|e| error(format!("it is not UTF-8: {e}")))?;
         Ok(SourceFile::new(path.to_path_buf(), text))
     }
 
@@ -113,6 +115,37 @@ impl SourceFile {
         let lines = self.lines.get_or_init(|| LineIndex::new(&self.text));
         Location::indexed(&self.path, &self.text, lines, span)
     }
+}
+
+/// The largest descriptor file read (a file of 100,000 inline invokers is about 6 MiB).
+pub const MAX_DESCRIPTOR_BYTES: u64 = 64 << 20;
+
+/// Reads the file at `path`, which must be a regular file (links are followed, as Kubernetes
+/// volumes need) of at most `limit` bytes; no more than that is ever read, so a device, a FIFO
+/// or a file that grows while it is read cannot hold or fill the host.
+pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if metadata.len() > limit {
+        return Err(format!(
+            "it is {} bytes, more than the {limit} bytes allowed",
+            metadata.len()
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "it grew past the {limit} bytes allowed while it was read"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// A byte range of a configuration file, kept as it is: its line and column are worked out

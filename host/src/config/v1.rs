@@ -190,6 +190,18 @@ pub struct HostSection {
     pub audit: Option<String>,
     pub status_file: Option<String>,
     pub max_concurrent_calls: Option<u32>,
+    /// The compile worker's address space (default 2048).
+    pub compile_memory_mib: Option<u64>,
+    /// The compile worker's CPU time (default 120).
+    pub compile_cpu_seconds: Option<u64>,
+    /// How long one compile may take on the clock (default 180).
+    pub compile_timeout_s: Option<u64>,
+    /// Compiles at once (default: the number of cores).
+    pub max_parallel_compiles: Option<u32>,
+    /// The largest component file accepted (default 256).
+    pub max_component_mib: Option<u64>,
+    /// How long a component's `describe()` may take when it is loaded (default 2000).
+    pub describe_timeout_ms: Option<u64>,
 }
 
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read

@@ -12,7 +12,7 @@ use crate::catalog::Schema;
 use crate::config::{Diagnostic, Span};
 use crate::runtime::{ComponentHash, LoadError, Runtime};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// A backend and the tools it offers.
@@ -96,83 +96,170 @@ pub(super) enum BindError {
     Server(#[from] McpError),
 }
 
+/// Whether binding waits for components that must be compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compiles {
+    /// Wait for them (`check`, `list`, `call`, tests).
+    Wait,
+    /// Start them in the background and leave their ensembles out until they are ready
+    /// (`serve`: nothing already loaded waits for a compile).
+    InBackground,
+}
+
+/// An invoker that could not be bound (yet).
+pub(super) enum Unbound {
+    Error(Diagnostic),
+    /// Its component is compiling in the background.
+    Compiling(PathBuf),
+}
+
 /// A component file's hash and bytes, as read once per resolve.
 type ComponentFile = (ComponentHash, Arc<[u8]>);
+
+/// What became of a component file in this resolve.
+#[derive(Clone)]
+enum Loaded {
+    Ready(Arc<Bound>),
+    Failed(BindError),
+    Compiling,
+}
 
 /// Binds the drafts of one resolve.
 pub(super) struct Binder<'r> {
     runtime: &'r Arc<Runtime>,
     servers: &'r ImportedServers,
+    compiles: Compiles,
     files: HashMap<PathBuf, Result<ComponentFile, BindError>>,
-    components: HashMap<PathBuf, Result<Arc<Bound>, BindError>>,
+    components: HashMap<PathBuf, Loaded>,
 }
 
 impl<'r> Binder<'r> {
-    pub(super) fn new(runtime: &'r Arc<Runtime>, servers: &'r ImportedServers) -> Self {
+    pub(super) fn new(
+        runtime: &'r Arc<Runtime>,
+        servers: &'r ImportedServers,
+        compiles: Compiles,
+    ) -> Self {
         Binder {
             runtime,
             servers,
+            compiles,
             files: HashMap::new(),
             components: HashMap::new(),
         }
     }
 
-    /// The component `reference` names, pinned and loaded; an error points where the
-    /// component is named (and where it is pinned).
+    /// Reads every component file `references` name and loads them all at once (each
+    /// compile in its own task, bounded by the runtime's compile slots), so that one slow
+    /// component does not make the others wait their turn.
+    pub(super) async fn preload<'a>(&mut self, references: impl Iterator<Item = &'a ComponentRef>) {
+        let mut loading = tokio::task::JoinSet::new();
+        for reference in references {
+            let path = &reference.path;
+            if self.components.contains_key(path) {
+                continue;
+            }
+            let Ok((hash, bytes)) = self.read(path) else {
+                continue;
+            };
+            if self.compiles == Compiles::InBackground && self.runtime.needs_compile(&hash) {
+                self.runtime.load_in_background(path, bytes.to_vec());
+                self.components.insert(path.clone(), Loaded::Compiling);
+                continue;
+            }
+            let runtime = Arc::clone(self.runtime);
+            let path = path.clone();
+            let at = reference.at.clone();
+            // A placeholder, so a second reference to the same file starts nothing.
+            self.components.insert(path.clone(), Loaded::Compiling);
+            loading.spawn(async move {
+                let loaded = runtime.load(&path, bytes.to_vec()).await;
+                (path, at, loaded)
+            });
+        }
+        while let Some(done) = loading.join_next().await {
+            let Ok((path, at, loaded)) = done else {
+                continue;
+            };
+            let loaded = self.bound(path.clone(), at, loaded);
+            self.components.insert(path, loaded);
+        }
+    }
+
+    fn bound(
+        &self,
+        path: PathBuf,
+        at: Span,
+        loaded: Result<Arc<crate::runtime::LoadedComponent>, LoadError>,
+    ) -> Loaded {
+        match loaded {
+            Ok(component) => {
+                let (backend, offers) = ComponentBackend::new(self.runtime, component, &path);
+                Loaded::Ready(Arc::new(Bound {
+                    backend: Arc::new(backend),
+                    offers: Offers::new(offers),
+                    origin: format!("component {}", path.display()),
+                    at,
+                }))
+            }
+            Err(error) => Loaded::Failed(error.into()),
+        }
+    }
+
+    /// Reads a component file once per resolve: a regular file (following links, as
+    /// Kubernetes volumes need) no larger than the runtime accepts, read no further than that.
+    fn read(&mut self, path: &Path) -> Result<ComponentFile, BindError> {
+        let limit = self.runtime.max_component_bytes();
+        self.files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                let error = |reason: String| BindError::Read {
+                    path: path.to_path_buf(),
+                    reason,
+                };
+                let bytes = crate::config::read_limited(path, limit).map_err(error)?;
+                Ok((ComponentHash::of(&bytes), Arc::from(bytes)))
+            })
+            .clone()
+    }
+
+    /// The component `reference` names, pinned and loaded.
     pub(super) async fn component(
         &mut self,
         reference: &ComponentRef,
-    ) -> Result<Arc<Bound>, Diagnostic> {
-        self.load_component(reference).await.map_err(|error| {
+    ) -> Result<Arc<Bound>, Unbound> {
+        let error = |error: BindError| {
             let diagnostic = Diagnostic::new(reference.at.location(), error.to_string());
-            match (&error, &reference.pin) {
+            Unbound::Error(match (&error, &reference.pin) {
                 (BindError::PinMismatch { .. }, Some((_, pin))) => {
                     diagnostic.with_note(Some(pin.location()), "pinned here")
                 }
                 _ => diagnostic,
-            }
-        })
-    }
-
-    async fn load_component(&mut self, reference: &ComponentRef) -> Result<Arc<Bound>, BindError> {
-        let path = &reference.path;
-        let (hash, bytes) = self
-            .files
-            .entry(path.clone())
-            .or_insert_with(|| {
-                std::fs::read(path)
-                    .map(|bytes| (ComponentHash::of(&bytes), Arc::from(bytes)))
-                    .map_err(|e| BindError::Read {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })
             })
-            .clone()?;
+        };
+        let path = &reference.path;
+        let (hash, bytes) = self.read(path).map_err(error)?;
         if let Some((pin, _)) = &reference.pin
             && hash.to_string() != pin.as_str()
         {
-            return Err(BindError::PinMismatch {
+            return Err(error(BindError::PinMismatch {
                 path: path.clone(),
                 actual: hash,
                 pinned: pin.to_string(),
-            });
+            }));
         }
-        if let Some(done) = self.components.get(path) {
-            return done.clone();
+        if !self.components.contains_key(path) {
+            self.preload(std::iter::once(reference)).await;
         }
-        let loaded = ComponentBackend::load(self.runtime, path, bytes.to_vec())
-            .await
-            .map(|(backend, offers)| {
-                Arc::new(Bound {
-                    backend: Arc::new(backend),
-                    offers: Offers::new(offers),
-                    origin: format!("component {}", path.display()),
-                    at: reference.at.clone(),
-                })
-            })
-            .map_err(BindError::from);
-        self.components.insert(path.clone(), loaded.clone());
-        loaded
+        match self.components.get(path) {
+            Some(Loaded::Ready(bound)) => Ok(Arc::clone(bound)),
+            Some(Loaded::Failed(e)) => Err(error(e.clone())),
+            Some(Loaded::Compiling) => Err(Unbound::Compiling(path.clone())),
+            // preload() records every file it can read, and this one was read.
+            None => Err(error(BindError::Read {
+                path: path.clone(),
+                reason: format!("{} bytes, not loaded", bytes.len()),
+            })),
+        }
     }
 
     /// Starts (or reuses) the server of `[ensemble.mcp]` and lists its tools.

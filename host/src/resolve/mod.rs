@@ -21,6 +21,7 @@ mod names;
 mod schema;
 mod settings;
 
+pub use bind::Compiles;
 pub use names::CatalogBuilder;
 pub use settings::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
@@ -34,7 +35,7 @@ use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
 use crate::config::{DedupMode, Diagnostic, Location};
 use crate::runtime::{CallLimits, Runtime};
 use crate::sandbox::SandboxSpec;
-use bind::{Binder, Bound};
+use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
 use schema::{SchemaCache, SchemaError};
 use std::path::{Path, PathBuf};
@@ -74,11 +75,14 @@ impl Resolved {
     }
 }
 
-/// One ensemble file's result: the ensemble with its tools, or every error found in it.
+/// One ensemble file's result: the ensemble with its tools, or every error found in it (none
+/// when all it waits for is a compile).
 #[derive(Debug)]
 pub struct Outcome {
     pub file: PathBuf,
     pub result: Result<Arc<Ensemble>, Vec<Diagnostic>>,
+    /// The components it waits for, compiling in the background.
+    pub compiling: Vec<PathBuf>,
 }
 
 impl Resolver {
@@ -101,14 +105,15 @@ impl Resolver {
     }
 
     /// Resolves every `*.toml` in `dir` and builds the catalog of those that load.
+    /// Waits for every compile.
     pub async fn resolve_dir(&self, dir: &Path) -> Resolved {
-        let outcomes = match self.ensembles(dir).await {
+        let outcomes = match self.ensembles(dir, Compiles::Wait).await {
             Ok(outcomes) => outcomes,
             Err(diagnostic) => return Resolved::unreadable(dir, diagnostic),
         };
         let mut builder = CatalogBuilder::default();
         let mut refused = Vec::new();
-        for Outcome { file, result } in outcomes {
+        for Outcome { file, result, .. } in outcomes {
             if let Err(diagnostics) = result.and_then(|e| builder.add(e).map_err(|d| vec![d])) {
                 refused.push(Refused {
                     file,
@@ -124,9 +129,16 @@ impl Resolver {
     }
 
     /// Resolves every `*.toml` in `dir` (not recursively: invoker files live in
-    /// subdirectories and are reached through `source`), in file-name order. Fails only when
-    /// the directory cannot be read.
-    pub async fn ensembles(&self, dir: &Path) -> Result<Vec<Outcome>, Diagnostic> {
+    /// subdirectories and are reached through `source`), in file-name order. Every file is
+    /// drafted first, then every component they name is loaded at once, then each ensemble
+    /// is bound. With [`Compiles::InBackground`], an ensemble whose component must first be
+    /// compiled comes back with its `compiling` set and no tools; the compile goes on. Fails
+    /// only when the directory cannot be read.
+    pub async fn ensembles(
+        &self,
+        dir: &Path,
+        compiles: Compiles,
+    ) -> Result<Vec<Outcome>, Diagnostic> {
         let files = ensemble_files(dir).map_err(|e| {
             Diagnostic::new(
                 Location::file(dir),
@@ -134,11 +146,31 @@ impl Resolver {
             )
         })?;
         self.schemas.prune();
-        let mut binder = Binder::new(&self.runtime, &self.servers);
-        let mut outcomes = Vec::with_capacity(files.len());
-        for file in files {
-            let result = self.ensemble(&mut binder, &file).await.map(Arc::new);
-            outcomes.push(Outcome { file, result });
+        let drafts: Vec<(PathBuf, Result<EnsembleDraft, Diagnostic>)> = files
+            .into_iter()
+            .map(|file| {
+                let draft = draft::read(&file, &self.schemas);
+                (file, draft)
+            })
+            .collect();
+        let mut binder = Binder::new(&self.runtime, &self.servers, compiles);
+        let components = drafts
+            .iter()
+            .filter_map(|(_, draft)| draft.as_ref().ok())
+            .flat_map(|draft| draft.invokers.iter())
+            .filter_map(|invoker| invoker.component.as_ref());
+        binder.preload(components).await;
+        let mut outcomes = Vec::with_capacity(drafts.len());
+        for (file, draft) in drafts {
+            let outcome = match draft {
+                Ok(draft) => self.ensemble(&mut binder, &file, draft).await,
+                Err(diagnostic) => Outcome {
+                    file: file.clone(),
+                    result: Err(vec![diagnostic]),
+                    compiling: Vec::new(),
+                },
+            };
+            outcomes.push(outcome);
         }
         Ok(outcomes)
     }
@@ -147,8 +179,8 @@ impl Resolver {
         &self,
         binder: &mut Binder<'_>,
         file: &Path,
-    ) -> Result<Ensemble, Vec<Diagnostic>> {
-        let mut draft = draft::read(file, &self.schemas).map_err(|d| vec![d])?;
+        mut draft: EnsembleDraft,
+    ) -> Outcome {
         let server = match &draft.mcp {
             Some(mcp) => match &mcp.spec {
                 Some(spec) => Some(binder.server(spec, mcp).await),
@@ -170,6 +202,7 @@ impl Resolver {
             file: Arc::from(file),
         };
         let mut tools = Vec::with_capacity(draft.invokers.len());
+        let mut compiling: Vec<PathBuf> = Vec::new();
         for invoker in &draft.invokers {
             let bound = match (&server, &invoker.component) {
                 (Some(Ok(server)), _) => Ok(Some(Arc::clone(server))),
@@ -185,8 +218,14 @@ impl Resolver {
                     .map_err(|e| errors = e)
                     .ok(),
                 Ok(None) => None,
-                Err(diagnostic) => {
+                Err(Unbound::Error(diagnostic)) => {
                     errors.push(diagnostic);
+                    None
+                }
+                Err(Unbound::Compiling(path)) => {
+                    if !compiling.contains(&path) {
+                        compiling.push(path);
+                    }
                     None
                 }
             };
@@ -197,16 +236,22 @@ impl Resolver {
             }
         }
         diagnostics.extend(draft.duplicates());
-        if !diagnostics.is_empty() {
-            return Err(diagnostics);
-        }
-        Ok(Ensemble {
-            name: draft.name,
+        let result = if diagnostics.is_empty() && compiling.is_empty() {
+            Ok(Arc::new(Ensemble {
+                name: draft.name,
+                file: file.to_path_buf(),
+                enabled: draft.enabled,
+                description: draft.description,
+                tools,
+            }))
+        } else {
+            Err(diagnostics)
+        };
+        Outcome {
             file: file.to_path_buf(),
-            enabled: draft.enabled,
-            description: draft.description,
-            tools,
-        })
+            result,
+            compiling,
+        }
     }
 
     /// The tool an invoker draft makes on its backend, or why there is none.
@@ -298,7 +343,7 @@ struct Shared {
 
 impl Resolved {
     /// Nothing loaded: the directory itself could not be read.
-    fn unreadable(dir: &Path, diagnostic: Diagnostic) -> Self {
+    pub fn unreadable(dir: &Path, diagnostic: Diagnostic) -> Self {
         Resolved {
             catalog: Catalog::default(),
             refused: vec![Refused {

@@ -1,26 +1,68 @@
-//! The on-disk cache of compiled components: `<blake3 of the .wasm>-<engine hash>.cwasm`.
-//! Files are written to a temporary name and renamed, so a reader never sees half a file.
+//! The on-disk cache of compiled components, authenticated: `<blake3 of the .wasm>-<engine
+//! hash>.cwasm`, each file the compiled artifact preceded by a keyed blake3 MAC over the engine
+//! hash, the component's hash and the artifact. The key (`key`, 32 random bytes) never leaves
+//! the cache directory and the host; a file that does not carry the right MAC (another
+//! component's artifact copied over an entry, a truncated or edited file) is never handed to
+//! wasmtime as native code: it is removed and the component compiled again.
+//!
+//! The directory is the host user's alone: created 0700; an existing one owned by someone else
+//! is refused, and one that others may write is made 0700 (with a warning). Files are written
+//! under a fresh random name opened with `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, then renamed
+//! into place, so a link planted in the directory is never written through and a reader never
+//! sees half a file.
 
 use super::ComponentHash;
+use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+/// The MAC's length, at the start of every entry.
+const MAC_BYTES: usize = 32;
+
+/// Why the cache directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot use the cache directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the cache directory {path} belongs to user {owner}, not to this user ({me}): compiled \
+         code from it would run in this host; choose a directory of your own (--cache-dir)"
+    )]
+    NotOurs { path: PathBuf, owner: u32, me: u32 },
+    #[error("{path} is not a directory")]
+    NotADirectory { path: PathBuf },
+    #[error(
+        "the cache key {path} is not a private file of this user (it must be a regular file, \
+         mode 0600, of 32 bytes); remove it and the host will make a new one"
+    )]
+    BadKey { path: PathBuf },
+}
 
 pub(crate) struct ComponentCache {
     dir: PathBuf,
     /// Differs when the wasmtime version or any setting that affects code generation does.
     engine_hash: u64,
+    key: [u8; 32],
 }
 
 impl ComponentCache {
-    pub(crate) fn new(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+    /// Opens (creating it if needed) the cache in `dir` for code of `engine`.
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Self, CacheError> {
+        private_dir(dir)?;
+        let key = key(&dir.join("key"))?;
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(ComponentCache {
             dir: dir.to_path_buf(),
             engine_hash: hasher.finish(),
+            key,
         })
     }
 
@@ -29,44 +71,253 @@ impl ComponentCache {
             .join(format!("{hash}-{:016x}.cwasm", self.engine_hash))
     }
 
-    /// The cached compilation of `hash`, if there is a usable one.
+    /// True when there is an entry for `hash` (not yet checked).
+    pub(crate) fn has(&self, hash: &ComponentHash) -> bool {
+        self.path(hash).is_file()
+    }
+
+    /// The MAC of an entry: it binds the artifact to this engine and this component.
+    fn mac(&self, hash: &ComponentHash, artifact: &[u8]) -> [u8; MAC_BYTES] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.key);
+        hasher.update(&self.engine_hash.to_le_bytes());
+        hasher.update(&hash.0);
+        hasher.update(artifact);
+        *hasher.finalize().as_bytes()
+    }
+
+    /// The cached compilation of `hash`, if there is an entry with the right MAC.
     pub(crate) fn get(&self, engine: &Engine, hash: &ComponentHash) -> Option<Component> {
         let path = self.path(hash);
-        if !path.is_file() {
+        let bytes = match read_private(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "ignoring an unreadable cache entry: {e}");
+                let _ = std::fs::remove_file(&path);
+                return None;
+            }
+        };
+        let authentic = bytes.len() > MAC_BYTES && {
+            let (mac, artifact) = bytes.split_at(MAC_BYTES);
+            let mac: [u8; MAC_BYTES] = mac.try_into().unwrap_or([0; MAC_BYTES]);
+            // blake3's Hash compares in constant time.
+            blake3::Hash::from_bytes(self.mac(hash, artifact)) == blake3::Hash::from_bytes(mac)
+        };
+        if !authentic {
+            tracing::warn!(
+                path = %path.display(),
+                "a cache entry does not carry this host's MAC for this component; it is removed and the component compiled again"
+            );
+            let _ = std::fs::remove_file(&path);
             return None;
         }
-        // SAFETY: `deserialize_file` trusts the file to be native code that this wasmtime
-        // produced. It is: the cache directory is the host's own (documented as writable only
-        // by the host's user), each file is written whole by `put` below and renamed into place,
-        // and its name carries the blake3 of the source and the engine's compatibility hash.
-        // wasmtime still checks the header and refuses a file from another version or config.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        // SAFETY: `deserialize` trusts its bytes to be native code that this wasmtime produced
+        // for this engine's settings. They are: the MAC above was made with the host's key,
+        // over these very bytes and this component's hash, by `put` below, which stores only
+        // what this host compiled (in process or in its compile worker). A file that another
+        // process wrote or changed does not pass. wasmtime also checks the header and refuses
+        // an artifact of another version or configuration.
+        match unsafe { Component::deserialize(engine, &bytes[MAC_BYTES..]) } {
             Ok(component) => Some(component),
             Err(e) => {
-                tracing::warn!(path = %path.display(), "ignoring unusable cache entry: {e}");
+                tracing::warn!(path = %path.display(), "ignoring an unusable cache entry: {e}");
                 let _ = std::fs::remove_file(&path);
                 None
             }
         }
     }
 
-    /// Stores the compilation of `hash`. Failure is logged, not fatal: the cache is an
-    /// optimisation.
-    pub(crate) fn put(&self, hash: &ComponentHash, component: &Component) {
-        let result = component
-            .serialize()
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                let temp = self.dir.join(format!(".{hash}-{}.tmp", std::process::id()));
-                std::fs::write(&temp, bytes)
-                    .and_then(|()| std::fs::rename(&temp, self.path(hash)))
-                    .map_err(|e| {
-                        let _ = std::fs::remove_file(&temp);
-                        e.to_string()
-                    })
-            });
+    /// Stores `artifact`, the compilation of `hash`. Failure is logged, not fatal: the cache
+    /// is an optimisation.
+    pub(crate) fn put(&self, hash: &ComponentHash, artifact: &[u8]) {
+        let mac = self.mac(hash, artifact);
+        let result = write_new(&self.dir, &format!("{hash}"), &[&mac, artifact]).and_then(|temp| {
+            std::fs::rename(&temp, self.path(hash)).inspect_err(|_| {
+                let _ = std::fs::remove_file(&temp);
+            })
+        });
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "could not write the component cache: {e}");
         }
+    }
+}
+
+/// Makes sure `dir` is a directory of this user's that nobody else can write: created 0700,
+/// refused when another user owns it, narrowed to 0700 when others may write it.
+fn private_dir(dir: &Path) -> Result<(), CacheError> {
+    let io = |source| CacheError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    let metadata = std::fs::metadata(dir).map_err(io)?;
+    if !metadata.is_dir() {
+        return Err(CacheError::NotADirectory {
+            path: dir.to_path_buf(),
+        });
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if metadata.uid() != me {
+        return Err(CacheError::NotOurs {
+            path: dir.to_path_buf(),
+            owner: metadata.uid(),
+            me,
+        });
+    }
+    let mode = metadata.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        tracing::warn!(
+            "the cache directory {} could be written by others (mode {mode:04o}); it is now 0700",
+            dir.display()
+        );
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The cache's MAC key: read from `path`, or made (32 random bytes, 0600) if there is none.
+/// A key that is not a private 32-byte file of this user is replaced (with a warning): every
+/// entry made with the old one then fails its check and is compiled again.
+fn key(path: &Path) -> Result<[u8; 32], CacheError> {
+    match read_key(path) {
+        Ok(Some(key)) => return Ok(key),
+        Ok(None) => {}
+        Err(()) => {
+            tracing::warn!(
+                "the cache key {} is not a private 32-byte file of this user; it is replaced and \
+                 the cache's entries will be compiled again",
+                path.display()
+            );
+            std::fs::remove_file(path).map_err(|_| CacheError::BadKey {
+                path: path.to_path_buf(),
+            })?;
+        }
+    }
+    let io = |source| CacheError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| io(std::io::Error::other(e.to_string())))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let temp = write_new(dir, "key", &[&key]).map_err(io)?;
+    // A key made at the same moment by another host wins; both then use it.
+    let linked = std::fs::hard_link(&temp, path);
+    let _ = std::fs::remove_file(&temp);
+    match linked {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read_key(path) {
+            Ok(Some(key)) => Ok(key),
+            _ => Err(CacheError::BadKey {
+                path: path.to_path_buf(),
+            }),
+        },
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The key at `path`: `None` when there is none, `Err` when it is not a private key of ours.
+fn read_key(path: &Path) -> Result<Option<[u8; 32]>, ()> {
+    let bytes = match read_private(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(_) => return Err(()),
+    };
+    let metadata = std::fs::symlink_metadata(path).map_err(|_| ())?;
+    if metadata.mode() & 0o077 != 0 || metadata.uid() != rustix::process::geteuid().as_raw() {
+        return Err(());
+    }
+    bytes.try_into().map(Some).map_err(|_| ())
+}
+
+/// Reads a regular file without following a symbolic link at its name.
+fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Writes `parts` to a new file in `dir` with a random name (`.<stem>-<random>.tmp`), created
+/// exclusively, never through a link, mode 0600. Returns its path.
+fn write_new(dir: &Path, stem: &str, parts: &[&[u8]]) -> std::io::Result<PathBuf> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let path = dir.join(format!(".{stem}-{:016x}.tmp", u64::from_le_bytes(random)));
+    let mut file: File = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)?;
+    let written = parts.iter().try_for_each(|part| file.write_all(part));
+    if let Err(e) = written.and_then(|()| file.sync_data()) {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_others_may_write_is_made_private_and_a_new_key_is_0600() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().join("cache");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let first = key(&dir.join("key")).unwrap();
+        assert_eq!(
+            std::fs::metadata(dir.join("key")).unwrap().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(key(&dir.join("key")).unwrap(), first, "the key is kept");
+        // A key others could read is replaced by a new private one.
+        std::fs::set_permissions(dir.join("key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_ne!(key(&dir.join("key")).unwrap(), first);
+        assert_eq!(
+            std::fs::metadata(dir.join("key")).unwrap().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn a_planted_link_is_not_written_through() {
+        let temp = tempfile::tempdir().unwrap();
+        let victim = temp.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        // A link at a name the writer might choose is refused (O_EXCL), never followed.
+        let link = temp.path().join(".x-0000000000000000.tmp");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let open = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&link);
+        assert!(open.is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let written = write_new(temp.path(), "x", &[b"data"]).unwrap();
+        assert_eq!(std::fs::read(&written).unwrap(), b"data");
+        assert!(
+            read_private(&link).is_err(),
+            "reads do not follow links either"
+        );
     }
 }

@@ -8,9 +8,19 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
-/// The engine settings of the host: the pooling allocator sized for `max_instances`
-/// instances, epoch interruption for deadlines, and no component-model concurrency. Public so
-/// that the benchmarks' raw-wasmtime baseline runs on exactly the same settings.
+/// The settings that decide the code a component compiles to: epoch interruption for
+/// deadlines, no component-model concurrency. The compile worker uses exactly these, so its
+/// artifacts load into the host's engine (which adds the pooling allocator, a runtime
+/// setting).
+pub(super) fn compile_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true).concurrency_support(false);
+    config
+}
+
+/// The engine settings of the host: [`compile_config`] with the pooling allocator sized for
+/// `max_instances` instances. Public so that the benchmarks' raw-wasmtime baseline runs on
+/// exactly the same settings.
 pub fn engine_config(max_instances: u32) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
@@ -21,11 +31,8 @@ pub fn engine_config(max_instances: u32) -> Config {
         .total_stacks(n)
         .max_memories_per_component(4)
         .max_memory_size(4 << 30);
-    let mut config = Config::new();
-    config
-        .epoch_interruption(true)
-        .concurrency_support(false)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let mut config = compile_config();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
 }
 

@@ -9,38 +9,41 @@
 
 mod bindings;
 mod cache;
+mod compile;
 mod engine;
+mod load;
 mod outcome;
 mod state;
 
+pub use cache::CacheError;
+pub use compile::{
+    CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
+    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
+};
 pub use engine::engine_config;
+pub use load::CompileProgress;
 pub use outcome::{LoadError, RunError, ToolFailure};
 
 use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
 use cache::ComponentCache;
 use engine::EpochTicker;
-use outcome::{classify, not_a_component};
+use outcome::classify;
 use state::{CallLimiter, CallState, LogBudget};
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Engine, Store, UpdateDeadline};
 
 /// Captured stdout and stderr keep this many bytes each.
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
-/// `describe()` runs under these limits when a component is loaded.
-const DESCRIBE_LIMITS: CallLimits = CallLimits {
-    timeout: Duration::from_secs(10),
-    memory_bytes: 256 << 20,
-    max_output_bytes: 4 << 20,
-    max_response_bytes: 0,
-};
+/// `describe()` may take this long when a component is loaded (`[host] describe-timeout-ms`).
+pub const DEFAULT_DESCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A call stuck in a host function (a long sleep, say) is abandoned this long after its
 /// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
 const WALL_CLOCK_GRACE: Duration = Duration::from_millis(50);
@@ -52,6 +55,10 @@ pub struct RuntimeSettings {
     pub cache_dir: Option<PathBuf>,
     /// Instances that may exist at once (the pooling allocator's size). Calls beyond it wait.
     pub max_instances: u32,
+    /// How components are compiled, and the bounds of a compile.
+    pub compile: CompileSettings,
+    /// How long a component's `describe()` may take when it is loaded.
+    pub describe_timeout: Duration,
 }
 
 impl Default for RuntimeSettings {
@@ -59,6 +66,8 @@ impl Default for RuntimeSettings {
         RuntimeSettings {
             cache_dir: None,
             max_instances: 128,
+            compile: CompileSettings::default(),
+            describe_timeout: DEFAULT_DESCRIBE_TIMEOUT,
         }
     }
 }
@@ -128,6 +137,7 @@ impl fmt::Debug for LoadedComponent {
 struct Counters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
+    compile_failures: AtomicU64,
     /// Calls and loads waiting for an instance slot.
     waiting: AtomicU64,
 }
@@ -145,6 +155,8 @@ pub struct PoolUsage {
 pub struct CompileStats {
     pub compiled: u64,
     pub cache_hits: u64,
+    /// Compiles that failed (invalid, or over a bound).
+    pub failed: u64,
 }
 
 /// Why the runtime could not start.
@@ -152,11 +164,8 @@ pub struct CompileStats {
 pub enum RuntimeError {
     #[error("cannot configure wasmtime: {0}")]
     Engine(String),
-    #[error("cannot use the cache directory {path}: {source}")]
-    CacheDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
 }
 
 /// The wasmtime engine, the linker with the host's imports, and the component cache.
@@ -168,6 +177,8 @@ pub struct Runtime {
     /// Components by hash, so that one file used by several ensembles, or unchanged across a
     /// reload, is compiled and described once.
     loaded: Mutex<HashMap<ComponentHash, Weak<LoadedComponent>>>,
+    /// How loading works and is bounded; what failed, what is being compiled.
+    loads: load::Loads,
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
     slots: Semaphore,
     capacity: usize,
@@ -187,12 +198,7 @@ impl Runtime {
         })
         .map_err(engine_error)?;
         let cache = match &settings.cache_dir {
-            Some(dir) => Some(ComponentCache::new(dir, &engine).map_err(|source| {
-                RuntimeError::CacheDir {
-                    path: dir.clone(),
-                    source,
-                }
-            })?),
+            Some(dir) => Some(ComponentCache::open(dir, &engine)?),
             None => None,
         };
         let ticker = EpochTicker::start(engine.clone());
@@ -202,6 +208,7 @@ impl Runtime {
             cache,
             counters: Counters::default(),
             loaded: Mutex::default(),
+            loads: load::Loads::new(settings),
             slots: Semaphore::new(settings.max_instances.max(1) as usize),
             capacity: settings.max_instances.max(1) as usize,
             _ticker: ticker,
@@ -213,7 +220,13 @@ impl Runtime {
         CompileStats {
             compiled: self.counters.compiled.load(Ordering::Relaxed),
             cache_hits: self.counters.cache_hits.load(Ordering::Relaxed),
+            failed: self.counters.compile_failures.load(Ordering::Relaxed),
         }
+    }
+
+    /// The largest component file this runtime accepts.
+    pub fn max_component_bytes(&self) -> u64 {
+        self.loads.max_component_bytes()
     }
 
     /// How full the instance pool is.
@@ -241,108 +254,6 @@ impl Runtime {
         let _waiting = Waiting(&self.counters.waiting);
         // The semaphore is never closed, so waiting always ends with a permit.
         self.slots.acquire().await.ok()
-    }
-
-    /// Loads the component in `bytes` (the content of `path`): from memory if it is already
-    /// loaded, else from the disk cache, else by compiling it off the async runtime. Then
-    /// links it and runs its `describe()`.
-    pub async fn load(
-        &self,
-        path: &Path,
-        bytes: Vec<u8>,
-    ) -> Result<Arc<LoadedComponent>, LoadError> {
-        let hash = ComponentHash::of(&bytes);
-        if let Some(existing) = self.loaded_component(&hash) {
-            return Ok(existing);
-        }
-        if let Some(reason) = not_a_component(&bytes) {
-            return Err(LoadError::Compile {
-                path: path.to_path_buf(),
-                reason: reason.into(),
-            });
-        }
-        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &hash)) {
-            Some(component) => {
-                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                component
-            }
-            None => {
-                tracing::info!(
-                    "compiling {} (once; later starts use the cache)",
-                    path.display()
-                );
-                let engine = self.engine.clone();
-                let compiled =
-                    tokio::task::spawn_blocking(move || Component::from_binary(&engine, &bytes))
-                        .await
-                        .map_err(|e| LoadError::Compile {
-                            path: path.to_path_buf(),
-                            reason: e.to_string(),
-                        })?
-                        .map_err(|e| LoadError::Compile {
-                            path: path.to_path_buf(),
-                            reason: format!("{e:#}"),
-                        })?;
-                self.counters.compiled.fetch_add(1, Ordering::Relaxed);
-                if let Some(cache) = &self.cache {
-                    cache.put(&hash, &compiled);
-                }
-                compiled
-            }
-        };
-        let link_error = |e: wasmtime::Error| LoadError::Link {
-            path: path.to_path_buf(),
-            reason: format!("{e:#}"),
-        };
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(link_error)?;
-        let pre = PluginPre::new(instance_pre).map_err(link_error)?;
-        let describe_error = |reason: String| LoadError::Describe {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let label = path.display().to_string();
-        let specs = match self
-            .execute(
-                &pre,
-                &label,
-                DESCRIBE_LIMITS,
-                &SandboxSpec::default(),
-                Export::Describe,
-            )
-            .await
-        {
-            Ok(Exported::Specs(specs)) => specs,
-            Ok(Exported::Call(_)) => return Err(describe_error("unexpected result".into())),
-            Err(e) => return Err(describe_error(e.to_string())),
-        };
-        let tools = specs
-            .into_iter()
-            .map(|s| ToolDescription {
-                name: s.name,
-                description: s.description,
-                input_schema: s.input_schema,
-            })
-            .collect();
-        let loaded = Arc::new(LoadedComponent {
-            hash,
-            path: path.to_path_buf(),
-            tools,
-            pre,
-        });
-        self.loaded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(hash, Arc::downgrade(&loaded));
-        Ok(loaded)
-    }
-
-    fn loaded_component(&self, hash: &ComponentHash) -> Option<Arc<LoadedComponent>> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        loaded.retain(|_, weak| weak.strong_count() > 0);
-        loaded.get(hash).and_then(Weak::upgrade)
     }
 
     /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance.
@@ -466,12 +377,12 @@ impl Runtime {
     }
 }
 
-enum Export<'a> {
+pub(super) enum Export<'a> {
     Describe,
     Call { tool: &'a str, arguments: &'a str },
 }
 
-enum Exported {
+pub(super) enum Exported {
     Specs(Vec<bindings::since_v0_1_0::ToolSpec>),
     Call(Result<String, ToolError>),
 }

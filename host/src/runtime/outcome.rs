@@ -16,6 +16,10 @@ pub enum LoadError {
     Link { path: PathBuf, reason: String },
     #[error("describe() of {path} failed: {reason}")]
     Describe { path: PathBuf, reason: String },
+    /// A cheap check or a bound of the compile refused it; it is not compiled again until its
+    /// bytes change.
+    #[error("{path} was refused: {reason}")]
+    Refused { path: PathBuf, reason: String },
 }
 
 /// Why a call did not produce a result. Traps and limits are kept apart from the tool's own

@@ -1,0 +1,294 @@
+//! Compiling a component a stranger wrote, without letting it take the host down.
+//!
+//! 1. Cheap checks first ([`check_size`]): the file's size, and a scan (no validation) of
+//!    every core module inside it: how many functions, how large a body, how many locals.
+//!    What is plainly too large is refused before anything is compiled.
+//! 2. Then the compile itself runs in a **worker process** (the host's own binary run as
+//!    `<program> compile-worker`, [`worker_main`]): it reads the `.wasm` on stdin, sets its own
+//!    address-space and CPU-time limits before it reads a byte, compiles with the host's code
+//!    generation settings and writes the artifact on stdout. It opens no file and no socket.
+//!    The host waits for it without blocking a thread, kills it at the wall-clock deadline,
+//!    and reads at most as many bytes as the worker may have. A compile that needs more than
+//!    its bounds ends only the worker; the host names the bound that was hit.
+//!
+//! Without a worker program (a library user that set none), the compile runs in this process
+//! on a blocking thread, with the cheap checks as the only bound: see SECURITY.md.
+
+use super::engine::compile_config;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmtime::Engine;
+
+/// How components are compiled, and the bounds of a compile.
+#[derive(Debug, Clone)]
+pub struct CompileSettings {
+    /// The program to run as `<program> compile-worker` (the `toolhost` binary); `None`
+    /// compiles in this process.
+    pub worker: Option<PathBuf>,
+    /// The worker's address space, in MiB (`[host] compile-memory-mib`).
+    pub memory_mib: u64,
+    /// The worker's CPU time, in seconds (`[host] compile-cpu-seconds`).
+    pub cpu_seconds: u64,
+    /// How long a compile may take on the clock (`[host] compile-timeout-s`).
+    pub timeout: Duration,
+    /// Compiles at once, at most (`[host] max-parallel-compiles`).
+    pub parallel: usize,
+    /// The largest component file accepted (`[host] max-component-mib`).
+    pub max_component_bytes: u64,
+}
+
+impl Default for CompileSettings {
+    fn default() -> Self {
+        CompileSettings {
+            worker: None,
+            memory_mib: DEFAULT_COMPILE_MEMORY_MIB,
+            cpu_seconds: DEFAULT_COMPILE_CPU_SECONDS,
+            timeout: Duration::from_secs(DEFAULT_COMPILE_TIMEOUT_S),
+            parallel: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_MIB << 20,
+        }
+    }
+}
+
+/// Python and JavaScript components take 11 to 29 s and about 410 MB to compile here: the
+/// defaults leave about five times that room.
+pub const DEFAULT_COMPILE_MEMORY_MIB: u64 = 2048;
+pub const DEFAULT_COMPILE_CPU_SECONDS: u64 = 120;
+pub const DEFAULT_COMPILE_TIMEOUT_S: u64 = 180;
+/// A componentize-py build is about 40 MiB.
+pub const DEFAULT_MAX_COMPONENT_MIB: u64 = 256;
+/// Function bodies past this are refused before compiling: the largest in a CPython build
+/// (its interpreter loop) is far below it.
+pub const MAX_FUNCTION_BODY_BYTES: usize = 4 << 20;
+/// Locals of one function past this are refused (wasmparser's own limit is 50,000).
+pub const MAX_FUNCTION_LOCALS: u64 = 50_000;
+/// Functions of all the core modules of one component, past this refused.
+pub const MAX_FUNCTIONS: usize = 1_000_000;
+
+/// Why a compile did not produce an artifact.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// The component is invalid (the compiler's own message).
+    #[error("{0}")]
+    Invalid(String),
+    /// A cheap check or a bound of the compile.
+    #[error("{0}")]
+    Bound(String),
+    /// The worker could not be run or failed in another way.
+    #[error("the compile worker failed: {0}")]
+    Worker(String),
+}
+
+/// Refuses, before compiling, a component that is plainly too large.
+pub(crate) fn check_size(bytes: &[u8], settings: &CompileSettings) -> Result<(), CompileError> {
+    if bytes.len() as u64 > settings.max_component_bytes {
+        return Err(CompileError::Bound(format!(
+            "it is {} MiB, more than the {} MiB a component may be (max-component-mib)",
+            bytes.len() >> 20,
+            settings.max_component_bytes >> 20
+        )));
+    }
+    let mut functions = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        // A parse error is the compiler's to report, with its own message.
+        let Ok(wasmparser::Payload::CodeSectionEntry(body)) = payload else {
+            continue;
+        };
+        functions += 1;
+        if functions > MAX_FUNCTIONS {
+            return Err(CompileError::Bound(format!(
+                "it has more than {MAX_FUNCTIONS} functions"
+            )));
+        }
+        let size = body.range().len();
+        if size > MAX_FUNCTION_BODY_BYTES {
+            return Err(CompileError::Bound(format!(
+                "a function body is {size} bytes, more than {MAX_FUNCTION_BODY_BYTES}"
+            )));
+        }
+        let mut locals = 0u64;
+        if let Ok(reader) = body.get_locals_reader() {
+            for local in reader.into_iter().flatten() {
+                locals += u64::from(local.0);
+            }
+        }
+        if locals > MAX_FUNCTION_LOCALS {
+            return Err(CompileError::Bound(format!(
+                "a function declares {locals} locals, more than {MAX_FUNCTION_LOCALS}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Compiles `bytes` into an artifact for engines of the host's settings, in the worker when
+/// there is one.
+pub(crate) async fn compile(
+    engine: &Engine,
+    bytes: Vec<u8>,
+    settings: &CompileSettings,
+) -> Result<Vec<u8>, CompileError> {
+    match &settings.worker {
+        Some(program) => in_worker(program, bytes, settings).await,
+        None => {
+            let engine = engine.clone();
+            tokio::task::spawn_blocking(move || engine.precompile_component(&bytes))
+                .await
+                .map_err(|e| CompileError::Worker(e.to_string()))?
+                .map_err(|e| CompileError::Invalid(format!("{e:#}")))
+        }
+    }
+}
+
+async fn in_worker(
+    program: &Path,
+    bytes: Vec<u8>,
+    settings: &CompileSettings,
+) -> Result<Vec<u8>, CompileError> {
+    let worker = |e: std::io::Error| CompileError::Worker(format!("{}: {e}", program.display()));
+    let mut child = tokio::process::Command::new(program)
+        .arg("compile-worker")
+        .arg("--memory-mib")
+        .arg(settings.memory_mib.to_string())
+        .arg("--cpu-seconds")
+        .arg(settings.cpu_seconds.to_string())
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(worker)?;
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(CompileError::Worker("its pipes were not opened".into()));
+    };
+    // The worker cannot hold more than its address space; neither will the host.
+    let limit = settings.memory_mib << 20;
+    let run = async {
+        let feed = async {
+            // A worker that dies early closes the pipe: its exit status says why.
+            let _ = stdin.write_all(&bytes).await;
+            drop(stdin);
+        };
+        let mut artifact = Vec::new();
+        let mut message = Vec::new();
+        let mut stdout = stdout.take(limit + 1);
+        let mut stderr = stderr.take(64 * 1024);
+        let read = stdout.read_to_end(&mut artifact);
+        let errors = stderr.read_to_end(&mut message);
+        let (_, read, _) = tokio::join!(feed, read, errors);
+        read.map_err(worker)?;
+        let status = child.wait().await.map_err(worker)?;
+        Ok::<_, CompileError>((
+            status,
+            artifact,
+            String::from_utf8_lossy(&message).into_owned(),
+        ))
+    };
+    let (status, artifact, message) = match tokio::time::timeout(settings.timeout, run).await {
+        Ok(done) => done?,
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(CompileError::Bound(format!(
+                "compiling took longer than {} s (compile-timeout-s)",
+                settings.timeout.as_secs()
+            )));
+        }
+    };
+    if status.success() && artifact.len() as u64 <= limit {
+        return Ok(artifact);
+    }
+    Err(worker_failure(status, &message, settings))
+}
+
+/// Says which bound a worker that failed hit, from how it ended.
+fn worker_failure(
+    status: std::process::ExitStatus,
+    message: &str,
+    settings: &CompileSettings,
+) -> CompileError {
+    use std::os::unix::process::ExitStatusExt;
+    const SIGKILL: i32 = 9;
+    const SIGXCPU: i32 = 24;
+    let memory = || {
+        CompileError::Bound(format!(
+            "compiling needed more than {} MiB (compile-memory-mib)",
+            settings.memory_mib
+        ))
+    };
+    if message.contains("memory allocation of") || message.contains("out of memory") {
+        return memory();
+    }
+    match status.signal() {
+        Some(SIGXCPU | SIGKILL) => CompileError::Bound(format!(
+            "compiling took more than {} s of CPU (compile-cpu-seconds)",
+            settings.cpu_seconds
+        )),
+        // An allocation refused where Rust cannot report it (a thread's stack, say).
+        Some(_) => memory(),
+        None => match message.trim().strip_prefix(INVALID) {
+            Some(reason) => CompileError::Invalid(reason.trim().to_string()),
+            None => CompileError::Worker(message.trim().to_string()),
+        },
+    }
+}
+
+/// How the worker reports an invalid component on stderr.
+const INVALID: &str = "invalid component:";
+
+/// The worker's side: sets its limits, compiles stdin, writes the artifact to stdout. Returns
+/// the process's exit code. Called by the `toolhost compile-worker` command.
+pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    use std::io::{Read, Write};
+    let bytes = memory_mib.saturating_mul(1 << 20);
+    let limits = [
+        (Resource::As, bytes),
+        (Resource::Cpu, cpu_seconds),
+        // No core file of a hostile compile.
+        (Resource::Core, 0),
+    ];
+    for (resource, value) in limits {
+        let limit = Rlimit {
+            current: Some(value),
+            maximum: Some(if resource == Resource::Cpu {
+                value + 5
+            } else {
+                value
+            }),
+        };
+        if let Err(e) = setrlimit(resource, limit) {
+            eprintln!("cannot set the compile worker's limit {resource:?}: {e}");
+            return 3;
+        }
+    }
+    let mut wasm = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut wasm) {
+        eprintln!("cannot read the component: {e}");
+        return 3;
+    }
+    let engine = match Engine::new(&compile_config()) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("cannot configure wasmtime: {e:#}");
+            return 3;
+        }
+    };
+    match engine.precompile_component(&wasm) {
+        Ok(artifact) => match std::io::stdout().lock().write_all(&artifact) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("cannot write the artifact: {e}");
+                3
+            }
+        },
+        Err(e) => {
+            eprintln!("{INVALID} {e:#}");
+            1
+        }
+    }
+}

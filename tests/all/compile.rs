@@ -1,0 +1,336 @@
+//! Compiling untrusted components: in the bounded worker process, with cheap checks first, an
+//! authenticated cache, and failures remembered until the bytes change.
+
+use crate::hostile::{huge_function, register_hog};
+use crate::support::{Fixture, ensemble};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use toolhost::runtime::{CompileSettings, LoadError, Runtime, RuntimeSettings};
+
+/// A runtime that compiles in the `toolhost` binary's worker, with these bounds and a cache.
+fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Arc<Runtime> {
+    let mut compile = CompileSettings {
+        worker: Some(env!("CARGO_BIN_EXE_toolhost").into()),
+        ..CompileSettings::default()
+    };
+    adjust(&mut compile);
+    Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(cache.to_path_buf()),
+            max_instances: 8,
+            compile,
+            describe_timeout: Duration::from_secs(30),
+        })
+        .expect("runtime"),
+    )
+}
+
+fn refusal(result: Result<impl std::fmt::Debug, LoadError>) -> String {
+    match result {
+        Err(error @ LoadError::Refused { .. }) => error.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_compiled_in_the_worker_runs_and_is_cached() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |_| {});
+    let echo = std::fs::read(toolhost_testkit::ECHO).expect("echo");
+    let loaded = runtime
+        .load(Path::new(toolhost_testkit::ECHO), echo.clone())
+        .await
+        .expect("echo compiles in the worker");
+    assert_eq!(loaded.tools[0].name, "echo");
+    assert_eq!(runtime.compile_stats().compiled, 1);
+    drop(loaded);
+
+    // A second host on the same cache takes the worker's artifact from the cache.
+    let again = worker_runtime(&temp.path().join("cache"), |_| {});
+    again
+        .load(Path::new(toolhost_testkit::ECHO), echo)
+        .await
+        .expect("from the cache");
+    assert_eq!(
+        (
+            again.compile_stats().compiled,
+            again.compile_stats().cache_hits
+        ),
+        (0, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_that_needs_more_memory_than_its_bound_is_refused_and_not_tried_again() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| c.memory_mib = 128);
+    let hog = register_hog(6_000, 6_000);
+    let path = Path::new("hog.wasm");
+    let message = refusal(runtime.load(path, hog.clone()).await);
+    assert!(
+        message.contains("compiling needed more than 128 MiB (compile-memory-mib)"),
+        "{message}"
+    );
+    // The same bytes are refused at once, without a second compile.
+    let compiled = runtime.compile_stats().compiled;
+    assert_eq!(refusal(runtime.load(path, hog).await), message);
+    assert_eq!(
+        runtime.compile_stats().compiled,
+        compiled,
+        "it was compiled again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_cpu_time_is_refused_naming_the_bound() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| c.cpu_seconds = 1);
+    let message = refusal(
+        runtime
+            .load(Path::new("hog.wasm"), register_hog(12_000, 12_000))
+            .await,
+    );
+    assert!(
+        message.contains("compiling took more than 1 s of CPU (compile-cpu-seconds)"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_deadline_is_refused_naming_the_bound() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
+        c.timeout = Duration::from_secs(1);
+    });
+    let message = refusal(
+        runtime
+            .load(Path::new("hog.wasm"), register_hog(12_000, 12_000))
+            .await,
+    );
+    assert!(
+        message.contains("compiling took longer than 1 s (compile-timeout-s)"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_plainly_too_large_is_refused_before_compiling() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
+        c.max_component_bytes = 1 << 20;
+    });
+    let big = huge_function(5 << 20);
+    let message = refusal(runtime.load(Path::new("big.wasm"), big).await);
+    assert!(
+        message.contains("MiB a component may be (max-component-mib)"),
+        "{message}"
+    );
+
+    let runtime = worker_runtime(&temp.path().join("cache2"), |_| {});
+    let message = refusal(
+        runtime
+            .load(Path::new("body.wasm"), huge_function(5 << 20))
+            .await,
+    );
+    assert!(message.contains("a function body is"), "{message}");
+    let stats = runtime.compile_stats();
+    assert_eq!(
+        (stats.compiled, stats.failed),
+        (0, 0),
+        "nothing was compiled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_components_artifact_copied_over_a_cache_entry_is_never_run() {
+    let fixture = Fixture::new();
+    // The ensemble pins echo's bytes: the pin checks the .wasm; the cache must not be
+    // trusted by name either.
+    let pin = blake3::hash(&std::fs::read(toolhost_testkit::ECHO).expect("echo")).to_string();
+    fixture.write(
+        "echo.toml",
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"echo\"\ncomponent = \"../echo.wasm\"\n\
+             blake3 = \"{pin}\"\n\n[[invokers]]\ninvoker = {{ name = \"echo\" }}\n"
+        ),
+    );
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"fail\" }\n",
+        ),
+    );
+    let cache = fixture.mkdir("cache");
+    let first = worker_runtime(&cache, |_| {});
+    let resolved = toolhost::resolve::Resolver::new(first.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    drop(resolved);
+
+    // Put testbed's (authentic) entry where echo's is.
+    let entries: Vec<_> = std::fs::read_dir(&cache)
+        .expect("cache")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    let echo_entry = entries
+        .iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&pin))
+        })
+        .expect("echo's entry");
+    let testbed_entry = entries
+        .iter()
+        .find(|p| *p != echo_entry)
+        .expect("testbed's entry");
+    std::fs::copy(testbed_entry, echo_entry).expect("substitute");
+
+    let second = worker_runtime(&cache, |_| {});
+    let resolved = toolhost::resolve::Resolver::new(second.clone())
+        .resolve_dir(&fixture.ensembles())
+        .await;
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    let echo = resolved.catalog.get("echo").expect("echo");
+    assert_eq!(echo.backend_tool, "echo");
+    assert_eq!(
+        (
+            second.compile_stats().compiled,
+            second.compile_stats().cache_hits
+        ),
+        (1, 1),
+        "echo's substituted entry was refused and echo compiled again; testbed's was used"
+    );
+    let host = toolhost::invoke::Host::new(
+        Arc::new(toolhost::catalog::LiveCatalog::new(resolved.catalog)),
+        None,
+    );
+    let outcome = host
+        .invoke(
+            &crate::support::session(),
+            "echo",
+            serde_json::json!({"text": "mine"}),
+        )
+        .await;
+    assert_eq!(crate::support::ok(&outcome), r#"{"text":"mine"}"#);
+}
+
+/// The peak resident memory of process `pid` so far, in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    let fixture = Fixture::new();
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    let config = fixture.root().join("toolhost.toml");
+    std::fs::write(
+        &config,
+        "schema-version = 1\n[host]\ncompile-cpu-seconds = 3\n",
+    )
+    .expect("toolhost.toml");
+    let server =
+        crate::mcp::HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            server.url.clone(),
+        ))
+        .await
+        .expect("MCP session");
+    let echo = || async {
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("text".into(), "still here".into());
+        let result = client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(arguments))
+            .await
+            .expect("tools/call");
+        assert_eq!(result.is_error, Some(false), "{result:?}");
+    };
+    echo().await;
+    let before = peak_kib(server.child.id());
+
+    // 20,000 values live across 20,000 calls: about 23 CPU-seconds to compile, here bounded
+    // at 3.
+    std::fs::write(
+        fixture.root().join("hog.wasm"),
+        register_hog(20_000, 20_000),
+    )
+    .expect("hog");
+    fixture.write(
+        "hog.toml",
+        &ensemble("hog", "hog", "[[invokers]]\ninvoker = { name = \"hog\" }\n"),
+    );
+    let status = fixture.root().join("status.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut saw_loading = false;
+    let refused = {
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the hostile ensemble was never refused: {}",
+                std::fs::read_to_string(&status).unwrap_or_default()
+            );
+            // Every other tool answers throughout.
+            echo().await;
+            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            let published: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let report = &published["status"];
+            if report["loading"].as_array().is_some_and(|l| !l.is_empty()) {
+                saw_loading = true;
+            }
+            if let Some(refused) = report["refused"].as_array().and_then(|r| {
+                r.iter()
+                    .find(|r| r["file"].as_str().is_some_and(|f| f.ends_with("hog.toml")))
+            }) {
+                break refused.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let errors = refused["errors"].to_string();
+    assert!(
+        errors.contains("compiling took more than 3 s of CPU (compile-cpu-seconds)"),
+        "{errors}"
+    );
+    let grown = peak_kib(server.child.id()).saturating_sub(before);
+    assert!(
+        grown < 40 * 1024,
+        "the host's peak memory grew by {grown} KiB"
+    );
+    echo().await;
+    assert!(saw_loading, "status never showed the ensemble loading");
+    client.cancel().await.expect("close");
+
+    // `check` reports the refusal, with the bound.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command
+        .args(["--config", config.to_str().expect("path"), "check"])
+        .output()
+        .expect("check runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("hog.wasm was refused: compiling took more than 3 s of CPU"),
+        "{stdout}"
+    );
+}

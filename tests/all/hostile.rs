@@ -1,0 +1,72 @@
+//! Components made hostile on purpose by the tests themselves (with wasm-encoder), for the
+//! attacks of the hardening suite: their bytes are valid WebAssembly that costs the host
+//! something (compile memory and time) before any call is made.
+
+use wasm_encoder::{
+    CodeSection, Component, EntityType, ExportKind, ExportSection, Function, FunctionSection,
+    ImportSection, Instruction, Module, ModuleSection, TypeSection, ValType,
+};
+
+/// A component whose one core function keeps `values` values live (on the operand stack)
+/// across `calls` calls of an import: the compiler's work grows with their product. Valid,
+/// and small on disk (6,000 x 6,000 is 66 KB and about a CPU-second and 200 MiB of address
+/// space to compile; 20,000 x 20,000 is 223 KB and about 23 CPU-seconds).
+pub fn register_hog(values: u32, calls: u32) -> Vec<u8> {
+    let mut types = TypeSection::new();
+    types.ty().function([], []);
+    types.ty().function([ValType::I64], [ValType::I64]);
+    // An imported function: the compiler cannot see through the calls.
+    let mut imports = ImportSection::new();
+    imports.import("env", "tick", EntityType::Function(0));
+    let mut functions = FunctionSection::new();
+    functions.function(1); // $hog, function 1
+    let mut exports = ExportSection::new();
+    exports.export("hog", ExportKind::Func, 1);
+    let mut code = CodeSection::new();
+    // The values stay on the operand stack, each made from the parameter, through every
+    // call, and are summed at the end.
+    let mut hog = Function::new([]);
+    for i in 1..=values {
+        hog.instruction(&Instruction::LocalGet(0));
+        hog.instruction(&Instruction::I64Const(i64::from(i) * 7919));
+        hog.instruction(&Instruction::I64Mul);
+    }
+    for _ in 0..calls {
+        hog.instruction(&Instruction::Call(0));
+    }
+    for _ in 1..values {
+        hog.instruction(&Instruction::I64Add);
+    }
+    hog.instruction(&Instruction::End);
+    code.function(&hog);
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&imports)
+        .section(&functions)
+        .section(&exports)
+        .section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// A component with one core function whose body is `bytes` bytes of `nop`s.
+pub fn huge_function(bytes: usize) -> Vec<u8> {
+    let mut types = TypeSection::new();
+    types.ty().function([], []);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    let mut code = CodeSection::new();
+    let mut body = Function::new([]);
+    for _ in 0..bytes {
+        body.instruction(&Instruction::Nop);
+    }
+    body.instruction(&Instruction::End);
+    code.function(&body);
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
