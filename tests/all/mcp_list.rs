@@ -113,7 +113,7 @@ async fn a_page_stops_at_its_byte_budget() {
 }
 
 /// Where `scripts/test-tools.sh` installed the official MCP clients.
-fn test_tools() -> std::path::PathBuf {
+pub(crate) fn test_tools() -> std::path::PathBuf {
     let dir = std::env::var_os("TOOLHOST_TEST_TOOLS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
