@@ -21,7 +21,10 @@ fn time(command: &mut Command, input: &Path) -> (f64, u64) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let last = stderr.lines().last().unwrap_or_default();
     let mut fields = last.split_whitespace();
-    let seconds = fields.next().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+    let seconds = fields
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN);
     let kib = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     assert!(output.status.success(), "{stderr}");
     (seconds, kib)
@@ -98,7 +101,12 @@ fn main() {
         let worker = best(|| {
             time(
                 Command::new("/usr/bin/time")
-                    .args(["-f", "%e %M", env!("CARGO_BIN_EXE_toolhost"), "compile-worker"])
+                    .args([
+                        "-f",
+                        "%e %M",
+                        env!("CARGO_BIN_EXE_toolhost"),
+                        "compile-worker",
+                    ])
                     .args(["--memory-mib", &defaults.memory_mib.to_string()])
                     .args(["--cpu-seconds", &defaults.cpu_seconds.to_string()]),
                 component,

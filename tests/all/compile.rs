@@ -379,7 +379,10 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
     let text = runtime
         .call(
             &loaded,
-            "shout",
+            toolhost::runtime::Caller {
+                invoker: "shout",
+                session: "test",
+            },
             "shout",
             r#"{"text": "hi"}"#,
             limits,

@@ -427,3 +427,52 @@ fn serve_stops_cleanly_on_sigterm() {
         "serve did not exit cleanly on SIGTERM: {status:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)] // MCP logging, part of the revisions toolhost serves
+async fn a_plugins_log_lines_reach_only_the_session_whose_call_made_them() {
+    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    let fixture = Fixture::new();
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"log\", dedup = \"off\" }\n",
+        ),
+    );
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let connect = || async {
+        let handler = Client::default();
+        let client = handler
+            .clone()
+            .serve(StreamableHttpClientTransport::from_uri(server.url.clone()))
+            .await
+            .expect("MCP session");
+        client
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+            .await
+            .expect("logging/setLevel");
+        (handler, client)
+    };
+    let (alice_logs, alice) = connect().await;
+    let (bob_logs, bob) = connect().await;
+
+    // Alice's call logs her secret; then Bob's call logs a marker.
+    let result = call(&alice, "log", json!({"message": "alice password=hunter2"})).await;
+    assert_eq!(result.is_error, Some(false));
+    alice_logs.log_containing("hunter2").await;
+    let result = call(&bob, "log", json!({"message": "bob was here"})).await;
+    assert_eq!(result.is_error, Some(false));
+    // Bob sees his own line; by the time he does, Alice's (logged earlier) would have come.
+    bob_logs.log_containing("bob was here").await;
+    let bob_saw = bob_logs.logs.lock().expect("logs").join("\n");
+    assert!(
+        !bob_saw.contains("hunter2"),
+        "Bob saw Alice's log line: {bob_saw}"
+    );
+    let alice_saw = alice_logs.logs.lock().expect("logs").join("\n");
+    assert!(!alice_saw.contains("bob was here"), "{alice_saw}");
+    alice.cancel().await.expect("close");
+    bob.cancel().await.expect("close");
+}

@@ -2,7 +2,7 @@
 //! fresh sandboxed instance per call by the [`Runtime`].
 
 use super::{Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer};
-use crate::runtime::{LoadedComponent, Runtime};
+use crate::runtime::{Caller, LoadedComponent, Runtime};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -57,7 +57,10 @@ impl Backend for ComponentBackend {
             self.runtime
                 .call(
                     &self.component,
-                    call.invoker,
+                    Caller {
+                        invoker: call.invoker,
+                        session: call.session,
+                    },
                     call.tool,
                     &call.arguments.to_string(),
                     call.limits,

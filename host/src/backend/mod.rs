@@ -64,6 +64,8 @@ pub struct ToolHints {
 pub struct BackendCall<'a> {
     /// The invoker's name, to tag log lines and captured output.
     pub invoker: &'a str,
+    /// The caller's session: the only one that sees the call's log lines.
+    pub session: &'a str,
     /// The tool's name inside the backend.
     pub tool: &'a str,
     pub arguments: &'a Value,

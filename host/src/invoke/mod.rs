@@ -203,7 +203,7 @@ impl Host {
     /// Runs a prepared call: answered from the session's dedup memory if an identical call
     /// succeeded (or is in flight), else through the invoker's admission gate on its backend.
     pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
-        let run = run_on_backend(&call.tool, &call.arguments);
+        let run = run_on_backend(&call.tool, &call.arguments, &session.id);
         let (result, deduplicated) = match call.key {
             Some(key) => session.dedup.run(key, run).await,
             None => (run.await, false),
@@ -304,7 +304,11 @@ fn lookup<'c>(
 }
 
 /// One run of `tool` on its backend, once the invoker's gate lets it in.
-async fn run_on_backend(tool: &Tool, arguments: &Value) -> Result<Arc<str>, CallError> {
+async fn run_on_backend(
+    tool: &Tool,
+    arguments: &Value,
+    session: &str,
+) -> Result<Arc<str>, CallError> {
     let _turn = tool.gate.enter().await.map_err(|_| {
         CallError::new(
             ErrorKind::Busy,
@@ -316,6 +320,7 @@ async fn run_on_backend(tool: &Tool, arguments: &Value) -> Result<Arc<str>, Call
     })?;
     let call = BackendCall {
         invoker: &tool.name,
+        session,
         tool: &tool.backend_tool,
         arguments,
         limits: tool.limits,

@@ -1,9 +1,12 @@
 //! The host's own log messages, relayed to MCP sessions as `notifications/message`.
 //!
-//! [`LogRelay`] is a `tracing` layer: it forwards the events of the host (`toolhost::*`) and of
-//! plugins (`plugin`) to every session that subscribed, at or above the level each session set
-//! with `logging/setLevel` (warning until it does). Other crates' events (rmcp's own among
-//! them) are not relayed, so relaying never feeds on itself.
+//! [`LogRelay`] is a `tracing` layer: it forwards the events of the host (`toolhost::*`) to
+//! every session that subscribed, and the events of plugins (`plugin`) only to the session
+//! whose call made them (their `session` field), at or above the level each session set with
+//! `logging/setLevel` (warning until it does). A plugin line that belongs to no session (a
+//! component's load, an imported server's stderr) goes to none: it may carry another caller's
+//! data. Other crates' events (rmcp's own among them) are not relayed, so relaying never
+//! feeds on itself.
 
 // See the note in `mcp`: logging is deprecated only by a revision this server does not speak.
 #![allow(deprecated)]
@@ -21,6 +24,21 @@ pub struct LogRecord {
     pub level: LoggingLevel,
     pub target: String,
     pub message: String,
+    /// For a plugin's line, the session whose call made it (`None`: no session may see it).
+    /// `None` for the host's own lines, which every session sees.
+    pub session: Option<String>,
+}
+
+impl LogRecord {
+    /// Whether the session `id` may see this record.
+    pub fn visible_to(&self, id: &str) -> bool {
+        if self.target != "plugin" {
+            return true;
+        }
+        self.session
+            .as_deref()
+            .is_some_and(|s| !s.is_empty() && s == id)
+    }
 }
 
 /// The `tracing` layer that feeds sessions. Clones share the channel.
@@ -72,22 +90,29 @@ pub(crate) fn severity(level: LoggingLevel) -> u8 {
 struct MessageVisitor {
     message: String,
     fields: String,
+    session: Option<String>,
 }
 
 impl Visit for MessageVisitor {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.fields, " {}={value:?}", field.name());
+        match field.name() {
+            "message" => {
+                let _ = write!(self.message, "{value:?}");
+            }
+            "session" => self.session = Some(format!("{value:?}")),
+            name => {
+                let _ = write!(self.fields, " {name}={value:?}");
+            }
         }
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            let _ = write!(self.fields, " {}={value}", field.name());
+        match field.name() {
+            "message" => self.message.push_str(value),
+            "session" => self.session = Some(value.to_string()),
+            name => {
+                let _ = write!(self.fields, " {name}={value}");
+            }
         }
     }
 }
@@ -106,6 +131,7 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for LogRelay {
             level: mcp_level(event.metadata().level()),
             target: target.to_string(),
             message,
+            session: visitor.session,
         };
         // No session listening is fine.
         let _ = self.sender.send(record);

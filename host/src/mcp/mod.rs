@@ -159,6 +159,7 @@ impl ServerHandler for McpServer {
                 logs.subscribe(),
                 context.peer.clone(),
                 self.log_level.clone(),
+                self.session.id.clone(),
             );
         }
         let mut changes = self.host.catalog().subscribe();
@@ -184,11 +185,13 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// Sends each relayed log message at or above the session's level, until the session ends.
+/// Sends each relayed log message this session may see (the host's, and its own calls'
+/// plugin lines) at or above the session's level, until the session ends.
 fn relay_logs(
     mut records: broadcast::Receiver<LogRecord>,
     peer: Peer<RoleServer>,
     level: Arc<AtomicU8>,
+    session: String,
 ) {
     tokio::spawn(async move {
         loop {
@@ -197,7 +200,9 @@ fn relay_logs(
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return,
             };
-            if log::severity(record.level) < level.load(Ordering::Relaxed) {
+            if log::severity(record.level) < level.load(Ordering::Relaxed)
+                || !record.visible_to(&session)
+            {
                 continue;
             }
             let param =

@@ -312,10 +312,15 @@ impl Runtime {
             reason,
         };
         let label = path.display().to_string();
+        // A load runs for no session: nobody's log relay sees its lines.
+        let caller = super::Caller {
+            invoker: &label,
+            session: "",
+        };
         let specs = match self
             .execute(
                 pre,
-                &label,
+                caller,
                 limits,
                 &SandboxSpec::default(),
                 Export::Describe,

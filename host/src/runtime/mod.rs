@@ -95,6 +95,14 @@ impl fmt::Debug for ComponentHash {
     }
 }
 
+/// Who a call is for: the invoker that tags its log lines, and the session (an MCP session, a
+/// conversation) that alone may see them. Loads run for nobody: `session` is empty.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub invoker: &'a str,
+    pub session: &'a str,
+}
+
 /// The limits of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CallLimits {
@@ -256,12 +264,12 @@ impl Runtime {
         self.slots.acquire().await.ok()
     }
 
-    /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance.
-    /// `invoker` tags the plugin's log lines and captured output.
+    /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance, for
+    /// `caller` (whose session alone sees the plugin's log lines).
     pub async fn call(
         &self,
         component: &LoadedComponent,
-        invoker: &str,
+        caller: Caller<'_>,
         tool: &str,
         arguments: &str,
         limits: CallLimits,
@@ -270,7 +278,7 @@ impl Runtime {
         match self
             .execute(
                 &component.pre,
-                invoker,
+                caller,
                 limits,
                 sandbox,
                 Export::Call { tool, arguments },
@@ -300,7 +308,7 @@ impl Runtime {
     async fn execute(
         &self,
         pre: &PluginPre<CallState>,
-        label: &str,
+        caller: Caller<'_>,
         limits: CallLimits,
         sandbox: &SandboxSpec,
         export: Export<'_>,
@@ -313,12 +321,13 @@ impl Runtime {
             wasi,
             table: wasmtime_wasi::ResourceTable::new(),
             limiter: CallLimiter::new(limits.memory_bytes),
-            log: LogBudget::new(label),
+            log: LogBudget::new(caller),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             network: NetworkGuard::new(
                 Arc::clone(&sandbox.network),
                 limits.max_response_bytes,
                 limits.timeout,
+                caller.session,
             ),
         };
         let mut store = Store::new(&self.engine, state);
@@ -348,7 +357,7 @@ impl Runtime {
         let (out, out_dropped) = stdout.take();
         let (err, err_dropped) = stderr.take();
         report_output(
-            label,
+            caller,
             &out,
             out_dropped,
             &err,
@@ -388,7 +397,7 @@ pub(super) enum Exported {
 }
 
 fn report_output(
-    label: &str,
+    caller: Caller<'_>,
     out: &str,
     out_dropped: u64,
     err: &str,
@@ -396,12 +405,12 @@ fn report_output(
     logs_dropped: u32,
 ) {
     if !out.is_empty() {
-        tracing::debug!(target: "plugin", invoker = label, stream = "stdout", dropped = out_dropped, "{out}");
+        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, stream = "stdout", dropped = out_dropped, "{out}");
     }
     if !err.is_empty() {
-        tracing::debug!(target: "plugin", invoker = label, stream = "stderr", dropped = err_dropped, "{err}");
+        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, stream = "stderr", dropped = err_dropped, "{err}");
     }
     if logs_dropped > 0 {
-        tracing::warn!(target: "plugin", invoker = label, "dropped {logs_dropped} log messages over the per-call limit");
+        tracing::warn!(target: "plugin", invoker = caller.invoker, session = caller.session, "dropped {logs_dropped} log messages over the per-call limit");
     }
 }

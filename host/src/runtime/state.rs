@@ -83,17 +83,20 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-/// The `host.log` budget of one call, tagged with the invoker's name.
+/// The `host.log` budget of one call, tagged with the invoker's name and the caller's
+/// session (the only session its lines are relayed to).
 pub(crate) struct LogBudget {
     invoker: String,
+    session: String,
     remaining: u32,
     pub(crate) dropped: u32,
 }
 
 impl LogBudget {
-    pub(crate) fn new(invoker: &str) -> Self {
+    pub(crate) fn new(caller: super::Caller<'_>) -> Self {
         LogBudget {
-            invoker: invoker.to_string(),
+            invoker: caller.invoker.to_string(),
+            session: caller.session.to_string(),
             remaining: LOG_MESSAGES_PER_CALL,
             dropped: 0,
         }
@@ -112,13 +115,13 @@ impl Host for CallState {
             message.truncate(message.floor_char_boundary(LOG_MESSAGE_BYTES));
             message.push_str(" [cut]");
         }
-        let invoker = budget.invoker.as_str();
+        let (invoker, session) = (budget.invoker.as_str(), budget.session.as_str());
         match level {
-            LogLevel::Trace => tracing::trace!(target: "plugin", invoker, "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "plugin", invoker, "{message}"),
-            LogLevel::Info => tracing::info!(target: "plugin", invoker, "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "plugin", invoker, "{message}"),
-            LogLevel::Error => tracing::error!(target: "plugin", invoker, "{message}"),
+            LogLevel::Trace => tracing::trace!(target: "plugin", invoker, session, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "plugin", invoker, session, "{message}"),
+            LogLevel::Info => tracing::info!(target: "plugin", invoker, session, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "plugin", invoker, session, "{message}"),
+            LogLevel::Error => tracing::error!(target: "plugin", invoker, session, "{message}"),
         }
     }
 }

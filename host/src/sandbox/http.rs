@@ -36,6 +36,8 @@ pub(crate) struct NetworkGuard {
     max_response_bytes: u64,
     timeout: Duration,
     refused: Arc<Mutex<Vec<String>>>,
+    /// The caller's session, the only one a refusal is reported to.
+    session: Arc<str>,
 }
 
 /// The response and the future that drives its connection, as `wasi:http` wants them.
@@ -49,12 +51,14 @@ impl NetworkGuard {
         patterns: Arc<[NetPattern]>,
         max_response_bytes: u64,
         timeout: Duration,
+        session: &str,
     ) -> Self {
         NetworkGuard {
             patterns,
             max_response_bytes,
             timeout,
             refused: Arc::default(),
+            session: Arc::from(session),
         }
     }
 
@@ -64,7 +68,8 @@ impl NetworkGuard {
     }
 
     fn refuse(&self, reason: String) -> Error {
-        tracing::warn!(target: "plugin", "network request refused: {reason}");
+        let session = &*self.session;
+        tracing::warn!(target: "plugin", session, "network request refused: {reason}");
         if let Ok(mut refused) = self.refused.lock() {
             refused.push(reason);
         }

@@ -27,6 +27,7 @@ const TOOLS: &[(&str, &str)] = &[
         "Write `bytes` bytes to stdout and stderr, then return \"done\".",
     ),
     ("log_flood", "Call host.log `count` times."),
+    ("log", "Write `message` to host.log at warning level."),
     ("read", "Read the file at `path`."),
     ("write", "Write `text` to the file at `path`."),
     ("list", "List the directory at `path`."),
@@ -104,6 +105,10 @@ impl Guest for Testbed {
                 for i in 0..arg(&args, "count").as_u64().unwrap_or(0) {
                     log(LogLevel::Warn, &format!("log line {i}"));
                 }
+                Ok("logged".into())
+            }
+            "log" => {
+                log(LogLevel::Warn, arg(&args, "message").as_str().unwrap_or(""));
                 Ok("logged".into())
             }
             "read" => std::fs::read_to_string(path).map_err(io),
