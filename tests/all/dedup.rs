@@ -152,3 +152,53 @@ async fn a_changed_invoker_never_answers_from_its_old_versions_results() {
     assert!(!after.deduplicated);
     assert_eq!(runs(&fixture, "f"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_results_are_bounded_in_bytes_per_session_and_in_total() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"big_output\" }\nlimits = { max-output-bytes = 4194304 }\n",
+        ),
+    );
+    // Each session may keep 4 MiB, all of them 6 MiB.
+    let host = fixture
+        .host()
+        .await
+        .with_dedup_budget(toolhost::invoke::DedupBudget::new(4 << 20, 6 << 20));
+    let big = |n: u64| json!({"bytes": (1 << 20) + n});
+    let alice = host.session("alice", Default::default());
+    let bob = host.session("bob", Default::default());
+    for n in 0..20 {
+        ok(&host.invoke(&alice, "big_output", big(n)).await);
+        assert!(
+            alice.dedup().bytes() <= 4 << 20,
+            "{}",
+            alice.dedup().bytes()
+        );
+    }
+    for n in 0..20 {
+        ok(&host.invoke(&bob, "big_output", big(100 + n)).await);
+        assert!(
+            host.dedup_budget().used() <= 6 << 20,
+            "{}",
+            host.dedup_budget().used()
+        );
+    }
+    // The newest result is still remembered; the oldest were forgotten.
+    assert!(host.invoke(&bob, "big_output", big(119)).await.deduplicated);
+    assert!(!host.invoke(&alice, "big_output", big(0)).await.deduplicated);
+    // A result larger than a session's share is not remembered at all.
+    let huge = json!({"bytes": 4u64 << 20});
+    ok(&host.invoke(&alice, "big_output", huge.clone()).await);
+    assert!(!host.invoke(&alice, "big_output", huge).await.deduplicated);
+    drop((alice, bob));
+    assert_eq!(
+        host.dedup_budget().used(),
+        0,
+        "closed sessions give their bytes back"
+    );
+}

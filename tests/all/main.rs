@@ -9,6 +9,7 @@ mod config_golden;
 mod dedup;
 mod fake_model;
 mod hostile;
+mod http_limits;
 mod invoke;
 mod large;
 mod layers;

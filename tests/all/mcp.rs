@@ -340,7 +340,7 @@ fn initialize_body() -> Value {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
 }
 
-async fn post(url: &str, headers: &[(&str, &str)]) -> u16 {
+pub(crate) async fn post(url: &str, headers: &[(&str, &str)]) -> u16 {
     let mut request = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
@@ -384,6 +384,15 @@ async fn http_with_a_token_refuses_requests_without_it() {
     assert_eq!(
         post(&server.url, &[("authorization", "Bearer s3cret")]).await,
         200
+    );
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    assert_eq!(
+        post(&server.url, &[("authorization", "bearer s3cret")]).await,
+        200
+    );
+    assert_eq!(
+        post(&server.url, &[("authorization", "bearer S3CRET")]).await,
+        401
     );
     let config =
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(

@@ -2,7 +2,7 @@
 
 use super::settings::Settings;
 use std::process::ExitCode;
-use toolhost::invoke::{Arguments, Session};
+use toolhost::invoke::Arguments;
 
 pub(crate) async fn run(
     settings: &Settings,
@@ -12,7 +12,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<ExitCode> {
     let arguments = super::value_or_stdin(arguments, "the arguments")?;
     let host = settings.host().await?;
-    let session = Session::new(format!("cli-{}", std::process::id()));
+    let session = host.session(format!("cli-{}", std::process::id()), Default::default());
     let outcome = host
         .invoke(&session, tool, Arguments::Text(arguments))
         .await;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending, Event,
 };
-use toolhost::invoke::{CallPolicy, Session};
+use toolhost::invoke::CallPolicy;
 use toolhost::provider::conversation::Conversation;
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 
@@ -100,12 +100,11 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
     }
     let mut deny = chat.deny.clone();
     deny.extend(options.deny.iter().cloned());
-    let session = Arc::new(Session::with_policy(
+    let host = Arc::new(settings.host().await?);
+    let session = Arc::new(host.session(
         format!("chat-{}", std::process::id()),
         CallPolicy { allow, deny },
     ));
-
-    let host = Arc::new(settings.host().await?);
     let agent = Agent::new(host, Arc::from(provider), approver, agent_options);
     let mut conversation = Conversation::new(options.system.clone().or(chat.system.clone()));
     conversation.push_user(prompt);

@@ -9,6 +9,7 @@
 mod call;
 mod chat;
 mod check;
+mod http;
 mod list;
 mod serve;
 mod settings;

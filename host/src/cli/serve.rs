@@ -64,7 +64,7 @@ pub(crate) async fn run(
         .map(|path| super::status::publish(reloader.clone(), runtime.clone(), path.clone()));
     match &options.http {
         None => serve_stdio(host, logs).await,
-        Some(address) => serve_http(host, logs, address, token).await,
+        Some(address) => serve_http(host, logs, address, token, settings.http).await,
     }
 }
 
@@ -95,6 +95,7 @@ async fn serve_http(
     logs: LogRelay,
     address: &str,
     token: Option<String>,
+    limits: super::settings::HttpLimits,
 ) -> anyhow::Result<ExitCode> {
     let address: SocketAddr = address
         .parse()
@@ -114,37 +115,56 @@ async fn serve_http(
         hosts.push(local.ip().to_string());
         config = config.with_allowed_hosts(hosts);
     }
-    let shutdown = config.cancellation_token.clone();
+    let cancel = config.cancellation_token.clone();
     let factory = McpServer::factory(host, Some(logs), "mcp-http");
-    let service = StreamableHttpService::new(
-        move || Ok(factory()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let token = Arc::new(token);
+    // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
+    // refused (`guard`).
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(limits.session_idle);
+    let sessions = Arc::new(sessions);
+    let service = StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
+    let guard_state = Arc::new(Guard {
+        token,
+        sessions,
+        max_sessions: limits.max_sessions,
+    });
     let router =
         axum::Router::new()
             .nest_service("/mcp", service)
             .layer(axum::middleware::from_fn(move |request, next| {
-                let token = token.clone();
-                async move { guard(&token, request, next).await }
+                let guard_state = guard_state.clone();
+                async move { guard(&guard_state, request, next).await }
             }));
     let signal = shutdown_signal();
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            signal.await;
-            shutdown.cancel();
-        })
-        .await
-        .context("the HTTP server failed")?;
+    let shutdown = async move {
+        signal.await;
+        cancel.cancel();
+    };
+    super::http::serve(
+        listener,
+        router,
+        limits.max_connections,
+        limits.header_timeout,
+        shutdown,
+    )
+    .await
+    .context("the HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// What every HTTP request is checked against.
+struct Guard {
+    token: Option<String>,
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
+}
+
 /// Refuses requests from other origins (a web page the user visits must not reach local
-/// tools) and, when a token is set, requests without it. rmcp checks the Host header.
-async fn guard(token: &Option<String>, request: Request, next: Next) -> Response {
+/// tools), requests without the token when one is set, and a new MCP session when
+/// `max-mcp-sessions` are open. rmcp checks the Host header.
+async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
     if let Some(origin) = request
         .headers()
         .get(header::ORIGIN)
@@ -153,20 +173,29 @@ async fn guard(token: &Option<String>, request: Request, next: Next) -> Response
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
     }
-    if let Some(expected) = token.as_deref()
+    if let Some(expected) = guard.token.as_deref()
         && bearer(request.headers()) != Some(expected)
     {
         return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
     }
+    let opens_a_session = request.method() == axum::http::Method::POST
+        && !request.headers().contains_key("mcp-session-id");
+    if opens_a_session && guard.sessions.sessions.read().await.len() >= guard.max_sessions {
+        let message = format!(
+            "{} MCP sessions are open, the most this host takes (max-mcp-sessions); \
+             close one or try again later",
+            guard.max_sessions
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
     next.run(request).await
 }
 
+/// The token of `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 9110).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 fn is_local_origin(origin: &str) -> bool {

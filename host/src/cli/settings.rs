@@ -12,6 +12,15 @@ use toolhost::invoke::Host;
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
+/// The bounds of `serve --http`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HttpLimits {
+    pub(crate) max_sessions: usize,
+    pub(crate) session_idle: std::time::Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) header_timeout: std::time::Duration,
+}
+
 /// Everything the commands need to build a host.
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -23,6 +32,10 @@ pub(crate) struct Settings {
     /// How components are compiled and bounded, and how long `describe()` may take.
     pub(crate) compile: CompileSettings,
     pub(crate) describe_timeout: std::time::Duration,
+    /// Bytes of results sessions may remember: each, and all together.
+    pub(crate) dedup: (usize, usize),
+    /// MCP sessions over HTTP at once, how long one may stay idle, and connections at once.
+    pub(crate) http: HttpLimits,
     /// `[chat]`, for `toolhost chat`.
     pub(crate) chat: ChatSection,
 }
@@ -124,6 +137,36 @@ impl Settings {
             "describe-timeout-ms",
             RuntimeSettings::default().describe_timeout.as_millis() as u64,
         )?);
+        let http = HttpLimits {
+            max_sessions: positive(host.max_mcp_sessions, "max-mcp-sessions", 1000)? as usize,
+            session_idle: std::time::Duration::from_secs(positive(
+                host.mcp_session_idle_s,
+                "mcp-session-idle-s",
+                300,
+            )?),
+            max_connections: positive(
+                host.max_http_connections,
+                "max-http-connections",
+                super::http::DEFAULT_MAX_CONNECTIONS as u64,
+            )? as usize,
+            header_timeout: std::time::Duration::from_millis(positive(
+                host.http_header_timeout_ms,
+                "http-header-timeout-ms",
+                super::http::DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
+            )?),
+        };
+        let dedup = (
+            (positive(
+                host.dedup_session_mib,
+                "dedup-session-mib",
+                toolhost::invoke::DEFAULT_DEDUP_SESSION_MIB as u64,
+            )? << 20) as usize,
+            (positive(
+                host.dedup_total_mib,
+                "dedup-total-mib",
+                toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB as u64,
+            )? << 20) as usize,
+        );
         Ok(Settings {
             ensembles,
             cache_dir,
@@ -132,6 +175,8 @@ impl Settings {
             max_instances,
             compile,
             describe_timeout,
+            dedup,
+            http,
             chat,
         })
     }
@@ -162,6 +207,11 @@ impl Settings {
         Ok((runtime, resolved))
     }
 
+    /// The dedup budget of `[host]`.
+    pub(crate) fn dedup_budget(&self) -> toolhost::invoke::DedupBudget {
+        toolhost::invoke::DedupBudget::new(self.dedup.0, self.dedup.1)
+    }
+
     /// The audit log, if one is configured.
     pub(crate) fn audit_log(&self) -> anyhow::Result<Option<AuditLog>> {
         match &self.audit {
@@ -185,7 +235,7 @@ impl Settings {
         }
         let audit = self.audit_log()?;
         let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
-        Ok(Host::new(catalog, audit))
+        Ok(Host::new(catalog, audit).with_dedup_budget(self.dedup_budget()))
     }
 }
 

@@ -202,6 +202,18 @@ pub struct HostSection {
     pub max_component_mib: Option<u64>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).
     pub describe_timeout_ms: Option<u64>,
+    /// Results one session may remember for dedup, in MiB (default 64).
+    pub dedup_session_mib: Option<u64>,
+    /// Results all sessions together may remember, in MiB (default 256).
+    pub dedup_total_mib: Option<u64>,
+    /// MCP sessions open at once over HTTP (default 1000).
+    pub max_mcp_sessions: Option<u64>,
+    /// An MCP session idle this long over HTTP is closed (default 300).
+    pub mcp_session_idle_s: Option<u64>,
+    /// HTTP connections open at once (default 1024).
+    pub max_http_connections: Option<u64>,
+    /// How long a connection may take to send a request's headers (default 10000).
+    pub http_header_timeout_ms: Option<u64>,
 }
 
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read

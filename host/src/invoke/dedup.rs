@@ -1,17 +1,60 @@
 //! Exact-match dedup, scoped to one session: the key is blake3 over the tool name, the
 //! invoker's version and the canonical JSON of the arguments. Identical calls in flight at
 //! once run once (single-flight); only successes are remembered afterwards.
+//!
+//! Memory is bounded in bytes, per session and for the whole host ([`DedupBudget`]): a session
+//! forgets its oldest results to stay within its share, a result larger than a session's
+//! share is not remembered at all, and when the host's total is reached a session forgets its
+//! own oldest results before it remembers a new one (or does not remember it).
 
 use super::CallError;
 use crate::catalog::VersionHash;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::OnceCell;
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;
+/// What one remembered result costs besides its text: key, slot, bookkeeping.
+const ENTRY_OVERHEAD: usize = 160;
+/// Defaults of `[host] dedup-session-mib` and `dedup-total-mib`.
+pub const DEFAULT_DEDUP_SESSION_MIB: usize = 64;
+pub const DEFAULT_DEDUP_TOTAL_MIB: usize = 256;
+
+/// How many bytes of results sessions may remember: each, and all together.
+#[derive(Debug)]
+pub struct DedupBudget {
+    session_limit: usize,
+    total_limit: usize,
+    used: AtomicUsize,
+}
+
+impl Default for DedupBudget {
+    fn default() -> Self {
+        DedupBudget::new(
+            DEFAULT_DEDUP_SESSION_MIB << 20,
+            DEFAULT_DEDUP_TOTAL_MIB << 20,
+        )
+    }
+}
+
+impl DedupBudget {
+    pub fn new(session_limit: usize, total_limit: usize) -> Self {
+        DedupBudget {
+            session_limit,
+            total_limit,
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes remembered by every session of this budget now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
 
 /// The identity of a call for dedup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,17 +120,57 @@ type Slot = Arc<OnceCell<Result<Arc<str>, CallError>>>;
 
 #[derive(Default)]
 struct Entries {
-    slots: HashMap<DedupKey, Slot>,
+    /// Each slot with the bytes its result counts for (0 while in flight).
+    slots: HashMap<DedupKey, (Slot, usize)>,
     order: VecDeque<DedupKey>,
+    bytes: usize,
+}
+
+/// Forgets `key` and gives its bytes back.
+fn remove(entries: &mut Entries, budget: &DedupBudget, key: DedupKey) {
+    if let Some((_, size)) = entries.slots.remove(&key) {
+        entries.bytes -= size;
+        budget.used.fetch_sub(size, Ordering::Relaxed);
+    }
+    if entries.order.front() == Some(&key) {
+        entries.order.pop_front();
+    } else {
+        entries.order.retain(|k| *k != key);
+    }
 }
 
 /// The results one session remembers.
-#[derive(Default)]
 pub struct DedupCache {
     entries: Mutex<Entries>,
+    budget: Arc<DedupBudget>,
+}
+
+impl Default for DedupCache {
+    /// A cache with a budget of its own.
+    fn default() -> Self {
+        DedupCache::new(Arc::default())
+    }
+}
+
+impl Drop for DedupCache {
+    fn drop(&mut self) {
+        let bytes = self
+            .entries
+            .get_mut()
+            .map_or_else(|e| e.get_ref().bytes, |e| e.bytes);
+        self.budget.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
 }
 
 impl DedupCache {
+    /// A cache that counts against `budget`.
+    pub fn new(budget: Arc<DedupBudget>) -> Self {
+        DedupCache {
+            entries: Mutex::default(),
+            budget,
+        }
+    }
+
     /// Runs `call` unless an identical call already succeeded or is in flight, in which case
     /// its result is shared. Returns the result and whether it was deduplicated.
     pub(crate) async fn run<F>(&self, key: DedupKey, call: F) -> (Result<Arc<str>, CallError>, bool)
@@ -103,24 +186,59 @@ impl DedupCache {
             })
             .await
             .clone();
-        if ran && result.is_err() {
-            self.forget(key, &slot);
+        match (&result, ran) {
+            (Err(_), true) => self.forget(key, &slot),
+            (Ok(text), true) => self.account(key, &slot, text.len() + ENTRY_OVERHEAD),
+            _ => {}
         }
         (result, !ran)
     }
 
+    /// Counts a new result's `size`, forgetting the oldest results (or this one) to stay
+    /// within the session's share and the host's total.
+    fn account(&self, key: DedupKey, slot: &Slot, size: usize) {
+        let budget = &self.budget;
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = entries
+            .slots
+            .get(&key)
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, slot));
+        if !current {
+            return;
+        }
+        if size > budget.session_limit {
+            remove(&mut entries, budget, key);
+            return;
+        }
+        if let Some(entry) = entries.slots.get_mut(&key) {
+            entry.1 = size;
+        }
+        entries.bytes += size;
+        budget.used.fetch_add(size, Ordering::Relaxed);
+        while entries.bytes > budget.session_limit || budget.used() > budget.total_limit {
+            let Some(oldest) = entries.order.front().copied() else {
+                break;
+            };
+            remove(&mut entries, budget, oldest);
+            if oldest == key {
+                break;
+            }
+        }
+    }
+
     fn slot(&self, key: DedupKey) -> Slot {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = entries.slots.get(&key) {
+        if let Some((slot, _)) = entries.slots.get(&key) {
             return slot.clone();
         }
         let slot = Slot::default();
-        entries.slots.insert(key, slot.clone());
+        entries.slots.insert(key, (slot.clone(), 0));
         entries.order.push_back(key);
         while entries.order.len() > MAX_ENTRIES {
-            if let Some(oldest) = entries.order.pop_front() {
-                entries.slots.remove(&oldest);
-            }
+            let Some(oldest) = entries.order.front().copied() else {
+                break;
+            };
+            remove(&mut entries, &self.budget, oldest);
         }
         slot
     }
@@ -130,11 +248,18 @@ impl DedupCache {
         if entries
             .slots
             .get(&key)
-            .is_some_and(|s| Arc::ptr_eq(s, slot))
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, slot))
         {
-            entries.slots.remove(&key);
-            entries.order.retain(|k| *k != key);
+            remove(&mut entries, &self.budget, key);
         }
+    }
+
+    /// Bytes this session remembers.
+    pub fn bytes(&self) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
     }
 
     /// How many results are remembered.

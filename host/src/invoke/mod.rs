@@ -16,7 +16,10 @@
 mod dedup;
 mod error;
 
-pub use dedup::{DedupCache, DedupKey, canonical_json};
+pub use dedup::{
+    DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
+    canonical_json,
+};
 pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord};
@@ -80,15 +83,26 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session whose dedup memory has a budget of its own; [`Host::session`] makes one that
+    /// shares the host's.
     pub fn new(id: impl Into<String>) -> Self {
         Session::with_policy(id, CallPolicy::default())
     }
 
     pub fn with_policy(id: impl Into<String>, policy: CallPolicy) -> Self {
+        Session::with_budget(id, policy, Arc::default())
+    }
+
+    /// A session whose remembered results count against `budget`.
+    pub fn with_budget(
+        id: impl Into<String>,
+        policy: CallPolicy,
+        budget: Arc<DedupBudget>,
+    ) -> Self {
         Session {
             id: id.into(),
             policy,
-            dedup: DedupCache::default(),
+            dedup: DedupCache::new(budget),
         }
     }
 
@@ -130,15 +144,37 @@ impl PreparedCall {
     }
 }
 
-/// The host's calling side: the live catalog and the audit log.
+/// The host's calling side: the live catalog, the audit log, and the dedup budget its
+/// sessions share.
 pub struct Host {
     catalog: Arc<LiveCatalog>,
     audit: Option<AuditLog>,
+    dedup: Arc<DedupBudget>,
 }
 
 impl Host {
     pub fn new(catalog: Arc<LiveCatalog>, audit: Option<AuditLog>) -> Self {
-        Host { catalog, audit }
+        Host {
+            catalog,
+            audit,
+            dedup: Arc::default(),
+        }
+    }
+
+    /// The same host with the sessions' dedup memory bounded by `budget`.
+    pub fn with_dedup_budget(mut self, budget: DedupBudget) -> Self {
+        self.dedup = Arc::new(budget);
+        self
+    }
+
+    /// A session `id` with `policy`, whose remembered results count against this host's budget.
+    pub fn session(&self, id: impl Into<String>, policy: CallPolicy) -> Session {
+        Session::with_budget(id, policy, Arc::clone(&self.dedup))
+    }
+
+    /// The dedup budget the host's sessions share.
+    pub fn dedup_budget(&self) -> &Arc<DedupBudget> {
+        &self.dedup
     }
 
     /// The live catalog.

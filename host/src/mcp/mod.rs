@@ -51,10 +51,10 @@ impl McpServer {
 
     fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, id: String) -> Self {
         McpServer {
+            session: Arc::new(host.session(id, Default::default())),
             host,
             tools,
             logs: None,
-            session: Arc::new(Session::new(id)),
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
         }
     }
