@@ -219,16 +219,6 @@ async fn another_components_artifact_copied_over_a_cache_entry_is_never_run() {
     assert_eq!(crate::support::ok(&outcome), r#"{"text":"mine"}"#);
 }
 
-/// The peak resident memory of process `pid` so far, in KiB.
-fn peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
     use rmcp::ServiceExt;
@@ -266,7 +256,7 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
         assert_eq!(result.is_error, Some(false), "{result:?}");
     };
     echo().await;
-    let before = peak_kib(server.child.id());
+    let before = crate::support::peak_kib(server.child.id());
 
     // 20,000 values live across 20,000 calls: about 23 CPU-seconds to compile, here bounded
     // at 3.
@@ -311,7 +301,7 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
         errors.contains("compiling took more than 3 s of CPU (compile-cpu-seconds)"),
         "{errors}"
     );
-    let grown = peak_kib(server.child.id()).saturating_sub(before);
+    let grown = crate::support::peak_kib(server.child.id()).saturating_sub(before);
     assert!(
         grown < 40 * 1024,
         "the host's peak memory grew by {grown} KiB"

@@ -16,6 +16,7 @@ mod layers;
 mod mcp;
 mod mcp_import;
 mod mcp_list;
+mod memory;
 mod network;
 mod plugins;
 mod props;

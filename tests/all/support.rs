@@ -171,3 +171,13 @@ pub fn err(outcome: &CallOutcome) -> toolhost::invoke::CallError {
 pub fn session() -> Session {
     Session::new("test")
 }
+
+/// The peak resident memory of process `pid` so far, in KiB.
+pub fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -99,6 +99,8 @@ pub enum BackendError {
     MemoryLimit { limit_bytes: usize },
     #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
     OutputLimit { bytes: usize, limit: usize },
+    #[error("held {limit} resources (files, streams, HTTP headers) at once, the most a call may")]
+    TooManyResources { limit: usize },
     #[error("crashed: {message}")]
     Crashed { message: String },
     #[error("was refused network access: {message}")]
@@ -122,6 +124,7 @@ impl From<RunError> for BackendError {
             RunError::Timeout { limit } => BackendError::Timeout { limit },
             RunError::MemoryLimit { limit_bytes } => BackendError::MemoryLimit { limit_bytes },
             RunError::OutputLimit { bytes, limit } => BackendError::OutputLimit { bytes, limit },
+            RunError::TooManyResources { limit } => BackendError::TooManyResources { limit },
             RunError::Crashed { message } => BackendError::Crashed { message },
             RunError::CapabilityDenied { message } => BackendError::CapabilityDenied { message },
             RunError::Sandbox(e) => BackendError::SandboxUnavailable {

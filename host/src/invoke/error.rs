@@ -88,9 +88,9 @@ impl CallError {
     pub(crate) fn from_backend(tool: &str, error: BackendError) -> Self {
         let kind = match &error {
             BackendError::Timeout { .. } => ErrorKind::Timeout,
-            BackendError::MemoryLimit { .. } | BackendError::OutputLimit { .. } => {
-                ErrorKind::ResourceLimit
-            }
+            BackendError::MemoryLimit { .. }
+            | BackendError::OutputLimit { .. }
+            | BackendError::TooManyResources { .. } => ErrorKind::ResourceLimit,
             BackendError::Crashed { .. } | BackendError::ServerUnavailable { .. } => {
                 ErrorKind::Crashed
             }

@@ -44,6 +44,17 @@ use wasmtime::{Engine, Store, UpdateDeadline};
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
 /// `describe()` may take this long when a component is loaded (`[host] describe-timeout-ms`).
 pub const DEFAULT_DESCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Resources (files, streams, HTTP fields and bodies) one call may hold at once in the host.
+pub(crate) const MAX_RESOURCES_PER_CALL: usize = 1024;
+
+/// The size limit of one `wasi:http` fields resource (a set of headers) of a call, and of one
+/// buffered chunk of an outgoing body: its memory limit spread over every resource it may
+/// hold, so that what a guest makes the host keep in header fields and unsent bodies stays
+/// within about twice the guest's own `memory-mib` (8 to 128 KiB each).
+fn field_size_limit(memory_bytes: usize) -> usize {
+    (memory_bytes / MAX_RESOURCES_PER_CALL).clamp(8 << 10, 128 << 10)
+}
+
 /// A call stuck in a host function (a long sleep, say) is abandoned this long after its
 /// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
 const WALL_CLOCK_GRACE: Duration = Duration::from_millis(50);
@@ -317,17 +328,23 @@ impl Runtime {
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
         let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone())?;
+        let mut table = wasmtime_wasi::ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES_PER_CALL);
+        let per_resource = field_size_limit(limits.memory_bytes);
+        let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
+        http.set_field_size_limit(per_resource);
         let state = CallState {
             wasi,
-            table: wasmtime_wasi::ResourceTable::new(),
+            table,
             limiter: CallLimiter::new(limits.memory_bytes),
             log: LogBudget::new(caller),
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http,
             network: NetworkGuard::new(
                 Arc::clone(&sandbox.network),
                 limits.max_response_bytes,
                 limits.timeout,
                 caller.session,
+                per_resource,
             ),
         };
         let mut store = Store::new(&self.engine, state);

@@ -32,6 +32,9 @@ pub enum RunError {
     MemoryLimit { limit_bytes: usize },
     #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
     OutputLimit { bytes: usize, limit: usize },
+    /// The call held as many host resources (files, streams, HTTP fields) as one call may.
+    #[error("held {limit} resources (files, streams, HTTP headers) at once, the most a call may")]
+    TooManyResources { limit: usize },
     #[error("crashed: {message}")]
     Crashed { message: String },
     #[error("was refused network access: {message}")]
@@ -83,6 +86,13 @@ pub(super) fn classify(
     if let Some(pool) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
         return RunError::PoolExhausted {
             detail: pool.to_string(),
+        };
+    }
+    if let Some(wasmtime::component::ResourceTableError::Full) =
+        error.downcast_ref::<wasmtime::component::ResourceTableError>()
+    {
+        return RunError::TooManyResources {
+            limit: super::MAX_RESOURCES_PER_CALL,
         };
     }
     let trap = error.downcast_ref::<Trap>();

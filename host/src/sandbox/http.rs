@@ -38,6 +38,8 @@ pub(crate) struct NetworkGuard {
     refused: Arc<Mutex<Vec<String>>>,
     /// The caller's session, the only one a refusal is reported to.
     session: Arc<str>,
+    /// The largest write to an outgoing body, buffered by the host until it is sent.
+    body_chunk: usize,
 }
 
 /// The response and the future that drives its connection, as `wasi:http` wants them.
@@ -52,6 +54,7 @@ impl NetworkGuard {
         max_response_bytes: u64,
         timeout: Duration,
         session: &str,
+        body_chunk: usize,
     ) -> Self {
         NetworkGuard {
             patterns,
@@ -59,6 +62,7 @@ impl NetworkGuard {
             timeout,
             refused: Arc::default(),
             session: Arc::from(session),
+            body_chunk,
         }
     }
 
@@ -208,6 +212,16 @@ impl NetworkGuard {
 }
 
 impl WasiHttpHooks for NetworkGuard {
+    /// One chunk of an outgoing body at a time, of the size the runtime chose from the call's
+    /// memory limit: bodies the guest writes and does not send stay small in the host.
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.body_chunk
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

@@ -28,6 +28,10 @@ const TOOLS: &[(&str, &str)] = &[
     ),
     ("log_flood", "Call host.log `count` times."),
     ("log", "Write `message` to host.log at warning level."),
+    (
+        "header_flood",
+        "Make wasi:http header fields of `bytes` bytes each and keep them all, until refused.",
+    ),
     ("read", "Read the file at `path`."),
     ("write", "Write `text` to the file at `path`."),
     ("list", "List the directory at `path`."),
@@ -106,6 +110,17 @@ impl Guest for Testbed {
                     log(LogLevel::Warn, &format!("log line {i}"));
                 }
                 Ok("logged".into())
+            }
+            "header_flood" => {
+                let value = vec![b'x'; arg(&args, "bytes").as_u64().unwrap_or(8000) as usize];
+                let mut kept = Vec::new();
+                loop {
+                    let fields = wasip2::http::types::Fields::new();
+                    if fields.append("x-flood", &value).is_err() {
+                        return Ok(format!("refused after {}", kept.len()));
+                    }
+                    kept.push(fields);
+                }
             }
             "log" => {
                 log(LogLevel::Warn, arg(&args, "message").as_str().unwrap_or(""));
