@@ -318,3 +318,60 @@ async fn calls_past_the_concurrency_limit_and_its_queue_are_busy() {
     // With the queue drained, the tool answers again.
     ok(&host.invoke(&session(), "sleep", json!({"ms": 1})).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_output_too_and_are_cut_at_max_output_bytes() {
+    let fixture = Fixture::new();
+    let rest =
+        "[[invokers]]\ninvoker = { name = \"fail_big\" }\nlimits = { max-output-bytes = 1000 }\n";
+    fixture.write("t.toml", &ensemble("t", "testbed", rest));
+    let audit = fixture.root().join("audit.jsonl");
+    let host = fixture.host_with_audit(Some(&audit)).await;
+    let error = err(&host
+        .invoke(&Session::new("s"), "fail_big", json!({"bytes": 20_000_000}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::ToolError);
+    assert!(error.message.len() < 1100, "{} bytes", error.message.len());
+    assert!(
+        error.message.ends_with("more bytes cut]"),
+        "{}",
+        &error.message[900..]
+    );
+    let record = std::fs::read_to_string(&audit).expect("audit");
+    assert!(
+        record.len() < 3000,
+        "the audit record is {} bytes",
+        record.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn violations_are_listed_up_to_a_bound_and_their_values_stay_out_of_the_audit() {
+    let fixture = Fixture::new();
+    let rest = "[[invokers]]\ninvoker = { name = \"echo\" }\n\
+        [invokers.arguments]\ntype = \"object\"\n\
+        [invokers.arguments.properties.password]\ntype = \"string\"\nmaxLength = 8\n\
+        [invokers.arguments.properties.tags]\ntype = \"array\"\nitems = { type = \"string\" }\n";
+    fixture.write("e.toml", &ensemble("e", "echo", rest));
+    let audit = fixture.root().join("audit.jsonl");
+    let host = fixture.host_with_audit(Some(&audit)).await;
+    let tags: Vec<u32> = (0..100).collect();
+    let error = err(&host
+        .invoke(
+            &Session::new("s"),
+            "echo",
+            json!({"password": "hunter2hunter2", "tags": tags}),
+        )
+        .await);
+    assert_eq!(error.violations.len(), 20);
+    assert!(
+        error.message.ends_with("; and 81 more"),
+        "{}",
+        error.message
+    );
+    // The model sees what it sent; the audit log does not keep it.
+    assert!(error.message.contains("hunter2hunter2"));
+    let record = std::fs::read_to_string(&audit).expect("audit");
+    assert!(!record.contains("hunter2"), "{record}");
+    assert!(record.contains("/password"), "{record}");
+}

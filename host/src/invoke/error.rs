@@ -63,6 +63,24 @@ pub struct Violation {
     /// A JSON pointer into the arguments; `""` is the arguments object itself.
     pub pointer: String,
     pub message: String,
+    /// The message with the offending value masked, for the audit log (a violation must not
+    /// copy a password into it).
+    #[serde(skip)]
+    pub masked: String,
+}
+
+/// Violations named in a message, at most; the rest are counted.
+const MESSAGE_VIOLATIONS: usize = 20;
+/// One violation's message is cut at this many bytes (it may quote a long value).
+const VIOLATION_BYTES: usize = 300;
+
+/// `text` cut at `limit` bytes (on a character boundary), saying how much was cut.
+pub(crate) fn cut(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let kept = &text[..text.floor_char_boundary(limit)];
+    format!("{kept}... [{} more bytes cut]", text.len() - kept.len())
 }
 
 /// Why a call failed, with a message written for the model.
@@ -84,8 +102,9 @@ impl CallError {
         }
     }
 
-    /// The error a backend's failure is for the caller of `tool`.
-    pub(crate) fn from_backend(tool: &str, error: BackendError) -> Self {
+    /// The error a backend's failure is for the caller of `tool`, its text cut at `limit`
+    /// bytes (the invoker's `max-output-bytes`: an error is output too).
+    pub(crate) fn from_backend(tool: &str, error: BackendError, limit: usize) -> Self {
         let kind = match &error {
             BackendError::Timeout { .. } => ErrorKind::Timeout,
             BackendError::MemoryLimit { .. }
@@ -104,7 +123,20 @@ impl CallError {
             BackendError::Tool(failure) => failure.to_string(),
             other => format!("tool `{tool}` {other}"),
         };
-        CallError::new(kind, message)
+        CallError::new(kind, cut(&message, limit))
+    }
+
+    /// The message as the audit log keeps it: with schema violations, their masked form, so
+    /// that no offending value is copied into the log.
+    pub(crate) fn audit_message(&self) -> String {
+        if self.violations.is_empty() {
+            return self.message.clone();
+        }
+        let (head, _) = self
+            .message
+            .split_once(": ")
+            .unwrap_or((self.message.as_str(), ""));
+        format!("{head}: {}", listing(&self.violations, |v| &v.masked))
     }
 
     /// Every violation of `schema` by `arguments`, each with its JSON pointer, or `None`.
@@ -116,31 +148,42 @@ impl CallError {
         if validator.is_valid(arguments) {
             return None;
         }
-        let violations: Vec<Violation> = validator
-            .iter_errors(arguments)
-            .map(|e| Violation {
-                pointer: e.instance_path().to_string(),
-                message: e.to_string(),
-            })
-            .collect();
-        let lines: Vec<String> = violations
-            .iter()
-            .map(|v| {
-                let at = if v.pointer.is_empty() {
-                    "(root)"
-                } else {
-                    &v.pointer
-                };
-                format!("{at}: {}", v.message)
-            })
-            .collect();
+        let mut count = 0usize;
+        let mut violations: Vec<Violation> = Vec::new();
+        for e in validator.iter_errors(arguments) {
+            count += 1;
+            if violations.len() < MESSAGE_VIOLATIONS {
+                violations.push(Violation {
+                    pointer: e.instance_path().to_string(),
+                    message: cut(&e.to_string(), VIOLATION_BYTES),
+                    masked: cut(&e.masked().to_string(), VIOLATION_BYTES),
+                });
+            }
+        }
+        let mut listed = listing(&violations, |v| &v.message);
+        if count > violations.len() {
+            listed.push_str(&format!("; and {} more", count - violations.len()));
+        }
         Some(CallError {
             kind: ErrorKind::InvalidArguments,
-            message: format!(
-                "the arguments do not match the schema of `{tool}`: {}",
-                lines.join("; ")
-            ),
+            message: format!("the arguments do not match the schema of `{tool}`: {listed}"),
             violations,
         })
     }
+}
+
+/// `pointer: message; ...` of `violations`, with `text` choosing the message.
+fn listing(violations: &[Violation], text: impl Fn(&Violation) -> &String) -> String {
+    let lines: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            let at = if v.pointer.is_empty() {
+                "(root)"
+            } else {
+                &v.pointer
+            };
+            format!("{at}: {}", text(v))
+        })
+        .collect();
+    lines.join("; ")
 }

@@ -284,7 +284,7 @@ impl Host {
             ),
             Err(e) => (
                 e.kind.as_str().to_string(),
-                Some(e.message.clone()),
+                Some(e.audit_message()),
                 0,
                 String::new(),
             ),
@@ -366,7 +366,7 @@ async fn run_on_backend(
         .call(call)
         .await
         .map(Arc::from)
-        .map_err(|e| CallError::from_backend(&tool.name, e))
+        .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))
 }
 
 /// Parses text arguments; a value is taken as it is. Malformed JSON is never run as `{}`.

@@ -46,6 +46,7 @@ const TOOLS: &[(&str, &str)] = &[
         "Wait until the file at `path` exists (up to `ms` milliseconds), then return its text.",
     ),
     ("fail", "Return a tool error of the plugin's own."),
+    ("fail_big", "Return a tool error of `bytes` bytes."),
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
     ("udp_send", "Send a UDP datagram to `address`."),
     ("resolve", "Look up the addresses of `name` (host:port) through DNS."),
@@ -122,6 +123,9 @@ impl Guest for Testbed {
                     kept.push(fields);
                 }
             }
+            "fail_big" => Err(ToolError::Failed(
+                "e".repeat(arg(&args, "bytes").as_u64().unwrap_or(0) as usize),
+            )),
             "log" => {
                 log(LogLevel::Warn, arg(&args, "message").as_str().unwrap_or(""));
                 Ok("logged".into())
