@@ -804,3 +804,50 @@ async fn a_reloaded_catalog_is_offered_on_the_next_turn() {
     assert!(!tool_names(&requests[1]).contains(&"calculate".to_string()));
     assert!(tool_names(&requests[1]).contains(&"read".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_stream_ends_at_the_answer_size_bound() {
+    let run = Run::with(
+        ProviderKind::OpenAi,
+        vec![scripted::endless_openai_stream()],
+        |settings| settings.max_response_bytes = 1 << 20,
+        Arc::new(ApprovalPolicy::refuse_all()),
+        AgentOptions::default(),
+        CallPolicy::default(),
+    )
+    .await;
+    let mut conversation = Conversation::default();
+    conversation.push_user("talk");
+    let error = run
+        .ask(&mut conversation)
+        .await
+        .expect_err("the answer never ends");
+    let message = error.to_string();
+    assert!(
+        message.contains("the answer is longer than 1 MiB (max-response-mib)"),
+        "{message}"
+    );
+    // What streamed before the bound is at most the bound.
+    assert!(run.events.text().len() <= 1 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_past_the_size_bound_is_not_read() {
+    let huge = serde_json::json!({"choices": [{"message": {"content": "x".repeat(3 << 20)}}]});
+    let run = Run::with(
+        ProviderKind::OpenAi,
+        vec![scripted::Reply::json(huge)],
+        |settings| {
+            settings.stream = false;
+            settings.max_response_bytes = 1 << 20;
+        },
+        Arc::new(ApprovalPolicy::refuse_all()),
+        AgentOptions::default(),
+        CallPolicy::default(),
+    )
+    .await;
+    let mut conversation = Conversation::default();
+    conversation.push_user("talk");
+    let error = run.ask(&mut conversation).await.expect_err("too long");
+    assert!(error.to_string().contains("longer than 1 MiB"), "{error}");
+}

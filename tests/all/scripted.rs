@@ -9,12 +9,41 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-/// One reply: a status, headers and a body.
+/// One reply: a status, headers and a body (which, with `endless`, repeats for ever).
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: String,
+    pub endless: bool,
+}
+
+/// A body that repeats one chunk for ever, as a hostile endpoint streams.
+struct Endless(bytes::Bytes);
+
+impl http_body::Body for Endless {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(self.0.clone()))))
+    }
+}
+
+/// A streamed OpenAI answer whose text never ends.
+pub fn endless_openai_stream() -> Reply {
+    let chunk = json!({
+        "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1,
+        "model": "scripted",
+        "choices": [{ "index": 0, "delta": {"content": "x".repeat(4000)}, "finish_reason": null }],
+    });
+    Reply {
+        endless: true,
+        ..Reply::sse(format!("data: {chunk}\n\n"))
+    }
 }
 
 impl Reply {
@@ -23,14 +52,16 @@ impl Reply {
             status: 200,
             headers: vec![("content-type".into(), "text/event-stream".into())],
             body,
+            endless: false,
         }
     }
 
-    fn json(value: Value) -> Self {
+    pub(crate) fn json(value: Value) -> Self {
         Reply {
             status: 200,
             headers: vec![("content-type".into(), "application/json".into())],
             body: value.to_string(),
+            endless: false,
         }
     }
 }
@@ -46,6 +77,7 @@ pub fn status(code: u16, retry_after: Option<&str>) -> Reply {
         headers,
         body: json!({"error": {"type": "scripted", "message": format!("scripted status {code}")}})
             .to_string(),
+        endless: false,
     }
 }
 
@@ -167,14 +199,18 @@ async fn answer(
             status: 500,
             headers: Vec::new(),
             body: "the script has no more replies".into(),
+            endless: false,
         });
     let mut response = axum::response::Response::builder().status(reply.status);
     for (name, value) in &reply.headers {
         response = response.header(name, value);
     }
-    response
-        .body(axum::body::Body::from(reply.body))
-        .expect("response")
+    let body = if reply.endless {
+        axum::body::Body::new(Endless(bytes::Bytes::from(reply.body)))
+    } else {
+        axum::body::Body::from(reply.body)
+    };
+    response.body(body).expect("response")
 }
 
 /// `text` in pieces of a few characters, as models stream it.

@@ -233,6 +233,8 @@ pub struct ChatSection {
     pub max_iterations: Option<u32>,
     pub max_parallel_calls: Option<u32>,
     pub request_timeout_s: Option<u64>,
+    /// The most one model answer may bring, streamed or whole, in MiB (default 16).
+    pub max_response_mib: Option<u32>,
     pub max_attempts: Option<u32>,
     pub retry_delay_ms: Option<u64>,
     pub system: Option<String>,

@@ -88,10 +88,12 @@ impl Provider for Anthropic {
             let response = self.transport.post(NAME, &url, &headers, &body).await?;
             if self.settings.stream {
                 let mut turn = StreamedTurn::default();
-                Transport::events(NAME, response, |event| turn.event(&event.data, on_text)).await?;
+                self.transport
+                    .events(NAME, response, |event| turn.event(&event.data, on_text))
+                    .await?;
                 Ok(turn.finish())
             } else {
-                let value = Transport::json(NAME, response).await?;
+                let value = self.transport.json(NAME, response).await?;
                 let turn = whole_turn(&value)?;
                 if !turn.text.is_empty() {
                     on_text(&turn.text);

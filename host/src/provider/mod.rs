@@ -184,6 +184,8 @@ pub struct ProviderSettings {
     pub retry: RetryPolicy,
     /// How long one model call may take, streaming included.
     pub request_timeout: Duration,
+    /// The most bytes one answer may bring, streamed or whole.
+    pub max_response_bytes: usize,
 }
 
 impl ProviderSettings {
@@ -198,6 +200,7 @@ impl ProviderSettings {
             max_tokens: None,
             retry: RetryPolicy::default(),
             request_timeout: Duration::from_secs(300),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_MIB << 20,
         }
     }
 
@@ -241,11 +244,33 @@ impl RetryPolicy {
     }
 }
 
-/// The HTTP side shared by the providers: one client, retries and error bodies.
+/// The HTTP side shared by the providers: one client, retries, error bodies, and the bound on
+/// what one answer may make the host read.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
     client: reqwest::Client,
     retry: RetryPolicy,
+    max_response_bytes: usize,
+}
+
+/// An error body is read no further than this (its start is all a message shows).
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+/// The default of `[chat] max-response-mib`: one model answer, streamed or whole.
+pub const DEFAULT_MAX_RESPONSE_MIB: usize = 16;
+
+/// Reads `response`'s body, at most `limit` bytes: `None` when it is longer.
+async fn read_at_most(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
 }
 
 impl Transport {
@@ -259,6 +284,7 @@ impl Transport {
         Ok(Transport {
             client,
             retry: settings.retry,
+            max_response_bytes: settings.max_response_bytes,
         })
     }
 
@@ -288,7 +314,7 @@ impl Transport {
             }
             let (retry_after, failure) = match request.send().await {
                 Ok(response) if response.status().is_success() => return Ok(response),
-                Ok(response) => {
+                Ok(mut response) => {
                     let status = response.status().as_u16();
                     let retry_after = response
                         .headers()
@@ -297,7 +323,14 @@ impl Transport {
                         .and_then(|v| v.trim().parse::<f64>().ok())
                         .filter(|s| s.is_finite() && *s >= 0.0)
                         .map(Duration::from_secs_f64);
-                    let body = excerpt(&response.text().await.unwrap_or_default());
+                    let body = read_at_most(&mut response, ERROR_BODY_BYTES)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map_or_else(
+                            || "(a body too long to show)".to_string(),
+                            |body| excerpt(&String::from_utf8_lossy(&body)),
+                        );
                     let failure = ProviderError::Status {
                         provider,
                         status,
@@ -328,28 +361,49 @@ impl Transport {
         }
     }
 
-    /// Reads a whole JSON response.
+    /// The error of an answer past `max_response_bytes`.
+    fn too_long(&self, provider: &'static str) -> ProviderError {
+        ProviderError::Protocol {
+            provider,
+            message: format!(
+                "the answer is longer than {} MiB (max-response-mib); it was cut off",
+                self.max_response_bytes >> 20
+            ),
+        }
+    }
+
+    /// Reads a whole JSON response, no longer than `max_response_bytes`.
     pub(crate) async fn json(
+        &self,
         provider: &'static str,
-        response: reqwest::Response,
+        mut response: reqwest::Response,
     ) -> Result<Value, ProviderError> {
-        let text = response.text().await.map_err(|e| ProviderError::Protocol {
+        let body = read_at_most(&mut response, self.max_response_bytes)
+            .await
+            .map_err(|e| ProviderError::Protocol {
+                provider,
+                message: error_chain(&e),
+            })?
+            .ok_or_else(|| self.too_long(provider))?;
+        serde_json::from_slice(&body).map_err(|e| ProviderError::Protocol {
             provider,
-            message: error_chain(&e),
-        })?;
-        serde_json::from_str(&text).map_err(|e| ProviderError::Protocol {
-            provider,
-            message: format!("not JSON ({e}): {}", excerpt(&text)),
+            message: format!(
+                "not JSON ({e}): {}",
+                excerpt(&String::from_utf8_lossy(&body))
+            ),
         })
     }
 
-    /// Feeds a streamed response's server-sent events to `on_event` as they arrive.
+    /// Feeds a streamed response's server-sent events to `on_event` as they arrive, until the
+    /// stream ends or has brought `max_response_bytes`.
     pub(crate) async fn events(
+        &self,
         provider: &'static str,
         mut response: reqwest::Response,
         mut on_event: impl FnMut(sse::Event) -> Result<(), ProviderError>,
     ) -> Result<(), ProviderError> {
         let mut decoder = sse::Decoder::default();
+        let mut received = 0usize;
         loop {
             let chunk = response
                 .chunk()
@@ -359,6 +413,10 @@ impl Transport {
                     message: format!("the stream broke off: {}", error_chain(&e)),
                 })?;
             let Some(chunk) = chunk else { break };
+            received += chunk.len();
+            if received > self.max_response_bytes {
+                return Err(self.too_long(provider));
+            }
             for event in decoder.feed(&chunk) {
                 on_event(event)?;
             }

@@ -68,13 +68,14 @@ impl OpenAi {
         let response = self.transport.post(provider, &url, &headers, &body).await?;
         if self.settings.stream {
             let mut turn = StreamedTurn::default();
-            Transport::events(provider, response, |event| {
-                turn.event(provider, &event.data, on_text)
-            })
-            .await?;
+            self.transport
+                .events(provider, response, |event| {
+                    turn.event(provider, &event.data, on_text)
+                })
+                .await?;
             Ok(turn.finish())
         } else {
-            let value = Transport::json(provider, response).await?;
+            let value = self.transport.json(provider, response).await?;
             let turn = whole_turn(provider, &value)?;
             if !turn.text.is_empty() {
                 on_text(&turn.text);
