@@ -382,3 +382,30 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
         .expect("shout runs");
     assert_eq!(text, "HI");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_wants_more_than_one_calls_share_of_the_pool_is_refused_at_load() {
+    use crate::hostile::many_instances;
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |_| {});
+    // 40 core instances: more than a call's 32.
+    let message = refusal(
+        runtime
+            .load(Path::new("instances.wasm"), many_instances(40, 0))
+            .await,
+    );
+    assert!(message.contains("core module instances"), "{message}");
+    assert!(message.contains("32 core instances"), "{message}");
+    // Three memories: more than a call's 2.
+    let message = refusal(
+        runtime
+            .load(Path::new("memories.wasm"), many_instances(3, 1))
+            .await,
+    );
+    assert!(message.contains("memories"), "{message}");
+    // Within the share, it is the world that does not fit (it exports no tool).
+    let within = runtime
+        .load(Path::new("fits.wasm"), many_instances(30, 0))
+        .await;
+    assert!(matches!(within, Err(LoadError::Link { .. })), "{within:?}");
+}

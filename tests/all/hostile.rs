@@ -4,7 +4,8 @@
 
 use wasm_encoder::{
     CodeSection, Component, EntityType, ExportKind, ExportSection, Function, FunctionSection,
-    ImportSection, Instruction, Module, ModuleSection, TypeSection, ValType,
+    ImportSection, InstanceSection, Instruction, MemorySection, MemoryType, Module, ModuleSection,
+    TypeSection, ValType,
 };
 
 /// A component whose one core function keeps `values` values live (on the operand stack)
@@ -68,5 +69,31 @@ pub fn huge_function(bytes: usize) -> Vec<u8> {
     module.section(&types).section(&functions).section(&code);
     let mut component = Component::new();
     component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// A component that instantiates `instances` times a core module with one memory of
+/// `memory_pages` pages (0: no memory): it asks the pool for that many core instances and
+/// memories per call.
+pub fn many_instances(instances: u32, memory_pages: u64) -> Vec<u8> {
+    let mut module = Module::new();
+    if memory_pages > 0 {
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType {
+            minimum: memory_pages,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        module.section(&memories);
+    }
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    let mut instances_section = InstanceSection::new();
+    for _ in 0..instances {
+        instances_section.instantiate(0, Vec::<(&str, wasm_encoder::ModuleArg)>::new());
+    }
+    component.section(&instances_section);
     component.finish()
 }

@@ -18,18 +18,28 @@ pub(super) fn compile_config() -> Config {
     config
 }
 
+/// What one instance (one call) may take of the pool: a component that declares more is
+/// refused at load, naming the resource. The pool holds this much for every instance, so no
+/// call can take another's share.
+pub const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+pub const MEMORIES_PER_COMPONENT: u32 = 2;
+pub const TABLES_PER_COMPONENT: u32 = 32;
+
 /// The engine settings of the host: [`compile_config`] with the pooling allocator sized for
-/// `max_instances` instances. Public so that the benchmarks' raw-wasmtime baseline runs on
-/// exactly the same settings.
+/// `max_instances` instances, each with its full share of core instances, memories and
+/// tables. Public so that the benchmarks' raw-wasmtime baseline runs on exactly the same
+/// settings.
 pub fn engine_config(max_instances: u32) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
-        .total_core_instances(n * 8)
-        .total_memories(n)
-        .total_tables(n * 4)
+        .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(n * MEMORIES_PER_COMPONENT)
+        .total_tables(n * TABLES_PER_COMPONENT)
         .total_stacks(n)
-        .max_memories_per_component(4)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .max_tables_per_component(TABLES_PER_COMPONENT)
         .max_memory_size(4 << 30);
     let mut config = compile_config();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

@@ -235,9 +235,17 @@ impl Runtime {
                 // code generation settings, fed nothing but the component's bytes), taken
                 // straight from memory or the worker's pipe, never from a file.
                 let component = unsafe { Component::deserialize(&self.engine, &artifact) }
-                    .map_err(|e| LoadError::Compile {
+                    // A fresh artifact of our own compiler fails only against the pool's
+                    // per-component limits, which compiling does not check.
+                    .map_err(|e| LoadError::Refused {
                         path: path.to_path_buf(),
-                        reason: format!("{e:#}"),
+                        reason: format!(
+                            "it needs more of the instance pool than one call gets ({} core \
+                             instances, {} memories, {} tables): {e:#}",
+                            super::engine::CORE_INSTANCES_PER_COMPONENT,
+                            super::engine::MEMORIES_PER_COMPONENT,
+                            super::engine::TABLES_PER_COMPONENT,
+                        ),
                     })?;
                 if let Some(cache) = &self.cache {
                     cache.put(&hash, &artifact);

@@ -43,10 +43,14 @@ impl WasiView for CallState {
     }
 }
 
-/// Refuses memory growth past the invoker's limit and remembers that it did, so that the
-/// trap that usually follows (Rust aborts on allocation failure) is reported as a limit.
+/// Refuses memory growth that would take the call's memories, all of them together, past the
+/// invoker's limit, and remembers that it did, so that the trap that usually follows (Rust
+/// aborts on allocation failure) is reported as a limit. A component with several memories
+/// shares one `memory-mib` among them.
 pub(crate) struct CallLimiter {
     memory_bytes: usize,
+    /// Bytes of every memory of the call so far.
+    in_use: usize,
     pub(crate) memory_refused: bool,
 }
 
@@ -54,6 +58,7 @@ impl CallLimiter {
     pub(crate) fn new(memory_bytes: usize) -> Self {
         CallLimiter {
             memory_bytes,
+            in_use: 0,
             memory_refused: false,
         }
     }
@@ -62,14 +67,16 @@ impl CallLimiter {
 impl ResourceLimiter for CallLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
+        let after = self.in_use.saturating_sub(current).saturating_add(desired);
+        if after > self.memory_bytes {
             self.memory_refused = true;
             return Ok(false);
         }
+        self.in_use = after;
         Ok(true)
     }
 
@@ -128,3 +135,20 @@ impl Host for CallState {
 
 /// The `types` interface has no functions; the bindings still want it implemented.
 impl TypesHost for CallState {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memories_of_a_call_share_one_limit() {
+        let mut limiter = CallLimiter::new(64 << 20);
+        // Two memories of 40 MiB each: the first fits, the second would pass 64 MiB in all.
+        assert!(limiter.memory_growing(0, 40 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(0, 40 << 20, None).unwrap());
+        assert!(limiter.memory_refused);
+        // Growing the first within the limit still works.
+        assert!(limiter.memory_growing(40 << 20, 60 << 20, None).unwrap());
+        assert!(!limiter.memory_growing(60 << 20, 65 << 20, None).unwrap());
+    }
+}
