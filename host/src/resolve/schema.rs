@@ -1,6 +1,12 @@
 //! Arguments schemas, checked and compiled once per distinct text: invokers with the same
 //! schema share one [`Schema`], and a reload reuses every schema the catalog already holds
 //! instead of checking and compiling it again. No engine is needed.
+//!
+//! A schema comes from a plugin as often as from an operator, and the host evaluates it on
+//! every call, so it is bounded before it is compiled ([`check_bounds`]): its size, its
+//! depth, how many subschemas it expands to once every `$ref` is followed where it is used
+//! (a schema that doubles at each level is refused, not evaluated), and its patterns, whose
+//! matching is also bounded in backtracking steps.
 
 use crate::catalog::Schema;
 use serde_json::Value;
@@ -46,6 +52,7 @@ impl SchemaCache {
             return Ok(schema);
         }
         let value = value()?;
+        check_bounds(&value, text.len()).map_err(SchemaError::Unusable)?;
         let validator = compile(&value).map_err(SchemaError::Unusable)?;
         // compile() accepts only objects.
         let Value::Object(object) = value else {
@@ -71,6 +78,112 @@ impl SchemaCache {
     }
 }
 
+/// A schema's JSON text, at most.
+pub const MAX_SCHEMA_BYTES: usize = 256 << 10;
+/// How deep a schema's JSON may nest.
+pub const MAX_SCHEMA_DEPTH: usize = 32;
+/// Subschemas once every `$ref` is followed where it is used.
+pub const MAX_SUBSCHEMAS: usize = 10_000;
+/// `pattern`s and `patternProperties` keys in one schema, and the length of each.
+pub const MAX_PATTERNS: usize = 1_000;
+pub const MAX_PATTERN_CHARS: usize = 1_000;
+/// Backtracking steps one pattern match may take (jsonschema's default is 1,000,000).
+const PATTERN_BACKTRACK_LIMIT: usize = 100_000;
+
+/// Refuses a schema past the bounds above, saying which and where.
+fn check_bounds(schema: &Value, text_len: usize) -> Result<(), String> {
+    if text_len > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "it is {} KiB of JSON, more than the {} KiB a schema may be",
+            text_len >> 10,
+            MAX_SCHEMA_BYTES >> 10
+        ));
+    }
+    let mut walk = Walk {
+        root: schema,
+        subschemas: 0,
+        patterns: 0,
+        following: Vec::new(),
+    };
+    walk.value(schema, "", 0)
+}
+
+/// One walk over a schema, following local `$ref`s where they are used.
+struct Walk<'a> {
+    root: &'a Value,
+    subschemas: usize,
+    patterns: usize,
+    /// The `$ref`s being followed now (a recursive schema is walked once per cycle).
+    following: Vec<&'a str>,
+}
+
+impl<'a> Walk<'a> {
+    fn value(&mut self, value: &'a Value, at: &str, depth: usize) -> Result<(), String> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "it nests deeper than {MAX_SCHEMA_DEPTH} levels (at {at})"
+            ));
+        }
+        match value {
+            Value::Object(map) => {
+                self.subschemas += 1;
+                if self.subschemas > MAX_SUBSCHEMAS {
+                    return Err(format!(
+                        "it expands to more than {MAX_SUBSCHEMAS} subschemas, counting each \
+                         `$ref` where it is used"
+                    ));
+                }
+                if let Some(Value::String(pattern)) = map.get("pattern") {
+                    self.pattern(pattern, at)?;
+                }
+                if let Some(Value::Object(patterns)) = map.get("patternProperties") {
+                    for pattern in patterns.keys() {
+                        self.pattern(pattern, at)?;
+                    }
+                }
+                if let Some(Value::String(reference)) = map.get("$ref")
+                    && let Some(pointer) = reference.strip_prefix('#')
+                    && !self.following.contains(&pointer)
+                    && let Some(target) = self.root.pointer(pointer)
+                {
+                    if self.following.len() >= MAX_SCHEMA_DEPTH {
+                        return Err(format!(
+                            "it follows `$ref` more than {MAX_SCHEMA_DEPTH} deep (at {at})"
+                        ));
+                    }
+                    // The target's own nesting counts from its place; the chain of `$ref`s
+                    // is bounded on its own, above.
+                    self.following.push(pointer);
+                    self.value(target, &format!("{at}/$ref"), 0)?;
+                    self.following.pop();
+                }
+                for (key, child) in map {
+                    self.value(child, &format!("{at}/{key}"), depth + 1)?;
+                }
+                Ok(())
+            }
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| self.value(item, &format!("{at}/{i}"), depth + 1)),
+            _ => Ok(()),
+        }
+    }
+
+    fn pattern(&mut self, pattern: &str, at: &str) -> Result<(), String> {
+        self.patterns += 1;
+        if self.patterns > MAX_PATTERNS {
+            return Err(format!("it has more than {MAX_PATTERNS} patterns"));
+        }
+        if pattern.chars().count() > MAX_PATTERN_CHARS {
+            return Err(format!(
+                "a pattern is longer than {MAX_PATTERN_CHARS} characters (at {at})"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Compiles a JSON Schema; it must itself be valid and describe an object, because tool
 /// arguments are always a JSON object.
 fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
@@ -85,7 +198,12 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     if schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err("it must have \"type\": \"object\" (tool arguments are a JSON object)".into());
     }
-    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+        )
+        .build(schema)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -123,5 +241,52 @@ mod tests {
             cache.of_text("{oops"),
             Err(SchemaError::NotJson(_))
         ));
+    }
+
+    #[test]
+    fn hostile_schemas_are_refused_before_they_are_compiled() {
+        let cache = SchemaCache::default();
+        let refused = |schema: Value| match cache.of_value(schema) {
+            Err(SchemaError::Unusable(message)) => message,
+            other => panic!("accepted: {other:?}"),
+        };
+        // allOf that doubles at each of 20 levels: 2^20 subschemas once expanded.
+        let mut defs = serde_json::Map::new();
+        defs.insert("l0".into(), json!({"type": "string"}));
+        for level in 1..=20 {
+            let below = format!("#/$defs/l{}", level - 1);
+            defs.insert(
+                format!("l{level}"),
+                json!({"allOf": [{"$ref": below}, {"$ref": below}]}),
+            );
+        }
+        let doubling = json!({"type": "object", "$defs": defs,
+            "properties": {"x": {"$ref": "#/$defs/l20"}}});
+        assert!(refused(doubling).contains("more than 10000 subschemas"));
+        // A recursive schema (a tree) is fine: each cycle is walked once.
+        let tree = json!({"type": "object", "$defs": {"node": {"type": "object",
+            "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+            "properties": {"root": {"$ref": "#/$defs/node"}}});
+        assert!(cache.of_value(tree).is_ok());
+        // Deep nesting, many patterns, a huge pattern, a huge schema.
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"type": "object", "properties": {"a": deep}});
+        }
+        assert!(refused(deep).contains("deeper than 32"));
+        let patterns: serde_json::Map<String, Value> =
+            (0..1001).map(|i| (format!("^p{i}$"), json!({}))).collect();
+        assert!(
+            refused(json!({"type": "object", "patternProperties": patterns}))
+                .contains("more than 1000 patterns")
+        );
+        let long = json!({"type": "object", "properties": {"a": {"pattern": "a".repeat(2000)}}});
+        assert!(refused(long).contains("longer than 1000 characters"));
+        let properties: serde_json::Map<String, Value> = (0..20_000)
+            .map(|i| (format!("property_{i}"), json!({"type": "string"})))
+            .collect();
+        assert!(
+            refused(json!({"type": "object", "properties": properties})).contains("KiB of JSON")
+        );
     }
 }
