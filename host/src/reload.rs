@@ -29,6 +29,8 @@ use tokio::sync::{broadcast, mpsc};
 
 /// How long the watcher waits for the file system to go quiet before it reloads.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+/// Imported servers' tool-list changes reload the catalog at most this often.
+const SERVER_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 impl From<&Refused> for RefusedEnsemble {
     fn from(refused: &Refused) -> Self {
@@ -277,9 +279,13 @@ impl Reloader {
         let mut servers = self.resolver.servers().changes();
         let mut compiled = self.resolver.runtime().loads_finished();
         let task = tokio::spawn(async move {
+            // Reloads that imported servers ask for come at most once a second, however
+            // often they announce a new tool list.
+            let mut next_for_servers = tokio::time::Instant::now();
             loop {
-                // Wait for a relevant event (a file, or an imported MCP server's new tool
-                // list), then for quiet.
+                // Wait for a relevant event (a file, a compile that ended, or an imported MCP
+                // server's new tool list), then for quiet.
+                let mut for_servers = false;
                 loop {
                     tokio::select! {
                         event = notices.recv() => {
@@ -294,14 +300,22 @@ impl Reloader {
                             }
                         }
                         server = servers.recv() => {
-                            if let Ok(server) = &server {
-                                tracing::info!("reloading: MCP server `{server}` changed its tools");
-                            }
                             if !matches!(server, Err(broadcast::error::RecvError::Closed)) {
+                                for_servers = true;
                                 break;
                             }
                         }
                     }
+                }
+                if for_servers {
+                    tokio::time::sleep_until(next_for_servers).await;
+                    // Every announcement made meanwhile is answered by this one reload.
+                    while !matches!(
+                        servers.try_recv(),
+                        Err(broadcast::error::TryRecvError::Empty
+                            | broadcast::error::TryRecvError::Closed)
+                    ) {}
+                    next_for_servers = tokio::time::Instant::now() + SERVER_RELOAD_INTERVAL;
                 }
                 // Then for `debounce` without a relevant event (reads of the files in a
                 // watched directory, an audit log written beside the components, do not

@@ -418,3 +418,120 @@ async fn an_mcp_client_of_serve_reaches_an_imported_tool() {
     assert_eq!(text, r#"{"through":"two hosts"}"#);
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_more_tools_than_max_tools_is_refused_without_reading_them_all() {
+    let inner = Fixture::new();
+    inner.write("many.toml", &crate::mcp_list::many_echoes(4_500));
+    let outer = Fixture::new();
+    outer.write(
+        "inner.toml",
+        &import_ensemble(&inner, "")
+            .replace("[ensemble.mcp]\n", "[ensemble.mcp]\nmax-tools = 3000\n"),
+    );
+    let resolved = outer.resolve().await;
+    let message = resolved.refused[0].diagnostics[0].to_string();
+    assert!(
+        message.contains("offers more than 3000 tools (4000 so far)"),
+        "{message}"
+    );
+    // Within a larger bound, all of them come, each in one step of the import.
+    outer.write(
+        "inner.toml",
+        &import_ensemble(&inner, "")
+            .replace("[ensemble.mcp]\n", "[ensemble.mcp]\nmax-tools = 5000\n"),
+    );
+    let resolved = outer.resolve().await;
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    assert_eq!(resolved.catalog.tools().count(), 4_501);
+}
+
+/// An MCP server that announces a new tool list `times` times right after it is initialized.
+#[derive(Clone)]
+struct Flooder {
+    times: usize,
+}
+
+impl rmcp::ServerHandler for Flooder {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_string(), json!("object"))]);
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![
+            rmcp::model::Tool::new("steady", "Always here.", Arc::new(schema)),
+        ]))
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<rmcp::RoleServer>) {
+        let times = self.times;
+        tokio::spawn(async move {
+            for _ in 0..times {
+                if context.peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
+    use rmcp::transport::streamable_http_server::StreamableHttpService;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    let service = StreamableHttpService::new(
+        || Ok(Flooder { times: 20_000 }),
+        Arc::new(LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let server = tokio::spawn(async move {
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let _ = axum::serve(listener, router).await;
+    });
+    toolhost::tls::install_provider();
+
+    let outer = Fixture::new();
+    outer.write(
+        "flood.toml",
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"flood\"\n\n[ensemble.mcp]\n\
+             url = \"http://127.0.0.1:{port}/mcp\"\n"
+        ),
+    );
+    let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+    assert!(reloader.catalog().snapshot().get("steady").is_some());
+    let mut changes = reloader.subscribe();
+    let _watch = reloader.watch(Duration::from_millis(50)).expect("watch");
+    // Count the reloads of three seconds of flood.
+    let mut reloads = 0;
+    let window = tokio::time::sleep(Duration::from_secs(3));
+    tokio::pin!(window);
+    loop {
+        tokio::select! {
+            change = changes.recv() => {
+                if change.is_ok() {
+                    reloads += 1;
+                }
+            }
+            () = &mut window => break,
+        }
+    }
+    assert!(reloads >= 1, "the announcements were not heard");
+    assert!(reloads <= 5, "{reloads} reloads in three seconds");
+    assert!(reloader.catalog().snapshot().get("steady").is_some());
+    server.abort();
+}

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
 use tokio::sync::broadcast;
 
 /// The first wait after a failed start; it doubles with each further failure.
@@ -55,6 +56,9 @@ pub struct McpSpec {
     pub target: McpTarget,
     #[serde(skip)]
     pub startup_timeout: Duration,
+    /// The most tools taken from the server (`max-tools`).
+    #[serde(skip)]
+    pub max_tools: usize,
 }
 
 impl McpSpec {
@@ -84,11 +88,16 @@ pub struct McpError {
     pub reason: String,
 }
 
+/// A server's repeated notices are logged at most this often.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Receives a server's notifications.
 #[derive(Clone)]
 struct Watcher {
     server: String,
     changes: broadcast::Sender<String>,
+    /// When a tool-list change was last logged.
+    logged: Arc<Mutex<Option<Instant>>>,
 }
 
 impl ClientHandler for Watcher {
@@ -97,8 +106,15 @@ impl ClientHandler for Watcher {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::info!("MCP server `{}` changed its tools", self.server);
-        // Nobody listening (`check`, `call`) is fine.
+        // A server that floods notifications is logged once per interval, not per message.
+        let now = Instant::now();
+        let mut last = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_none_or(|at| now.duration_since(at) >= LOG_INTERVAL) {
+            tracing::info!("MCP server `{}` changed its tools", self.server);
+            *last = Some(now);
+        }
+        drop(last);
+        // Nobody listening (`check`, `call`) is fine; a lagging listener reloads once.
         let _ = self.changes.send(self.server.clone());
     }
 }
@@ -244,6 +260,7 @@ impl McpImport {
         let watcher = Watcher {
             server: self.spec.describe(),
             changes: self.changes.clone(),
+            logged: Arc::default(),
         };
         match &self.spec.target {
             McpTarget::Command {
@@ -298,11 +315,39 @@ impl McpImport {
     /// The server's tools, as the catalog takes them.
     pub async fn tools(&self) -> Result<Vec<ToolOffer>, McpError> {
         let service = self.session().await?;
-        let listed = tokio::time::timeout(self.spec.startup_timeout, service.list_all_tools())
-            .await
-            .map_err(|_| self.error("did not list its tools in time"))?;
+        let max = self.spec.max_tools;
+        // Page by page, so that a server that lists too many is stopped, not read to the end.
+        let list = async {
+            let mut tools = Vec::new();
+            let mut cursor = None;
+            loop {
+                let page = service
+                    .list_tools(Some(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
+                    ))
+                    .await?;
+                tools.extend(page.tools);
+                if tools.len() > max {
+                    return Ok(Err(tools.len()));
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(Ok(tools)),
+                }
+            }
+        };
+        let listed: Result<Result<Vec<_>, usize>, rmcp::ServiceError> =
+            tokio::time::timeout(self.spec.startup_timeout, list)
+                .await
+                .map_err(|_| self.error("did not list its tools in time"))?;
         let tools = match listed {
-            Ok(tools) => tools,
+            Ok(Ok(tools)) => tools,
+            Ok(Err(more)) => {
+                return Err(self.error(format!(
+                    "offers more than {max} tools ({more} so far), the most this ensemble takes \
+                     (set `max-tools` in [ensemble.mcp] to take more)"
+                )));
+            }
             Err(e) => {
                 self.forget(&service).await;
                 return Err(self.error(format!("could not list its tools: {e}")));

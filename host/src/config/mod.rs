@@ -13,7 +13,7 @@ pub use diagnostic::{Diagnostic, Location, Note};
 use diagnostic::LineIndex;
 pub use names::{
     Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MaxResponseBytes, MemoryMib, TimeoutMs, ToolName,
+    MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, TimeoutMs, ToolName,
 };
 
 use serde::Deserialize;

@@ -163,6 +163,10 @@ bounded!(
     MaxResponseBytes, "max-response-bytes", 1, 1 << 30
 );
 bounded!(
+    /// `max-tools` of an imported MCP server: 1 to 100,000 tools.
+    MaxTools, "max-tools", 1, 100_000
+);
+bounded!(
     /// `max-output-bytes`: 1 byte to 64 MiB.
     MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
 );

@@ -3,7 +3,7 @@
 
 use super::names::{
     Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MaxResponseBytes, MemoryMib, TimeoutMs, ToolName,
+    MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -60,6 +60,8 @@ pub struct McpSection {
     pub url: Option<Spanned<String>>,
     /// How long starting the server and listing its tools may take (default 10000).
     pub startup_timeout_ms: Option<TimeoutMs>,
+    /// The most tools taken from the server (default 1000); more refuses the ensemble.
+    pub max_tools: Option<MaxTools>,
 }
 
 /// `[defaults]`: what each invoker inherits unless it sets its own.

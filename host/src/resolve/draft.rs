@@ -9,7 +9,7 @@
 
 use super::grants::Grants;
 use super::schema::{SchemaCache, SchemaError};
-use super::settings::{DEFAULT_MCP_STARTUP_TIMEOUT_MS, Settings};
+use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS, Settings};
 use crate::backend::ToolOffer;
 use crate::backend::mcp::{McpSpec, McpTarget};
 use crate::catalog::Schema;
@@ -517,6 +517,7 @@ fn mcp_draft(
                 mcp.startup_timeout_ms
                     .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
             ),
+            max_tools: mcp.max_tools.map_or(DEFAULT_MCP_MAX_TOOLS, |m| m.get()) as usize,
         });
     McpDraft { spec, at }
 }
