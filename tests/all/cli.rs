@@ -219,3 +219,34 @@ fn usage_errors_exit_2() {
     assert_eq!(toolhost(&fixture, &["call"]).status.code(), Some(2));
     assert_eq!(toolhost(&fixture, &["frobnicate"]).status.code(), Some(2));
 }
+
+#[test]
+fn text_from_a_tool_reaches_the_terminal_escaped_and_json_exact() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "t.toml",
+        &ensemble(
+            "t",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"say\", description = \"Says \\u001b]0;pwned\\u0007 things\" }\n",
+        ),
+    );
+    // OSC 52 (write the clipboard) and a screen clear in a result.
+    let hostile = "hi\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J";
+    let arguments = serde_json::json!({ "text": hostile }).to_string();
+    let output = toolhost(&fixture, &["call", "say", &arguments]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = stdout(&output);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(shown.starts_with("hi\\u{1b}]52;c;"), "{shown:?}");
+    let listed = stdout(&toolhost(&fixture, &["list"]));
+    assert!(!listed.contains('\u{1b}'), "{listed:?}");
+    assert!(listed.contains("Says \\u{1b}]0;pwned"), "{listed:?}");
+
+    let json = toolhost(&fixture, &["call", "say", &arguments, "--json"]);
+    let report: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(report["result"], hostile, "--json keeps the text exact");
+}

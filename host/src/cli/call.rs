@@ -1,6 +1,7 @@
 //! `toolhost call TOOL JSON`: one call through the same `invoke` path as every other caller.
 
 use super::settings::Settings;
+use super::terminal::safe;
 use std::process::ExitCode;
 use toolhost::invoke::Arguments;
 
@@ -32,14 +33,14 @@ pub(crate) async fn run(
     match &outcome.result {
         Ok(text) => {
             if !json {
-                println!("{text}");
+                println!("{}", safe(text));
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
             if !json {
                 let one_line = error.message.replace('\n', " ");
-                eprintln!("error: {}: {one_line}", error.kind);
+                eprintln!("error: {}: {}", error.kind, safe(&one_line));
             }
             Ok(ExitCode::from(1))
         }

@@ -9,6 +9,7 @@
 //! provider failure; 3 setup (no model, no key, a bad provider name).
 
 use super::settings::Settings;
+use super::terminal::safe;
 use anyhow::{Context, bail};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -116,7 +117,7 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
         match outcome {
             Err(e) => {
                 if !options.json {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", safe(&e.to_string()));
                 }
                 break ExitCode::from(1);
             }
@@ -217,7 +218,10 @@ impl Approver for Prompter {
             }
             let question = format!(
                 "\n`{}` ({}) is destructive: {}\n  arguments: {}\nRun it? [y/N] ",
-                request.tool, request.ensemble, request.description, request.arguments
+                request.tool,
+                request.ensemble,
+                safe(&request.description),
+                safe(&request.arguments.to_string())
             );
             let answer = tokio::task::spawn_blocking(move || {
                 eprint!("{question}");
@@ -278,7 +282,7 @@ impl Renderer {
         }
         match event {
             Event::TextDelta { text } => {
-                self.out(&text);
+                self.out(&safe(&text));
                 self.mid_line
                     .store(!text.ends_with('\n'), Ordering::Relaxed);
             }
@@ -290,7 +294,7 @@ impl Renderer {
                     serde_json::Value::String(text) => text,
                     other => other.to_string(),
                 };
-                eprintln!("  -> {name} {}", one_line(&text, 160));
+                eprintln!("  -> {} {}", safe(&name), safe(&one_line(&text, 160)));
             }
             Event::ToolResult {
                 name,
@@ -303,16 +307,17 @@ impl Renderer {
                 let mark = if is_error { "x" } else { "ok" };
                 let dedup = if deduplicated { ", deduplicated" } else { "" };
                 eprintln!(
-                    "  {mark} {name}: {} ({duration_ms:.1} ms{dedup})",
-                    one_line(&content, 160)
+                    "  {mark} {}: {} ({duration_ms:.1} ms{dedup})",
+                    safe(&name),
+                    safe(&one_line(&content, 160))
                 );
             }
             Event::Done { ending, text, .. } => {
                 self.end_line();
                 match ending {
                     Ending::Answer => {}
-                    Ending::Completed | Ending::Converse => self.out(&format!("{text}\n")),
-                    Ending::Question => self.out(&format!("? {text}\n")),
+                    Ending::Completed | Ending::Converse => self.out(&format!("{}\n", safe(&text))),
+                    Ending::Question => self.out(&format!("? {}\n", safe(&text))),
                     Ending::IterationLimit => eprintln!("error: {text}"),
                     Ending::Error => {}
                 }

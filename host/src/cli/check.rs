@@ -1,6 +1,7 @@
 //! `toolhost check`: every error in every file, then a summary; non-zero exit on any error.
 
 use super::settings::Settings;
+use super::terminal::safe;
 use std::process::ExitCode;
 use toolhost::catalog::Catalog;
 
@@ -31,7 +32,7 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for diagnostic in &diagnostics {
-            println!("{diagnostic}");
+            println!("{}", safe(&diagnostic.to_string()));
         }
         let enabled = catalog.tools().count();
         let loaded = catalog.ensembles().len();

@@ -1,6 +1,7 @@
 //! `toolhost list`: the tools of the loaded ensembles, enabled or not.
 
 use super::settings::Settings;
+use super::terminal::safe;
 use std::process::ExitCode;
 
 pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
@@ -61,11 +62,12 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             ""
         };
         println!(
-            "{:name_width$}  {:ensemble_width$}  {:7}  {}  {description}{cut}",
+            "{:name_width$}  {:ensemble_width$}  {:7}  {}  {}{cut}",
             tool.name,
             tool.ensemble,
             if tool.enabled { "yes" } else { "no" },
             &hash[..12],
+            safe(&description),
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -14,6 +14,7 @@ mod list;
 mod serve;
 mod settings;
 mod status;
+mod terminal;
 
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;

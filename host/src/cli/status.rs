@@ -154,7 +154,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             };
             println!("refused: {} ({what})", refused.file.display());
             for error in &refused.errors {
-                println!("{error}");
+                println!("{}", super::terminal::safe(error));
             }
         }
     }

@@ -47,6 +47,7 @@ const TOOLS: &[(&str, &str)] = &[
     ),
     ("fail", "Return a tool error of the plugin's own."),
     ("fail_big", "Return a tool error of `bytes` bytes."),
+    ("say", "Return `text` as it is."),
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
     ("udp_send", "Send a UDP datagram to `address`."),
     ("resolve", "Look up the addresses of `name` (host:port) through DNS."),
@@ -123,6 +124,7 @@ impl Guest for Testbed {
                     kept.push(fields);
                 }
             }
+            "say" => Ok(arg(&args, "text").as_str().unwrap_or("").to_string()),
             "fail_big" => Err(ToolError::Failed(
                 "e".repeat(arg(&args, "bytes").as_u64().unwrap_or(0) as usize),
             )),
