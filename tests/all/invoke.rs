@@ -375,3 +375,43 @@ async fn violations_are_listed_up_to_a_bound_and_their_values_stay_out_of_the_au
     assert!(!record.contains("hunter2"), "{record}");
     assert!(record.contains("/password"), "{record}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_is_private_and_keeps_no_secret_shaped_value() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &ensemble("echo", "echo", ECHO));
+    let audit = fixture.root().join("audit.jsonl");
+    // A log that others could read is made private when the host opens it.
+    std::fs::write(&audit, "").expect("an existing log");
+    std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let host = fixture.host_with_audit(Some(&audit)).await;
+    let mode = std::fs::metadata(&audit)
+        .expect("audit")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let secrets = json!({
+        "text": "hi",
+        "access_key": "AKIAIOSFODNN7EXAMPLE",
+        "privateKey": "k1",
+        "pwd": "p1",
+        "session_id": "s1",
+        "note": "curl -H 'Authorization: Bearer abcdefghijklmnopqrst' https://bob:hunter22@x.org",
+        "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJlX3NpZ25hdHVyZQ",
+    });
+    ok(&host.invoke(&Session::new("s"), "echo", secrets).await);
+    let record = std::fs::read_to_string(&audit).expect("audit");
+    for secret in [
+        "AKIAIOSFODNN7EXAMPLE",
+        "\"k1\"",
+        "\"p1\"",
+        "\"s1\"",
+        "abcdefghijklmnopqrst",
+        "hunter22",
+        "c2lnbmF0dXJl",
+    ] {
+        assert!(!record.contains(secret), "{secret} in {record}");
+    }
+}

@@ -284,7 +284,7 @@ impl Host {
             ),
             Err(e) => (
                 e.kind.as_str().to_string(),
-                Some(e.audit_message()),
+                Some(audit::redact_text(&e.audit_message())),
                 0,
                 String::new(),
             ),

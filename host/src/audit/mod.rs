@@ -1,28 +1,20 @@
 //! audit: one JSON line per call, appended to a file and written through at once. Arguments
-//! are stored with secret-looking keys redacted; results only as a size and a short summary.
+//! are stored with secrets redacted ([`redact`]: by key, and secret-shaped values anywhere);
+//! results only as a size and a short, equally redacted summary; error texts redacted too.
+//! The file is the host user's alone (0600).
+
+mod redact;
+
+pub use redact::{REDACTED, redact, redact_text, secret_key};
 
 use serde::Serialize;
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-/// Keys whose values never reach the audit log (matched case-insensitively, as substrings).
-const SECRET_KEY_PARTS: &[&str] = &[
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "apikey",
-    "api_key",
-    "api-key",
-    "authorization",
-    "credential",
-    "private_key",
-    "private-key",
-    "cookie",
-];
 /// Result summaries are cut to this many characters.
 const SUMMARY_CHARS: usize = 200;
 
@@ -73,8 +65,19 @@ impl AuditLog {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(path)
             .map_err(error)?;
+        // An existing log others can read or write is made private: it holds who called what.
+        let mode = file.metadata().map_err(error)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "the audit log {} could be read or written by others (mode {mode:04o}); it is now 0600",
+                path.display()
+            );
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(error)?;
+        }
         Ok(AuditLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
@@ -96,26 +99,6 @@ impl AuditLog {
     }
 }
 
-/// A copy of `value` with the values of secret-looking keys replaced by `"[redacted]"`.
-pub fn redact(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| {
-                    let lower = key.to_ascii_lowercase();
-                    if SECRET_KEY_PARTS.iter().any(|part| lower.contains(part)) {
-                        (key.clone(), Value::String("[redacted]".into()))
-                    } else {
-                        (key.clone(), redact(value))
-                    }
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        other => other.clone(),
-    }
-}
-
 /// The first `SUMMARY_CHARS` characters of a result, on one line.
 pub fn summarize(text: &str) -> String {
     let mut summary: String = text
@@ -134,7 +117,10 @@ pub fn summarize(text: &str) -> String {
 pub fn summarize_result(text: &str) -> String {
     match serde_json::from_str::<Value>(text) {
         Ok(value @ (Value::Object(_) | Value::Array(_))) => summarize(&redact(&value).to_string()),
-        _ => summarize(text),
+        // Only the start is shown: look for secrets in a little more than that.
+        _ => summarize(&redact_text(
+            &text[..text.floor_char_boundary(SUMMARY_CHARS * 8)],
+        )),
     }
 }
 
