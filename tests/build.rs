@@ -12,7 +12,7 @@ const WORKSPACES: &[(&str, &[&str])] = &[
         "../plugins",
         &["calculator", "text", "json", "files", "fetch"],
     ),
-    ("plugins", &["echo", "testbed"]),
+    ("plugins", &["echo", "spinner", "testbed"]),
 ];
 
 fn main() {

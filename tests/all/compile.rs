@@ -409,3 +409,83 @@ async fn a_component_that_wants_more_than_one_calls_share_of_the_pool_is_refused
         .await;
     assert!(matches!(within, Err(LoadError::Link { .. })), "{within:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_that_never_describe_are_cut_at_the_deadline_once_not_at_every_reload() {
+    let fixture = Fixture::new();
+    for n in 0..6 {
+        let wasm = fixture.root().join(format!("spinner{n}.wasm"));
+        std::fs::write(
+            &wasm,
+            crate::reload::rebuilt(Path::new(toolhost_testkit::SPINNER), &format!("s{n}")),
+        )
+        .expect("a spinner");
+        fixture.write(
+            &format!("spin{n}.toml"),
+            &ensemble(
+                &format!("spin{n}"),
+                &format!("spinner{n}"),
+                "[[invokers]]\ninvoker = { name = \"spin\" }\n",
+            ),
+        );
+    }
+    fixture.write(
+        "echo.toml",
+        &ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(crate::support::cache_dir()),
+            max_instances: 16,
+            describe_timeout: Duration::from_millis(500),
+            ..RuntimeSettings::default()
+        })
+        .expect("runtime"),
+    );
+    let reloader = toolhost::reload::Reloader::start(runtime.clone(), fixture.ensembles()).await;
+    let status = reloader.status();
+    assert_eq!(status.refused.len(), 6, "{:?}", status.refused);
+    for refused in &status.refused {
+        let errors = refused.errors.join("\n");
+        assert!(errors.contains("did not finish within 500 ms"), "{errors}");
+    }
+    assert!(reloader.catalog().snapshot().get("echo").is_some());
+    let described = runtime.compile_stats().described;
+    // A reload does not describe them again: their failure is remembered by their bytes.
+    let change = reloader.reload().await;
+    assert_eq!(change.refused.len(), 6);
+    assert_eq!(runtime.compile_stats().described, described);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_path_that_is_a_fifo_or_a_device_is_refused_without_reading_it() {
+    let fixture = Fixture::new();
+    let fifo = fixture.root().join("fifo.wasm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    fixture.write(
+        "fifo.toml",
+        &ensemble("fifo", "fifo", "[[invokers]]\ninvoker = { name = \"x\" }\n"),
+    );
+    fixture.write(
+        "zero.toml",
+        "schema-version = 1\n[ensemble]\nname = \"zero\"\ncomponent = \"/dev/zero\"\n\
+         [[invokers]]\ninvoker = { name = \"y\" }\n",
+    );
+    // Would block for ever on the FIFO, or read /dev/zero without end, if either were read.
+    let resolved = tokio::time::timeout(Duration::from_secs(60), fixture.resolve())
+        .await
+        .expect("resolving does not block");
+    let errors: Vec<String> = resolved.diagnostics().map(|d| d.message.clone()).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for error in &errors {
+        assert!(error.ends_with("it is not a regular file"), "{error}");
+    }
+}

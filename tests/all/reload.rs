@@ -91,7 +91,7 @@ fn changed(name: &'static str) -> impl Fn(&CatalogChange) -> bool {
 }
 
 /// The same component with a custom section appended: another blake3, the same tools.
-fn rebuilt(wasm: &Path, stamp: &str) -> Vec<u8> {
+pub(crate) fn rebuilt(wasm: &Path, stamp: &str) -> Vec<u8> {
     let mut bytes = std::fs::read(wasm).expect("read component");
     let name = b"toolhost-test";
     let payload = stamp.as_bytes();

@@ -319,6 +319,7 @@ impl Runtime {
             path: path.to_path_buf(),
             reason,
         };
+        self.counters.described.fetch_add(1, Ordering::Relaxed);
         let label = path.display().to_string();
         // A load runs for no session: nobody's log relay sees its lines.
         let caller = super::Caller {

@@ -157,6 +157,7 @@ struct Counters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
     compile_failures: AtomicU64,
+    described: AtomicU64,
     /// Calls and loads waiting for an instance slot.
     waiting: AtomicU64,
 }
@@ -176,6 +177,8 @@ pub struct CompileStats {
     pub cache_hits: u64,
     /// Compiles that failed (invalid, or over a bound).
     pub failed: u64,
+    /// `describe()` runs (one per component loaded, or refused when it failed).
+    pub described: u64,
 }
 
 /// Why the runtime could not start.
@@ -240,6 +243,7 @@ impl Runtime {
             compiled: self.counters.compiled.load(Ordering::Relaxed),
             cache_hits: self.counters.cache_hits.load(Ordering::Relaxed),
             failed: self.counters.compile_failures.load(Ordering::Relaxed),
+            described: self.counters.described.load(Ordering::Relaxed),
         }
     }
 
