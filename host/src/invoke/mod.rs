@@ -24,7 +24,7 @@ pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::backend::BackendCall;
-use crate::catalog::{LiveCatalog, Tool};
+use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::config::DedupMode;
 use serde_json::Value;
 use std::sync::Arc;
@@ -391,7 +391,13 @@ fn parse_arguments(arguments: Arguments) -> Result<Value, CallError> {
 
 /// Checks `arguments` against the tool's schema and lists every violation.
 pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
-    match CallError::violations(&tool.name, &tool.schema.validator, arguments) {
+    check_arguments(&tool.name, &tool.schema, arguments)
+}
+
+/// Checks `arguments` against `schema` (of the tool `name`) and lists the violations, as
+/// every call does before its tool runs.
+pub fn check_arguments(name: &str, schema: &Schema, arguments: &Value) -> Result<(), CallError> {
+    match CallError::violations(name, &schema.validator, arguments) {
         Some(error) => Err(error),
         None => Ok(()),
     }

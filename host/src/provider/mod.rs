@@ -11,7 +11,7 @@ mod anthropic;
 pub mod conversation;
 mod openai;
 mod prompted;
-mod sse;
+pub mod sse;
 
 pub use anthropic::Anthropic;
 pub use openai::OpenAi;

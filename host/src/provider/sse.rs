@@ -3,15 +3,15 @@
 
 /// One event: its `event:` name, if any, and its `data:` lines joined by `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Event {
-    pub(crate) name: Option<String>,
-    pub(crate) data: String,
+pub struct Event {
+    pub name: Option<String>,
+    pub data: String,
 }
 
 /// Turns a byte stream into events, in time linear in the bytes: each byte is looked at once
 /// when searching for line ends, however the stream is cut into chunks.
 #[derive(Debug, Default)]
-pub(crate) struct Decoder {
+pub struct Decoder {
     /// Bytes of a line not yet ended.
     pending: Vec<u8>,
     /// How many bytes of `pending` are known to hold no line end.
@@ -22,7 +22,7 @@ pub(crate) struct Decoder {
 
 impl Decoder {
     /// Takes the next chunk; returns the events it completes.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
         self.pending.extend_from_slice(chunk);
         let mut events = Vec::new();
         let mut start = 0;
@@ -40,7 +40,7 @@ impl Decoder {
     }
 
     /// Ends the stream: a last event without its blank line still counts.
-    pub(crate) fn finish(&mut self) -> Vec<Event> {
+    pub fn finish(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         if !self.pending.is_empty() {
             self.scanned = 0;

@@ -23,6 +23,9 @@ mod settings;
 
 pub use bind::Compiles;
 pub use names::CatalogBuilder;
+pub use schema::{
+    MAX_PATTERN_CHARS, MAX_PATTERNS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_SUBSCHEMAS,
+};
 pub use settings::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS,
@@ -333,6 +336,16 @@ impl Resolver {
             definition: invoker.definition(),
         })
     }
+}
+
+/// Checks and compiles an arguments schema under the host's bounds, as a descriptor's
+/// `[arguments]` or a component's schema is (for tools that check arguments the host's way).
+pub fn compile_schema(schema: serde_json::Value) -> Result<Arc<Schema>, String> {
+    SchemaCache::default()
+        .of_value(schema)
+        .map_err(|e| match e {
+            SchemaError::NotJson(reason) | SchemaError::Unusable(reason) => reason,
+        })
 }
 
 /// What the tools of one ensemble share.
