@@ -189,6 +189,33 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
     let text = stderr(&output);
     assert!(text.contains("toolhost.toml:3:1"), "{text}");
     assert!(text.contains("unknown field `ensemble`"), "{text}");
+
+    // A bound of zero (which would switch it off) or past its top is refused where it stands.
+    for (line, expected) in [
+        (
+            "max-mcp-sessions = 0",
+            "max-mcp-sessions must be from 1 to 1000000; got 0",
+        ),
+        (
+            "compile-memory-mib = 99999999999",
+            "compile-memory-mib must be from 1 to 1048576",
+        ),
+        (
+            "dedup-total-mib = -1",
+            "dedup-session-mib and dedup-total-mib must be from 1",
+        ),
+    ] {
+        std::fs::write(
+            fixture.root().join("toolhost.toml"),
+            format!("schema-version = 1\n[host]\n{line}\n"),
+        )
+        .expect("write");
+        let output = toolhost(&fixture, &["list"]);
+        assert_eq!(output.status.code(), Some(3), "{line}");
+        let text = stderr(&output);
+        assert!(text.contains("toolhost.toml:3:"), "{line}: {text}");
+        assert!(text.contains(expected), "{line}: {text}");
+    }
 }
 
 #[test]

@@ -176,10 +176,7 @@ fn provider_settings(
     provider.stream = !options.no_stream && chat.stream.unwrap_or(true);
     provider.max_tokens = chat.max_tokens;
     if let Some(mib) = chat.max_response_mib {
-        if mib == 0 {
-            bail!("[chat] max-response-mib must be at least 1");
-        }
-        provider.max_response_bytes = (mib as usize) << 20;
+        provider.max_response_bytes = (mib.get() as usize) << 20;
     }
     if let Some(seconds) = chat.request_timeout_s {
         provider.request_timeout = Duration::from_secs(seconds);

@@ -4,6 +4,7 @@ use super::Cli;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use toolhost::audit::AuditLog;
 use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
@@ -89,83 +90,60 @@ impl Settings {
             .clone()
             .or_else(|| from_file(&host.status_file))
             .or_else(default_status_file);
+        // Every number was range-checked while `toolhost.toml` was read (file:line on error).
         let max_instances = host
             .max_concurrent_calls
-            .unwrap_or(RuntimeSettings::default().max_instances);
-        if max_instances == 0 {
-            bail!("[host] max-concurrent-calls must be at least 1");
-        }
-        let positive = |value: Option<u64>, key: &str, default: u64| -> anyhow::Result<u64> {
-            match value {
-                Some(0) => bail!("[host] {key} must be at least 1"),
-                Some(value) => Ok(value),
-                None => Ok(default),
-            }
-        };
+            .map_or(RuntimeSettings::default().max_instances, |v| v.get() as u32);
         let defaults = CompileSettings::default();
         let compile = CompileSettings {
             // The compile worker is this very program.
             worker: std::env::current_exe().ok(),
-            memory_mib: positive(
-                host.compile_memory_mib,
-                "compile-memory-mib",
-                defaults.memory_mib,
-            )?,
-            cpu_seconds: positive(
-                host.compile_cpu_seconds,
-                "compile-cpu-seconds",
-                defaults.cpu_seconds,
-            )?,
-            timeout: std::time::Duration::from_secs(positive(
-                host.compile_timeout_s,
-                "compile-timeout-s",
-                defaults.timeout.as_secs(),
-            )?),
-            parallel: positive(
-                host.max_parallel_compiles.map(u64::from),
-                "max-parallel-compiles",
-                defaults.parallel as u64,
-            )? as usize,
-            max_component_bytes: positive(
-                host.max_component_mib,
-                "max-component-mib",
-                defaults.max_component_bytes >> 20,
-            )? << 20,
+            memory_mib: host
+                .compile_memory_mib
+                .map_or(defaults.memory_mib, |v| v.get()),
+            cpu_seconds: host
+                .compile_cpu_seconds
+                .map_or(defaults.cpu_seconds, |v| v.get()),
+            timeout: host
+                .compile_timeout_s
+                .map_or(defaults.timeout, |v| Duration::from_secs(v.get())),
+            parallel: host
+                .max_parallel_compiles
+                .map_or(defaults.parallel, |v| v.get() as usize),
+            max_component_bytes: host
+                .max_component_mib
+                .map_or(defaults.max_component_bytes, |v| v.get() << 20),
         };
-        let describe_timeout = std::time::Duration::from_millis(positive(
-            host.describe_timeout_ms,
-            "describe-timeout-ms",
-            RuntimeSettings::default().describe_timeout.as_millis() as u64,
-        )?);
+        let describe_timeout = host
+            .describe_timeout_ms
+            .map_or(RuntimeSettings::default().describe_timeout, |v| {
+                Duration::from_millis(v.get())
+            });
         let http = HttpLimits {
-            max_sessions: positive(host.max_mcp_sessions, "max-mcp-sessions", 1000)? as usize,
-            session_idle: std::time::Duration::from_secs(positive(
-                host.mcp_session_idle_s,
-                "mcp-session-idle-s",
-                300,
-            )?),
-            max_connections: positive(
-                host.max_http_connections,
-                "max-http-connections",
-                super::http::DEFAULT_MAX_CONNECTIONS as u64,
-            )? as usize,
-            header_timeout: std::time::Duration::from_millis(positive(
-                host.http_header_timeout_ms,
-                "http-header-timeout-ms",
-                super::http::DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
-            )?),
+            max_sessions: host.max_mcp_sessions.map_or(1000, |v| v.get() as usize),
+            session_idle: host
+                .mcp_session_idle_s
+                .map_or(Duration::from_secs(300), |v| Duration::from_secs(v.get())),
+            max_connections: host
+                .max_http_connections
+                .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize),
+            header_timeout: host
+                .http_header_timeout_ms
+                .map_or(super::http::DEFAULT_HEADER_TIMEOUT, |v| {
+                    Duration::from_millis(v.get())
+                }),
         };
+        let mib =
+            |value: Option<u64>, default: usize| value.map_or(default, |v| (v as usize) << 20);
         let dedup = (
-            (positive(
-                host.dedup_session_mib,
-                "dedup-session-mib",
-                toolhost::invoke::DEFAULT_DEDUP_SESSION_MIB as u64,
-            )? << 20) as usize,
-            (positive(
-                host.dedup_total_mib,
-                "dedup-total-mib",
-                toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB as u64,
-            )? << 20) as usize,
+            mib(
+                host.dedup_session_mib.map(|v| v.get()),
+                toolhost::invoke::DEFAULT_DEDUP_SESSION_MIB << 20,
+            ),
+            mib(
+                host.dedup_total_mib.map(|v| v.get()),
+                toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB << 20,
+            ),
         );
         Ok(Settings {
             ensembles,

@@ -171,6 +171,61 @@ bounded!(
     MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
 );
 
+// `toolhost.toml`: the host's own bounds. Zero would turn each of them off or make the host
+// refuse everything, so every one starts at 1; the tops keep a typo from overflowing a size.
+bounded!(
+    /// `[host] max-concurrent-calls`: instances running at once, 1 to 10,000.
+    MaxConcurrentCalls, "max-concurrent-calls", 1, 10_000
+);
+bounded!(
+    /// `[host] compile-memory-mib`: the compile worker's address space, 1 MiB to 1 TiB.
+    CompileMemoryMib, "compile-memory-mib", 1, 1 << 20
+);
+bounded!(
+    /// `[host] compile-cpu-seconds`: the compile worker's CPU time, 1 s to a day.
+    CompileCpuSeconds, "compile-cpu-seconds", 1, 86_400
+);
+bounded!(
+    /// `[host] compile-timeout-s`: one compile on the clock, 1 s to a day.
+    CompileTimeoutS, "compile-timeout-s", 1, 86_400
+);
+bounded!(
+    /// `[host] max-parallel-compiles`: compiles at once, 1 to 256.
+    MaxParallelCompiles, "max-parallel-compiles", 1, 256
+);
+bounded!(
+    /// `[host] max-component-mib`: the largest component file accepted, 1 MiB to 4 GiB.
+    MaxComponentMib, "max-component-mib", 1, 4096
+);
+bounded!(
+    /// `[host] describe-timeout-ms`: a component's `describe()` at load, 1 ms to 10 minutes.
+    DescribeTimeoutMs, "describe-timeout-ms", 1, 600_000
+);
+bounded!(
+    /// `[host] dedup-session-mib` and `dedup-total-mib`: results remembered, 1 MiB to 64 GiB.
+    DedupMib, "dedup-session-mib and dedup-total-mib", 1, 65_536
+);
+bounded!(
+    /// `[host] max-mcp-sessions`: MCP sessions over HTTP at once, 1 to 1,000,000.
+    MaxMcpSessions, "max-mcp-sessions", 1, 1_000_000
+);
+bounded!(
+    /// `[host] mcp-session-idle-s`: an idle MCP session's life, 1 s to a week.
+    McpSessionIdleS, "mcp-session-idle-s", 1, 604_800
+);
+bounded!(
+    /// `[host] max-http-connections`: HTTP connections at once, 1 to 1,000,000.
+    MaxHttpConnections, "max-http-connections", 1, 1_000_000
+);
+bounded!(
+    /// `[host] http-header-timeout-ms`: the wait for a request's headers, 1 ms to 10 minutes.
+    HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000
+);
+bounded!(
+    /// `[chat] max-response-mib`: the most one model answer may bring, 1 MiB to 4 GiB.
+    MaxResponseMib, "max-response-mib", 1, 4096
+);
+
 /// Whether identical calls are answered from the first result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

@@ -2,8 +2,11 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, TimeoutMs, ToolName,
+    Access, Blake3Hex, CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode,
+    DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, MaxComponentMib,
+    MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxMcpSessions, MaxOutputBytes,
+    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTools, McpSessionIdleS,
+    MemoryMib, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -191,31 +194,31 @@ pub struct HostSection {
     pub cache_dir: Option<String>,
     pub audit: Option<String>,
     pub status_file: Option<String>,
-    pub max_concurrent_calls: Option<u32>,
+    pub max_concurrent_calls: Option<MaxConcurrentCalls>,
     /// The compile worker's address space (default 2048).
-    pub compile_memory_mib: Option<u64>,
+    pub compile_memory_mib: Option<CompileMemoryMib>,
     /// The compile worker's CPU time (default 120).
-    pub compile_cpu_seconds: Option<u64>,
+    pub compile_cpu_seconds: Option<CompileCpuSeconds>,
     /// How long one compile may take on the clock (default 180).
-    pub compile_timeout_s: Option<u64>,
+    pub compile_timeout_s: Option<CompileTimeoutS>,
     /// Compiles at once (default: the number of cores).
-    pub max_parallel_compiles: Option<u32>,
+    pub max_parallel_compiles: Option<MaxParallelCompiles>,
     /// The largest component file accepted (default 256).
-    pub max_component_mib: Option<u64>,
+    pub max_component_mib: Option<MaxComponentMib>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).
-    pub describe_timeout_ms: Option<u64>,
+    pub describe_timeout_ms: Option<DescribeTimeoutMs>,
     /// Results one session may remember for dedup, in MiB (default 64).
-    pub dedup_session_mib: Option<u64>,
+    pub dedup_session_mib: Option<DedupMib>,
     /// Results all sessions together may remember, in MiB (default 256).
-    pub dedup_total_mib: Option<u64>,
+    pub dedup_total_mib: Option<DedupMib>,
     /// MCP sessions open at once over HTTP (default 1000).
-    pub max_mcp_sessions: Option<u64>,
+    pub max_mcp_sessions: Option<MaxMcpSessions>,
     /// An MCP session idle this long over HTTP is closed (default 300).
-    pub mcp_session_idle_s: Option<u64>,
+    pub mcp_session_idle_s: Option<McpSessionIdleS>,
     /// HTTP connections open at once (default 1024).
-    pub max_http_connections: Option<u64>,
+    pub max_http_connections: Option<MaxHttpConnections>,
     /// How long a connection may take to send a request's headers (default 10000).
-    pub http_header_timeout_ms: Option<u64>,
+    pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
 }
 
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read
@@ -236,7 +239,7 @@ pub struct ChatSection {
     pub max_parallel_calls: Option<u32>,
     pub request_timeout_s: Option<u64>,
     /// The most one model answer may bring, streamed or whole, in MiB (default 16).
-    pub max_response_mib: Option<u32>,
+    pub max_response_mib: Option<MaxResponseMib>,
     pub max_attempts: Option<u32>,
     pub retry_delay_ms: Option<u64>,
     pub system: Option<String>,
