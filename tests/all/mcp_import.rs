@@ -535,3 +535,55 @@ async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
     assert!(reloader.catalog().snapshot().get("steady").is_some());
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_stderr_never_ends_a_line_costs_the_host_no_memory() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    // The imported server first writes 256 MiB without a line end to its stderr, which the
+    // host reads into its log, then serves as usual.
+    let inner = inner_fixture();
+    let quoted: Vec<String> = serve_args(&inner)
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let script = format!(
+        "head -c 268435456 /dev/zero >&2; exec '{}' {}",
+        env!("CARGO_BIN_EXE_toolhost"),
+        quoted.join(" ")
+    );
+    let outer = Fixture::new();
+    outer.write(
+        "inner.toml",
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"inner\"\nprefix = \"in\"\n\n\
+             [ensemble.mcp]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nstartup-timeout-ms = 60000\n"
+        ),
+    );
+    let server = crate::mcp::HttpServer::start(&outer, &[], &[]);
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            server.url.clone(),
+        ))
+        .await
+        .expect("MCP session");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let result = loop {
+        let serde_json::Value::Object(arguments) = json!({"still": "here"}) else {
+            unreachable!()
+        };
+        let result = client
+            .call_tool(CallToolRequestParams::new("in_echo").with_arguments(arguments))
+            .await
+            .expect("tools/call");
+        if result.is_error != Some(true) || std::time::Instant::now() > deadline {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    // The line would have been 256 MiB in the host's memory; it was cut at 4 KiB.
+    let peak = crate::support::peak_kib(server.child.id());
+    assert!(peak < 128 * 1024, "the host peaked at {peak} KiB");
+    client.cancel().await.expect("close");
+}

@@ -52,12 +52,14 @@ impl Default for CompileSettings {
     }
 }
 
-/// Python and JavaScript components take 11 to 29 s and about 410 MB to compile here: the
-/// defaults leave about five times that room.
+/// A componentize-py component (17.6 MiB) takes about 10 CPU-seconds and 344 MiB to compile
+/// here (BENCHMARKS.md, "Compiling in the worker"): the defaults leave about six times that
+/// room, for larger runtimes (JavaScript) and slower machines.
 pub const DEFAULT_COMPILE_MEMORY_MIB: u64 = 2048;
 pub const DEFAULT_COMPILE_CPU_SECONDS: u64 = 120;
 pub const DEFAULT_COMPILE_TIMEOUT_S: u64 = 180;
-/// A componentize-py build is about 40 MiB.
+/// A componentize-py build is about 18 MiB; a language runtime with a large library may be
+/// several times that.
 pub const DEFAULT_MAX_COMPONENT_MIB: u64 = 256;
 /// Function bodies past this are refused before compiling: the largest in a CPython build
 /// (its interpreter loop) is far below it.
