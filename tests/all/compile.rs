@@ -82,15 +82,21 @@ async fn a_compile_that_needs_more_memory_than_its_bound_is_refused_and_not_trie
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_compile_past_its_cpu_time_is_refused_naming_the_bound() {
+/// The refusal of a register hog that takes far more than a second to compile, under
+/// settings that allow one second of something.
+async fn slow_compile_refusal(bound: impl FnOnce(&mut CompileSettings)) -> String {
     let temp = tempfile::tempdir().expect("temp");
-    let runtime = worker_runtime(&temp.path().join("cache"), |c| c.cpu_seconds = 1);
-    let message = refusal(
+    let runtime = worker_runtime(&temp.path().join("cache"), bound);
+    refusal(
         runtime
             .load(Path::new("hog.wasm"), register_hog(12_000, 12_000))
             .await,
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_cpu_time_is_refused_naming_the_bound() {
+    let message = slow_compile_refusal(|c| c.cpu_seconds = 1).await;
     assert!(
         message.contains("compiling took more than 1 s of CPU (compile-cpu-seconds)"),
         "{message}"
@@ -99,15 +105,7 @@ async fn a_compile_past_its_cpu_time_is_refused_naming_the_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compile_past_its_deadline_is_refused_naming_the_bound() {
-    let temp = tempfile::tempdir().expect("temp");
-    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
-        c.timeout = Duration::from_secs(1);
-    });
-    let message = refusal(
-        runtime
-            .load(Path::new("hog.wasm"), register_hog(12_000, 12_000))
-            .await,
-    );
+    let message = slow_compile_refusal(|c| c.timeout = Duration::from_secs(1)).await;
     assert!(
         message.contains("compiling took longer than 1 s (compile-timeout-s)"),
         "{message}"
@@ -224,14 +222,7 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     let fixture = Fixture::new();
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let config = fixture.root().join("toolhost.toml");
     std::fs::write(
         &config,
@@ -429,14 +420,7 @@ async fn components_that_never_describe_are_cut_at_the_deadline_once_not_at_ever
             ),
         );
     }
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let runtime = Arc::new(
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(crate::support::cache_dir()),

@@ -2,7 +2,7 @@
 //! and request headers due within a deadline, so idle or half-open clients cannot pile up.
 
 use crate::mcp::{HttpServer, post};
-use crate::support::{Fixture, ensemble};
+use crate::support::Fixture;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -10,14 +10,7 @@ use std::time::{Duration, Instant};
 /// A host with echo and these `[host]` settings, serving HTTP.
 fn server(host: &str) -> (Fixture, HttpServer) {
     let fixture = Fixture::new();
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let config = fixture.root().join("toolhost.toml");
     std::fs::write(&config, format!("schema-version = 1\n[host]\n{host}\n")).expect("config");
     let server = HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);

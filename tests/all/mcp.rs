@@ -78,14 +78,7 @@ fn fixture() -> Fixture {
     let testbed = "[defaults]\ntimeout-ms = 300\n\n[[invokers]]\ninvoker = { name = \"spin\" }\n\n\
         [[invokers]]\ninvoker = { name = \"flood_stdout\" }\nlimits = { timeout-ms = 20000 }\n";
     fixture.write("testbed.toml", &ensemble("testbed", "testbed", testbed));
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     fixture
 }
 
@@ -99,6 +92,19 @@ pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
         .env("TOOLHOST_CACHE_DIR", cache_dir())
         .env("TOOLHOST_STATUS_FILE", fixture.root().join("status.json"))
         .env("TOOLHOST_AUDIT", fixture.root().join("audit.jsonl"));
+}
+
+/// `toolhost serve` over stdio on the fixture's ensembles, as an rmcp transport; the server
+/// ends when the transport is dropped.
+pub(crate) fn stdio_serve(fixture: &Fixture) -> TokioChildProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, fixture);
+    command.arg("serve");
+    TokioChildProcess::builder(tokio::process::Command::from(command))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts")
+        .0
 }
 
 fn text(result: &CallToolResult) -> String {
@@ -141,15 +147,10 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
     let handler = Client::default();
     let changed = handler.changed.clone();
     let observer = handler.clone();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &fixture);
-    command.arg("serve");
-    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts")
-        .0;
-    let client = handler.serve(transport).await.expect("MCP session");
+    let client = handler
+        .serve(stdio_serve(&fixture))
+        .await
+        .expect("MCP session");
 
     assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
     let info = client.peer_info().expect("initialized");

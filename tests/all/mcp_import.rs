@@ -18,14 +18,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The inner host's ensembles: `echo`, and testbed's `sleep` and `fail` (10 s timeout).
 fn inner_fixture() -> Fixture {
     let inner = Fixture::new();
-    inner.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    inner.write_echo();
     inner.write(
         "testbed.toml",
         &ensemble(
@@ -224,14 +217,7 @@ async fn a_server_that_cannot_start_refuses_only_its_ensemble() {
         "broken.toml",
         "schema-version = 1\n\n[ensemble]\nname = \"broken\"\n\n[ensemble.mcp]\ncommand = \"./no-such-server\"\nargs = [\"--stdio\"]\n",
     );
-    outer.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    outer.write_echo();
     let resolved = outer.resolve().await;
     assert_eq!(resolved.refused.len(), 1);
     let message = resolved.refused[0].diagnostics[0].to_string();
@@ -392,15 +378,7 @@ async fn an_mcp_client_of_serve_reaches_an_imported_tool() {
     let inner = inner_fixture();
     let outer = Fixture::new();
     outer.write("inner.toml", &import_ensemble(&inner, ""));
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    crate::mcp::configure(&mut command, &outer);
-    command.arg("serve");
-    let (transport, _) =
-        rmcp::transport::TokioChildProcess::builder(tokio::process::Command::from(command))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("serve starts");
-    let client = ().serve(transport).await.expect("MCP session");
+    let client = ().serve(crate::mcp::stdio_serve(&outer)).await.expect("MCP session");
     let tools = client.list_all_tools().await.expect("tools/list");
     assert!(tools.iter().any(|t| t.name == "in_echo"));
     let serde_json::Value::Object(arguments) = json!({"through": "two hosts"}) else {

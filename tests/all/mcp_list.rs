@@ -1,11 +1,10 @@
 //! `tools/list` of `toolhost serve` on a large catalog: every tool reaches a client that
 //! follows `nextCursor`, pages are bounded, and each tool says whether it is destructive.
 
-use crate::mcp::configure;
+use crate::mcp::{configure, stdio_serve};
 use crate::support::{Fixture, ensemble};
 use rmcp::ServiceExt;
 use rmcp::model::PaginatedRequestParams;
-use rmcp::transport::TokioChildProcess;
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
 
@@ -27,15 +26,7 @@ pub(crate) fn many_echoes(count: usize) -> String {
 async fn a_large_catalog_is_listed_in_pages_with_destructive_hints() {
     let fixture = Fixture::new();
     fixture.write("many.toml", &many_echoes(4_500));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &fixture);
-    command.arg("serve");
-    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts")
-        .0;
-    let client = ().serve(transport).await.expect("MCP session");
+    let client = ().serve(stdio_serve(&fixture)).await.expect("MCP session");
 
     let first = client
         .list_tools(Some(PaginatedRequestParams::default()))
@@ -85,15 +76,7 @@ async fn a_page_stops_at_its_byte_budget() {
         ));
     }
     fixture.write("big.toml", &ensemble("big", "echo", &rest));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &fixture);
-    command.arg("serve");
-    let transport = TokioChildProcess::builder(tokio::process::Command::from(command))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts")
-        .0;
-    let client = ().serve(transport).await.expect("MCP session");
+    let client = ().serve(stdio_serve(&fixture)).await.expect("MCP session");
     let first = client
         .list_tools(Some(PaginatedRequestParams::default()))
         .await

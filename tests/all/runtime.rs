@@ -19,14 +19,7 @@ fn runtime_with_cache(dir: &std::path::Path) -> Arc<Runtime> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_is_reused_on_the_second_start() {
     let fixture = Fixture::new();
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let cache = fixture.mkdir("cache");
 
     let first = runtime_with_cache(&cache);
@@ -62,14 +55,7 @@ async fn the_cache_is_reused_on_the_second_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_cache_entry_is_replaced_not_trusted() {
     let fixture = Fixture::new();
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let cache = fixture.mkdir("cache");
     drop(
         Resolver::new(runtime_with_cache(&cache))

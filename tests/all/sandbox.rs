@@ -36,14 +36,7 @@ fn testbed(limits: &str, extra: &str) -> String {
 async fn host_with(limits: &str) -> (Fixture, Host) {
     let fixture = Fixture::new();
     fixture.write("testbed.toml", &testbed(limits, ""));
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let host = fixture.host().await;
     (fixture, host)
 }
@@ -310,14 +303,7 @@ async fn sockets_and_name_lookups_are_closed() {
     let rest = "[[invokers]]\ninvoker = { name = \"connect\" }\n\n[[invokers]]\ninvoker = { name = \"udp_send\" }\n\n\
         [[invokers]]\ninvoker = { name = \"resolve\" }\n";
     fixture.write("net.toml", &ensemble("net", "testbed", rest));
-    fixture.write(
-        "echo.toml",
-        &ensemble(
-            "echo",
-            "echo",
-            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
-        ),
-    );
+    fixture.write_echo();
     let host = fixture.host().await;
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     tcp.set_nonblocking(true).expect("nonblocking");

@@ -104,6 +104,18 @@ impl Fixture {
         path
     }
 
+    /// Writes `ensembles/echo.toml`: the `echo` tool, with default settings.
+    pub fn write_echo(&self) -> PathBuf {
+        self.write(
+            "echo.toml",
+            &ensemble(
+                "echo",
+                "echo",
+                "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+            ),
+        )
+    }
+
     /// Makes a directory under the fixture root and returns its path.
     pub fn mkdir(&self, relative: &str) -> PathBuf {
         let path = self.root().join(relative);

@@ -257,8 +257,9 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
     for (resource, value) in limits {
         let limit = Rlimit {
             current: Some(value),
+            // SIGXCPU at the soft limit, SIGKILL 5 s later if it is ignored.
             maximum: Some(if resource == Resource::Cpu {
-                value + 5
+                value.saturating_add(5)
             } else {
                 value
             }),

@@ -33,9 +33,9 @@ pub fn engine_config(max_instances: u32) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
-        .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
-        .total_memories(n * MEMORIES_PER_COMPONENT)
-        .total_tables(n * TABLES_PER_COMPONENT)
+        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+        .total_memories(n.saturating_mul(MEMORIES_PER_COMPONENT))
+        .total_tables(n.saturating_mul(TABLES_PER_COMPONENT))
         .total_stacks(n)
         .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MEMORIES_PER_COMPONENT)

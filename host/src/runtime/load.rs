@@ -73,12 +73,12 @@ impl Loads {
     /// The lock that one load of `hash` at a time holds.
     fn turn(&self, hash: ComponentHash) -> Arc<tokio::sync::Mutex<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        turns.retain(|_, turn| turn.strong_count() > 0);
         if let Some(turn) = turns.get(&hash).and_then(Weak::upgrade) {
             return turn;
         }
         let turn = Arc::new(tokio::sync::Mutex::new(()));
         turns.insert(hash, Arc::downgrade(&turn));
+        prune_dead(&mut turns);
         turn
     }
 
@@ -269,10 +269,10 @@ impl Runtime {
             tools,
             pre,
         });
-        self.loaded
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(hash, Arc::downgrade(&loaded));
+        let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        components.insert(hash, Arc::downgrade(&loaded));
+        prune_dead(&mut components);
+        drop(components);
         Ok(loaded)
     }
 
@@ -351,8 +351,15 @@ impl Runtime {
     }
 
     pub(super) fn loaded_component(&self, hash: &ComponentHash) -> Option<Arc<LoadedComponent>> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        loaded.retain(|_, weak| weak.strong_count() > 0);
+        let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         loaded.get(hash).and_then(Weak::upgrade)
+    }
+}
+
+/// Drops the entries whose value is gone, when the map has just grown to a power of two:
+/// each insert pays a constant share, however many components come and go.
+fn prune_dead<T>(map: &mut HashMap<ComponentHash, Weak<T>>) {
+    if map.len().is_power_of_two() {
+        map.retain(|_, weak| weak.strong_count() > 0);
     }
 }
