@@ -272,6 +272,47 @@ async fn a_read_write_grant_allows_writes_inside_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_made_below_a_grant_after_load_is_not_followed() {
+    // `/data` is granted read-write to one invoker and `/data/reports` read-only to another.
+    // A tool with the first could replace `reports` by a link to `/`; the second must not
+    // then see the host's root.
+    let fixture = Fixture::new();
+    let data = fixture.mkdir("data");
+    std::fs::create_dir(data.join("reports")).expect("reports");
+    std::fs::write(data.join("reports/q1.txt"), "fine").expect("q1");
+    let rest = "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n\n\
+        [[invokers]]\ninvoker = { name = \"list\", dedup = \"off\" }\n\
+        capabilities = { files = [{ guest = \"/data/reports\", access = \"read\" }] }\n";
+    fixture.write("testbed.toml", &ensemble("testbed", "testbed", rest));
+    let host = fixture.host().await;
+    let s = session();
+    assert!(
+        ok(&host
+            .invoke(&s, "list", json!({"path": "/data/reports"}))
+            .await)
+        .contains("q1.txt")
+    );
+
+    std::fs::rename(data.join("reports"), data.join("old")).expect("move away");
+    std::os::unix::fs::symlink("../../../../../../../..", data.join("reports")).expect("link");
+    let error = err(&host
+        .invoke(&s, "list", json!({"path": "/data/reports"}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::Unavailable, "{error:?}");
+    assert!(error.message.contains("symbolic link"), "{}", error.message);
+
+    // Loading the catalog again refuses the link outright.
+    let resolved = fixture.resolve().await;
+    let errors: Vec<String> = resolved.diagnostics().map(|d| d.to_string()).collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("which is a symbolic link")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_environment_is_invisible_unless_granted() {
     // SAFETY of set_var: the variable is unique to this test and only read by the resolver.
     unsafe { std::env::set_var("TOOLHOST_TEST_GRANTED", "visible") };

@@ -52,7 +52,7 @@ pub(crate) async fn run(
             refused.errors.len()
         );
     }
-    let host = Arc::new(Host::new(reloader.catalog().clone(), settings.audit_log()?));
+    let host = Arc::new(settings.host_over(reloader.catalog().clone())?);
     let _watch = if options.no_watch {
         None
     } else {

@@ -186,7 +186,7 @@ impl Settings {
     }
 
     /// The dedup budget of `[host]`.
-    pub(crate) fn dedup_budget(&self) -> toolhost::invoke::DedupBudget {
+    fn dedup_budget(&self) -> toolhost::invoke::DedupBudget {
         toolhost::invoke::DedupBudget::new(self.dedup.0, self.dedup.1)
     }
 
@@ -211,9 +211,13 @@ impl Settings {
                 refused.file.display()
             );
         }
-        let audit = self.audit_log()?;
-        let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
-        Ok(Host::new(catalog, audit).with_dedup_budget(self.dedup_budget()))
+        self.host_over(Arc::new(LiveCatalog::new(resolved.catalog)))
+    }
+
+    /// A host over `catalog` with this configuration's audit log and dedup budget: every
+    /// command builds its host here.
+    pub(crate) fn host_over(&self, catalog: Arc<LiveCatalog>) -> anyhow::Result<Host> {
+        Ok(Host::new(catalog, self.audit_log()?).with_dedup_budget(self.dedup_budget()))
     }
 }
 

@@ -181,15 +181,32 @@ impl Grants {
             } else {
                 host_dir.join(rest)
             };
-            if !host.is_dir() {
-                diagnostics.push(Diagnostic::new(
-                    source.at(capability.span()),
-                    format!(
-                        "{guest} maps to {}, which is not a directory",
-                        host.display()
-                    ),
-                ));
-                continue;
+            // The path the sandbox opens must have no link in it (see `sandbox`): a link below
+            // a grant could be one a tool made, pointing anywhere.
+            match std::fs::canonicalize(&host) {
+                Ok(real) if real == host && real.is_dir() => {}
+                Ok(real) if real != host => {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(capability.span()),
+                        format!(
+                            "{guest} maps to {}, which is a symbolic link (to {}); grant the \
+                             directory itself",
+                            host.display(),
+                            real.display()
+                        ),
+                    ));
+                    continue;
+                }
+                _ => {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(capability.span()),
+                        format!(
+                            "{guest} maps to {}, which is not a directory",
+                            host.display()
+                        ),
+                    ));
+                    continue;
+                }
             }
             spec.preopens.push(Preopen {
                 host,

@@ -15,6 +15,7 @@ pub(crate) use capture::Capture;
 pub(crate) use http::NetworkGuard;
 pub use network::NetPattern;
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
@@ -69,12 +70,45 @@ pub(crate) fn wasi_context(
         } else {
             FsPerms::ReadOnly
         };
+        let error = |reason: String| SandboxError::Preopen {
+            path: preopen.host.clone(),
+            reason,
+        };
+        let dir = open_without_links(&preopen.host).map_err(error)?;
+        // wasmtime-wasi opens preopens by path; this one names the directory just opened.
+        let by_fd = format!("/proc/self/fd/{}", dir.as_raw_fd());
         builder
-            .preopened_dir(&preopen.host, &preopen.guest, perms)
-            .map_err(|e| SandboxError::Preopen {
-                path: preopen.host.clone(),
-                reason: e.to_string(),
-            })?;
+            .preopened_dir(&by_fd, &preopen.guest, perms)
+            .map_err(|e| error(e.to_string()))?;
     }
     Ok(builder.build())
+}
+
+/// Opens a granted directory, refusing a path with a symbolic link anywhere in it. Granted
+/// paths are canonical when the catalog is built, so a link there now is one somebody made
+/// since: perhaps a tool with a `read-write` grant that replaced a directory below it (which
+/// another invoker is granted) with a link to `/`.
+fn open_without_links(path: &std::path::Path) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(CWD, path, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+        Ok(dir) => Ok(dir),
+        Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::XDEV) => Err(
+            "a symbolic link has appeared in it since the catalog was built; it is not followed"
+                .into(),
+        ),
+        // No openat2 (a kernel before 5.6, or a seccomp filter): compare the path with where
+        // it leads, then open it. A link made between the two is the one case this misses.
+        Err(rustix::io::Errno::NOSYS) | Err(rustix::io::Errno::PERM) => {
+            if std::fs::canonicalize(path).map_err(|e| e.to_string())? != path {
+                return Err(
+                    "a symbolic link has appeared in it since the catalog was built; it is \
+                     not followed"
+                        .into(),
+                );
+            }
+            rustix::fs::open(path, flags, Mode::empty()).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
