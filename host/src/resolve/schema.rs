@@ -51,8 +51,9 @@ impl SchemaCache {
         if let Some(schema) = self.lock().get(&hash).and_then(Weak::upgrade) {
             return Ok(schema);
         }
+        check_size(text.len()).map_err(SchemaError::Unusable)?;
         let value = value()?;
-        check_bounds(&value, text.len()).map_err(SchemaError::Unusable)?;
+        check_bounds(&value).map_err(SchemaError::Unusable)?;
         let validator = compile(&value).map_err(SchemaError::Unusable)?;
         // compile() accepts only objects.
         let Value::Object(object) = value else {
@@ -84,14 +85,27 @@ pub const MAX_SCHEMA_BYTES: usize = 256 << 10;
 pub const MAX_SCHEMA_DEPTH: usize = 32;
 /// Subschemas once every `$ref` is followed where it is used.
 pub const MAX_SUBSCHEMAS: usize = 10_000;
+/// JSON values of every kind (an `enum`'s items, say) once every `$ref` is followed.
+pub const MAX_SCHEMA_VALUES: usize = 200_000;
+/// Keywords that name or reach a schema by something other than a local JSON pointer from
+/// the root: the walk could not follow them as jsonschema does, so their cost could not be
+/// bounded. (`$id` is accepted at the root, where it changes nothing the walk follows.)
+const UNFOLLOWABLE: [&str; 6] = [
+    "$anchor",
+    "$dynamicAnchor",
+    "$dynamicRef",
+    "$recursiveAnchor",
+    "$recursiveRef",
+    "$id",
+];
 /// `pattern`s and `patternProperties` keys in one schema, and the length of each.
 pub const MAX_PATTERNS: usize = 1_000;
 pub const MAX_PATTERN_CHARS: usize = 1_000;
 /// Backtracking steps one pattern match may take (jsonschema's default is 1,000,000).
 const PATTERN_BACKTRACK_LIMIT: usize = 100_000;
 
-/// Refuses a schema past the bounds above, saying which and where.
-fn check_bounds(schema: &Value, text_len: usize) -> Result<(), String> {
+/// Refuses schema text past [`MAX_SCHEMA_BYTES`], before it is parsed.
+fn check_size(text_len: usize) -> Result<(), String> {
     if text_len > MAX_SCHEMA_BYTES {
         return Err(format!(
             "it is {} KiB of JSON, more than the {} KiB a schema may be",
@@ -99,9 +113,21 @@ fn check_bounds(schema: &Value, text_len: usize) -> Result<(), String> {
             MAX_SCHEMA_BYTES >> 10
         ));
     }
+    Ok(())
+}
+
+/// Refuses a schema past the bounds above, saying which and where.
+fn check_bounds(schema: &Value) -> Result<(), String> {
+    // Draft 4 spells `$id` as `id`.
+    let draft4 = schema
+        .get("$schema")
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.contains("draft-04"));
     let mut walk = Walk {
         root: schema,
+        draft4,
         subschemas: 0,
+        values: 0,
         patterns: 0,
         following: Vec::new(),
     };
@@ -111,7 +137,9 @@ fn check_bounds(schema: &Value, text_len: usize) -> Result<(), String> {
 /// One walk over a schema, following local `$ref`s where they are used.
 struct Walk<'a> {
     root: &'a Value,
+    draft4: bool,
     subschemas: usize,
+    values: usize,
     patterns: usize,
     /// The `$ref`s being followed now (a recursive schema is walked once per cycle).
     following: Vec<&'a str>,
@@ -122,6 +150,13 @@ impl<'a> Walk<'a> {
         if depth > MAX_SCHEMA_DEPTH {
             return Err(format!(
                 "it nests deeper than {MAX_SCHEMA_DEPTH} levels (at {at})"
+            ));
+        }
+        self.values += 1;
+        if self.values > MAX_SCHEMA_VALUES {
+            return Err(format!(
+                "it expands to more than {MAX_SCHEMA_VALUES} JSON values, counting each \
+                 `$ref` where it is used"
             ));
         }
         match value {
@@ -141,11 +176,38 @@ impl<'a> Walk<'a> {
                         self.pattern(pattern, at)?;
                     }
                 }
-                if let Some(Value::String(reference)) = map.get("$ref")
-                    && let Some(pointer) = reference.strip_prefix('#')
-                    && !self.following.contains(&pointer)
-                    && let Some(target) = self.root.pointer(pointer)
+                let draft4_id = self.draft4.then_some("id");
+                if let Some(keyword) = UNFOLLOWABLE
+                    .into_iter()
+                    .chain(draft4_id)
+                    .filter(|k| !at.is_empty() || !k.ends_with("id"))
+                    .find(|k| map.get(*k).is_some_and(Value::is_string))
                 {
+                    return Err(format!(
+                        "it uses `{keyword}` (at {at}); only `$ref`s to a JSON pointer in the \
+                         same schema (\"#/$defs/name\") are accepted"
+                    ));
+                }
+                let reference = match map.get("$ref") {
+                    Some(Value::String(reference)) => {
+                        Some(local_pointer(reference).ok_or_else(|| {
+                            format!(
+                                "its `$ref` {reference:?} (at {at}) is not a JSON pointer in the \
+                                 same schema (\"#/$defs/name\"); other references are not \
+                                 accepted"
+                            )
+                        })?)
+                    }
+                    _ => None,
+                };
+                if let Some(pointer) = reference
+                    && !self.following.contains(&pointer)
+                {
+                    let Some(target) = self.root.pointer(pointer) else {
+                        return Err(format!(
+                            "its `$ref` \"#{pointer}\" (at {at}) points at nothing"
+                        ));
+                    };
                     if self.following.len() >= MAX_SCHEMA_DEPTH {
                         return Err(format!(
                             "it follows `$ref` more than {MAX_SCHEMA_DEPTH} deep (at {at})"
@@ -182,6 +244,13 @@ impl<'a> Walk<'a> {
         }
         Ok(())
     }
+}
+
+/// The JSON pointer of a `$ref` that names a place in the same schema, `#` or `#/...`, with
+/// nothing jsonschema would decode (percent escapes) before it looks the pointer up.
+fn local_pointer(reference: &str) -> Option<&str> {
+    let pointer = reference.strip_prefix('#')?;
+    (pointer.is_empty() || pointer.starts_with('/') && !pointer.contains('%')).then_some(pointer)
 }
 
 /// Compiles a JSON Schema; it must itself be valid and describe an object, because tool
@@ -288,5 +357,50 @@ mod tests {
         assert!(
             refused(json!({"type": "object", "properties": properties})).contains("KiB of JSON")
         );
+    }
+
+    #[test]
+    fn references_the_walk_cannot_follow_are_refused() {
+        let cache = SchemaCache::default();
+        let refused = |schema: Value| match cache.of_value(schema) {
+            Err(SchemaError::Unusable(message)) => message,
+            other => panic!("accepted: {other:?}"),
+        };
+        let with = |x: Value| {
+            json!({"type": "object", "$defs": {"a": {"type": "string"}},
+            "properties": {"x": x}})
+        };
+        // Percent escapes, anchors, embedded ids, remote and missing targets.
+        assert!(refused(with(json!({"$ref": "#/%24defs/a"}))).contains("not a JSON pointer"));
+        assert!(refused(with(json!({"$ref": "#a"}))).contains("not a JSON pointer"));
+        assert!(refused(with(json!({"$ref": "https://example.com/s.json"}))).contains("$ref"));
+        assert!(refused(with(json!({"$anchor": "a"}))).contains("`$anchor`"));
+        assert!(refused(with(json!({"$id": "https://x/y", "type": "string"}))).contains("`$id`"));
+        assert!(refused(with(json!({"$dynamicRef": "#a"}))).contains("`$dynamicRef`"));
+        assert!(refused(with(json!({"$ref": "#/$defs/nothing"}))).contains("points at nothing"));
+        // Draft 4's `id` likewise, but only in draft 4, and a property named `$id` is fine.
+        let draft4 = json!({"$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "object", "properties": {"x": {"id": "other", "type": "string"}}});
+        assert!(refused(draft4).contains("`id`"));
+        assert!(
+            cache
+                .of_value(with(
+                    json!({"type": "object", "properties": {"$id": {"type": "string"}},
+            "examples": [{"id": "abc"}]})
+                ))
+                .is_ok()
+        );
+        assert!(
+            cache
+                .of_value(json!({"$id": "https://example.com/root", "type": "object"}))
+                .is_ok()
+        );
+        // An enum of 30,000 items used 8 times is 270,000 values to walk.
+        let items: Vec<Value> = (0..30_000).map(|i| json!(i)).collect();
+        let uses: serde_json::Map<String, Value> = (0..8)
+            .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/big"})))
+            .collect();
+        let big = json!({"type": "object", "$defs": {"big": {"enum": items}}, "properties": uses});
+        assert!(refused(big).contains("more than 200000 JSON values"));
     }
 }
