@@ -1,5 +1,7 @@
 //! Fuzz target `network_pattern`: see `targets.rs`.
 
+// Each binary uses one target of the shared file.
+#[allow(dead_code)]
 #[path = "../../targets.rs"]
 mod targets;
 

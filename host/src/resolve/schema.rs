@@ -242,7 +242,16 @@ impl<'a> Walk<'a> {
                 "a pattern is longer than {MAX_PATTERN_CHARS} characters (at {at})"
             ));
         }
-        Ok(())
+        // JSON Schema patterns are ECMA 262 regular expressions, which have no subroutine
+        // calls (`\g1`, `(?1)`); the pattern engine accepts them, and a call to a group
+        // numbered in the billions makes it allocate for every group up to it.
+        match fancy_regex::Expr::parse_tree(pattern) {
+            Ok(tree) if tree.contains_subroutines => Err(format!(
+                "a pattern uses a subroutine call (at {at}), which JSON Schema patterns do not have"
+            )),
+            // What does not parse is refused, with the engine's reason, when it is compiled.
+            _ => Ok(()),
+        }
     }
 }
 
@@ -349,6 +358,11 @@ mod tests {
             refused(json!({"type": "object", "patternProperties": patterns}))
                 .contains("more than 1000 patterns")
         );
+        // A subroutine call to group 1,111,111,111,101 (found by fuzzing: the engine tried
+        // to allocate 139 GB).
+        let call =
+            json!({"type": "object", "properties": {"a": {"pattern": "(a)\\g1111111111101"}}});
+        assert!(refused(call).contains("subroutine call"));
         let long = json!({"type": "object", "properties": {"a": {"pattern": "a".repeat(2000)}}});
         assert!(refused(long).contains("longer than 1000 characters"));
         let properties: serde_json::Map<String, Value> = (0..20_000)
