@@ -138,6 +138,50 @@ async fn a_host_not_granted_is_capability_denied_and_audited() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_refused_in_a_loop_is_told_about_the_first_refusals_and_the_count() {
+    let port = server().await;
+    let fixture = Fixture::new();
+    let grant = format!("\"http://127.0.0.1:{port}\"");
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            &format!(
+                "[grants]\nnetwork = [{grant}]\n\n[[invokers]]\n\
+                 invoker = {{ name = \"http_flood\", dedup = \"off\" }}\n\
+                 capabilities = {{ network = [{grant}] }}\nlimits = {{ timeout-ms = 60000 }}\n"
+            ),
+        ),
+    );
+    let host = fixture.host().await;
+    let arguments = json!({"authority": "example.org", "count": 20_000});
+    let error = err(&host.invoke(&session(), "http_flood", arguments).await);
+    assert_eq!(error.kind, ErrorKind::CapabilityDenied, "{error}");
+    // Eight refusals are named, the other 19,992 counted: the message (and the host's memory
+    // and log) do not grow with the loop.
+    assert_eq!(
+        error
+            .message
+            .matches("http://example.org:80 is not granted")
+            .count(),
+        toolhost::sandbox::REMEMBERED_REFUSALS,
+        "{}",
+        error.message
+    );
+    assert!(
+        error
+            .message
+            .ends_with("and 19992 more requests were refused"),
+        "{}",
+        error.message
+    );
+    // Requests the grant covers still go through, one after another.
+    let arguments = json!({"authority": format!("127.0.0.1:{port}"), "count": 40});
+    ok(&host.invoke(&session(), "http_flood", arguments).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_host_that_redirects_elsewhere_is_refused_at_the_redirect() {
     let port = server().await;
     let (_fixture, host) = web_host(&[format!("127.0.0.1:{port}")], "").await;

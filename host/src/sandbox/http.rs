@@ -13,7 +13,13 @@
 //!    byte, between bytes) is bounded by the call's timeout.
 //!
 //! A refusal is `HTTP-request-denied` for the guest and is remembered, so that the call's
-//! outcome says `capability-denied` and names what was refused.
+//! outcome says `capability-denied` and names what was refused: the first
+//! [`REMEMBERED_REFUSALS`] are logged and named, the rest only counted, so a tool that asks
+//! again and again in a loop costs the host neither memory nor log lines.
+//!
+//! What one call may have under way is bounded too: [`REQUESTS_PER_CALL`] requests at a time
+//! (a permit held from the first check until the response body is dropped), and every host
+//! name lookup, which ties up a blocking thread, takes one of [`DNS_LOOKUPS`] host-wide.
 
 use super::network::{NetPattern, Target, internal_kind};
 use bytes::Bytes;
@@ -26,8 +32,28 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// The refusals of one call that are logged and named in its outcome; later ones are counted.
+pub const REMEMBERED_REFUSALS: usize = 8;
+
+/// The requests one call may have under way at once (a further one waits for a permit).
+pub const REQUESTS_PER_CALL: usize = 16;
+
+/// Host name lookups under way at once in the whole host: each holds a thread of the blocking
+/// pool until the resolver answers, and the pool is shared with compiling and file access.
+pub const DNS_LOOKUPS: usize = 64;
+
+static LOOKUPS: Semaphore = Semaphore::const_new(DNS_LOOKUPS);
+
+/// What one call was refused: the first few reasons, and how many came after them.
+#[derive(Default)]
+struct Refusals {
+    first: Vec<String>,
+    more: u64,
+}
 
 /// What one call may reach over HTTP, and what it tried and was refused.
 #[derive(Clone)]
@@ -35,7 +61,9 @@ pub(crate) struct NetworkGuard {
     patterns: Arc<[NetPattern]>,
     max_response_bytes: u64,
     timeout: Duration,
-    refused: Arc<Mutex<Vec<String>>>,
+    refused: Arc<Mutex<Refusals>>,
+    /// The call's requests under way, [`REQUESTS_PER_CALL`] at most.
+    requests: Arc<Semaphore>,
     /// The caller's session, the only one a refusal is reported to.
     session: Arc<str>,
     /// The largest write to an outgoing body, buffered by the host until it is sent.
@@ -61,21 +89,35 @@ impl NetworkGuard {
             max_response_bytes,
             timeout,
             refused: Arc::default(),
+            requests: Arc::new(Semaphore::new(REQUESTS_PER_CALL)),
             session: Arc::from(session),
             body_chunk,
         }
     }
 
-    /// The requests this call was refused, in order.
+    /// The requests this call was refused, in order: the first [`REMEMBERED_REFUSALS`], then
+    /// how many more there were.
     pub(crate) fn refused(&self) -> Vec<String> {
-        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
+        let Ok(refused) = self.refused.lock() else {
+            return Vec::new();
+        };
+        let mut reasons = refused.first.clone();
+        if refused.more > 0 {
+            reasons.push(format!("and {} more requests were refused", refused.more));
+        }
+        reasons
     }
 
     fn refuse(&self, reason: String) -> Error {
-        let session = &*self.session;
-        tracing::warn!(target: "plugin", session, "network request refused: {reason}");
-        if let Ok(mut refused) = self.refused.lock() {
-            refused.push(reason);
+        let Ok(mut refused) = self.refused.lock() else {
+            return Error::HttpRequestDenied;
+        };
+        if refused.first.len() < REMEMBERED_REFUSALS {
+            let session = &*self.session;
+            tracing::warn!(target: "plugin", session, "network request refused: {reason}");
+            refused.first.push(reason);
+        } else {
+            refused.more = refused.more.saturating_add(1);
         }
         Error::HttpRequestDenied
     }
@@ -97,7 +139,20 @@ impl NetworkGuard {
             // A literal address matched a pattern that names that address: granted as such.
             return Ok(vec![SocketAddr::new(ip, target.port)]);
         }
-        let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+        // The permit goes into the blocking thread and is given back when the resolver
+        // answers, not when this call stops waiting for it: a lookup that hangs keeps its
+        // permit, so hanging lookups cannot pile up threads past the bound.
+        let (host, port) = (target.host.clone(), target.port);
+        let lookup = async move {
+            let permit = LOOKUPS.acquire().await.map_err(std::io::Error::other)?;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                    .map(Iterator::collect::<Vec<SocketAddr>>)
+            })
+            .await
+            .map_err(std::io::Error::other)?
+        };
         let found: Vec<SocketAddr> = match tokio::time::timeout(self.timeout, lookup).await {
             Err(_) => return Err(Error::DnsTimeout),
             Ok(Err(e)) => {
@@ -106,7 +161,7 @@ impl NetworkGuard {
                     info_code: None,
                 });
             }
-            Ok(Ok(found)) => found.collect(),
+            Ok(Ok(found)) => found,
         };
         let (allowed, internal): (Vec<SocketAddr>, Vec<SocketAddr>) =
             found.into_iter().partition(|a| {
@@ -148,6 +203,10 @@ impl NetworkGuard {
             port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
             host,
         };
+        let permit = Arc::clone(&self.requests)
+            .acquire_owned()
+            .await
+            .map_err(|e| Error::InternalError(Some(e.to_string())))?;
         let addresses = self.addresses(&target).await?;
         let bound = |wanted: Option<Duration>| wanted.unwrap_or(self.timeout).min(self.timeout);
         let connect_timeout = bound(options.and_then(|o| o.connect_timeout));
@@ -197,6 +256,7 @@ impl NetworkGuard {
                 limit,
                 idle: between_bytes_timeout,
                 timer: Box::pin(tokio::time::sleep(between_bytes_timeout)),
+                _permit: permit,
             }
             .boxed_unsync()
         });
@@ -265,6 +325,8 @@ struct GuardedBody {
     limit: u64,
     idle: Duration,
     timer: Pin<Box<tokio::time::Sleep>>,
+    /// The call's permit for this request, given back when the body is dropped.
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Body for GuardedBody {

@@ -13,6 +13,7 @@ pub mod network;
 
 pub(crate) use capture::Capture;
 pub(crate) use http::NetworkGuard;
+pub use http::{DNS_LOOKUPS, REMEMBERED_REFUSALS, REQUESTS_PER_CALL};
 pub use network::NetPattern;
 
 use std::os::fd::AsRawFd;

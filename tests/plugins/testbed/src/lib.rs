@@ -51,6 +51,10 @@ const TOOLS: &[(&str, &str)] = &[
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
     ("udp_send", "Send a UDP datagram to `address`."),
     ("resolve", "Look up the addresses of `name` (host:port) through DNS."),
+    (
+        "http_flood",
+        "Send `count` wasi:http GET requests to http://`authority`/, one after another, and fail if any of them did.",
+    ),
 ];
 
 fn arg<'a>(args: &'a Value, key: &str) -> &'a Value {
@@ -199,6 +203,29 @@ impl Guest for Testbed {
                 let name = arg(&args, "name").as_str().unwrap_or("");
                 let found: Vec<String> = name.to_socket_addrs().map_err(io)?.map(|a| a.to_string()).collect();
                 Ok(json!(found).to_string())
+            }
+            "http_flood" => {
+                use wasip2::http::outgoing_handler::handle;
+                use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+                let authority = arg(&args, "authority").as_str().unwrap_or("");
+                let mut failed = 0;
+                for _ in 0..arg(&args, "count").as_u64().unwrap_or(1) {
+                    let request = OutgoingRequest::new(Fields::new());
+                    let _ = request.set_scheme(Some(&Scheme::Http));
+                    let _ = request.set_authority(Some(authority));
+                    let _ = request.set_path_with_query(Some("/hello"));
+                    let answered = handle(request, None).ok().and_then(|response| {
+                        response.subscribe().block();
+                        response.get().and_then(|r| r.ok()).and_then(|r| r.ok())
+                    });
+                    if answered.is_none() {
+                        failed += 1;
+                    }
+                }
+                if failed > 0 {
+                    return Err(ToolError::Failed(format!("{failed} requests failed")));
+                }
+                Ok("every request was answered".into())
             }
             other => Err(ToolError::Failed(format!("no tool {other}"))),
         }
