@@ -12,7 +12,7 @@ const WORKSPACES: &[(&str, &[&str])] = &[
         "../plugins",
         &["calculator", "text", "json", "files", "fetch"],
     ),
-    ("plugins", &["echo", "spinner", "testbed"]),
+    ("plugins", &["echo", "spinner", "sprawl", "testbed"]),
 ];
 
 fn main() {

@@ -21,7 +21,7 @@ use tokio::sync::broadcast;
 /// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
 /// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include
 /// it, so a reloaded tool never answers from its old version's results.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct VersionHash(pub [u8; 32]);
 
 impl fmt::Display for VersionHash {

@@ -11,13 +11,16 @@
 //!
 //! [`Reloader::watch`] drives reloads from the file system: the ensembles directory
 //! (recursively, so invoker files and Kubernetes' `..data` symlink swaps are seen), the
-//! directory of every component file the catalog uses, wherever it is, and the tool-list
-//! changes of imported MCP servers.
+//! directory of every component file an ensemble names (loaded, refused or compiling),
+//! wherever it is, the components that finish compiling in the background, and the
+//! tool-list changes of imported MCP servers. [`Reloader::follow_compiles`] is the part of it
+//! without the file system (`serve --no-watch`): components compiled in the background still
+//! join the catalog.
 
 use crate::audit;
 use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
 use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
-use crate::runtime::Runtime;
+use crate::runtime::{ComponentHash, Runtime};
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use serde::{Deserialize, Serialize};
@@ -151,6 +154,11 @@ pub struct Reloader {
     /// Serializes reloads.
     reloading: tokio::sync::Mutex<()>,
     status: Mutex<ReloadStatus>,
+    /// Every component file the ensembles named at the last reload that could read them.
+    named: Mutex<Vec<PathBuf>>,
+    /// Subscribed before the first resolve, so that a compile it started that ends before
+    /// anyone follows the compiles is not missed; taken by the first follower.
+    compiled: Mutex<Option<broadcast::Receiver<ComponentHash>>>,
 }
 
 impl Reloader {
@@ -170,14 +178,23 @@ impl Reloader {
     }
 
     async fn start_with(runtime: Arc<Runtime>, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
+        let compiled = runtime.loads_finished();
         let resolver = Resolver::new(runtime);
-        let (resolved, loading) = match resolver.ensembles(&dir, compiles).await {
-            Ok(outcomes) => keep_last_good(outcomes, &Catalog::default()),
-            Err(diagnostic) => (Resolved::unreadable(&dir, diagnostic), Vec::new()),
+        let (resolved, loading, named) = match resolver.ensembles(&dir, compiles).await {
+            Ok(outcomes) => {
+                let named = named_components(&outcomes);
+                let (resolved, loading) = keep_last_good(outcomes, &Catalog::default());
+                (resolved, loading, named)
+            }
+            Err(diagnostic) => (
+                Resolved::unreadable(&dir, diagnostic),
+                Vec::new(),
+                Vec::new(),
+            ),
         };
-        report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
+        report(&resolved.refused, &refused, &[]);
         let status = ReloadStatus::default().next(0, &resolved.catalog, refused, loading);
         Arc::new(Reloader {
             resolver,
@@ -186,7 +203,58 @@ impl Reloader {
             compiles,
             reloading: tokio::sync::Mutex::new(()),
             status: Mutex::new(status),
+            named: Mutex::new(named),
+            compiled: Mutex::new(Some(compiled)),
         })
+    }
+
+    /// Told the hash of every component whose background load ended: the receiver made before
+    /// the first resolve the first time, a new one after.
+    fn compiles_finished(&self) -> broadcast::Receiver<ComponentHash> {
+        let kept = self
+            .compiled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        kept.unwrap_or_else(|| self.resolver.runtime().loads_finished())
+    }
+
+    /// The component files to watch: those the ensembles name, and those the catalog still
+    /// runs (a kept previous version may use a file its ensemble no longer names).
+    fn watched_components(&self) -> Vec<PathBuf> {
+        let named = self.named.lock().unwrap_or_else(PoisonError::into_inner);
+        let serving = self.catalog.snapshot();
+        let mut files: Vec<PathBuf> = named.clone();
+        files.extend(
+            serving
+                .all_tools()
+                .filter_map(|t| t.backend.watched_file())
+                .map(Path::to_path_buf),
+        );
+        files
+    }
+
+    /// Reloads when a component compiled in the background is ready (or failed), without
+    /// watching the file system. Stops when the handle is dropped.
+    pub fn follow_compiles(self: &Arc<Self>) -> WatchHandle {
+        let mut compiled = self.compiles_finished();
+        let reloader = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match compiled.recv().await {
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    // Every compile that ended meanwhile is answered by this one reload.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        while compiled.try_recv().is_ok() {}
+                        reloader.reload().await;
+                    }
+                }
+            }
+        });
+        WatchHandle {
+            _watcher: None,
+            task,
+        }
     }
 
     /// The live catalog this reloader swaps.
@@ -217,18 +285,22 @@ impl Reloader {
         let _one_at_a_time = self.reloading.lock().await;
         let previous = self.catalog.snapshot();
         let (resolved, loading) = match self.resolver.ensembles(&self.dir, self.compiles).await {
-            Ok(outcomes) => keep_last_good(outcomes, &previous),
+            Ok(outcomes) => {
+                *self.named.lock().unwrap_or_else(PoisonError::into_inner) =
+                    named_components(&outcomes);
+                keep_last_good(outcomes, &previous)
+            }
             Err(diagnostic) => (
                 everything_kept(&self.dir, diagnostic, &previous),
                 Vec::new(),
             ),
         };
-        report(&resolved.refused);
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
         // The status is locked across the swap: a subscriber told of the change and asking
         // for the status sees this reload's.
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        report(&resolved.refused, &refused, &status.refused);
         let change = self.catalog.replace(resolved.catalog, refused.clone());
         *status = status.next(
             change.generation,
@@ -273,11 +345,11 @@ impl Reloader {
             })?;
         let watcher = Arc::new(Mutex::new(watcher));
         let mut targets = WatchTargets::default();
-        targets.sync(&watcher, &self.dir, &self.catalog.snapshot());
+        targets.sync(&watcher, &self.dir, self.watched_components());
         let reloader = self.clone();
         let task_watcher = watcher.clone();
         let mut servers = self.resolver.servers().changes();
-        let mut compiled = self.resolver.runtime().loads_finished();
+        let mut compiled = self.compiles_finished();
         let task = tokio::spawn(async move {
             // Reloads that imported servers ask for come at most once a second, however
             // often they announce a new tool list.
@@ -335,19 +407,19 @@ impl Reloader {
                     }
                 }
                 reloader.reload().await;
-                targets.sync(&task_watcher, &reloader.dir, &reloader.catalog.snapshot());
+                targets.sync(&task_watcher, &reloader.dir, reloader.watched_components());
             }
         });
         Ok(WatchHandle {
-            _watcher: watcher,
+            _watcher: Some(watcher),
             task,
         })
     }
 }
 
-/// Keeps the file system watch and the reload task alive.
+/// Keeps the file system watch (if any) and the reload task alive.
 pub struct WatchHandle {
-    _watcher: Arc<Mutex<RecommendedWatcher>>,
+    _watcher: Option<Arc<Mutex<RecommendedWatcher>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -365,14 +437,11 @@ struct WatchTargets {
 }
 
 impl WatchTargets {
-    /// Watches the directory of every component the catalog uses (files are replaced by
-    /// rename, so the directory, not the file, is what can be watched reliably).
-    fn sync(&mut self, watcher: &Mutex<RecommendedWatcher>, ensembles: &Path, catalog: &Catalog) {
-        let files: HashSet<&Path> = catalog
-            .all_tools()
-            .filter_map(|t| t.backend.watched_file())
-            .collect();
-        self.components = files.into_iter().map(absolute).collect();
+    /// Watches the directory of every component in `files` (files are replaced by rename, so
+    /// the directory, not the file, is what can be watched reliably). A directory that does
+    /// not exist yet is tried again at every reload.
+    fn sync(&mut self, watcher: &Mutex<RecommendedWatcher>, ensembles: &Path, files: Vec<PathBuf>) {
+        self.components = files.iter().map(|f| absolute(f)).collect();
         let ensembles = absolute(ensembles);
         let wanted: HashSet<PathBuf> = self
             .components
@@ -381,15 +450,24 @@ impl WatchTargets {
             .filter(|d| !d.starts_with(&ensembles))
             .collect();
         let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
-        for dir in wanted.difference(&self.dirs) {
-            if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
-                tracing::warn!("cannot watch component directory {}: {e}", dir.display());
+        let mut watched = HashSet::with_capacity(wanted.len());
+        for dir in &wanted {
+            if !self.dirs.contains(dir) {
+                match watcher.watch(dir, RecursiveMode::NonRecursive) {
+                    Ok(()) => {}
+                    Err(_) if !dir.is_dir() => continue,
+                    // Not tried again (nor reported again) until it is no longer wanted.
+                    Err(e) => {
+                        tracing::warn!("cannot watch component directory {}: {e}", dir.display())
+                    }
+                }
             }
+            watched.insert(dir.clone());
         }
         for dir in self.dirs.difference(&wanted) {
             let _ = watcher.unwatch(dir);
         }
-        self.dirs = wanted;
+        self.dirs = watched;
     }
 
     /// Events that may change the catalog: anything in the ensembles directory, and changes to
@@ -412,6 +490,17 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Every component file the outcomes name, once each.
+fn named_components(outcomes: &[Outcome]) -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    outcomes
+        .iter()
+        .flat_map(|o| o.components.iter())
+        .filter(|path| seen.insert(path.as_path()))
+        .cloned()
+        .collect()
+}
+
 /// The reloader's policy for failures: an ensemble file that fails now (or whose names now
 /// collide, or whose components are still compiling) keeps the version it had in `previous`,
 /// if it had one, put back in its place in file order, so a kept version can still refuse a
@@ -425,6 +514,7 @@ fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> (Resolved, Vec<
         file,
         result,
         compiling,
+        ..
     } in outcomes
     {
         let Err(diagnostics) = result.and_then(|e| builder.add(e).map_err(|d| vec![d])) else {
@@ -470,15 +560,34 @@ fn everything_kept(
     }
 }
 
-fn report(refused: &[Refused]) {
-    for refused in refused {
+/// A logged diagnostic is cut to this many bytes (it may quote what a file holds).
+const LOGGED_DIAGNOSTIC_BYTES: usize = 2048;
+
+/// Logs the refusals that are new since the last reload: an ensemble that stays broken while
+/// others change is logged once, not at every reload (`status` always shows it).
+/// `rendered` is `refused` as the status shows it, `before` the last reload's.
+fn report(refused: &[Refused], rendered: &[RefusedEnsemble], before: &[RefusedEnsemble]) {
+    for (refused, now) in refused.iter().zip(rendered) {
+        let known = before.iter().any(|b| {
+            b.file == now.file && b.kept_previous == now.kept_previous && b.errors == now.errors
+        });
+        if known {
+            continue;
+        }
         let what = if refused.kept_previous {
             "its previous version keeps serving"
         } else {
             "it is not loaded"
         };
         for diagnostic in &refused.diagnostics {
-            tracing::error!("{}: {} ({what})", diagnostic.position(), diagnostic.message);
+            let message = &diagnostic.message;
+            let cut = &message[..message.floor_char_boundary(LOGGED_DIAGNOSTIC_BYTES)];
+            let more = if cut.len() < message.len() {
+                " [cut]"
+            } else {
+                ""
+            };
+            tracing::error!("{}: {cut}{more} ({what})", diagnostic.position());
         }
     }
 }

@@ -72,14 +72,63 @@ async fn a_compile_that_needs_more_memory_than_its_bound_is_refused_and_not_trie
         message.contains("compiling needed more than 128 MiB (compile-memory-mib)"),
         "{message}"
     );
-    // The same bytes are refused at once, without a second compile.
+    // The same bytes are refused at once, without a second compile, and the refusal names
+    // the file they were loaded from this time.
     let compiled = runtime.compile_stats().compiled;
-    assert_eq!(refusal(runtime.load(path, hog).await), message);
+    assert_eq!(refusal(runtime.load(path, hog.clone()).await), message);
+    let elsewhere = refusal(runtime.load(Path::new("copy/of/hog.wasm"), hog).await);
+    assert_eq!(elsewhere, message.replace("hog.wasm", "copy/of/hog.wasm"));
     assert_eq!(
         runtime.compile_stats().compiled,
         compiled,
         "it was compiled again"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_cannot_start_is_not_held_against_the_component() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
+        c.worker = Some(temp.path().join("no-such-program"));
+    });
+    let echo = std::fs::read(toolhost_testkit::ECHO).expect("echo");
+    for _ in 0..2 {
+        match runtime.load(Path::new("echo.wasm"), echo.clone()).await {
+            Err(error @ LoadError::Unavailable { .. }) => {
+                assert!(error.to_string().contains("no-such-program"), "{error}")
+            }
+            other => panic!("expected the worker to be unavailable, got {other:?}"),
+        }
+    }
+    // The second load was answered from memory (a reload it starts must not start it again
+    // at once); it is tried again later (`runtime::load::tests`), unlike a failure of the
+    // component's own.
+    assert_eq!(runtime.compile_stats().failed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_loading_in_the_background_is_not_started_twice() {
+    let temp = tempfile::tempdir().expect("temp");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
+        c.timeout = Duration::from_secs(1)
+    });
+    let mut finished = runtime.loads_finished();
+    let hog = register_hog(12_000, 12_000);
+    // Reloads while it compiles ask for it again and again.
+    for _ in 0..5 {
+        runtime.load_in_background(Path::new("hog.wasm"), hog.clone());
+    }
+    tokio::time::timeout(Duration::from_secs(60), finished.recv())
+        .await
+        .expect("the load ends")
+        .expect("a hash");
+    // A second task would have waited for the first and ended right after it.
+    let again = tokio::time::timeout(Duration::from_millis(500), finished.recv()).await;
+    assert!(
+        again.is_err(),
+        "the same load ran more than once: {again:?}"
+    );
+    assert_eq!(runtime.compile_stats().failed, 1);
 }
 
 /// The refusal of a register hog that takes far more than a second to compile, under
@@ -443,6 +492,43 @@ async fn components_that_never_describe_are_cut_at_the_deadline_once_not_at_ever
     let change = reloader.reload().await;
     assert_eq!(change.refused.len(), 6);
     assert_eq!(runtime.compile_stats().described, described);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_describes_too_many_tools_is_refused_with_the_bound_named() {
+    let fixture = Fixture::new();
+    std::fs::copy(toolhost_testkit::SPRAWL, fixture.root().join("sprawl.wasm"))
+        .expect("copy sprawl");
+    fixture.write(
+        "sprawl.toml",
+        &ensemble(
+            "sprawl",
+            "sprawl",
+            "[[invokers]]\ninvoker = { name = \"tool_1\" }\n",
+        ),
+    );
+    fixture.write_echo();
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: Some(crate::support::cache_dir()),
+            ..RuntimeSettings::default()
+        })
+        .expect("runtime"),
+    );
+    let reloader = toolhost::reload::Reloader::start(runtime, fixture.ensembles()).await;
+    let status = reloader.status();
+    assert_eq!(status.refused.len(), 1, "{:?}", status.refused);
+    let errors = status.refused[0].errors.join("\n");
+    assert!(
+        errors.contains("it describes 20000 tools; a component may describe at most 10000"),
+        "{errors}"
+    );
+    assert_eq!(
+        toolhost::runtime::MAX_DESCRIBED_TOOLS,
+        10_000,
+        "the message above names the bound"
+    );
+    assert!(reloader.catalog().snapshot().get("echo").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

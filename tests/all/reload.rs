@@ -558,6 +558,103 @@ async fn a_component_is_watched_where_this_ensemble_names_it_even_when_shared() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensemble_refused_for_a_missing_component_loads_when_the_file_arrives() {
+    let fixture = Fixture::new();
+    fixture.write("web.toml", &echo_ensemble("v1"));
+    // A directory no loaded tool uses: only the refused ensemble names it.
+    let dist = fixture.mkdir("dist");
+    let mut live = Live::new(fixture).await;
+    live.fixture.write(
+        "late.toml",
+        &ensemble(
+            "late",
+            "dist/late",
+            "[[invokers]]\ninvoker = { name = \"late_echo\", tool = \"echo\" }\n",
+        ),
+    );
+    let refused = live.change(|c| !c.refused.is_empty()).await;
+    assert!(
+        refused.refused[0].errors.join("\n").contains("late.wasm"),
+        "{:?}",
+        refused.refused
+    );
+    // The deploy copies the component after the descriptor.
+    std::fs::copy(toolhost_testkit::ECHO, dist.join("late.wasm")).expect("copy");
+    live.change(|c| c.added.iter().any(|n| n == "late_echo"))
+        .await;
+    let text = ok(&live
+        .host
+        .invoke(&session(), "late_echo", json!({"text": "here"}))
+        .await);
+    assert_eq!(text, r#"{"text":"here"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_watching_a_component_compiled_in_the_background_still_joins() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    // No cache: echo must be compiled, so serving starts without it.
+    let runtime = Arc::new(
+        Runtime::new(&RuntimeSettings {
+            cache_dir: None,
+            describe_timeout: Duration::from_secs(30),
+            ..RuntimeSettings::default()
+        })
+        .expect("runtime"),
+    );
+    let reloader = Reloader::start_serving(runtime, fixture.ensembles()).await;
+    assert!(reloader.catalog().snapshot().get("echo").is_none());
+    let mut changes = reloader.subscribe();
+    // The compile may well be over by now: what it said before anyone followed is kept.
+    let _follow = reloader.follow_compiles();
+    let joined = async {
+        while reloader.catalog().snapshot().get("echo").is_none() {
+            let _ = changes.recv().await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, joined)
+        .await
+        .expect("echo joins the catalog once compiled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_an_invokers_gate_while_its_bounds_stay_and_tells_of_new_hints() {
+    let fixture = Fixture::new();
+    let with = |flags: &str| {
+        ensemble(
+            "web",
+            "echo",
+            &format!("[[invokers]]\ninvoker = {{ name = \"echo\"{flags} }}\n"),
+        )
+    };
+    fixture.write("web.toml", &with(""));
+    let reloader = Reloader::start(runtime(), fixture.ensembles()).await;
+    let gate = |reloader: &Reloader| {
+        let tool = reloader.catalog().snapshot().get("echo").cloned();
+        tool.map(|t| Arc::clone(&t.gate)).expect("echo")
+    };
+    let first = gate(&reloader);
+    // Calls running on the old catalog still hold their turns in the new one.
+    fixture.write("other.toml", &fail_ensemble("other"));
+    reloader.reload().await;
+    assert!(Arc::ptr_eq(&first, &gate(&reloader)));
+    // A new hint is a new version: clients are told the tool changed.
+    fixture.write("web.toml", &with(", destructive = true"));
+    let change = reloader.reload().await;
+    assert_eq!(change.changed, ["echo"]);
+    assert!(Arc::ptr_eq(&first, &gate(&reloader)));
+    // New bounds, a new gate.
+    fixture.write(
+        "web.toml",
+        &format!("{}limits = {{ max-concurrency = 2 }}\n", with("")),
+    );
+    reloader.reload().await;
+    let last = gate(&reloader);
+    assert!(!Arc::ptr_eq(&first, &last));
+    assert_eq!(last.max_running, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_component_loads_while_calls_fill_the_instance_pool() {
     let fixture = Fixture::new();
     let data = fixture.mkdir("data");

@@ -14,6 +14,10 @@ use tokio::sync::Semaphore;
 pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once, at most (`[host] max-http-connections`).
 pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// MCP sessions open at once, at most (`[host] max-mcp-sessions`).
+pub(crate) const DEFAULT_MAX_SESSIONS: usize = 1000;
+/// An MCP session idle this long is closed (`[host] mcp-session-idle-s`).
+pub(crate) const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 
 /// Serves `router` on `listener` until `shutdown` completes.
 pub(crate) async fn serve(

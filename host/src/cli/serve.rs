@@ -14,6 +14,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use toolhost::invoke::Host;
 use toolhost::mcp::McpServer;
 use toolhost::mcp::log::LogRelay;
@@ -53,10 +54,11 @@ pub(crate) async fn run(
         );
     }
     let host = Arc::new(settings.host_over(reloader.catalog().clone())?);
+    // Without watching, components compiled in the background still join when ready.
     let _watch = if options.no_watch {
-        None
+        reloader.follow_compiles()
     } else {
-        Some(reloader.watch(DEFAULT_DEBOUNCE)?)
+        reloader.watch(DEFAULT_DEBOUNCE)?
     };
     let _status = settings
         .status_file
@@ -124,9 +126,10 @@ async fn serve_http(
     let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
     let guard_state = Arc::new(Guard {
-        token,
+        token: token.map(|t| blake3::hash(t.as_bytes())),
         sessions,
         max_sessions: limits.max_sessions,
+        opening: AtomicUsize::new(0),
     });
     let router =
         axum::Router::new()
@@ -156,9 +159,23 @@ async fn serve_http(
 
 /// What every HTTP request is checked against.
 struct Guard {
-    token: Option<String>,
+    /// The token's hash: comparing hashes takes the same time whatever the guess shares
+    /// with the token (`blake3::Hash` compares in constant time).
+    token: Option<blake3::Hash>,
     sessions: Arc<LocalSessionManager>,
     max_sessions: usize,
+    /// Requests that may open a session and have not finished yet: counted with the open
+    /// sessions, so a burst of them cannot all pass the cap before the first one opens.
+    opening: AtomicUsize,
+}
+
+/// One request counted in [`Guard::opening`] until it ends.
+struct Opening<'a>(&'a AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Refuses requests from other origins (a web page the user visits must not reach local
@@ -173,14 +190,21 @@ async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
     }
-    if let Some(expected) = guard.token.as_deref()
-        && bearer(request.headers()) != Some(expected)
+    if let Some(expected) = guard.token
+        && bearer(request.headers()).map(|t| blake3::hash(t.as_bytes())) != Some(expected)
     {
         return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
     }
     let opens_a_session = request.method() == axum::http::Method::POST
         && !request.headers().contains_key("mcp-session-id");
-    if opens_a_session && guard.sessions.sessions.read().await.len() >= guard.max_sessions {
+    let (opening, _counted) = if opens_a_session {
+        let opening = guard.opening.fetch_add(1, Ordering::SeqCst);
+        (opening, Some(Opening(&guard.opening)))
+    } else {
+        (0, None)
+    };
+    if opens_a_session && guard.sessions.sessions.read().await.len() + opening >= guard.max_sessions
+    {
         let message = format!(
             "{} MCP sessions are open, the most this host takes (max-mcp-sessions); \
              close one or try again later",
@@ -199,12 +223,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn is_local_origin(origin: &str) -> bool {
-    let host = origin.split("://").nth(1).unwrap_or(origin);
-    let host = host
-        .rsplit_once(':')
-        .filter(|(h, port)| !h.ends_with(']') || !port.is_empty())
-        .map_or(host, |(h, _)| h);
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+    origin.parse::<axum::http::Uri>().is_ok_and(|uri| {
+        matches!(
+            uri.host(),
+            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+        )
+    })
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM. The handlers are installed when this is called, not when the
@@ -241,6 +265,7 @@ mod tests {
             "http://127.0.0.1",
             "https://localhost",
             "http://[::1]:8080",
+            "http://[::1]",
         ] {
             assert!(is_local_origin(origin), "{origin}");
         }
@@ -248,6 +273,8 @@ mod tests {
             "https://evil.example",
             "http://localhost.evil.example",
             "http://127.0.0.1.nip.io:80",
+            "null",
+            "http://[::2]",
         ] {
             assert!(!is_local_origin(origin), "{origin}");
         }

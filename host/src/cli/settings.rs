@@ -96,8 +96,10 @@ impl Settings {
             .map_or(RuntimeSettings::default().max_instances, |v| v.get() as u32);
         let defaults = CompileSettings::default();
         let compile = CompileSettings {
-            // The compile worker is this very program.
-            worker: std::env::current_exe().ok(),
+            // The compile worker is this very program: the running binary itself, even when
+            // an upgrade has replaced the file since it started (a newer compiler's artifacts
+            // would not load in this host).
+            worker: Some(std::path::PathBuf::from("/proc/self/exe")),
             memory_mib: host
                 .compile_memory_mib
                 .map_or(defaults.memory_mib, |v| v.get()),
@@ -120,10 +122,14 @@ impl Settings {
                 Duration::from_millis(v.get())
             });
         let http = HttpLimits {
-            max_sessions: host.max_mcp_sessions.map_or(1000, |v| v.get() as usize),
+            max_sessions: host
+                .max_mcp_sessions
+                .map_or(super::http::DEFAULT_MAX_SESSIONS, |v| v.get() as usize),
             session_idle: host
                 .mcp_session_idle_s
-                .map_or(Duration::from_secs(300), |v| Duration::from_secs(v.get())),
+                .map_or(super::http::DEFAULT_SESSION_IDLE, |v| {
+                    Duration::from_secs(v.get())
+                }),
             max_connections: host
                 .max_http_connections
                 .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize),

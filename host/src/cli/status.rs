@@ -68,9 +68,15 @@ fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let temp = path.with_extension("json.tmp");
-    std::fs::write(&temp, serde_json::to_vec_pretty(published)?)?;
-    std::fs::rename(&temp, path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let temp =
+        toolhost::runtime::write_new(dir, "status", &[&serde_json::to_vec_pretty(published)?])?;
+    std::fs::rename(&temp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })?;
     Ok(())
 }
 

@@ -32,17 +32,16 @@ pub use settings::{
     DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT_MS,
 };
 
-use crate::backend::SourceHash;
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
-use crate::config::{DedupMode, Diagnostic, Location};
-use crate::runtime::{CallLimits, Runtime};
-use crate::sandbox::SandboxSpec;
+use crate::config::{Diagnostic, Location};
+use crate::runtime::Runtime;
 use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
 use schema::{SchemaCache, SchemaError};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Resolves ensembles directories for one host: the runtime that loads components, the MCP
 /// servers that imported ensembles share across reloads, and the compiled schemas that
@@ -51,6 +50,10 @@ pub struct Resolver {
     runtime: Arc<Runtime>,
     servers: Arc<ImportedServers>,
     schemas: SchemaCache,
+    /// The call gate of each invoker (by ensemble file and name) that a catalog still uses:
+    /// a reload keeps an invoker's gate while its bounds stay, so calls running on the old
+    /// catalog still count against `max-concurrency` on the new one.
+    gates: std::sync::Mutex<HashMap<(PathBuf, String), Weak<CallGate>>>,
 }
 
 /// The result of resolving an ensembles directory: what loaded, and every error found.
@@ -86,6 +89,9 @@ pub struct Outcome {
     pub result: Result<Arc<Ensemble>, Vec<Diagnostic>>,
     /// The components it waits for, compiling in the background.
     pub compiling: Vec<PathBuf>,
+    /// Every component file its invokers name, loaded or not: what a reloader watches, so
+    /// that a missing or broken component put right is seen.
+    pub components: Vec<PathBuf>,
 }
 
 impl Resolver {
@@ -95,6 +101,7 @@ impl Resolver {
             runtime,
             servers: Arc::default(),
             schemas: SchemaCache::default(),
+            gates: std::sync::Mutex::default(),
         }
     }
 
@@ -149,6 +156,9 @@ impl Resolver {
             )
         })?;
         self.schemas.prune();
+        // Components that finished loading in the background before this resolve are bound
+        // by it or not wanted any more.
+        let ready_mark = self.runtime.ready_mark();
         let drafts: Vec<(PathBuf, Result<EnsembleDraft, Diagnostic>)> = files
             .into_iter()
             .map(|file| {
@@ -171,10 +181,12 @@ impl Resolver {
                     file: file.clone(),
                     result: Err(vec![diagnostic]),
                     compiling: Vec::new(),
+                    components: Vec::new(),
                 },
             };
             outcomes.push(outcome);
         }
+        self.runtime.release_ready(ready_mark);
         Ok(outcomes)
     }
 
@@ -206,6 +218,13 @@ impl Resolver {
         };
         let mut tools = Vec::with_capacity(draft.invokers.len());
         let mut compiling: Vec<PathBuf> = Vec::new();
+        let mut components: Vec<PathBuf> = Vec::new();
+        let mut named = std::collections::HashSet::new();
+        for component in draft.invokers.iter().filter_map(|i| i.component.as_ref()) {
+            if named.insert(&component.path) {
+                components.push(component.path.clone());
+            }
+        }
         for invoker in &draft.invokers {
             let bound = match (&server, &invoker.component) {
                 (Some(Ok(server)), _) => Ok(Some(Arc::clone(server))),
@@ -254,6 +273,7 @@ impl Resolver {
             file: file.to_path_buf(),
             result,
             compiling,
+            components,
         }
     }
 
@@ -303,16 +323,7 @@ impl Resolver {
             None => Arc::clone(&offer.description),
         };
         let destructive = invoker.section.destructive || offer.hints.destructive;
-        let version = version_hash(
-            bound.backend.source_hash(),
-            tool_name,
-            &description,
-            &schema,
-            &settings.limits,
-            &sandbox,
-            settings.dedup,
-        );
-        Ok(Tool {
+        let mut tool = Tool {
             name: invoker.name.clone(),
             ensemble: Arc::clone(&shared.name),
             ensemble_file: Arc::clone(&shared.file),
@@ -331,10 +342,43 @@ impl Resolver {
             destructive,
             read_only: offer.hints.read_only && !destructive,
             sandbox,
-            gate: Arc::new(CallGate::new(settings.max_running, settings.max_waiting)),
-            version,
+            gate: self.gate(
+                &shared.file,
+                &invoker.name,
+                settings.max_running,
+                settings.max_waiting,
+            ),
+            version: VersionHash::default(),
             definition: invoker.definition(),
-        })
+        };
+        tool.version = version_hash(&tool);
+        Ok(tool)
+    }
+}
+
+impl Resolver {
+    /// The gate of the invoker `name` of the ensemble in `file`: the one its previous version
+    /// used when the bounds are the same, else a new one.
+    fn gate(&self, file: &Path, name: &str, running: usize, waiting: usize) -> Arc<CallGate> {
+        let mut gates = self
+            .gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (file.to_path_buf(), name.to_string());
+        if let Some(gate) = gates.get(&key).and_then(Weak::upgrade)
+            && gate.max_running == running.max(1)
+            && gate.max_waiting == waiting
+        {
+            return gate;
+        }
+        let gate = Arc::new(CallGate::new(running, waiting));
+        gates.insert(key, Arc::downgrade(&gate));
+        // Gates no catalog holds are forgotten when the map has doubled: a constant share
+        // per insert, however many invokers come and go.
+        if gates.len().is_power_of_two() {
+            gates.retain(|_, gate| gate.strong_count() > 0);
+        }
+        gate
     }
 }
 
@@ -384,23 +428,18 @@ fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// blake3 over what runs (the backend's source) and everything the descriptor decides.
-fn version_hash(
-    source: SourceHash,
-    tool: &str,
-    description: &str,
-    schema: &Schema,
-    limits: &CallLimits,
-    sandbox: &SandboxSpec,
-    dedup: DedupMode,
-) -> VersionHash {
+/// blake3 over what runs (the backend's source and tool) and everything the descriptor
+/// decides about it: a change to any of them is a new version (told to MCP clients as a
+/// changed tool list, and never answered from the old version's dedup memory).
+fn version_hash(tool: &Tool) -> VersionHash {
     let mut hasher = blake3::Hasher::new();
-    hasher.update(&source.0);
-    for text in [tool, description] {
+    hasher.update(&tool.backend.source_hash().0);
+    for text in [tool.backend_tool.as_str(), &tool.description] {
         hasher.update(&(text.len() as u64).to_le_bytes());
         hasher.update(text.as_bytes());
     }
-    hasher.update(&schema.hash);
+    hasher.update(&tool.schema.hash);
+    let limits = &tool.limits;
     for number in [
         limits.timeout.as_millis() as u64,
         limits.memory_bytes as u64,
@@ -410,8 +449,12 @@ fn version_hash(
         hasher.update(&number.to_le_bytes());
     }
     // A sandbox is a few paths and patterns; serializing it cannot fail.
-    let sandbox = serde_json::to_vec(sandbox).unwrap_or_default();
+    let sandbox = serde_json::to_vec(&tool.sandbox).unwrap_or_default();
     hasher.update(&sandbox);
-    hasher.update(&[dedup as u8]);
+    hasher.update(&[
+        tool.dedup as u8,
+        u8::from(tool.destructive),
+        u8::from(tool.read_only),
+    ]);
     VersionHash(*hasher.finalize().as_bytes())
 }

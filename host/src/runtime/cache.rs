@@ -57,6 +57,7 @@ impl ComponentCache {
     pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Self, CacheError> {
         private_dir(dir)?;
         let key = key(&dir.join("key"))?;
+        remove_stale_temporaries(dir);
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(ComponentCache {
@@ -138,6 +139,33 @@ impl ComponentCache {
         });
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "could not write the component cache: {e}");
+        }
+    }
+}
+
+/// A temporary file older than this was left by a host that stopped while writing it.
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the temporary files (`.<name>-<random>.tmp`) that a host stopped in the middle of
+/// a write left behind; a recent one may be another host's write in progress and is kept.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with('.') && name.ends_with(".tmp")) {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMPORARY);
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -252,8 +280,9 @@ fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Writes `parts` to a new file in `dir` with a random name (`.<stem>-<random>.tmp`), created
-/// exclusively, never through a link, mode 0600. Returns its path.
-fn write_new(dir: &Path, stem: &str, parts: &[&[u8]]) -> std::io::Result<PathBuf> {
+/// exclusively, never through a link, mode 0600. Returns its path. (Also how `serve` writes
+/// its status file: a fixed temporary name in a shared directory could be a planted link.)
+pub fn write_new(dir: &Path, stem: &str, parts: &[&[u8]]) -> std::io::Result<PathBuf> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
     let path = dir.join(format!(".{stem}-{:016x}.tmp", u64::from_le_bytes(random)));
@@ -296,6 +325,32 @@ mod tests {
             std::fs::metadata(dir.join("key")).unwrap().mode() & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn stale_temporaries_are_removed_and_recent_ones_kept() {
+        let temp = tempfile::tempdir().unwrap();
+        let old = write_new(temp.path(), "old", &[b"half"]).unwrap();
+        let recent = write_new(temp.path(), "recent", &[b"in progress"]).unwrap();
+        let entry = temp.path().join("entry.cwasm");
+        std::fs::write(&entry, b"kept").unwrap();
+        let long_ago = std::time::SystemTime::now() - 2 * STALE_TEMPORARY;
+        File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        File::options()
+            .write(true)
+            .open(&entry)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        remove_stale_temporaries(temp.path());
+        assert!(!old.exists());
+        assert!(recent.exists());
+        assert!(entry.exists());
     }
 
     #[test]

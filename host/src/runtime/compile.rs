@@ -168,8 +168,9 @@ async fn in_worker(
     else {
         return Err(CompileError::Worker("its pipes were not opened".into()));
     };
-    // The worker cannot hold more than its address space; neither will the host.
-    let limit = settings.memory_mib << 20;
+    // The worker cannot hold more than its address space, and native code is a small multiple
+    // of the WebAssembly it comes from: the host reads no more than the lesser.
+    let limit = (settings.memory_mib << 20).min(artifact_limit(bytes.len()));
     let run = async {
         let feed = async {
             // A worker that dies early closes the pipe: its exit status says why.
@@ -179,10 +180,18 @@ async fn in_worker(
         let mut artifact = Vec::new();
         let mut message = Vec::new();
         let mut stdout = stdout.take(limit + 1);
-        let mut stderr = stderr.take(64 * 1024);
         let read = stdout.read_to_end(&mut artifact);
-        let errors = stderr.read_to_end(&mut message);
-        let (_, read, _) = tokio::join!(feed, read, errors);
+        // The first 64 KiB of stderr say why it failed; the rest is read and dropped, so a
+        // worker that writes more never blocks on a full pipe until the deadline.
+        let errors = async {
+            let mut stderr = stderr;
+            let _ = (&mut stderr)
+                .take(64 * 1024)
+                .read_to_end(&mut message)
+                .await;
+            let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+        };
+        let (_, read, ()) = tokio::join!(feed, read, errors);
         read.map_err(worker)?;
         let status = child.wait().await.map_err(worker)?;
         Ok::<_, CompileError>((
@@ -201,10 +210,25 @@ async fn in_worker(
             )));
         }
     };
-    if status.success() && artifact.len() as u64 <= limit {
+    if artifact.len() as u64 > limit {
+        return Err(CompileError::Bound(format!(
+            "its compiled code is larger than {} MiB, more than a component of {} KiB makes",
+            limit >> 20,
+            bytes.len() >> 10
+        )));
+    }
+    if status.success() {
         return Ok(artifact);
     }
     Err(worker_failure(status, &message, settings))
+}
+
+/// The most native code the host reads back for a component of `wasm_bytes`: 32 times its
+/// size and 64 MiB more (a componentize-py build of 17.6 MiB makes about 35 MiB).
+fn artifact_limit(wasm_bytes: usize) -> u64 {
+    (wasm_bytes as u64)
+        .saturating_mul(32)
+        .saturating_add(64 << 20)
 }
 
 /// Says which bound a worker that failed hit, from how it ended.
@@ -226,12 +250,22 @@ fn worker_failure(
         return memory();
     }
     match status.signal() {
-        Some(SIGXCPU | SIGKILL) => CompileError::Bound(format!(
+        Some(SIGXCPU) => CompileError::Bound(format!(
             "compiling took more than {} s of CPU (compile-cpu-seconds)",
             settings.cpu_seconds
         )),
+        // The hard CPU limit, 5 s past the soft one, or the system's out-of-memory killer.
+        Some(SIGKILL) => CompileError::Bound(format!(
+            "the compile worker was killed: compiling took more than {} s of CPU \
+             (compile-cpu-seconds), or the system ran out of memory",
+            settings.cpu_seconds
+        )),
         // An allocation refused where Rust cannot report it (a thread's stack, say).
-        Some(_) => memory(),
+        Some(signal) => CompileError::Bound(format!(
+            "the compile worker ended on signal {signal}, most likely for want of memory: \
+             compiling needed more than {} MiB (compile-memory-mib)",
+            settings.memory_mib
+        )),
         None => match message.trim().strip_prefix(INVALID) {
             Some(reason) => CompileError::Invalid(reason.trim().to_string()),
             None => CompileError::Worker(message.trim().to_string()),
@@ -245,7 +279,7 @@ const INVALID: &str = "invalid component:";
 /// The worker's side: sets its limits, compiles stdin, writes the artifact to stdout. Returns
 /// the process's exit code. Called by the `toolhost compile-worker` command.
 pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
-    use rustix::process::{Resource, Rlimit, setrlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     use std::io::{Read, Write};
     let bytes = memory_mib.saturating_mul(1 << 20);
     let limits = [
@@ -255,14 +289,19 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
         (Resource::Core, 0),
     ];
     for (resource, value) in limits {
+        // SIGXCPU at the soft limit, SIGKILL 5 s later if it is ignored.
+        let maximum = if resource == Resource::Cpu {
+            value.saturating_add(5)
+        } else {
+            value
+        };
+        // A process may lower its limits, never raise them: where the host already runs
+        // under a tighter hard limit (a service manager's, say), that one stays.
+        let hard = getrlimit(resource).maximum;
+        let within = |wanted: u64| Some(hard.map_or(wanted, |hard| wanted.min(hard)));
         let limit = Rlimit {
-            current: Some(value),
-            // SIGXCPU at the soft limit, SIGKILL 5 s later if it is ignored.
-            maximum: Some(if resource == Resource::Cpu {
-                value.saturating_add(5)
-            } else {
-                value
-            }),
+            current: within(value),
+            maximum: within(maximum),
         };
         if let Err(e) = setrlimit(resource, limit) {
             eprintln!("cannot set the compile worker's limit {resource:?}: {e}");

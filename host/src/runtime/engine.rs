@@ -24,6 +24,9 @@ pub(super) fn compile_config() -> Config {
 pub const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 pub const MEMORIES_PER_COMPONENT: u32 = 2;
 pub const TABLES_PER_COMPONENT: u32 = 32;
+/// Elements of one table, at most (a table declared larger is refused at load, and none may
+/// grow past it): the pool reserves this much for every table of every instance.
+pub const TABLE_ELEMENTS: usize = 20_000;
 
 /// The engine settings of the host: [`compile_config`] with the pooling allocator sized for
 /// `max_instances` instances, each with its full share of core instances, memories and
@@ -40,6 +43,7 @@ pub fn engine_config(max_instances: u32) -> Config {
         .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
         .max_tables_per_component(TABLES_PER_COMPONENT)
+        .table_elements(TABLE_ELEMENTS)
         .max_memory_size(4 << 30);
     let mut config = compile_config();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

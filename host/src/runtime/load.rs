@@ -27,6 +27,11 @@ use wasmtime::component::Component;
 const MAX_REMEMBERED_FAILURES: usize = 1024;
 /// Components loaded in the background and not yet bound by a reload, at most.
 const MAX_READY: usize = 64;
+/// The tools one component may describe, at most.
+pub const MAX_DESCRIBED_TOOLS: usize = 10_000;
+/// The bytes of names, descriptions and schemas one component may describe, at most: what the
+/// host keeps of a component for as long as it serves it.
+pub const MAX_DESCRIBED_BYTES: usize = 16 << 20;
 
 /// A compile in progress, for `status`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -40,12 +45,18 @@ pub struct CompileProgress {
 pub(super) struct Loads {
     /// Told the hash of each component whose load in the background ended.
     finished: tokio::sync::broadcast::Sender<ComponentHash>,
-    /// Loaded in the background, held until a reload binds them.
-    ready: Mutex<Vec<Arc<LoadedComponent>>>,
+    /// Loaded in the background, held until a reload binds them, each with its number in
+    /// the order they became ready ([`Runtime::release_ready`]).
+    ready: Mutex<Vec<(u64, Arc<LoadedComponent>)>>,
+    next_ready: std::sync::atomic::AtomicU64,
+    /// The components loading in the background now: a reload while one compiles does not
+    /// start another task (and another copy of its bytes) for it.
+    background: Mutex<std::collections::HashSet<ComponentHash>>,
     compile: CompileSettings,
     describe_timeout: Duration,
     compile_slots: Semaphore,
-    failed: Mutex<Vec<(ComponentHash, LoadError)>>,
+    /// Each failure with when it happened, newest last.
+    failed: Mutex<Vec<(ComponentHash, LoadError, Instant)>>,
     turns: Mutex<HashMap<ComponentHash, Weak<tokio::sync::Mutex<()>>>>,
     compiling: Mutex<Vec<(u64, PathBuf, Instant)>>,
     next_compile: std::sync::atomic::AtomicU64,
@@ -56,6 +67,8 @@ impl Loads {
         Loads {
             finished: tokio::sync::broadcast::channel(64).0,
             ready: Mutex::default(),
+            next_ready: Default::default(),
+            background: Mutex::default(),
             compile: settings.compile.clone(),
             describe_timeout: settings.describe_timeout,
             compile_slots: Semaphore::new(settings.compile.parallel.max(1)),
@@ -86,8 +99,10 @@ impl Loads {
         let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
         failed
             .iter()
-            .find(|(h, _)| h == hash)
-            .map(|(_, e)| e.clone())
+            .rev()
+            .find(|(h, _, _)| h == hash)
+            .filter(|(_, error, at)| still_holds(error, at.elapsed()))
+            .map(|(_, error, _)| error.clone())
     }
 
     fn remember(&self, hash: ComponentHash, error: LoadError) {
@@ -95,7 +110,7 @@ impl Loads {
         if failed.len() >= MAX_REMEMBERED_FAILURES {
             failed.drain(..MAX_REMEMBERED_FAILURES / 2);
         }
-        failed.push((hash, error));
+        failed.push((hash, error, Instant::now()));
     }
 }
 
@@ -129,7 +144,7 @@ impl Runtime {
                 .ready
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .retain(|ready| ready.hash != hash);
+                .retain(|(_, ready)| ready.hash != hash);
             return Ok(existing);
         }
         let turn = self.loads.turn(hash);
@@ -138,7 +153,7 @@ impl Runtime {
             return Ok(existing);
         }
         if let Some(failure) = self.loads.failure(&hash) {
-            return Err(failure);
+            return Err(failure.at(path));
         }
         let loaded = self.load_new(path, bytes, hash).await;
         if let Err(error) = &loaded {
@@ -157,11 +172,21 @@ impl Runtime {
 
     /// Loads the component in the background (a compile, most often); when it is loaded (or
     /// has failed), its hash goes to [`Runtime::loads_finished`]'s subscribers.
+    /// A component already loading in the background is not started again.
     pub fn load_in_background(self: &Arc<Self>, path: &Path, bytes: Vec<u8>) {
+        let hash = ComponentHash::of(&bytes);
+        let started = self
+            .loads
+            .background
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(hash);
+        if !started {
+            return;
+        }
         let runtime = Arc::clone(self);
         let path = path.to_path_buf();
         tokio::spawn(async move {
-            let hash = ComponentHash::of(&bytes);
             if let Ok(loaded) = runtime.load(&path, bytes).await {
                 // Kept until the reload this message starts binds it.
                 let mut ready = runtime
@@ -169,13 +194,36 @@ impl Runtime {
                     .ready
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
+                let n = runtime.loads.next_ready.fetch_add(1, Ordering::Relaxed);
                 if ready.len() >= MAX_READY {
                     ready.remove(0);
                 }
-                ready.push(loaded);
+                ready.push((n, loaded));
             }
+            runtime
+                .loads
+                .background
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&hash);
             let _ = runtime.loads.finished.send(hash);
         });
+    }
+
+    /// The number the next component loaded in the background will have: a resolve that
+    /// starts now sees every component numbered below it.
+    pub fn ready_mark(&self) -> u64 {
+        self.loads.next_ready.load(Ordering::Relaxed)
+    }
+
+    /// Lets go of the components loaded in the background before `mark` that no resolve
+    /// since has bound: the ensemble that wanted them changed while they compiled.
+    pub fn release_ready(&self, mark: u64) {
+        self.loads
+            .ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(n, _)| *n >= mark);
     }
 
     /// Receives the hash of every component whose background load ended.
@@ -210,9 +258,13 @@ impl Runtime {
                 path: path.to_path_buf(),
                 reason,
             },
-            other => LoadError::Compile {
+            CompileError::Invalid(reason) => LoadError::Compile {
                 path: path.to_path_buf(),
-                reason: other.to_string(),
+                reason,
+            },
+            worker @ CompileError::Worker(_) => LoadError::Unavailable {
+                path: path.to_path_buf(),
+                reason: worker.to_string(),
             },
         };
         if let Some(reason) = not_a_component(&bytes) {
@@ -221,36 +273,65 @@ impl Runtime {
                 reason: reason.into(),
             });
         }
-        compile::check_size(&bytes, &self.loads.compile).map_err(refused)?;
-        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &hash)) {
+        // Scanning a large component and reading, authenticating and mapping its artifact
+        // take long enough to hold up other tasks: they run on the blocking pool.
+        let unavailable = |e: tokio::task::JoinError| LoadError::Unavailable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+        let (engine, cache, settings) = (
+            self.engine.clone(),
+            self.cache.clone(),
+            self.loads.compile.clone(),
+        );
+        let (checked, cached, bytes) = tokio::task::spawn_blocking(move || {
+            let checked = compile::check_size(&bytes, &settings);
+            let cached = match (&checked, &cache) {
+                (Ok(()), Some(cache)) => cache.get(&engine, &hash),
+                _ => None,
+            };
+            (checked, cached, bytes)
+        })
+        .await
+        .map_err(unavailable)?;
+        checked.map_err(refused)?;
+        let component = match cached {
             Some(component) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                 component
             }
             None => {
                 let artifact = self.compile(path, bytes).await.map_err(refused)?;
-                // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime made
-                // for this engine's settings. They are what this host's compiler just produced
-                // (in this process, or in its compile worker: the same binary with the same
-                // code generation settings, fed nothing but the component's bytes), taken
-                // straight from memory or the worker's pipe, never from a file.
-                let component = unsafe { Component::deserialize(&self.engine, &artifact) }
-                    // A fresh artifact of our own compiler fails only against the pool's
-                    // per-component limits, which compiling does not check.
-                    .map_err(|e| LoadError::Refused {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "it needs more of the instance pool than one call gets ({} core \
-                             instances, {} memories, {} tables): {e:#}",
-                            super::engine::CORE_INSTANCES_PER_COMPONENT,
-                            super::engine::MEMORIES_PER_COMPONENT,
-                            super::engine::TABLES_PER_COMPONENT,
-                        ),
-                    })?;
-                if let Some(cache) = &self.cache {
-                    cache.put(&hash, &artifact);
-                }
-                component
+                let (engine, cache) = (self.engine.clone(), self.cache.clone());
+                let component = tokio::task::spawn_blocking(move || {
+                    // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime
+                    // made for this engine's settings. They are what this host's compiler just
+                    // produced (in this process, or in its compile worker: the same binary
+                    // with the same code generation settings, fed nothing but the component's
+                    // bytes), taken straight from memory or the worker's pipe, never from a
+                    // file.
+                    let component = unsafe { Component::deserialize(&engine, &artifact) };
+                    if component.is_ok()
+                        && let Some(cache) = &cache
+                    {
+                        cache.put(&hash, &artifact);
+                    }
+                    component
+                })
+                .await
+                .map_err(unavailable)?;
+                // A fresh artifact of our own compiler fails only against the pool's
+                // per-component limits, which compiling does not check.
+                component.map_err(|e| LoadError::Refused {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "it needs more of the instance pool than one call gets ({} core \
+                         instances, {} memories, {} tables): {e:#}",
+                        super::engine::CORE_INSTANCES_PER_COMPONENT,
+                        super::engine::MEMORIES_PER_COMPONENT,
+                        super::engine::TABLES_PER_COMPONENT,
+                    ),
+                })?
             }
         };
         let link_error = |e: wasmtime::Error| LoadError::Link {
@@ -340,6 +421,22 @@ impl Runtime {
             Ok(Exported::Call(_)) => return Err(describe_error("unexpected result".into())),
             Err(e) => return Err(describe_error(e.to_string())),
         };
+        if specs.len() > MAX_DESCRIBED_TOOLS {
+            return Err(describe_error(format!(
+                "it describes {} tools; a component may describe at most {MAX_DESCRIBED_TOOLS}",
+                specs.len()
+            )));
+        }
+        let bytes = specs.iter().fold(0usize, |sum, s| {
+            sum.saturating_add(s.name.len() + s.description.len() + s.input_schema.len())
+        });
+        if bytes > MAX_DESCRIBED_BYTES {
+            return Err(describe_error(format!(
+                "its names, descriptions and schemas take {bytes} bytes; a component may \
+                 describe at most {MAX_DESCRIBED_BYTES} bytes ({} MiB)",
+                MAX_DESCRIBED_BYTES >> 20
+            )));
+        }
         Ok(specs
             .into_iter()
             .map(|s| ToolDescription {
@@ -356,10 +453,43 @@ impl Runtime {
     }
 }
 
+/// A failure that was the host's (its compile worker could not run) is answered from memory
+/// this long, then tried again: not at once, or the reload that a failed background load
+/// starts would start the load again, and so on without end.
+const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
+
+/// Whether a failure of this age still answers for the same bytes: one of the component's
+/// own always does, one of the host's for [`RETRY_UNAVAILABLE`].
+fn still_holds(error: &LoadError, age: Duration) -> bool {
+    error.is_lasting() || age < RETRY_UNAVAILABLE
+}
+
 /// Drops the entries whose value is gone, when the map has just grown to a power of two:
 /// each insert pays a constant share, however many components come and go.
 fn prune_dead<T>(map: &mut HashMap<ComponentHash, Weak<T>>) {
     if map.len().is_power_of_two() {
         map.retain(|_, weak| weak.strong_count() > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_failures_are_tried_again_after_a_while_the_components_never() {
+        let path = PathBuf::from("c.wasm");
+        let unavailable = LoadError::Unavailable {
+            path: path.clone(),
+            reason: "no worker".into(),
+        };
+        let invalid = LoadError::Compile {
+            path,
+            reason: "not wasm".into(),
+        };
+        assert!(still_holds(&unavailable, Duration::from_secs(1)));
+        assert!(!still_holds(&unavailable, RETRY_UNAVAILABLE));
+        assert!(still_holds(&invalid, Duration::from_secs(1)));
+        assert!(still_holds(&invalid, 1000 * RETRY_UNAVAILABLE));
     }
 }

@@ -16,12 +16,13 @@ mod outcome;
 mod state;
 
 pub use cache::CacheError;
+pub use cache::write_new;
 pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
 pub use engine::engine_config;
-pub use load::CompileProgress;
+pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
 
 use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
@@ -194,7 +195,7 @@ pub enum RuntimeError {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<CallState>,
-    cache: Option<ComponentCache>,
+    cache: Option<Arc<ComponentCache>>,
     counters: Counters,
     /// Components by hash, so that one file used by several ensembles, or unchanged across a
     /// reload, is compiled and described once.
@@ -220,7 +221,7 @@ impl Runtime {
         })
         .map_err(engine_error)?;
         let cache = match &settings.cache_dir {
-            Some(dir) => Some(ComponentCache::open(dir, &engine)?),
+            Some(dir) => Some(Arc::new(ComponentCache::open(dir, &engine)?)),
             None => None,
         };
         let ticker = EpochTicker::start(engine.clone());

@@ -20,6 +20,29 @@ pub enum LoadError {
     /// bytes change.
     #[error("{path} was refused: {reason}")]
     Refused { path: PathBuf, reason: String },
+    /// The host could not compile it right now (the worker could not be started, say): not
+    /// the component's fault, so it is tried again at a later reload.
+    #[error("{path} could not be compiled now: {reason}")]
+    Unavailable { path: PathBuf, reason: String },
+}
+
+impl LoadError {
+    /// Whether the failure belongs to the component's bytes, so that loading the same bytes
+    /// again fails the same way and need not be tried (until they change).
+    pub(crate) fn is_lasting(&self) -> bool {
+        !matches!(self, LoadError::Unavailable { .. })
+    }
+
+    /// The same failure, told about `path` (the same bytes may be loaded from another file).
+    pub(crate) fn at(mut self, at: &std::path::Path) -> Self {
+        let (LoadError::Compile { path, .. }
+        | LoadError::Link { path, .. }
+        | LoadError::Describe { path, .. }
+        | LoadError::Refused { path, .. }
+        | LoadError::Unavailable { path, .. }) = &mut self;
+        *path = at.to_path_buf();
+        self
+    }
 }
 
 /// Why a call did not produce a result. Traps and limits are kept apart from the tool's own

@@ -11,8 +11,6 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 const LOG_MESSAGES_PER_CALL: u32 = 100;
 /// Longer messages are cut to this many bytes.
 const LOG_MESSAGE_BYTES: usize = 4096;
-/// Tables may not grow past this many elements.
-const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 pub(crate) struct CallState {
     pub(crate) wasi: WasiCtx,
@@ -86,7 +84,7 @@ impl ResourceLimiter for CallLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+        Ok(desired <= super::engine::TABLE_ELEMENTS)
     }
 }
 
@@ -114,7 +112,7 @@ impl Host for CallState {
     fn log(&mut self, level: LogLevel, mut message: String) {
         let budget = &mut self.log;
         if budget.remaining == 0 {
-            budget.dropped += 1;
+            budget.dropped = budget.dropped.saturating_add(1);
             return;
         }
         budget.remaining -= 1;
