@@ -240,6 +240,25 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
         "{message}"
     );
     assert!(tool_names(&client).await.contains(&"fail".to_string()));
+    // Another ensemble changes: the broken one is not logged again (it is not new).
+    fixture.write(
+        "third.toml",
+        &ensemble(
+            "third",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"say\" }\n",
+        ),
+    );
+    tokio::time::timeout(DEADLINE, changed.notified())
+        .await
+        .expect("notifications/tools/list_changed");
+    assert!(tool_names(&client).await.len() == 5);
+    let logs = observer.logs.lock().expect("logs").clone();
+    assert_eq!(
+        logs.iter().filter(|l| l.contains("more.toml:2")).count(),
+        1,
+        "{logs:#?}"
+    );
 
     client.cancel().await.expect("close");
     // The audit log names the MCP session.
@@ -485,4 +504,38 @@ async fn a_plugins_log_lines_reach_only_the_session_whose_call_made_them() {
     assert!(!alice_saw.contains("bob was here"), "{alice_saw}");
     alice.cancel().await.expect("close");
     bob.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_session_leaves_no_relay_task_behind() {
+    use toolhost::mcp::McpServer;
+    use toolhost::mcp::log::LogRelay;
+    let fixture = fixture();
+    let host = Arc::new(fixture.host().await);
+    let logs = LogRelay::default();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    // Quiet sessions: no reload and no log line ever tells their relays that they are gone.
+    for n in 0..5 {
+        let (client_end, server_end) = tokio::io::duplex(1 << 16);
+        let server = McpServer::new(host.clone(), format!("quiet-{n}")).with_logs(logs.clone());
+        let serving = tokio::spawn(async move {
+            let running = server.serve(server_end).await.expect("server");
+            let _ = running.waiting().await;
+        });
+        let client = Client::default().serve(client_end).await.expect("client");
+        assert!(!tool_names(&client).await.is_empty());
+        client.cancel().await.expect("close");
+        serving.await.expect("the session ends");
+    }
+    let settled = async {
+        while metrics.num_alive_tasks() > before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    assert!(
+        tokio::time::timeout(DEADLINE, settled).await.is_ok(),
+        "{} tasks outlive their sessions",
+        metrics.num_alive_tasks() - before
+    );
 }

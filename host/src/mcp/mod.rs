@@ -28,7 +28,9 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
 use tools::ToolList;
 
 /// One MCP session's view of the host. Each session (the stdio connection, or each HTTP
@@ -41,6 +43,18 @@ pub struct McpServer {
     session: Arc<Session>,
     /// The least severe level this session wants relayed (`logging/setLevel`).
     log_level: Arc<AtomicU8>,
+    /// The session's relay tasks (tool list changes, log lines), stopped when it ends: a task
+    /// that only noticed at its next send would outlive a quiet session for good.
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for task in tasks.drain(..) {
+            task.abort();
+        }
+    }
 }
 
 impl McpServer {
@@ -56,6 +70,7 @@ impl McpServer {
             tools,
             logs: None,
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
+            tasks: Mutex::default(),
         }
     }
 
@@ -154,17 +169,18 @@ impl ServerHandler for McpServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(logs) = &self.logs {
-            relay_logs(
+            tasks.push(relay_logs(
                 logs.subscribe(),
                 context.peer.clone(),
                 self.log_level.clone(),
                 self.session.id.clone(),
-            );
+            ));
         }
         let mut changes = self.host.catalog().subscribe();
         let peer = context.peer.clone();
-        tokio::spawn(async move {
+        let relay_changes = tokio::spawn(async move {
             loop {
                 match changes.recv().await {
                     Ok(change) if change.tools_changed() => {
@@ -182,18 +198,20 @@ impl ServerHandler for McpServer {
                 }
             }
         });
+        tasks.push(relay_changes.abort_handle());
     }
 }
 
 /// Sends each relayed log message this session may see (the host's, and its own calls'
-/// plugin lines) at or above the session's level, until the session ends.
+/// plugin lines) at or above the session's level, until the session ends or the task is
+/// aborted.
 fn relay_logs(
     mut records: broadcast::Receiver<LogRecord>,
     peer: Peer<RoleServer>,
     level: Arc<AtomicU8>,
     session: String,
-) {
-    tokio::spawn(async move {
+) -> AbortHandle {
+    let relay = tokio::spawn(async move {
         loop {
             let record = match records.recv().await {
                 Ok(record) => record,
@@ -214,4 +232,5 @@ fn relay_logs(
             }
         }
     });
+    relay.abort_handle()
 }
