@@ -17,6 +17,14 @@ use std::sync::{Mutex, PoisonError};
 
 /// Result summaries are cut to this many characters.
 const SUMMARY_CHARS: usize = 200;
+/// Arguments longer than this, written as JSON, are recorded as their first
+/// [`CUT_ARGUMENT_CHARS`] characters and their size: a caller that sends megabytes of
+/// arguments again and again must not fill the disk at the same rate.
+pub const MAX_ARGUMENT_BYTES: usize = 64 << 10;
+const CUT_ARGUMENT_CHARS: usize = 1024;
+/// A tool name or error text is cut to this many bytes (an unknown tool's name is whatever
+/// the caller sent).
+pub const MAX_TEXT_BYTES: usize = 4096;
 
 /// One call, as the audit log records it.
 #[derive(Debug, Clone, Serialize)]
@@ -28,6 +36,10 @@ pub struct AuditRecord {
     pub ensemble: Option<String>,
     pub component: Option<String>,
     pub arguments: Value,
+    /// The size of the arguments as JSON, when they were too long to record whole; then
+    /// `arguments` is a string of their start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments_bytes: Option<usize>,
     /// `ok`, or the error kind (`timeout`, `invalid-arguments`, ...).
     pub outcome: String,
     pub error: Option<String>,
@@ -99,6 +111,26 @@ impl AuditLog {
     }
 }
 
+/// `arguments`, redacted, or the start of them and their size when they are longer than
+/// [`MAX_ARGUMENT_BYTES`].
+pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
+    let redacted = redact(arguments);
+    let text = redacted.to_string();
+    if text.len() <= MAX_ARGUMENT_BYTES {
+        return (redacted, None);
+    }
+    let start: String = text.chars().take(CUT_ARGUMENT_CHARS).collect();
+    (Value::String(format!("{start}…")), Some(text.len()))
+}
+
+/// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary, marked when cut.
+pub fn cut_text(text: &str) -> String {
+    if text.len() <= MAX_TEXT_BYTES {
+        return text.to_string();
+    }
+    format!("{}…", &text[..text.floor_char_boundary(MAX_TEXT_BYTES)])
+}
+
 /// The first `SUMMARY_CHARS` characters of a result, on one line.
 pub fn summarize(text: &str) -> String {
     let mut summary: String = text
@@ -154,6 +186,32 @@ mod tests {
         );
         assert!(!summarize_result(r#"[{"password":"pw"}]"#).contains("pw"));
         assert_eq!(summarize_result("plain text"), "plain text");
+    }
+
+    #[test]
+    fn long_arguments_and_texts_are_recorded_cut_with_their_size() {
+        let small = json!({"q": "x", "password": "p"});
+        assert_eq!(
+            record_arguments(&small),
+            (json!({"q": "x", "password": "[redacted]"}), None)
+        );
+        let big = json!({"password": "p", "blob": "é".repeat(100_000)});
+        let (recorded, bytes) = record_arguments(&big);
+        let recorded = recorded.as_str().expect("a string").to_string();
+        assert!(
+            recorded.starts_with(r#"{"password":"[redacted]","blob":"éé"#),
+            "{recorded}"
+        );
+        assert!(!recorded.contains("\"p\""));
+        assert_eq!(recorded.chars().count(), CUT_ARGUMENT_CHARS + 1);
+        assert_eq!(bytes, Some(redact(&big).to_string().len()));
+        assert_eq!(cut_text("short"), "short");
+        let cut = cut_text(&"é".repeat(10_000));
+        assert!(
+            cut.len() <= MAX_TEXT_BYTES + 3 && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
     }
 
     #[test]

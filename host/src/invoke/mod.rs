@@ -284,18 +284,21 @@ impl Host {
             ),
             Err(e) => (
                 e.kind.as_str().to_string(),
-                Some(audit::redact_text(&e.audit_message())),
+                Some(audit::cut_text(&audit::redact_text(&e.audit_message()))),
                 0,
                 String::new(),
             ),
         };
+        let (arguments, arguments_bytes) =
+            arguments.map_or((Value::Null, None), audit::record_arguments);
         let record = AuditRecord {
             time: audit::now_rfc3339(),
             session: session.id.clone(),
-            tool: outcome.tool.clone(),
+            tool: audit::cut_text(&outcome.tool),
             ensemble: tool.map(|t| t.ensemble.to_string()),
             component: tool.map(|t| t.source_hash().to_string()),
-            arguments: arguments.map_or(Value::Null, audit::redact),
+            arguments,
+            arguments_bytes,
             outcome: outcome_name,
             error,
             duration_ms: outcome.duration.as_secs_f64() * 1000.0,
