@@ -204,6 +204,16 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
             "dedup-total-mib = -1",
             "dedup-session-mib and dedup-total-mib must be from 1",
         ),
+        // The same for the agent loop's bounds, though `list` does not use them: the file
+        // is checked whole.
+        (
+            "[chat]\nmax-attempts = 4000000000",
+            "max-attempts must be from 1 to 100; got 4000000000",
+        ),
+        (
+            "[chat]\nmax-parallel-calls = 0",
+            "max-parallel-calls must be from 1 to 256; got 0",
+        ),
     ] {
         std::fs::write(
             fixture.root().join("toolhost.toml"),
@@ -213,7 +223,8 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
         let output = toolhost(&fixture, &["list"]);
         assert_eq!(output.status.code(), Some(3), "{line}");
         let text = stderr(&output);
-        assert!(text.contains("toolhost.toml:3:"), "{line}: {text}");
+        let at = format!("toolhost.toml:{}:", 2 + line.lines().count());
+        assert!(text.contains(&at), "{line}: {text}");
         assert!(text.contains(expected), "{line}: {text}");
     }
 }

@@ -75,11 +75,13 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
     let agent_options = AgentOptions {
         max_iterations: options
             .max_iterations
-            .or(chat.max_iterations)
+            .or(chat.max_iterations.map(|n| n.get() as u32))
             .unwrap_or(AgentOptions::default().max_iterations),
         max_parallel_calls: chat
             .max_parallel_calls
-            .map_or(AgentOptions::default().max_parallel_calls, |n| n as usize),
+            .map_or(AgentOptions::default().max_parallel_calls, |n| {
+                n.get() as usize
+            }),
         builtins: true,
     };
     if agent_options.max_iterations == 0 {
@@ -174,18 +176,18 @@ fn provider_settings(
         );
     }
     provider.stream = !options.no_stream && chat.stream.unwrap_or(true);
-    provider.max_tokens = chat.max_tokens;
+    provider.max_tokens = chat.max_tokens.map(|n| n.get() as u32);
     if let Some(mib) = chat.max_response_mib {
         provider.max_response_bytes = (mib.get() as usize) << 20;
     }
     if let Some(seconds) = chat.request_timeout_s {
-        provider.request_timeout = Duration::from_secs(seconds);
+        provider.request_timeout = Duration::from_secs(seconds.get());
     }
     if let Some(attempts) = chat.max_attempts {
-        provider.retry.attempts = attempts.max(1);
+        provider.retry.attempts = attempts.get() as u32;
     }
     if let Some(ms) = chat.retry_delay_ms {
-        provider.retry.base_delay = Duration::from_millis(ms);
+        provider.retry.base_delay = Duration::from_millis(ms.get());
     }
     Ok(provider)
 }

@@ -125,7 +125,16 @@ pub const MAX_DESCRIPTOR_BYTES: u64 = 64 << 20;
 /// or a file that grows while it is read cannot hold or fill the host.
 pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking (opening a FIFO for reading would wait for a writer), then
+    // checked through the open file: a path swapped for a FIFO after a check of the path
+    // would otherwise hold the reload for ever.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
     if !metadata.is_file() {
         return Err("it is not a regular file".into());
     }
@@ -135,7 +144,6 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
             metadata.len()
         ));
     }
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut bytes = Vec::with_capacity(metadata.len() as usize);
     file.take(limit + 1)
         .read_to_end(&mut bytes)

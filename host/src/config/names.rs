@@ -225,6 +225,30 @@ bounded!(
     /// `[chat] max-response-mib`: the most one model answer may bring, 1 MiB to 4 GiB.
     MaxResponseMib, "max-response-mib", 1, 4096
 );
+bounded!(
+    /// `[chat] max-tokens`: the most tokens the model may write in one answer, 1 to 10 million.
+    MaxTokens, "max-tokens", 1, 10_000_000
+);
+bounded!(
+    /// `[chat] max-iterations`: model turns in one run, 1 to 10,000.
+    MaxIterations, "max-iterations", 1, 10_000
+);
+bounded!(
+    /// `[chat] max-parallel-calls`: tool calls of one model turn run at once, 1 to 256.
+    MaxParallelCalls, "max-parallel-calls", 1, 256
+);
+bounded!(
+    /// `[chat] request-timeout-s`: one request to the model, 1 s to 1 hour.
+    RequestTimeoutS, "request-timeout-s", 1, 3600
+);
+bounded!(
+    /// `[chat] max-attempts`: tries of one request to the model, 1 to 100.
+    MaxAttempts, "max-attempts", 1, 100
+);
+bounded!(
+    /// `[chat] retry-delay-ms`: the first wait before a retry (it doubles), 0 to 10 minutes.
+    RetryDelayMs, "retry-delay-ms", 0, 600_000
+);
 
 /// Whether identical calls are answered from the first result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

@@ -3,10 +3,11 @@
 
 use super::names::{
     Access, Blake3Hex, CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode,
-    DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, MaxComponentMib,
-    MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxMcpSessions, MaxOutputBytes,
-    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTools, McpSessionIdleS,
-    MemoryMib, TimeoutMs, ToolName,
+    DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, MaxAttempts,
+    MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations,
+    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
+    MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
+    RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -234,14 +235,14 @@ pub struct ChatSection {
     /// Accepted only to be refused with a message that says where keys go.
     pub api_key: Option<Spanned<toml::Value>>,
     pub stream: Option<bool>,
-    pub max_tokens: Option<u32>,
-    pub max_iterations: Option<u32>,
-    pub max_parallel_calls: Option<u32>,
-    pub request_timeout_s: Option<u64>,
+    pub max_tokens: Option<MaxTokens>,
+    pub max_iterations: Option<MaxIterations>,
+    pub max_parallel_calls: Option<MaxParallelCalls>,
+    pub request_timeout_s: Option<RequestTimeoutS>,
     /// The most one model answer may bring, streamed or whole, in MiB (default 16).
     pub max_response_mib: Option<MaxResponseMib>,
-    pub max_attempts: Option<u32>,
-    pub retry_delay_ms: Option<u64>,
+    pub max_attempts: Option<MaxAttempts>,
+    pub retry_delay_ms: Option<RetryDelayMs>,
     pub system: Option<String>,
     pub allow: Option<Vec<String>>,
     #[serde(default)]
