@@ -235,6 +235,20 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The delay a `Retry-After: <seconds>` header asks for; one too long for a `Duration` (a
+/// provider may send anything) is the longest, which the policy's cap then cuts.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let seconds = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)?;
+    Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+}
+
 impl RetryPolicy {
     fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let exponential = self
@@ -316,13 +330,7 @@ impl Transport {
                 Ok(response) if response.status().is_success() => return Ok(response),
                 Ok(mut response) => {
                     let status = response.status().as_u16();
-                    let retry_after = response
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(Duration::from_secs_f64);
+                    let retry_after = retry_after(response.headers());
                     let body = read_at_most(&mut response, ERROR_BODY_BYTES)
                         .await
                         .ok()
@@ -490,6 +498,23 @@ mod tests {
             policy.delay(1, Some(Duration::from_secs(60))),
             Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn any_retry_after_a_provider_sends_is_read_without_panicking() {
+        let read = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                reqwest::header::RETRY_AFTER,
+                reqwest::header::HeaderValue::from_str(value).expect("a header value"),
+            );
+            retry_after(&headers)
+        };
+        assert_eq!(read(" 2.5 "), Some(Duration::from_millis(2500)));
+        assert_eq!(read("1e300"), Some(Duration::MAX));
+        assert_eq!(read("-1"), None);
+        assert_eq!(read("NaN"), None);
+        assert_eq!(read("Wed, 21 Oct 2026 07:28:00 GMT"), None);
     }
 
     #[test]
