@@ -422,6 +422,23 @@ async fn a_server_with_more_tools_than_max_tools_is_refused_without_reading_them
     let resolved = outer.resolve().await;
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     assert_eq!(resolved.catalog.tools().count(), 4_501);
+    // A reload that lowers the bound applies it, though the server's command is unchanged.
+    let reloader =
+        toolhost::reload::Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+    assert!(reloader.status().refused.is_empty());
+    outer.write(
+        "inner.toml",
+        &import_ensemble(&inner, "")
+            .replace("[ensemble.mcp]\n", "[ensemble.mcp]\nmax-tools = 3000\n"),
+    );
+    let change = reloader.reload().await;
+    let errors = change.refused.first().map(|r| r.errors.join("\n"));
+    assert!(
+        errors
+            .as_deref()
+            .is_some_and(|e| e.contains("offers more than 3000 tools")),
+        "{errors:?}"
+    );
 }
 
 /// An MCP server that announces a new tool list `times` times right after it is initialized.
@@ -564,4 +581,79 @@ async fn a_server_whose_stderr_never_ends_a_line_costs_the_host_no_memory() {
     let peak = crate::support::peak_kib(server.child.id());
     assert!(peak < 128 * 1024, "the host peaked at {peak} KiB");
     client.cancel().await.expect("close");
+}
+
+/// An MCP server whose tool list never ends: every page holds one tool with a 1 MiB
+/// description and points to another page.
+#[derive(Clone)]
+struct Verbose;
+
+impl rmcp::ServerHandler for Verbose {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let page: u64 = request
+            .and_then(|r| r.cursor)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let schema = serde_json::Map::from_iter([("type".to_string(), json!("object"))]);
+        let tool = rmcp::model::Tool::new(
+            format!("wordy_{page}"),
+            "x".repeat(1 << 20),
+            Arc::new(schema),
+        );
+        let mut result = rmcp::model::ListToolsResult::with_all_items(vec![tool]);
+        result.next_cursor = Some((page + 1).to_string());
+        Ok(result)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_lists_megabytes_page_after_page_is_cut_off_by_size() {
+    use rmcp::transport::streamable_http_server::StreamableHttpService;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    let service = StreamableHttpService::new(
+        || Ok(Verbose),
+        Arc::new(LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let server = tokio::spawn(async move {
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let _ = axum::serve(listener, router).await;
+    });
+    toolhost::tls::install_provider();
+    let outer = Fixture::new();
+    outer.write(
+        "wordy.toml",
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"wordy\"\n\n[ensemble.mcp]\n\
+             url = \"http://127.0.0.1:{port}/mcp\"\nstartup-timeout-ms = 60000\n"
+        ),
+    );
+    outer.write_echo();
+    let resolved = outer.resolve().await;
+    let message = resolved.refused[0].diagnostics[0].to_string();
+    // Sixteen tools of a little over 1 MiB each pass the 16 MiB bound, far below max-tools.
+    assert!(
+        message.contains(
+            "lists more than 16 MiB of tool names, descriptions and schemas (16 tools so far)"
+        ),
+        "{message}"
+    );
+    assert!(resolved.catalog.get("echo").is_some());
+    server.abort();
 }

@@ -33,6 +33,9 @@ use tokio::sync::broadcast;
 /// The first wait after a failed start; it doubles with each further failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The most bytes of tool names, descriptions and schemas taken from one server, however many
+/// pages it spreads them over: as much as one component may describe.
+pub const MAX_LISTED_BYTES: usize = crate::runtime::MAX_DESCRIBED_BYTES;
 
 /// How to reach a server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -66,6 +69,17 @@ impl McpSpec {
     pub fn hash(&self) -> SourceHash {
         let text = serde_json::to_string(&self.target).unwrap_or_default();
         SourceHash(*blake3::hash(text.as_bytes()).as_bytes())
+    }
+
+    /// Identifies every setting of the import, its bounds included: an import is reused only
+    /// when this is the same, so a changed `max-tools` or `startup-timeout-ms` takes effect
+    /// at the reload that reads it (with a new server process).
+    fn key(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.hash().0);
+        hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
+        hasher.update(&(self.max_tools as u64).to_le_bytes());
+        *hasher.finalize().as_bytes()
     }
 
     /// The command line or URL, for messages.
@@ -151,7 +165,7 @@ impl std::fmt::Debug for McpImport {
 /// reloader, or a command that loads once); a server is stopped when no catalog uses it.
 #[derive(Debug)]
 pub struct ImportedServers {
-    servers: Mutex<HashMap<SourceHash, Weak<McpImport>>>,
+    servers: Mutex<HashMap<[u8; 32], Weak<McpImport>>>,
     changes: broadcast::Sender<String>,
 }
 
@@ -168,9 +182,9 @@ impl ImportedServers {
     /// The server for `spec`: the one already in use, or a new one (not started yet).
     pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
         let hash = spec.hash();
+        let key = spec.key();
         let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        servers.retain(|_, server| server.strong_count() > 0);
-        if let Some(server) = servers.get(&hash).and_then(Weak::upgrade) {
+        if let Some(server) = servers.get(&key).and_then(Weak::upgrade) {
             return server;
         }
         let server = Arc::new(McpImport {
@@ -179,7 +193,12 @@ impl ImportedServers {
             connection: tokio::sync::Mutex::default(),
             changes: self.changes.clone(),
         });
-        servers.insert(hash, Arc::downgrade(&server));
+        servers.insert(key, Arc::downgrade(&server));
+        // Servers no catalog uses any more are forgotten when the map has doubled: each
+        // import pays a constant share, however many come and go.
+        if servers.len().is_power_of_two() {
+            servers.retain(|_, server| server.strong_count() > 0);
+        }
         server
     }
 
@@ -316,9 +335,11 @@ impl McpImport {
     pub async fn tools(&self) -> Result<Vec<ToolOffer>, McpError> {
         let service = self.session().await?;
         let max = self.spec.max_tools;
-        // Page by page, so that a server that lists too many is stopped, not read to the end.
+        // Page by page, so that a server that lists too many, or too much, is stopped, not
+        // read to the end.
         let list = async {
             let mut tools = Vec::new();
+            let mut bytes = 0usize;
             let mut cursor = None;
             loop {
                 let page = service
@@ -326,9 +347,26 @@ impl McpImport {
                         rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
                     ))
                     .await?;
+                for tool in &page.tools {
+                    let schema = serde_json::to_string(&tool.input_schema).map_or(0, |s| s.len());
+                    let description = tool.description.as_deref().map_or(0, str::len);
+                    bytes = bytes.saturating_add(tool.name.len() + description + schema);
+                }
                 tools.extend(page.tools);
                 if tools.len() > max {
-                    return Ok(Err(tools.len()));
+                    return Ok(Err(format!(
+                        "offers more than {max} tools ({} so far), the most this ensemble takes \
+                         (set `max-tools` in [ensemble.mcp] to take more)",
+                        tools.len()
+                    )));
+                }
+                if bytes > MAX_LISTED_BYTES {
+                    return Ok(Err(format!(
+                        "lists more than {} MiB of tool names, descriptions and schemas ({} \
+                         tools so far), the most the host keeps of one server",
+                        MAX_LISTED_BYTES >> 20,
+                        tools.len()
+                    )));
                 }
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
@@ -336,18 +374,13 @@ impl McpImport {
                 }
             }
         };
-        let listed: Result<Result<Vec<_>, usize>, rmcp::ServiceError> =
+        let listed: Result<Result<Vec<_>, String>, rmcp::ServiceError> =
             tokio::time::timeout(self.spec.startup_timeout, list)
                 .await
                 .map_err(|_| self.error("did not list its tools in time"))?;
         let tools = match listed {
             Ok(Ok(tools)) => tools,
-            Ok(Err(more)) => {
-                return Err(self.error(format!(
-                    "offers more than {max} tools ({more} so far), the most this ensemble takes \
-                     (set `max-tools` in [ensemble.mcp] to take more)"
-                )));
-            }
+            Ok(Err(too_much)) => return Err(self.error(too_much)),
             Err(e) => {
                 self.forget(&service).await;
                 return Err(self.error(format!("could not list its tools: {e}")));
