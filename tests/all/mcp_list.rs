@@ -162,11 +162,23 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
 
     let inspector = tools
         .join("node/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
+    // The Inspector starts the server with a minimal environment of its own: the fixture's
+    // settings go through `-e` (with the warm cache: a compile would leave the first list
+    // empty until `list_changed`).
+    let ensembles = format!("TOOLHOST_ENSEMBLES={}", fixture.ensembles().display());
+    let cache = format!(
+        "TOOLHOST_CACHE_DIR={}",
+        crate::support::cache_dir().display()
+    );
     let listed = run_client(
         &node,
         &[
             inspector.to_str().expect("path"),
             "--cli",
+            "-e",
+            &ensembles,
+            "-e",
+            &cache,
             "--format",
             "json",
             "--method",
