@@ -131,7 +131,7 @@ fn check_bounds(schema: &Value) -> Result<(), String> {
         patterns: 0,
         following: Vec::new(),
     };
-    walk.value(schema, "", 0)
+    walk.value(schema, "", 0, Role::Schema)
 }
 
 /// One walk over a schema, following local `$ref`s where they are used.
@@ -141,12 +141,57 @@ struct Walk<'a> {
     subschemas: usize,
     values: usize,
     patterns: usize,
-    /// The `$ref`s being followed now (a recursive schema is walked once per cycle).
-    following: Vec<&'a str>,
+    /// The `$ref`s being followed now, as JSON pointers (a recursive schema is walked once
+    /// per cycle).
+    following: Vec<std::borrow::Cow<'a, str>>,
+}
+
+/// Keywords whose values are data (instances), not schemas: counted like everything else,
+/// but a `$ref` or a `pattern` inside them is only text.
+const DATA_KEYWORDS: [&str; 4] = ["enum", "const", "default", "examples"];
+/// Keywords whose values map names to schemas: a property called `enum` is a schema still.
+const MAP_KEYWORDS: [&str; 6] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+    "dependencies",
+];
+
+/// What a JSON value in a schema is.
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    /// A schema (or, conservatively, anything not known to be something else).
+    Schema,
+    /// An object whose values are schemas (`properties`, `$defs`, ...).
+    Map,
+    /// An instance (`enum`, `const`, `default`, `examples`).
+    Data,
+}
+
+impl Role {
+    /// The role of the value under `key` of an object of this role.
+    fn of(self, key: &str) -> Role {
+        match self {
+            Role::Data => Role::Data,
+            Role::Map => Role::Schema,
+            Role::Schema if DATA_KEYWORDS.contains(&key) => Role::Data,
+            Role::Schema if MAP_KEYWORDS.contains(&key) => Role::Map,
+            Role::Schema => Role::Schema,
+        }
+    }
 }
 
 impl<'a> Walk<'a> {
-    fn value(&mut self, value: &'a Value, at: &str, depth: usize) -> Result<(), String> {
+    /// Walks `value`, found at `at`, `depth` levels down, in the role it has there.
+    fn value(
+        &mut self,
+        value: &'a Value,
+        at: &str,
+        depth: usize,
+        role: Role,
+    ) -> Result<(), String> {
         if depth > MAX_SCHEMA_DEPTH {
             return Err(format!(
                 "it nests deeper than {MAX_SCHEMA_DEPTH} levels (at {at})"
@@ -160,6 +205,12 @@ impl<'a> Walk<'a> {
             ));
         }
         match value {
+            Value::Object(map) if role != Role::Schema => {
+                for (key, child) in map {
+                    self.value(child, &format!("{at}/{key}"), depth + 1, role.of(key))?;
+                }
+                Ok(())
+            }
             Value::Object(map) => {
                 self.subschemas += 1;
                 if self.subschemas > MAX_SUBSCHEMAS {
@@ -203,7 +254,7 @@ impl<'a> Walk<'a> {
                 if let Some(pointer) = reference
                     && !self.following.contains(&pointer)
                 {
-                    let Some(target) = self.root.pointer(pointer) else {
+                    let Some(target) = self.root.pointer(&pointer) else {
                         return Err(format!(
                             "its `$ref` \"#{pointer}\" (at {at}) points at nothing"
                         ));
@@ -216,18 +267,19 @@ impl<'a> Walk<'a> {
                     // The target's own nesting counts from its place; the chain of `$ref`s
                     // is bounded on its own, above.
                     self.following.push(pointer);
-                    self.value(target, &format!("{at}/$ref"), 0)?;
+                    self.value(target, &format!("{at}/$ref"), 0, Role::Schema)?;
                     self.following.pop();
                 }
                 for (key, child) in map {
-                    self.value(child, &format!("{at}/{key}"), depth + 1)?;
+                    self.value(child, &format!("{at}/{key}"), depth + 1, role.of(key))?;
                 }
                 Ok(())
             }
+            // An array's items have its role (`allOf`'s are schemas, `enum`'s data).
             Value::Array(items) => items
                 .iter()
                 .enumerate()
-                .try_for_each(|(i, item)| self.value(item, &format!("{at}/{i}"), depth + 1)),
+                .try_for_each(|(i, item)| self.value(item, &format!("{at}/{i}"), depth + 1, role)),
             _ => Ok(()),
         }
     }
@@ -244,22 +296,33 @@ impl<'a> Walk<'a> {
         }
         // JSON Schema patterns are ECMA 262 regular expressions, which have no subroutine
         // calls (`\g1`, `(?1)`); the pattern engine accepts them, and a call to a group
-        // numbered in the billions makes it allocate for every group up to it.
-        match fancy_regex::Expr::parse_tree(pattern) {
-            Ok(tree) if tree.contains_subroutines => Err(format!(
+        // numbered in the billions makes it allocate for every group up to it. What the
+        // engine compiles is jsonschema's translation of the pattern (`\cA` becomes a control
+        // character, say), so that is what is checked, and the pattern as written too.
+        let translated = jsonschema_regex::to_rust_regex(pattern).ok();
+        let subroutines = |text: &str| {
+            fancy_regex::Expr::parse_tree(text).is_ok_and(|tree| tree.contains_subroutines)
+        };
+        if subroutines(pattern) || translated.as_deref().is_some_and(subroutines) {
+            return Err(format!(
                 "a pattern uses a subroutine call (at {at}), which JSON Schema patterns do not have"
-            )),
-            // What does not parse is refused, with the engine's reason, when it is compiled.
-            _ => Ok(()),
+            ));
         }
+        // What does not parse is refused, with the engine's reason, when it is compiled.
+        Ok(())
     }
 }
 
-/// The JSON pointer of a `$ref` that names a place in the same schema, `#` or `#/...`, with
-/// nothing jsonschema would decode (percent escapes) before it looks the pointer up.
-fn local_pointer(reference: &str) -> Option<&str> {
+/// The JSON pointer of a `$ref` that names a place in the same schema, `#` or `#/...`,
+/// percent-decoded as jsonschema decodes it before it looks the pointer up.
+fn local_pointer(reference: &str) -> Option<std::borrow::Cow<'_, str>> {
     let pointer = reference.strip_prefix('#')?;
-    (pointer.is_empty() || pointer.starts_with('/') && !pointer.contains('%')).then_some(pointer)
+    if !(pointer.is_empty() || pointer.starts_with('/')) {
+        return None;
+    }
+    percent_encoding::percent_decode_str(pointer)
+        .decode_utf8()
+        .ok()
 }
 
 /// Compiles a JSON Schema; it must itself be valid and describe an object, because tool
@@ -363,6 +426,10 @@ mod tests {
         let call =
             json!({"type": "object", "properties": {"a": {"pattern": "(a)\\g1111111111101"}}});
         assert!(refused(call).contains("subroutine call"));
+        // Hidden from a check of the pattern as written (`\c` does not parse there), but not
+        // from one of what the engine compiles.
+        let hidden = json!({"type": "object", "properties": {"a": {"pattern": "\\cA(a)\\1\\g1111111111101"}}});
+        assert!(refused(hidden).contains("subroutine call"));
         let long = json!({"type": "object", "properties": {"a": {"pattern": "a".repeat(2000)}}});
         assert!(refused(long).contains("longer than 1000 characters"));
         let properties: serde_json::Map<String, Value> = (0..20_000)
@@ -384,8 +451,8 @@ mod tests {
             json!({"type": "object", "$defs": {"a": {"type": "string"}},
             "properties": {"x": x}})
         };
-        // Percent escapes, anchors, embedded ids, remote and missing targets.
-        assert!(refused(with(json!({"$ref": "#/%24defs/a"}))).contains("not a JSON pointer"));
+        // Anchors, embedded ids, remote and missing targets, escapes that are not UTF-8.
+        assert!(refused(with(json!({"$ref": "#/%FF"}))).contains("not a JSON pointer"));
         assert!(refused(with(json!({"$ref": "#a"}))).contains("not a JSON pointer"));
         assert!(refused(with(json!({"$ref": "https://example.com/s.json"}))).contains("$ref"));
         assert!(refused(with(json!({"$anchor": "a"}))).contains("`$anchor`"));
@@ -409,6 +476,23 @@ mod tests {
                 .of_value(json!({"$id": "https://example.com/root", "type": "object"}))
                 .is_ok()
         );
+        // Percent escapes are decoded as jsonschema decodes them (typescript-json-schema
+        // writes `Foo%3CBar%3E` for `Foo<Bar>`), and are followed.
+        let escaped = json!({"type": "object", "$defs": {"Foo<Bar>": {"type": "string"}},
+            "properties": {"x": {"$ref": "#/%24defs/Foo%3CBar%3E"}}});
+        assert!(cache.of_value(escaped).is_ok());
+        // In data (examples, defaults, enums, consts) a `$ref`, an `id` or a `pattern` is
+        // only text...
+        let data = json!({"type": "object", "properties": {"x": {
+            "examples": [{"$ref": "#/components/schemas/Pet"}],
+            "default": {"$anchor": "a", "pattern": "(a)\\g1"},
+            "enum": [{"$id": "x"}, 1],
+        }}});
+        assert!(cache.of_value(data).is_ok(), "data refused");
+        // ...but a property that happens to be called `enum` is a schema still.
+        let named =
+            json!({"type": "object", "properties": {"enum": {"pattern": "(a)\\g1111111111101"}}});
+        assert!(refused(named).contains("subroutine call"));
         // An enum of 30,000 items used 8 times is 270,000 values to walk.
         let items: Vec<Value> = (0..30_000).map(|i| json!(i)).collect();
         let uses: serde_json::Map<String, Value> = (0..8)
