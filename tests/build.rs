@@ -12,7 +12,10 @@ const WORKSPACES: &[(&str, &[&str])] = &[
         "../plugins",
         &["calculator", "text", "json", "files", "fetch"],
     ),
-    ("plugins", &["echo", "spinner", "sprawl", "testbed"]),
+    (
+        "plugins",
+        &["echo", "spinner", "sprawl", "testbed", "verbose"],
+    ),
 ];
 
 fn main() {

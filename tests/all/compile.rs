@@ -107,6 +107,35 @@ async fn a_worker_that_cannot_start_is_not_held_against_the_component() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_writes_more_code_than_the_host_reads_is_cut_off_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = tempfile::tempdir().expect("temp");
+    // A stand-in worker that answers any component with 300 MB of "code".
+    let program = temp.path().join("chatty-worker");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\n/bin/cat > /dev/null\nexec /usr/bin/head -c 300000000 /dev/zero\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let runtime = worker_runtime(&temp.path().join("cache"), |c| {
+        c.worker = Some(program.clone());
+        c.memory_mib = 64;
+        // Far longer than the test may take: the host must stop reading at the limit, not
+        // at the deadline.
+        c.timeout = Duration::from_secs(600);
+    });
+    let echo = std::fs::read(toolhost_testkit::ECHO).expect("echo");
+    let message = refusal(runtime.load(Path::new("echo.wasm"), echo).await);
+    assert!(
+        message.contains(
+            "its compiled code is larger than 64 MiB, the compile worker's whole address space"
+        ),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_loading_in_the_background_is_not_started_twice() {
     let temp = tempfile::tempdir().expect("temp");
     let runtime = worker_runtime(&temp.path().join("cache"), |c| {
@@ -116,7 +145,11 @@ async fn a_component_loading_in_the_background_is_not_started_twice() {
     let hog = register_hog(12_000, 12_000);
     // Reloads while it compiles ask for it again and again.
     for _ in 0..5 {
-        runtime.load_in_background(Path::new("hog.wasm"), hog.clone());
+        runtime.load_in_background(
+            Path::new("hog.wasm"),
+            toolhost::runtime::ComponentHash::of(&hog),
+            Arc::from(hog.clone()),
+        );
     }
     tokio::time::timeout(Duration::from_secs(60), finished.recv())
         .await
@@ -495,18 +528,22 @@ async fn components_that_never_describe_are_cut_at_the_deadline_once_not_at_ever
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_component_that_describes_too_many_tools_is_refused_with_the_bound_named() {
+async fn a_component_that_describes_too_much_is_refused_with_the_bound_named() {
     let fixture = Fixture::new();
-    std::fs::copy(toolhost_testkit::SPRAWL, fixture.root().join("sprawl.wasm"))
-        .expect("copy sprawl");
-    fixture.write(
-        "sprawl.toml",
-        &ensemble(
-            "sprawl",
-            "sprawl",
-            "[[invokers]]\ninvoker = { name = \"tool_1\" }\n",
-        ),
-    );
+    for (name, path) in [
+        ("sprawl", toolhost_testkit::SPRAWL),
+        ("verbose", toolhost_testkit::VERBOSE),
+    ] {
+        std::fs::copy(path, fixture.root().join(format!("{name}.wasm"))).expect("copy");
+        fixture.write(
+            &format!("{name}.toml"),
+            &ensemble(
+                name,
+                name,
+                "[[invokers]]\ninvoker = { name = \"tool_1\" }\n",
+            ),
+        );
+    }
     fixture.write_echo();
     let runtime = Arc::new(
         Runtime::new(&RuntimeSettings {
@@ -517,16 +554,31 @@ async fn a_component_that_describes_too_many_tools_is_refused_with_the_bound_nam
     );
     let reloader = toolhost::reload::Reloader::start(runtime, fixture.ensembles()).await;
     let status = reloader.status();
-    assert_eq!(status.refused.len(), 1, "{:?}", status.refused);
-    let errors = status.refused[0].errors.join("\n");
+    let errors = |file: &str| {
+        let refused = status.refused.iter().find(|r| r.file.ends_with(file));
+        refused.map(|r| r.errors.join("\n")).unwrap_or_default()
+    };
+    // 20,000 small tools.
     assert!(
-        errors.contains("it describes 20000 tools; a component may describe at most 10000"),
-        "{errors}"
+        errors("sprawl.toml")
+            .contains("it describes 20000 tools; a component may describe at most 10000"),
+        "{:?}",
+        status.refused
+    );
+    // 20 tools of 1 MiB each.
+    assert!(
+        errors("verbose.toml")
+            .contains("more than the 16777216 bytes (16 MiB) a component may describe"),
+        "{:?}",
+        status.refused
     );
     assert_eq!(
-        toolhost::runtime::MAX_DESCRIBED_TOOLS,
-        10_000,
-        "the message above names the bound"
+        (
+            toolhost::runtime::MAX_DESCRIBED_TOOLS,
+            toolhost::runtime::MAX_DESCRIBED_BYTES
+        ),
+        (10_000, 16 << 20),
+        "the messages above name the bounds"
     );
     assert!(reloader.catalog().snapshot().get("echo").is_some());
 }

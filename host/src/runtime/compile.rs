@@ -78,9 +78,13 @@ pub enum CompileError {
     /// A cheap check or a bound of the compile.
     #[error("{0}")]
     Bound(String),
-    /// The worker could not be run or failed in another way.
+    /// The worker failed in another way (the compiler itself crashed, say).
     #[error("the compile worker failed: {0}")]
     Worker(String),
+    /// The worker could not be started or talked to: the host's trouble, not the
+    /// component's.
+    #[error("the compile worker could not be run: {0}")]
+    Unavailable(String),
 }
 
 /// Refuses, before compiling, a component that is plainly too large.
@@ -149,7 +153,9 @@ async fn in_worker(
     bytes: Vec<u8>,
     settings: &CompileSettings,
 ) -> Result<Vec<u8>, CompileError> {
-    let worker = |e: std::io::Error| CompileError::Worker(format!("{}: {e}", program.display()));
+    // Starting it, or talking to it through its pipes, failed: the host's trouble.
+    let worker =
+        |e: std::io::Error| CompileError::Unavailable(format!("{}: {e}", program.display()));
     let mut child = tokio::process::Command::new(program)
         .arg("compile-worker")
         .arg("--memory-mib")
@@ -166,7 +172,9 @@ async fn in_worker(
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Err(CompileError::Worker("its pipes were not opened".into()));
+        return Err(CompileError::Unavailable(
+            "its pipes were not opened".into(),
+        ));
     };
     // The worker cannot hold more than its address space, and native code is a small multiple
     // of the WebAssembly it comes from: the host reads no more than the lesser.
@@ -177,10 +185,16 @@ async fn in_worker(
             let _ = stdin.write_all(&bytes).await;
             drop(stdin);
         };
-        let mut artifact = Vec::new();
         let mut message = Vec::new();
-        let mut stdout = stdout.take(limit + 1);
-        let read = stdout.read_to_end(&mut artifact);
+        // The pipe is closed as soon as the limit is read, so a worker with more to write
+        // ends (on the broken pipe) instead of waiting for the deadline.
+        let read = async move {
+            let mut artifact = Vec::new();
+            let mut stdout = stdout.take(limit + 1);
+            let read = stdout.read_to_end(&mut artifact).await;
+            drop(stdout);
+            read.map(|_| artifact)
+        };
         // The first 64 KiB of stderr say why it failed; the rest is read and dropped, so a
         // worker that writes more never blocks on a full pipe until the deadline.
         let errors = async {
@@ -192,7 +206,7 @@ async fn in_worker(
             let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
         };
         let (_, read, ()) = tokio::join!(feed, read, errors);
-        read.map_err(worker)?;
+        let artifact = read.map_err(worker)?;
         let status = child.wait().await.map_err(worker)?;
         Ok::<_, CompileError>((
             status,
@@ -211,10 +225,17 @@ async fn in_worker(
         }
     };
     if artifact.len() as u64 > limit {
+        let why = if limit == settings.memory_mib << 20 {
+            "the compile worker's whole address space (compile-memory-mib)".to_string()
+        } else {
+            format!(
+                "32 times the component's size and 64 MiB more ({} KiB of WebAssembly)",
+                bytes.len() >> 10
+            )
+        };
         return Err(CompileError::Bound(format!(
-            "its compiled code is larger than {} MiB, more than a component of {} KiB makes",
-            limit >> 20,
-            bytes.len() >> 10
+            "its compiled code is larger than {} MiB, {why}",
+            limit >> 20
         )));
     }
     if status.success() {

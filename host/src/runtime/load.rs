@@ -107,6 +107,8 @@ impl Loads {
 
     fn remember(&self, hash: ComponentHash, error: LoadError) {
         let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        // A failure tried again replaces its earlier entry rather than crowd others out.
+        failed.retain(|(h, _, _)| *h != hash);
         if failed.len() >= MAX_REMEMBERED_FAILURES {
             failed.drain(..MAX_REMEMBERED_FAILURES / 2);
         }
@@ -173,8 +175,13 @@ impl Runtime {
     /// Loads the component in the background (a compile, most often); when it is loaded (or
     /// has failed), its hash goes to [`Runtime::loads_finished`]'s subscribers.
     /// A component already loading in the background is not started again.
-    pub fn load_in_background(self: &Arc<Self>, path: &Path, bytes: Vec<u8>) {
-        let hash = ComponentHash::of(&bytes);
+    /// `hash` is the hash of `bytes`, which are copied only when a load starts.
+    pub fn load_in_background(
+        self: &Arc<Self>,
+        path: &Path,
+        hash: ComponentHash,
+        bytes: Arc<[u8]>,
+    ) {
         let started = self
             .loads
             .background
@@ -187,7 +194,7 @@ impl Runtime {
         let runtime = Arc::clone(self);
         let path = path.to_path_buf();
         tokio::spawn(async move {
-            if let Ok(loaded) = runtime.load(&path, bytes).await {
+            if let Ok(loaded) = runtime.load(&path, bytes.to_vec()).await {
                 // Kept until the reload this message starts binds it.
                 let mut ready = runtime
                     .loads
@@ -258,13 +265,17 @@ impl Runtime {
                 path: path.to_path_buf(),
                 reason,
             },
+            worker @ CompileError::Worker(_) => LoadError::Refused {
+                path: path.to_path_buf(),
+                reason: worker.to_string(),
+            },
             CompileError::Invalid(reason) => LoadError::Compile {
                 path: path.to_path_buf(),
                 reason,
             },
-            worker @ CompileError::Worker(_) => LoadError::Unavailable {
+            unavailable @ CompileError::Unavailable(_) => LoadError::Unavailable {
                 path: path.to_path_buf(),
-                reason: worker.to_string(),
+                reason: unavailable.to_string(),
             },
         };
         if let Some(reason) = not_a_component(&bytes) {
@@ -432,8 +443,8 @@ impl Runtime {
         });
         if bytes > MAX_DESCRIBED_BYTES {
             return Err(describe_error(format!(
-                "its names, descriptions and schemas take {bytes} bytes; a component may \
-                 describe at most {MAX_DESCRIBED_BYTES} bytes ({} MiB)",
+                "its names, descriptions and schemas take {bytes} bytes, more than the \
+                 {MAX_DESCRIBED_BYTES} bytes ({} MiB) a component may describe",
                 MAX_DESCRIBED_BYTES >> 20
             )));
         }

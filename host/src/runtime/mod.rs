@@ -47,6 +47,12 @@ const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
 pub const DEFAULT_DESCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Resources (files, streams, HTTP fields and bodies) one call may hold at once in the host.
 pub(crate) const MAX_RESOURCES_PER_CALL: usize = 1024;
+/// The most `describe()` may have wasmtime copy into the host: twice what the host keeps of a
+/// component, and the records of as many tools as it may describe.
+const DESCRIBE_FUEL: usize =
+    2 * load::MAX_DESCRIBED_BYTES + load::MAX_DESCRIBED_TOOLS * TOOL_SPEC_RECORD_BYTES;
+/// `tool-spec` in the guest's memory: three strings of a pointer and a length each.
+const TOOL_SPEC_RECORD_BYTES: usize = 24;
 
 /// The size limit of one `wasi:http` fields resource (a set of headers) of a call, and of one
 /// buffered chunk of an outgoing body: its memory limit spread over every resource it may
@@ -364,6 +370,14 @@ impl Runtime {
         });
         store.set_epoch_deadline(1);
 
+        if let Export::Describe = export {
+            // wasmtime counts what it copies out of the guest against this "fuel": the list
+            // of tools is refused past it, before its copy could outgrow what the host keeps
+            // of a component (strings that all point at one huge string would otherwise be
+            // copied once per pointer). Twice the bound leaves the post-check to say which
+            // bound was passed, in every case but that one.
+            store.set_hostcall_fuel(DESCRIBE_FUEL);
+        }
         let run = async {
             let plugin = pre.instantiate_async(&mut store).await?;
             let tool = plugin.toolhost_plugin_tool();
