@@ -115,12 +115,35 @@ impl AuditLog {
 /// [`MAX_ARGUMENT_BYTES`].
 pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
     let redacted = redact(arguments);
-    let text = redacted.to_string();
-    if text.len() <= MAX_ARGUMENT_BYTES {
+    // Measured without building the text: the common, small case costs no allocation.
+    let bytes = json_len(&redacted);
+    if bytes <= MAX_ARGUMENT_BYTES {
         return (redacted, None);
     }
-    let start: String = text.chars().take(CUT_ARGUMENT_CHARS).collect();
-    (Value::String(format!("{start}…")), Some(text.len()))
+    let start: String = redacted
+        .to_string()
+        .chars()
+        .take(CUT_ARGUMENT_CHARS)
+        .collect();
+    (Value::String(format!("{start}…")), Some(bytes))
+}
+
+/// The length of `value` written as compact JSON.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary, marked when cut.

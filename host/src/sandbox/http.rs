@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -55,17 +55,31 @@ struct Refusals {
     more: u64,
 }
 
+/// What the call's requests share, in one allocation per call.
+struct Shared {
+    refused: Mutex<Refusals>,
+    /// The call's requests under way, [`REQUESTS_PER_CALL`] at most.
+    requests: Semaphore,
+    /// The caller's session, the only one a refusal is reported to.
+    session: String,
+}
+
+/// One of the call's [`REQUESTS_PER_CALL`] turns, given back when dropped.
+struct RequestPermit(Arc<Shared>);
+
+impl Drop for RequestPermit {
+    fn drop(&mut self) {
+        self.0.requests.add_permits(1);
+    }
+}
+
 /// What one call may reach over HTTP, and what it tried and was refused.
 #[derive(Clone)]
 pub(crate) struct NetworkGuard {
     patterns: Arc<[NetPattern]>,
     max_response_bytes: u64,
     timeout: Duration,
-    refused: Arc<Mutex<Refusals>>,
-    /// The call's requests under way, [`REQUESTS_PER_CALL`] at most.
-    requests: Arc<Semaphore>,
-    /// The caller's session, the only one a refusal is reported to.
-    session: Arc<str>,
+    shared: Arc<Shared>,
     /// The largest write to an outgoing body, buffered by the host until it is sent.
     body_chunk: usize,
 }
@@ -88,9 +102,11 @@ impl NetworkGuard {
             patterns,
             max_response_bytes,
             timeout,
-            refused: Arc::default(),
-            requests: Arc::new(Semaphore::new(REQUESTS_PER_CALL)),
-            session: Arc::from(session),
+            shared: Arc::new(Shared {
+                refused: Mutex::default(),
+                requests: Semaphore::new(REQUESTS_PER_CALL),
+                session: session.to_string(),
+            }),
             body_chunk,
         }
     }
@@ -98,7 +114,7 @@ impl NetworkGuard {
     /// The requests this call was refused, in order: the first [`REMEMBERED_REFUSALS`], then
     /// how many more there were.
     pub(crate) fn refused(&self) -> Vec<String> {
-        let Ok(refused) = self.refused.lock() else {
+        let Ok(refused) = self.shared.refused.lock() else {
             return Vec::new();
         };
         let mut reasons = refused.first.clone();
@@ -109,11 +125,11 @@ impl NetworkGuard {
     }
 
     fn refuse(&self, reason: String) -> Error {
-        let Ok(mut refused) = self.refused.lock() else {
+        let Ok(mut refused) = self.shared.refused.lock() else {
             return Error::HttpRequestDenied;
         };
         if refused.first.len() < REMEMBERED_REFUSALS {
-            let session = &*self.session;
+            let session = self.shared.session.as_str();
             tracing::warn!(target: "plugin", session, "network request refused: {reason}");
             refused.first.push(reason);
         } else {
@@ -203,10 +219,11 @@ impl NetworkGuard {
             port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
             host,
         };
-        let permit = Arc::clone(&self.requests)
-            .acquire_owned()
-            .await
-            .map_err(|e| Error::InternalError(Some(e.to_string())))?;
+        let turn = self.shared.requests.acquire().await;
+        // The semaphore is never closed.
+        turn.map_err(|e| Error::InternalError(Some(e.to_string())))?
+            .forget();
+        let permit = RequestPermit(Arc::clone(&self.shared));
         let addresses = self.addresses(&target).await?;
         let bound = |wanted: Option<Duration>| wanted.unwrap_or(self.timeout).min(self.timeout);
         let connect_timeout = bound(options.and_then(|o| o.connect_timeout));
@@ -326,7 +343,7 @@ struct GuardedBody {
     idle: Duration,
     timer: Pin<Box<tokio::time::Sleep>>,
     /// The call's permit for this request, given back when the body is dropped.
-    _permit: OwnedSemaphorePermit,
+    _permit: RequestPermit,
 }
 
 impl Body for GuardedBody {
