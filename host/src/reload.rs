@@ -434,12 +434,15 @@ impl Drop for WatchHandle {
 struct WatchTargets {
     components: HashSet<PathBuf>,
     dirs: HashSet<PathBuf>,
+    /// Component directories that do not exist yet; their nearest existing parent is watched
+    /// instead, and making one of them (or a directory on the way) starts a reload.
+    missing: HashSet<PathBuf>,
 }
 
 impl WatchTargets {
     /// Watches the directory of every component in `files` (files are replaced by rename, so
-    /// the directory, not the file, is what can be watched reliably). A directory that does
-    /// not exist yet is tried again at every reload.
+    /// the directory, not the file, is what can be watched reliably). For a directory that
+    /// does not exist yet, its nearest existing parent is watched until it does.
     fn sync(&mut self, watcher: &Mutex<RecommendedWatcher>, ensembles: &Path, files: Vec<PathBuf>) {
         self.components = files.iter().map(|f| absolute(f)).collect();
         let ensembles = absolute(ensembles);
@@ -449,22 +452,37 @@ impl WatchTargets {
             .filter_map(|p| p.parent().map(Path::to_path_buf))
             .filter(|d| !d.starts_with(&ensembles))
             .collect();
-        let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        self.missing.clear();
         let mut watched = HashSet::with_capacity(wanted.len());
-        for dir in &wanted {
-            if !self.dirs.contains(dir) {
-                match watcher.watch(dir, RecursiveMode::NonRecursive) {
-                    Ok(()) => {}
-                    Err(_) if !dir.is_dir() => continue,
-                    // Not tried again (nor reported again) until it is no longer wanted.
-                    Err(e) => {
-                        tracing::warn!("cannot watch component directory {}: {e}", dir.display())
-                    }
+        let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        for dir in wanted {
+            let target = if dir.is_dir() {
+                dir
+            } else {
+                let parent = dir
+                    .ancestors()
+                    .skip(1)
+                    .find(|a| a.is_dir())
+                    .map(Path::to_path_buf);
+                self.missing.insert(dir);
+                match parent {
+                    Some(parent) => parent,
+                    None => continue,
                 }
+            };
+            // The ensembles directory is watched whole already.
+            if target.starts_with(&ensembles) || watched.contains(&target) {
+                continue;
             }
-            watched.insert(dir.clone());
+            if !self.dirs.contains(&target)
+                && let Err(e) = watcher.watch(&target, RecursiveMode::NonRecursive)
+            {
+                // Not tried again (nor reported again) until it is no longer wanted.
+                tracing::warn!("cannot watch component directory {}: {e}", target.display());
+            }
+            watched.insert(target);
         }
-        for dir in self.dirs.difference(&wanted) {
+        for dir in self.dirs.difference(&watched) {
             let _ = watcher.unwatch(dir);
         }
         self.dirs = watched;
@@ -481,7 +499,12 @@ impl WatchTargets {
         let ensembles = absolute(ensembles);
         event.paths.iter().any(|path| {
             let path = absolute(path);
-            path.starts_with(&ensembles) || self.components.contains(&path)
+            path.starts_with(&ensembles)
+                || self.components.contains(&path)
+                || self
+                    .missing
+                    .iter()
+                    .any(|missing| missing.starts_with(&path))
         })
     }
 }

@@ -178,6 +178,23 @@ impl Default for ImportedServers {
     }
 }
 
+/// What the catalog takes of a server's tool.
+fn offer(tool: rmcp::model::Tool) -> ToolOffer {
+    let annotations = tool.annotations.as_ref();
+    // The hints count only when the server sets them: MCP's default for an absent
+    // destructiveHint (true) would make nearly every tool ask.
+    let hints = ToolHints {
+        destructive: annotations.and_then(|a| a.destructive_hint) == Some(true),
+        read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
+    };
+    ToolOffer {
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().into(),
+        input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
+        hints,
+    }
+}
+
 impl ImportedServers {
     /// The server for `spec`: the one already in use, or a new one (not started yet).
     pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
@@ -347,12 +364,16 @@ impl McpImport {
                         rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
                     ))
                     .await?;
-                for tool in &page.tools {
-                    let schema = serde_json::to_string(&tool.input_schema).map_or(0, |s| s.len());
-                    let description = tool.description.as_deref().map_or(0, str::len);
-                    bytes = bytes.saturating_add(tool.name.len() + description + schema);
+                // Each page becomes what the catalog keeps (name, description, schema, hints)
+                // at once: the rest of a tool (output schema, icons, `_meta`) is dropped with
+                // the page, and what is kept is what is counted.
+                for tool in page.tools {
+                    let offer = offer(tool);
+                    bytes = bytes.saturating_add(
+                        offer.name.len() + offer.description.len() + offer.input_schema.len(),
+                    );
+                    tools.push(offer);
                 }
-                tools.extend(page.tools);
                 if tools.len() > max {
                     return Ok(Err(format!(
                         "offers more than {max} tools ({} so far), the most this ensemble takes \
@@ -386,24 +407,7 @@ impl McpImport {
                 return Err(self.error(format!("could not list its tools: {e}")));
             }
         };
-        Ok(tools
-            .into_iter()
-            .map(|tool| {
-                let annotations = tool.annotations.as_ref();
-                // The hints count only when the server sets them: MCP's default for an
-                // absent destructiveHint (true) would make nearly every tool ask.
-                let hints = ToolHints {
-                    destructive: annotations.and_then(|a| a.destructive_hint) == Some(true),
-                    read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
-                };
-                ToolOffer {
-                    name: tool.name.to_string(),
-                    description: tool.description.as_deref().unwrap_or_default().into(),
-                    input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
-                    hints,
-                }
-            })
-            .collect())
+        Ok(tools)
     }
 
     /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its text.

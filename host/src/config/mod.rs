@@ -126,17 +126,26 @@ pub const MAX_DESCRIPTOR_BYTES: u64 = 64 << 20;
 pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    // Opened without blocking (opening a FIFO for reading would wait for a writer), then
-    // checked through the open file: a path swapped for a FIFO after a check of the path
-    // would otherwise hold the reload for ever.
+    // A device or a FIFO is refused from its metadata, without being opened (opening one
+    // can have effects of its own). The file is then opened without blocking and without
+    // becoming a terminal's controlling process, and checked again through the open file: a
+    // path swapped for a FIFO in between would otherwise hold the reload for ever.
+    let not_regular = || "it is not a regular file".to_string();
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
+        return Err(not_regular());
+    }
+    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags(flags.bits() as i32)
         .open(path)
         .map_err(|e| e.to_string())?;
     let metadata = file.metadata().map_err(|e| e.to_string())?;
     if !metadata.is_file() {
-        return Err("it is not a regular file".into());
+        return Err(not_regular());
     }
     if metadata.len() > limit {
         return Err(format!(

@@ -162,7 +162,7 @@ impl<'r> Binder<'r> {
                 continue;
             };
             if self.compiles == Compiles::InBackground && self.runtime.needs_compile(&hash) {
-                self.runtime.load_in_background(path, bytes.to_vec());
+                self.runtime.load_in_background(path, hash, bytes);
                 self.components.insert(path.clone(), Loaded::Compiling);
                 continue;
             }

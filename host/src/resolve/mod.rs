@@ -53,8 +53,13 @@ pub struct Resolver {
     /// The call gate of each invoker (by ensemble file and name) that a catalog still uses:
     /// a reload keeps an invoker's gate while its bounds stay, so calls running on the old
     /// catalog still count against `max-concurrency` on the new one.
-    gates: std::sync::Mutex<HashMap<(PathBuf, String), Weak<CallGate>>>,
+    /// (Each invoker's gates for every set of bounds a live catalog uses: a refused reload
+    /// with new bounds must not lose the gate that the kept version still counts on.)
+    gates: std::sync::Mutex<HashMap<InvokerKey, Vec<Weak<CallGate>>>>,
 }
+
+/// An invoker across reloads: its ensemble file and its name.
+type InvokerKey = (PathBuf, String);
 
 /// The result of resolving an ensembles directory: what loaded, and every error found.
 #[derive(Debug, Default)]
@@ -365,18 +370,22 @@ impl Resolver {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = (file.to_path_buf(), name.to_string());
-        if let Some(gate) = gates.get(&key).and_then(Weak::upgrade)
-            && gate.max_running == running.max(1)
-            && gate.max_waiting == waiting
-        {
+        let new_key = !gates.contains_key(&key);
+        let known = gates.entry(key).or_default();
+        known.retain(|gate| gate.strong_count() > 0);
+        let same = known
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|gate| gate.max_running == running.max(1) && gate.max_waiting == waiting);
+        if let Some(gate) = same {
             return gate;
         }
         let gate = Arc::new(CallGate::new(running, waiting));
-        gates.insert(key, Arc::downgrade(&gate));
-        // Gates no catalog holds are forgotten when the map has doubled: a constant share
+        known.push(Arc::downgrade(&gate));
+        // Invokers no catalog holds are forgotten when the map has doubled: a constant share
         // per insert, however many invokers come and go.
-        if gates.len().is_power_of_two() {
-            gates.retain(|_, gate| gate.strong_count() > 0);
+        if new_key && gates.len().is_power_of_two() {
+            gates.retain(|_, known| known.iter().any(|gate| gate.strong_count() > 0));
         }
         gate
     }
