@@ -587,6 +587,24 @@ async fn an_ensemble_refused_for_a_missing_component_loads_when_the_file_arrives
         .invoke(&session(), "late_echo", json!({"text": "here"}))
         .await);
     assert_eq!(text, r#"{"text":"here"}"#);
+
+    // The directory itself does not exist yet: a build that makes it, component inside,
+    // is seen too.
+    live.fixture.write(
+        "later.toml",
+        &ensemble(
+            "later",
+            "pkg/later",
+            "[[invokers]]\ninvoker = { name = \"later_echo\", tool = \"echo\" }\n",
+        ),
+    );
+    live.change(|c| c.refused.iter().any(|r| r.file.ends_with("later.toml")))
+        .await;
+    let build = live.fixture.mkdir("pkg.build");
+    std::fs::copy(toolhost_testkit::ECHO, build.join("later.wasm")).expect("copy");
+    std::fs::rename(&build, live.fixture.root().join("pkg")).expect("rename");
+    live.change(|c| c.added.iter().any(|n| n == "later_echo"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
