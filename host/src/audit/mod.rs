@@ -128,8 +128,8 @@ pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
     (Value::String(format!("{start}…")), Some(bytes))
 }
 
-/// The length of `value` written as compact JSON.
-fn json_len(value: &Value) -> usize {
+/// The length of `value` written as compact JSON, without writing it out.
+pub fn json_len(value: &Value) -> usize {
     struct Count(usize);
     impl Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -118,7 +118,7 @@ impl SourceFile {
 }
 
 /// The largest descriptor file read (a file of 100,000 inline invokers is about 6 MiB).
-pub const MAX_DESCRIPTOR_BYTES: u64 = 64 << 20;
+pub const MAX_DESCRIPTOR_BYTES: u64 = 16 << 20;
 
 /// Reads the file at `path`, which must be a regular file (links are followed, as Kubernetes
 /// volumes need) of at most `limit` bytes; no more than that is ever read, so a device, a FIFO
