@@ -441,6 +441,31 @@ async fn a_server_with_more_tools_than_max_tools_is_refused_without_reading_them
     );
 }
 
+/// Serves `handler` over streamable HTTP at `http://127.0.0.1:<port>/mcp` until the task is
+/// aborted; a session per client, as rmcp's own server makes them.
+async fn serve_over_http<H>(handler: H) -> (u16, tokio::task::JoinHandle<()>)
+where
+    H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
+    use rmcp::transport::streamable_http_server::StreamableHttpService;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let server = tokio::spawn(async move {
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let _ = axum::serve(listener, router).await;
+    });
+    toolhost::tls::install_provider();
+    (port, server)
+}
+
 /// An MCP server that announces a new tool list `times` times right after it is initialized.
 #[derive(Clone)]
 struct Flooder {
@@ -482,22 +507,7 @@ impl rmcp::ServerHandler for Flooder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
-    use rmcp::transport::streamable_http_server::StreamableHttpService;
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    let service = StreamableHttpService::new(
-        || Ok(Flooder { times: 20_000 }),
-        Arc::new(LocalSessionManager::default()),
-        Default::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let server = tokio::spawn(async move {
-        let router = axum::Router::new().nest_service("/mcp", service);
-        let _ = axum::serve(listener, router).await;
-    });
-    toolhost::tls::install_provider();
+    let (port, server) = serve_over_http(Flooder { times: 20_000 }).await;
 
     let outer = Fixture::new();
     outer.write(
@@ -620,22 +630,7 @@ impl rmcp::ServerHandler for Verbose {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_lists_megabytes_page_after_page_is_cut_off_by_size() {
-    use rmcp::transport::streamable_http_server::StreamableHttpService;
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    let service = StreamableHttpService::new(
-        || Ok(Verbose),
-        Arc::new(LocalSessionManager::default()),
-        Default::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let server = tokio::spawn(async move {
-        let router = axum::Router::new().nest_service("/mcp", service);
-        let _ = axum::serve(listener, router).await;
-    });
-    toolhost::tls::install_provider();
+    let (port, server) = serve_over_http(Verbose).await;
     let outer = Fixture::new();
     outer.write(
         "wordy.toml",
