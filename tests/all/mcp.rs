@@ -205,28 +205,36 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
         ["echo", "fail", "flood_stdout", "spin"]
     );
 
-    // `toolhost status` reads what this host published.
-    let mut status = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut status, &fixture);
-    let output = status
-        .args(["status", "--json"])
-        .output()
-        .expect("status runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    // `toolhost status` reads what this host published (it publishes after each reload, so
+    // the reload just announced may take a moment to appear).
+    let status = || {
+        let mut status = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut status, &fixture);
+        let output = status
+            .args(["status", "--json"])
+            .output()
+            .expect("status runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+    };
+    let published = |report: &Value| {
+        report["status"]["ensembles"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["name"] == "more"))
+    };
+    let started = std::time::Instant::now();
+    let mut report = status();
+    while !published(&report) && started.elapsed() < DEADLINE {
+        std::thread::sleep(Duration::from_millis(20));
+        report = status();
+    }
     assert_eq!(report["running"], true);
     assert!(report["status"]["generation"].as_u64() >= Some(1));
-    let names: Vec<&str> = report["status"]["ensembles"]
-        .as_array()
-        .expect("ensembles")
-        .iter()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
-    assert!(names.contains(&"more"), "{names:?}");
+    assert!(published(&report), "{report:#}");
 
     // A broken edit keeps the last good version; the session hears why, with file and line.
     std::fs::write(
