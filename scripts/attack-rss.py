@@ -743,20 +743,32 @@ def s2_sessions(keep):
         scene.close()
 
 
-def s3_header_flood(keep):
-    scene = Scene("headers", ["testbed"], keep)
+def testbed_scene(name, invoker, limits, keep):
+    """A scene with one testbed invoker (`invoker` is its inline table's insides), its cache
+    warm; raises when testbed does not load with this binary."""
+    scene = Scene(name, ["testbed"], keep)
     try:
         scene.write(
             "testbed.toml",
             ensemble(
                 "testbed",
                 "testbed",
-                '[[invokers]]\ninvoker = { name = "header_flood", dedup = "off" }\n'
-                "limits = { memory-mib = 16, timeout-ms = 10000 }\n",
+                f"[[invokers]]\ninvoker = {{ {invoker} }}\nlimits = {{ {limits} }}\n",
             ),
         )
         scene.warm()
         scene.require("testbed")
+    except BaseException:
+        scene.close()
+        raise
+    return scene
+
+
+def s3_header_flood(keep):
+    scene = testbed_scene(
+        "headers", 'name = "header_flood", dedup = "off"', "memory-mib = 16, timeout-ms = 10000", keep
+    )
+    try:
         serve = Serve(scene)
         try:
             mcp = open_session(serve)
@@ -843,18 +855,8 @@ def s7_long_sse_line(keep):
 
 
 def s8_fail_big(keep):
-    scene = Scene("failbig", ["testbed"], keep)
+    scene = testbed_scene("failbig", 'name = "fail_big"', "memory-mib = 256", keep)
     try:
-        scene.write(
-            "testbed.toml",
-            ensemble(
-                "testbed",
-                "testbed",
-                '[[invokers]]\ninvoker = { name = "fail_big" }\nlimits = { memory-mib = 256 }\n',
-            ),
-        )
-        scene.warm()
-        scene.require("testbed")
         run = run_measured(["call", "fail_big", '{"bytes": 50000000}'], scene, timeout=120)
         lines = run.stderr_bytes.split(b"\n")
         error = next((l for l in lines if l.startswith(b"error:")), b"")
@@ -1061,19 +1063,8 @@ def s11_spinners(keep):
 
 
 def s12_log_flood(keep):
-    scene = Scene("logflood", ["testbed"], keep)
+    scene = testbed_scene("logflood", 'name = "log_flood", dedup = "off"', "timeout-ms = 60000", keep)
     try:
-        scene.write(
-            "testbed.toml",
-            ensemble(
-                "testbed",
-                "testbed",
-                '[[invokers]]\ninvoker = { name = "log_flood", dedup = "off" }\n'
-                "limits = { timeout-ms = 60000 }\n",
-            ),
-        )
-        scene.warm()
-        scene.require("testbed")
         serve = Serve(scene)
         try:
             mcp = open_session(serve)
