@@ -172,7 +172,7 @@ impl<'r> Binder<'r> {
             // A placeholder, so a second reference to the same file starts nothing.
             self.components.insert(path.clone(), Loaded::Compiling);
             loading.spawn(async move {
-                let loaded = runtime.load(&path, bytes.to_vec()).await;
+                let loaded = runtime.load_hashed(&path, hash, bytes).await;
                 (path, at, loaded)
             });
         }

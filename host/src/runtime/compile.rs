@@ -133,11 +133,11 @@ pub(crate) fn check_size(bytes: &[u8], settings: &CompileSettings) -> Result<(),
 /// there is one.
 pub(crate) async fn compile(
     engine: &Engine,
-    bytes: Vec<u8>,
+    bytes: std::sync::Arc<[u8]>,
     settings: &CompileSettings,
 ) -> Result<Vec<u8>, CompileError> {
     match &settings.worker {
-        Some(program) => in_worker(program, bytes, settings).await,
+        Some(program) => in_worker(program, &bytes, settings).await,
         None => {
             let engine = engine.clone();
             tokio::task::spawn_blocking(move || engine.precompile_component(&bytes))
@@ -150,7 +150,7 @@ pub(crate) async fn compile(
 
 async fn in_worker(
     program: &Path,
-    bytes: Vec<u8>,
+    bytes: &[u8],
     settings: &CompileSettings,
 ) -> Result<Vec<u8>, CompileError> {
     // Starting it, or talking to it through its pipes, failed: the host's trouble.
@@ -182,7 +182,7 @@ async fn in_worker(
     let run = async {
         let feed = async {
             // A worker that dies early closes the pipe: its exit status says why.
-            let _ = stdin.write_all(&bytes).await;
+            let _ = stdin.write_all(bytes).await;
             drop(stdin);
         };
         let mut message = Vec::new();

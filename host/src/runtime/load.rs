@@ -140,7 +140,18 @@ impl Runtime {
         path: &Path,
         bytes: Vec<u8>,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
-        let hash = ComponentHash::of(&bytes);
+        self.load_hashed(path, ComponentHash::of(&bytes), Arc::from(bytes))
+            .await
+    }
+
+    /// [`Runtime::load`] of bytes whose hash the caller already has (it read and hashed the
+    /// file): neither hashed nor copied again, whether or not they must be compiled.
+    pub async fn load_hashed(
+        &self,
+        path: &Path,
+        hash: ComponentHash,
+        bytes: Arc<[u8]>,
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
         if let Some(existing) = self.loaded_component(&hash) {
             self.loads
                 .ready
@@ -175,7 +186,7 @@ impl Runtime {
     /// Loads the component in the background (a compile, most often); when it is loaded (or
     /// has failed), its hash goes to [`Runtime::loads_finished`]'s subscribers.
     /// A component already loading in the background is not started again.
-    /// `hash` is the hash of `bytes`, which are copied only when a load starts.
+    /// `hash` is the hash of `bytes`.
     pub fn load_in_background(
         self: &Arc<Self>,
         path: &Path,
@@ -194,7 +205,7 @@ impl Runtime {
         let runtime = Arc::clone(self);
         let path = path.to_path_buf();
         tokio::spawn(async move {
-            if let Ok(loaded) = runtime.load(&path, bytes.to_vec()).await {
+            if let Ok(loaded) = runtime.load_hashed(&path, hash, bytes).await {
                 // Kept until the reload this message starts binds it.
                 let mut ready = runtime
                     .loads
@@ -257,7 +268,7 @@ impl Runtime {
     async fn load_new(
         &self,
         path: &Path,
-        bytes: Vec<u8>,
+        bytes: Arc<[u8]>,
         hash: ComponentHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
         let refused = |error: CompileError| match error {
@@ -295,13 +306,14 @@ impl Runtime {
             self.cache.clone(),
             self.loads.compile.clone(),
         );
-        let (checked, cached, bytes) = tokio::task::spawn_blocking(move || {
-            let checked = compile::check_size(&bytes, &settings);
+        let scanned = Arc::clone(&bytes);
+        let (checked, cached) = tokio::task::spawn_blocking(move || {
+            let checked = compile::check_size(&scanned, &settings);
             let cached = match (&checked, &cache) {
                 (Ok(()), Some(cache)) => cache.get(&engine, &hash),
                 _ => None,
             };
-            (checked, cached, bytes)
+            (checked, cached)
         })
         .await
         .map_err(unavailable)?;
@@ -369,7 +381,7 @@ impl Runtime {
     }
 
     /// Compiles, waiting for one of the compile slots, and shows the compile in `compiles()`.
-    async fn compile(&self, path: &Path, bytes: Vec<u8>) -> Result<Vec<u8>, CompileError> {
+    async fn compile(&self, path: &Path, bytes: Arc<[u8]>) -> Result<Vec<u8>, CompileError> {
         // The semaphore is never closed.
         let _slot = self.loads.compile_slots.acquire().await.ok();
         let id = self.loads.next_compile.fetch_add(1, Ordering::Relaxed);
