@@ -35,6 +35,10 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 /// Imported servers' tool-list changes reload the catalog at most this often.
 const SERVER_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Reloads in a row while each makes the watch take in a new directory (a new directory is
+/// rare; a tree whose directories keep appearing must not keep the reloader busy).
+const MAX_RELOADS_FOR_NEW_WATCHES: usize = 3;
+
 impl From<&Refused> for RefusedEnsemble {
     fn from(refused: &Refused) -> Self {
         RefusedEnsemble {
@@ -345,7 +349,8 @@ impl Reloader {
             })?;
         let watcher = Arc::new(Mutex::new(watcher));
         let mut targets = WatchTargets::default();
-        targets.sync(&watcher, &self.dir, self.watched_components());
+        // What changed between the first load and this watch is seen by a first reload.
+        let mut unseen = targets.sync(&watcher, &self.dir, self.watched_components());
         let reloader = self.clone();
         let task_watcher = watcher.clone();
         let mut servers = self.resolver.servers().changes();
@@ -358,7 +363,7 @@ impl Reloader {
                 // Wait for a relevant event (a file, a compile that ended, or an imported MCP
                 // server's new tool list), then for quiet.
                 let mut for_servers = false;
-                loop {
+                while !std::mem::take(&mut unseen) {
                     tokio::select! {
                         event = notices.recv() => {
                             let Some(event) = event else { return };
@@ -406,8 +411,16 @@ impl Reloader {
                         Err(_quiet) => break,
                     }
                 }
-                reloader.reload().await;
-                targets.sync(&task_watcher, &reloader.dir, reloader.watched_components());
+                // A directory watched only from this reload on may have changed between the
+                // reload's look at it and the watch (a deploy that copies the component right
+                // after its descriptor): one more reload sees what the watch could not.
+                for _ in 0..MAX_RELOADS_FOR_NEW_WATCHES {
+                    reloader.reload().await;
+                    let components = reloader.watched_components();
+                    if !targets.sync(&task_watcher, &reloader.dir, components) {
+                        break;
+                    }
+                }
             }
         });
         Ok(WatchHandle {
@@ -442,8 +455,14 @@ struct WatchTargets {
 impl WatchTargets {
     /// Watches the directory of every component in `files` (files are replaced by rename, so
     /// the directory, not the file, is what can be watched reliably). For a directory that
-    /// does not exist yet, its nearest existing parent is watched until it does.
-    fn sync(&mut self, watcher: &Mutex<RecommendedWatcher>, ensembles: &Path, files: Vec<PathBuf>) {
+    /// does not exist yet, its nearest existing parent is watched until it does. Returns
+    /// whether a directory is watched that was not before.
+    fn sync(
+        &mut self,
+        watcher: &Mutex<RecommendedWatcher>,
+        ensembles: &Path,
+        files: Vec<PathBuf>,
+    ) -> bool {
         self.components = files.iter().map(|f| absolute(f)).collect();
         let ensembles = absolute(ensembles);
         let wanted: HashSet<PathBuf> = self
@@ -485,7 +504,9 @@ impl WatchTargets {
         for dir in self.dirs.difference(&watched) {
             let _ = watcher.unwatch(dir);
         }
+        let new = watched.iter().any(|dir| !self.dirs.contains(dir));
         self.dirs = watched;
+        new
     }
 
     /// Events that may change the catalog: anything in the ensembles directory, and changes to

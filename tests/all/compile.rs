@@ -1,7 +1,7 @@
 //! Compiling untrusted components: in the bounded worker process, with cheap checks first, an
 //! authenticated cache, and failures remembered until the bytes change.
 
-use crate::hostile::{huge_function, register_hog};
+use crate::hostile::{huge_function, many_functions, register_hog};
 use crate::support::{Fixture, ensemble};
 use std::path::Path;
 use std::sync::Arc;
@@ -65,7 +65,9 @@ async fn a_component_compiled_in_the_worker_runs_and_is_cached() {
 async fn a_compile_that_needs_more_memory_than_its_bound_is_refused_and_not_tried_again() {
     let temp = tempfile::tempdir().expect("temp");
     let runtime = worker_runtime(&temp.path().join("cache"), |c| c.memory_mib = 128);
-    let hog = register_hog(6_000, 6_000);
+    // Twice the bound in memory actually used, not only address space reserved (which
+    // differs from machine to machine).
+    let hog = many_functions(40_000);
     let path = Path::new("hog.wasm");
     let message = refusal(runtime.load(path, hog.clone()).await);
     assert!(
@@ -83,6 +85,24 @@ async fn a_compile_that_needs_more_memory_than_its_bound_is_refused_and_not_trie
         compiled,
         "it was compiled again"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_running_out_anywhere_in_the_worker_names_the_memory_bound() {
+    // Tighter bounds run out elsewhere: reading the component, starting the compiler's
+    // threads (a panic), or an allocation (an abort). Each is the memory bound.
+    let hog = many_functions(40_000);
+    for mib in [16, 48, 64, 80] {
+        let temp = tempfile::tempdir().expect("temp");
+        let runtime = worker_runtime(&temp.path().join("cache"), |c| c.memory_mib = mib);
+        let message = refusal(runtime.load(Path::new("hog.wasm"), hog.clone()).await);
+        assert!(
+            message.contains(&format!(
+                "compiling needed more than {mib} MiB (compile-memory-mib)"
+            )),
+            "{mib} MiB: {message}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

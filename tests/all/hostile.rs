@@ -10,8 +10,8 @@ use wasm_encoder::{
 
 /// A component whose one core function keeps `values` values live (on the operand stack)
 /// across `calls` calls of an import: the compiler's work grows with their product. Valid,
-/// and small on disk (6,000 x 6,000 is 66 KB and about a CPU-second and 200 MiB of address
-/// space to compile; 20,000 x 20,000 is 223 KB and about 23 CPU-seconds).
+/// and small on disk (12,000 x 12,000 is 132 KB and about 5 CPU-seconds to compile in a
+/// debug build; 20,000 x 20,000 is 223 KB and about 16), but light on memory (under 100 MB).
 pub fn register_hog(values: u32, calls: u32) -> Vec<u8> {
     let mut types = TypeSection::new();
     types.ty().function([], []);
@@ -47,6 +47,28 @@ pub fn register_hog(values: u32, calls: u32) -> Vec<u8> {
         .section(&functions)
         .section(&exports)
         .section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// A component of `count` core functions that each return their argument: about 6 bytes
+/// each on disk, and about 6 KB each of the compiler's memory, all held until the last one
+/// is compiled (40,000 of them are 240 KB and need about 250 MB to compile).
+pub fn many_functions(count: u32) -> Vec<u8> {
+    let mut types = TypeSection::new();
+    types.ty().function([ValType::I64], [ValType::I64]);
+    let mut functions = FunctionSection::new();
+    let mut code = CodeSection::new();
+    for _ in 0..count {
+        functions.function(0);
+        let mut body = Function::new([]);
+        body.instruction(&Instruction::LocalGet(0));
+        body.instruction(&Instruction::End);
+        code.function(&body);
+    }
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&code);
     let mut component = Component::new();
     component.section(&ModuleSection(&module));
     component.finish()

@@ -259,6 +259,7 @@ fn worker_failure(
     settings: &CompileSettings,
 ) -> CompileError {
     use std::os::unix::process::ExitStatusExt;
+    const SIGABRT: i32 = 6;
     const SIGKILL: i32 = 9;
     const SIGXCPU: i32 = 24;
     let memory = || {
@@ -267,35 +268,71 @@ fn worker_failure(
             settings.memory_mib
         ))
     };
-    if message.contains("memory allocation of") || message.contains("out of memory") {
-        return memory();
-    }
-    match status.signal() {
-        Some(SIGXCPU) => CompileError::Bound(format!(
+    match (status.code(), status.signal()) {
+        (Some(EXIT_OUT_OF_MEMORY), _) => memory(),
+        (Some(EXIT_INVALID), _) => match message.trim().strip_prefix(INVALID) {
+            Some(reason) => CompileError::Invalid(reason.trim().to_string()),
+            None => CompileError::Worker(message.trim().to_string()),
+        },
+        // Rust's report of an allocation refused, before it aborts.
+        (_, Some(SIGABRT)) if message.contains("memory allocation of") => memory(),
+        (_, Some(SIGXCPU)) => CompileError::Bound(format!(
             "compiling took more than {} s of CPU (compile-cpu-seconds)",
             settings.cpu_seconds
         )),
         // The hard CPU limit, 5 s past the soft one, or the system's out-of-memory killer.
-        Some(SIGKILL) => CompileError::Bound(format!(
+        (_, Some(SIGKILL)) => CompileError::Bound(format!(
             "the compile worker was killed: compiling took more than {} s of CPU \
              (compile-cpu-seconds), or the system ran out of memory",
             settings.cpu_seconds
         )),
         // An allocation refused where Rust cannot report it (a thread's stack, say).
-        Some(signal) => CompileError::Bound(format!(
+        (_, Some(signal)) => CompileError::Bound(format!(
             "the compile worker ended on signal {signal}, most likely for want of memory: \
              compiling needed more than {} MiB (compile-memory-mib)",
             settings.memory_mib
         )),
-        None => match message.trim().strip_prefix(INVALID) {
-            Some(reason) => CompileError::Invalid(reason.trim().to_string()),
-            None => CompileError::Worker(message.trim().to_string()),
-        },
+        _ => CompileError::Worker(message.trim().to_string()),
     }
 }
 
-/// How the worker reports an invalid component on stderr.
+/// How the worker reports an invalid component on stderr, and the code it exits with.
 const INVALID: &str = "invalid component:";
+const EXIT_INVALID: i32 = 1;
+/// The worker's exit code when memory or address space ran out where it could see it: an
+/// allocation that returned an error, an `mmap` or a thread refused. (An allocation Rust
+/// cannot recover from aborts instead, with its own message.)
+const EXIT_OUT_OF_MEMORY: i32 = 4;
+
+/// Whether `error` comes from memory or address space running out (`ENOMEM`, or `EAGAIN`
+/// where a thread could not be made), anywhere in its chain.
+fn out_of_memory(error: &(dyn std::error::Error + 'static)) -> bool {
+    const ENOMEM: i32 = 12;
+    const EAGAIN: i32 = 11;
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let code = error
+            .downcast_ref::<std::io::Error>()
+            .map(|e| {
+                if e.kind() == std::io::ErrorKind::OutOfMemory {
+                    Some(ENOMEM)
+                } else {
+                    e.raw_os_error()
+                }
+            })
+            .or_else(|| {
+                error
+                    .downcast_ref::<rustix::io::Errno>()
+                    .map(|e| Some(e.raw_os_error()))
+            })
+            .flatten();
+        if matches!(code, Some(ENOMEM | EAGAIN)) {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
 
 /// The worker's side: sets its limits, compiles stdin, writes the artifact to stdout. Returns
 /// the process's exit code. Called by the `toolhost compile-worker` command.
@@ -329,13 +366,31 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
             return 3;
         }
     }
+    // A thread wasmtime could not start panics (rayon's pool, when the address space is
+    // spent): that is the memory bound too, and said so through the exit code.
+    std::panic::set_hook(Box::new(|info| {
+        let text = info.to_string();
+        if text.contains("Resource temporarily unavailable") || text.contains("os error 12") {
+            eprintln!("out of memory: {text}");
+            std::process::exit(EXIT_OUT_OF_MEMORY);
+        }
+        eprintln!("compile worker panicked: {text}");
+    }));
     let mut wasm = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut wasm) {
         eprintln!("cannot read the component: {e}");
-        return 3;
+        return if out_of_memory(&e) {
+            EXIT_OUT_OF_MEMORY
+        } else {
+            3
+        };
     }
     let engine = match Engine::new(&compile_config()) {
         Ok(engine) => engine,
+        Err(e) if out_of_memory(e.as_ref()) => {
+            eprintln!("out of memory: {e:#}");
+            return EXIT_OUT_OF_MEMORY;
+        }
         Err(e) => {
             eprintln!("cannot configure wasmtime: {e:#}");
             return 3;
@@ -349,9 +404,13 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
                 3
             }
         },
+        Err(e) if out_of_memory(e.as_ref()) => {
+            eprintln!("out of memory: {e:#}");
+            EXIT_OUT_OF_MEMORY
+        }
         Err(e) => {
             eprintln!("{INVALID} {e:#}");
-            1
+            EXIT_INVALID
         }
     }
 }
