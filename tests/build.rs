@@ -14,7 +14,7 @@ const WORKSPACES: &[(&str, &[&str])] = &[
     ),
     (
         "plugins",
-        &["echo", "spinner", "sprawl", "testbed", "verbose"],
+        &["echo", "spinner", "sprawl", "testbed", "typed", "verbose"],
     ),
 ];
 

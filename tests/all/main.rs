@@ -26,3 +26,4 @@ mod runtime;
 mod sandbox;
 mod scripted;
 mod support;
+mod typed;

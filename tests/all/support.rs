@@ -80,6 +80,7 @@ impl Fixture {
             ("calculator", toolhost_testkit::CALCULATOR),
             ("files", toolhost_testkit::FILES),
             ("fetch", toolhost_testkit::FETCH),
+            ("typed", toolhost_testkit::TYPED),
         ] {
             std::fs::copy(path, dir.path().join(format!("{name}.wasm"))).expect("copy component");
         }

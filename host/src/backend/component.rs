@@ -1,5 +1,6 @@
-//! The component backend: a WebAssembly component of the `toolhost:plugin` world, run in a
-//! fresh sandboxed instance per call by the [`Runtime`].
+//! The component backend: a WebAssembly component, of the `toolhost:plugin` world or typed
+//! (any other world: each exported function a tool), run in a fresh sandboxed instance per
+//! call by the [`Runtime`].
 
 use super::{Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer};
 use crate::runtime::{Caller, LoadedComponent, Runtime};
@@ -28,6 +29,7 @@ impl ComponentBackend {
             .iter()
             .map(|tool| ToolOffer {
                 name: tool.name.clone(),
+                alias: tool.default_name.clone(),
                 description: tool.description.as_str().into(),
                 input_schema: tool.input_schema.clone(),
                 hints: ToolHints::default(),

@@ -188,6 +188,7 @@ fn offer(tool: rmcp::model::Tool) -> ToolOffer {
         read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
     };
     ToolOffer {
+        alias: None,
         name: tool.name.to_string(),
         description: tool.description.as_deref().unwrap_or_default().into(),
         input_schema: Value::Object((*tool.input_schema).clone()).to_string(),

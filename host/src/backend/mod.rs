@@ -44,7 +44,11 @@ impl fmt::Debug for SourceHash {
 /// One tool as its backend offers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOffer {
+    /// The tool's name inside its backend: what an invoker's `tool` names.
     pub name: String,
+    /// Another name an invoker's `tool` may use, and the name the tool goes by when an
+    /// ensemble lists no invokers: a typed export's `get_forecast` for `weather/get-forecast`.
+    pub alias: Option<String>,
     pub description: std::sync::Arc<str>,
     /// JSON Schema of the arguments, as JSON text.
     pub input_schema: String,

@@ -63,6 +63,22 @@ string_newtype!(
 );
 
 string_newtype!(
+    /// A tool's name inside its component or server (an invoker's `tool`): a tool name, or a
+    /// typed component's `interface/function`; `[a-zA-Z0-9_-]` and `/ . : @`, 1 to 128.
+    BackendToolName,
+    |v| {
+        let ok = |c: char| is_tool_char(c) || matches!(c, '/' | '.' | ':' | '@');
+        if v.is_empty() || v.len() > 128 || !v.chars().all(ok) {
+            return Err(format!(
+                "a `tool` uses [a-zA-Z0-9_-] and / . : @ (a typed component's \
+                 `interface/function`), 1 to 128 characters; got {v:?}"
+            ));
+        }
+        Ok(())
+    }
+);
+
+string_newtype!(
     /// A `blake3` pin: 64 lowercase hexadecimal digits.
     Blake3Hex,
     |v| {

@@ -2,12 +2,12 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, Blake3Hex, CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode,
-    DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, MaxAttempts,
-    MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations,
-    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
-    MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
-    RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
+    Access, BackendToolName, Blake3Hex, CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS,
+    DedupMib, DedupMode, DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath,
+    HttpHeaderTimeoutMs, MaxAttempts, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls,
+    MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
+    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools,
+    McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -132,7 +132,7 @@ pub struct InvokerFile {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InvokerSection {
     pub name: Spanned<ToolName>,
-    pub tool: Option<Spanned<ToolName>>,
+    pub tool: Option<Spanned<BackendToolName>>,
     #[serde(default = "yes")]
     pub enabled: bool,
     pub description: Option<String>,

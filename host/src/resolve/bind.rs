@@ -35,11 +35,17 @@ pub(super) struct Offers {
 
 impl Offers {
     fn new(list: Vec<ToolOffer>) -> Self {
-        let by_name = list
+        let mut by_name: HashMap<String, usize> = list
             .iter()
             .enumerate()
             .map(|(i, offer)| (offer.name.clone(), i))
             .collect();
+        // An alias never hides a name.
+        for (i, offer) in list.iter().enumerate() {
+            if let Some(alias) = &offer.alias {
+                by_name.entry(alias.clone()).or_insert(i);
+            }
+        }
         let schemas = list.iter().map(|_| OnceLock::new()).collect();
         Offers {
             list,

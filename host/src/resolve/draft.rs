@@ -160,6 +160,15 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
             &mut errors,
         )
     });
+    if !lists_invokers && mcp.is_none() && head.component.is_none() {
+        errors.push(Diagnostic::new(
+            source.at(head.name.span()),
+            format!(
+                "ensemble `{name}` offers no tools: name a `component` (to offer every tool it \
+                 has) or an MCP server, or list [[invokers]]"
+            ),
+        ));
+    }
     let context = Context {
         prefix: head.prefix.map(Spanned::into_inner),
         defaults,
@@ -187,18 +196,36 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
 }
 
 impl EnsembleDraft {
-    /// True for an MCP ensemble without `[[invokers]]`: it offers every tool of its server.
+    /// True for an ensemble without `[[invokers]]` that names an MCP server or a component:
+    /// it offers every tool the server or component has.
     pub(super) fn imports_every_tool(&self) -> bool {
-        self.mcp.is_some() && !self.context.lists_invokers
+        !self.context.lists_invokers && (self.mcp.is_some() || self.context.component.is_some())
     }
 
-    /// Drafts one invoker per tool the server offers, named as the server names it.
+    /// The ensemble's own component, when it names one.
+    pub(super) fn component(&self) -> Option<&ComponentRef> {
+        self.context.component.as_ref()
+    }
+
+    /// Drafts one invoker per tool the server or component offers, named as it names it.
     pub(super) fn draft_offers(&mut self, offers: &[ToolOffer], schemas: &SchemaCache) {
-        let Some(mcp) = &self.mcp else { return };
-        let at = mcp.at.clone();
-        let server = mcp.spec.as_ref().map(McpSpec::describe).unwrap_or_default();
+        let (at, origin) = match (&self.mcp, &self.context.component) {
+            (Some(mcp), _) => (
+                mcp.at.clone(),
+                format!(
+                    "MCP server `{}`",
+                    mcp.spec.as_ref().map(McpSpec::describe).unwrap_or_default()
+                ),
+            ),
+            (None, Some(component)) => (
+                component.at.clone(),
+                format!("component {}", component.path.display()),
+            ),
+            (None, None) => return,
+        };
         for offer in offers {
-            match ToolName::try_from(offer.name.clone()) {
+            let offered = offer.alias.as_ref().unwrap_or(&offer.name);
+            match ToolName::try_from(offered.clone()) {
                 Ok(name) => {
                     let tables = InvokerTables {
                         source: Arc::clone(&self.source),
@@ -221,9 +248,8 @@ impl EnsembleDraft {
                 Err(reason) => self.errors.push(Diagnostic::new(
                     at.location(),
                     format!(
-                        "MCP server `{server}` offers tool `{}`, a name toolhost cannot use ({reason}); \
-                         list the tools to import under [[invokers]] with `name` and `tool`",
-                        offer.name
+                        "{origin} offers tool `{offered}`, a name toolhost cannot use ({reason}); \
+                         list the tools to offer under [[invokers]] with `name` and `tool`"
                     ),
                 )),
             }

@@ -213,6 +213,18 @@ impl Resolver {
         {
             draft.draft_offers(&server.offers.list, &self.schemas);
         }
+        // A component ensemble without invokers offers every tool of its component.
+        let mut waiting = None;
+        if draft.mcp.is_none()
+            && draft.imports_every_tool()
+            && let Some(component) = draft.component().cloned()
+        {
+            match binder.component(&component).await {
+                Ok(bound) => draft.draft_offers(&bound.offers.list, &self.schemas),
+                Err(Unbound::Error(diagnostic)) => draft.errors.push(diagnostic),
+                Err(Unbound::Compiling(path)) => waiting = Some(path),
+            }
+        }
         let mut diagnostics = std::mem::take(&mut draft.errors);
         if let Some(Err(diagnostic)) = &server {
             diagnostics.push(diagnostic.clone());
@@ -222,10 +234,11 @@ impl Resolver {
             file: Arc::from(file),
         };
         let mut tools = Vec::with_capacity(draft.invokers.len());
-        let mut compiling: Vec<PathBuf> = Vec::new();
+        let mut compiling: Vec<PathBuf> = waiting.into_iter().collect();
         let mut components: Vec<PathBuf> = Vec::new();
         let mut named = std::collections::HashSet::new();
-        for component in draft.invokers.iter().filter_map(|i| i.component.as_ref()) {
+        let own = draft.component().into_iter();
+        for component in own.chain(draft.invokers.iter().filter_map(|i| i.component.as_ref())) {
             if named.insert(&component.path) {
                 components.push(component.path.clone());
             }
@@ -339,7 +352,7 @@ impl Resolver {
             },
             enabled: ensemble.enabled && invoker.section.enabled,
             backend: Arc::clone(&bound.backend),
-            backend_tool: tool_name.to_string(),
+            backend_tool: offer.name.clone(),
             description,
             schema,
             limits: settings.limits,

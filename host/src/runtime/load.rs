@@ -11,8 +11,8 @@ use super::bindings::since_v0_1_0::PluginPre;
 use super::compile::{self, CompileError, CompileSettings};
 use super::outcome::not_a_component;
 use super::{
-    CallLimits, ComponentHash, Export, Exported, LoadError, LoadedComponent, Runtime,
-    RuntimeSettings, ToolDescription,
+    CallLimits, ComponentHash, Export, Exported, Instantiable, LoadError, LoadedComponent, Runtime,
+    RuntimeSettings, ToolDescription, typed,
 };
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
@@ -324,7 +324,10 @@ impl Runtime {
                 component
             }
             None => {
-                let artifact = self.compile(path, bytes).await.map_err(refused)?;
+                let artifact = self
+                    .compile(path, Arc::clone(&bytes))
+                    .await
+                    .map_err(refused)?;
                 let (engine, cache) = (self.engine.clone(), self.cache.clone());
                 let component = tokio::task::spawn_blocking(move || {
                     // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime
@@ -359,14 +362,37 @@ impl Runtime {
         };
         let link_error = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
-            reason: format!("{e:#}"),
+            reason: explain_link(&e),
         };
+        let not_tools = |reason: String| LoadError::Typed {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let kind = typed::kind(&component, &self.engine).map_err(|reason| LoadError::Link {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
             .map_err(link_error)?;
-        let pre = PluginPre::new(instance_pre).map_err(link_error)?;
-        let tools = self.describe(path, &pre).await?;
+        let (pre, tools) = match kind {
+            typed::Kind::Plugin => {
+                let pre = Instantiable::Plugin(PluginPre::new(instance_pre).map_err(link_error)?);
+                let tools = self.describe(path, &pre).await?;
+                (pre, tools)
+            }
+            typed::Kind::Typed => {
+                let (funcs, tools) =
+                    typed::exports(&component, &self.engine, &bytes).map_err(not_tools)?;
+                let funcs = funcs.into_iter().map(|f| (f.id.clone(), f)).collect();
+                let pre = Instantiable::Typed {
+                    pre: instance_pre,
+                    funcs,
+                };
+                (pre, tools)
+            }
+        };
         let loaded = Arc::new(LoadedComponent {
             hash,
             path: path.to_path_buf(),
@@ -411,7 +437,7 @@ impl Runtime {
     async fn describe(
         &self,
         path: &Path,
-        pre: &PluginPre<super::state::CallState>,
+        pre: &Instantiable,
     ) -> Result<Vec<ToolDescription>, LoadError> {
         let limits = CallLimits {
             timeout: self.loads.describe_timeout,
@@ -441,7 +467,9 @@ impl Runtime {
             .await
         {
             Ok(Exported::Specs(specs)) => specs,
-            Ok(Exported::Call(_)) => return Err(describe_error("unexpected result".into())),
+            Ok(Exported::Call(_) | Exported::Typed(_)) => {
+                return Err(describe_error("unexpected result".into()));
+            }
             Err(e) => return Err(describe_error(e.to_string())),
         };
         if specs.len() > MAX_DESCRIBED_TOOLS {
@@ -464,8 +492,10 @@ impl Runtime {
             .into_iter()
             .map(|s| ToolDescription {
                 name: s.name,
+                default_name: None,
                 description: s.description,
                 input_schema: s.input_schema,
+                output_schema: None,
             })
             .collect())
     }
@@ -483,6 +513,36 @@ const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
 
 /// Whether a failure of this age still answers for the same bytes: one of the component's
 /// own always does, one of the host's for [`RETRY_UNAVAILABLE`].
+/// What the host links, for messages about what a component imports.
+const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:io, wasi:random, \
+     wasi:sockets, wasi:http/outgoing-handler; each denied unless granted) and \
+     toolhost:plugin/host@0.1.0";
+
+/// A linker failure in plain words: which import the host lacks, and what it provides. The
+/// import is the first name wasmtime quotes in its message, which follows.
+fn explain_link(error: &wasmtime::Error) -> String {
+    let raw = format!("{error:#}");
+    let Some(import) = raw.split('`').nth(1) else {
+        return raw;
+    };
+    let (name, version) = import.split_once('@').unwrap_or((import, ""));
+    let why = if let Some(rest) = name.strip_prefix("toolhost:plugin/") {
+        format!(
+            "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
+             toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",
+            typed::PLUGIN_VERSION
+        )
+    } else if name.starts_with("wasi:") && !version.is_empty() && !version.starts_with("0.2.") {
+        format!(
+            "it imports {import}, WASI {version}; this host links WASI 0.2 (0.2.0 and later \
+             0.2 releases), so build it for wasm32-wasip2 / WASI 0.2"
+        )
+    } else {
+        format!("it imports {import}, which toolhost does not provide; it provides {PROVIDED}")
+    };
+    format!("{why} (wasmtime: {raw})")
+}
+
 fn still_holds(error: &LoadError, age: Duration) -> bool {
     error.is_lasting() || age < RETRY_UNAVAILABLE
 }

@@ -14,6 +14,7 @@ mod engine;
 mod load;
 mod outcome;
 mod state;
+mod typed;
 
 pub use cache::CacheError;
 pub use cache::write_new;
@@ -38,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use wasmtime::component::Linker;
+use wasmtime::component::{Linker, Val};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
 /// Captured stdout and stderr keep this many bytes each.
@@ -51,6 +52,8 @@ pub(crate) const MAX_RESOURCES_PER_CALL: usize = 1024;
 /// component, and the records of as many tools as it may describe.
 const DESCRIBE_FUEL: usize =
     2 * load::MAX_DESCRIBED_BYTES + load::MAX_DESCRIBED_TOOLS * TOOL_SPEC_RECORD_BYTES;
+/// The hostcall fuel of a typed call per byte of its `max-output-bytes`.
+const TYPED_RESULT_FUEL_PER_BYTE: usize = 16;
 /// `tool-spec` in the guest's memory: three strings of a pointer and a length each.
 const TOOL_SPEC_RECORD_BYTES: usize = 24;
 
@@ -131,12 +134,32 @@ pub struct CallLimits {
     pub max_response_bytes: u64,
 }
 
-/// One tool as a component's `describe()` reports it.
+/// One tool as a component offers it: what its `describe()` reports, or what the host made
+/// of a typed export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolDescription {
+    /// What the component calls the tool: an invoker's `tool`. For a typed export, `function`
+    /// or `interface/function`.
     pub name: String,
+    /// The name a typed export's tool goes by unless an invoker names it (the function's
+    /// name with `-` turned into `_`, prefixed by its interface only where two would collide).
+    /// `None`: the tool goes by `name`.
+    pub default_name: Option<String>,
     pub description: String,
     pub input_schema: String,
+    /// JSON Schema of a typed export's result (`{"result": ...}` when it is not an object).
+    pub output_schema: Option<String>,
+}
+
+/// A compiled component linked with the host's imports, of either world.
+enum Instantiable {
+    /// The `toolhost:plugin` world: `describe()` and `call()`.
+    Plugin(PluginPre<CallState>),
+    /// Any other component: each exported function is a tool, by its id.
+    Typed {
+        pre: wasmtime::component::InstancePre<CallState>,
+        funcs: HashMap<String, typed::TypedFunc>,
+    },
 }
 
 /// A compiled component, ready to instantiate, with what its `describe()` returned.
@@ -146,7 +169,7 @@ pub struct LoadedComponent {
     /// that need the file a descriptor named keep that path themselves.
     pub path: PathBuf,
     pub tools: Vec<ToolDescription>,
-    pre: PluginPre<CallState>,
+    pre: Instantiable,
 }
 
 impl fmt::Debug for LoadedComponent {
@@ -297,39 +320,63 @@ impl Runtime {
         limits: CallLimits,
         sandbox: &SandboxSpec,
     ) -> Result<String, RunError> {
-        match self
-            .execute(
-                &component.pre,
-                caller,
-                limits,
-                sandbox,
-                Export::Call { tool, arguments },
-            )
-            .await?
-        {
-            Exported::Call(Ok(text)) if text.len() > limits.max_output_bytes => {
-                Err(RunError::OutputLimit {
-                    bytes: text.len(),
-                    limit: limits.max_output_bytes,
-                })
+        let exported = match &component.pre {
+            Instantiable::Plugin(_) => {
+                let export = Export::Call { tool, arguments };
+                self.execute(&component.pre, caller, limits, sandbox, export)
+                    .await?
             }
-            Exported::Call(Ok(text)) => Ok(text),
+            Instantiable::Typed { funcs, .. } => {
+                let Some(func) = funcs.get(tool) else {
+                    return Err(RunError::Tool(ToolFailure::InvalidArguments(format!(
+                        "the component has no function `{tool}`"
+                    ))));
+                };
+                let params = serde_json::from_str(arguments)
+                    .map_err(|e| e.to_string())
+                    .and_then(|value| typed::parameters(func, &value).map_err(|e| e.to_string()))
+                    .map_err(|e| RunError::Tool(ToolFailure::InvalidArguments(e)))?;
+                let export = Export::Typed { func, params };
+                self.execute(&component.pre, caller, limits, sandbox, export)
+                    .await?
+            }
+        };
+        let text = match exported {
+            Exported::Call(Ok(text)) => text,
             Exported::Call(Err(ToolError::InvalidArguments(m))) => {
-                Err(RunError::Tool(ToolFailure::InvalidArguments(m)))
+                return Err(RunError::Tool(ToolFailure::InvalidArguments(m)));
             }
             Exported::Call(Err(ToolError::Failed(m))) => {
-                Err(RunError::Tool(ToolFailure::Failed(m)))
+                return Err(RunError::Tool(ToolFailure::Failed(m)));
             }
-            Exported::Specs(_) => Err(RunError::Crashed {
-                message: "unexpected result".into(),
-            }),
+            Exported::Typed(result) => match typed::outcome(result) {
+                Ok(Ok(text)) => text,
+                Ok(Err(error)) => return Err(RunError::Tool(ToolFailure::Failed(error))),
+                Err(e) => {
+                    return Err(RunError::Tool(ToolFailure::Failed(format!(
+                        "the tool returned a value JSON cannot hold at {e}"
+                    ))));
+                }
+            },
+            Exported::Specs(_) => {
+                return Err(RunError::Crashed {
+                    message: "unexpected result".into(),
+                });
+            }
+        };
+        if text.len() > limits.max_output_bytes {
+            return Err(RunError::OutputLimit {
+                bytes: text.len(),
+                limit: limits.max_output_bytes,
+            });
         }
+        Ok(text)
     }
 
     /// Instantiates `pre` in a new store and runs one export under `limits` and `sandbox`.
     async fn execute(
         &self,
-        pre: &PluginPre<CallState>,
+        pre: &Instantiable,
         caller: Caller<'_>,
         limits: CallLimits,
         sandbox: &SandboxSpec,
@@ -370,23 +417,48 @@ impl Runtime {
         });
         store.set_epoch_deadline(1);
 
-        if let Export::Describe = export {
+        match export {
             // wasmtime counts what it copies out of the guest against this "fuel": the list
             // of tools is refused past it, before its copy could outgrow what the host keeps
             // of a component (strings that all point at one huge string would otherwise be
             // copied once per pointer). Twice the bound leaves the post-check to say which
             // bound was passed, in every case but that one.
-            store.set_hostcall_fuel(DESCRIBE_FUEL);
+            Export::Describe => store.set_hostcall_fuel(DESCRIBE_FUEL),
+            // A typed result is lifted into values of some 40 bytes each before it becomes
+            // JSON: what the guest can make the host hold stays a fixed multiple of what the
+            // call may return.
+            Export::Typed { .. } => store.set_hostcall_fuel(
+                limits
+                    .max_output_bytes
+                    .saturating_mul(TYPED_RESULT_FUEL_PER_BYTE)
+                    .saturating_add(1 << 20),
+            ),
+            Export::Call { .. } => {}
         }
         let run = async {
-            let plugin = pre.instantiate_async(&mut store).await?;
-            let tool = plugin.toolhost_plugin_tool();
-            Ok::<_, wasmtime::Error>(match export {
-                Export::Describe => Exported::Specs(tool.call_describe(&mut store).await?),
-                Export::Call {
-                    tool: name,
-                    arguments,
-                } => Exported::Call(tool.call_call(&mut store, name, arguments).await?),
+            Ok::<_, wasmtime::Error>(match (pre, export) {
+                (Instantiable::Plugin(pre), Export::Describe) => {
+                    let plugin = pre.instantiate_async(&mut store).await?;
+                    let tool = plugin.toolhost_plugin_tool();
+                    Exported::Specs(tool.call_describe(&mut store).await?)
+                }
+                (Instantiable::Plugin(pre), Export::Call { tool, arguments }) => {
+                    let plugin = pre.instantiate_async(&mut store).await?;
+                    let call = plugin.toolhost_plugin_tool();
+                    Exported::Call(call.call_call(&mut store, tool, arguments).await?)
+                }
+                (Instantiable::Typed { pre, .. }, Export::Typed { func, params }) => {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let function = instance
+                        .get_func(&mut store, func.index)
+                        .ok_or_else(|| wasmtime::Error::msg("the export is not a function"))?;
+                    let mut results = vec![Val::Bool(false); usize::from(func.result.is_some())];
+                    function
+                        .call_async(&mut store, &params, &mut results)
+                        .await?;
+                    Exported::Typed(results.pop())
+                }
+                _ => return Err(wasmtime::Error::msg("no such export in this component")),
             })
         };
         let outcome = tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, run).await;
@@ -403,7 +475,10 @@ impl Runtime {
         let refused = store.data().network.refused();
         match outcome {
             // A call that failed after a request was refused failed for want of the grant.
-            Ok(Ok(Exported::Call(Err(_)))) | Ok(Err(_)) if !refused.is_empty() => {
+            Ok(Ok(Exported::Call(Err(_)) | Exported::Typed(Some(Val::Result(Err(_))))))
+            | Ok(Err(_))
+                if !refused.is_empty() =>
+            {
                 Err(RunError::CapabilityDenied {
                     message: refused.join("; "),
                 })
@@ -424,12 +499,20 @@ impl Runtime {
 
 pub(super) enum Export<'a> {
     Describe,
-    Call { tool: &'a str, arguments: &'a str },
+    Call {
+        tool: &'a str,
+        arguments: &'a str,
+    },
+    Typed {
+        func: &'a typed::TypedFunc,
+        params: Vec<Val>,
+    },
 }
 
 pub(super) enum Exported {
     Specs(Vec<bindings::since_v0_1_0::ToolSpec>),
     Call(Result<String, ToolError>),
+    Typed(Option<Val>),
 }
 
 fn report_output(

@@ -12,8 +12,11 @@ use wasmtime::Trap;
 pub enum LoadError {
     #[error("{path} is not a valid WebAssembly component: {reason}")]
     Compile { path: PathBuf, reason: String },
-    #[error("{path} does not fit the toolhost:plugin@0.1.0 world: {reason}")]
+    #[error("{path} cannot be linked: {reason}")]
     Link { path: PathBuf, reason: String },
+    /// A typed component whose exports cannot be offered as tools.
+    #[error("{path} cannot be offered as tools: {reason}")]
+    Typed { path: PathBuf, reason: String },
     #[error("describe() of {path} failed: {reason}")]
     Describe { path: PathBuf, reason: String },
     /// A cheap check or a bound of the compile refused it; it is not compiled again until its
@@ -37,6 +40,7 @@ impl LoadError {
     pub(crate) fn at(mut self, at: &std::path::Path) -> Self {
         let (LoadError::Compile { path, .. }
         | LoadError::Link { path, .. }
+        | LoadError::Typed { path, .. }
         | LoadError::Describe { path, .. }
         | LoadError::Refused { path, .. }
         | LoadError::Unavailable { path, .. }) = &mut self;
@@ -92,8 +96,10 @@ pub(super) fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
     }
     if bytes.get(4..8) == Some(&CORE_MODULE) {
         return Some(
-            "it is a core WebAssembly module, not a component; build it with `cargo build --target wasm32-wasip2` \
-             (or wrap it with `wasm-tools component new`)",
+            "it is a core WebAssembly module, not a component; build a component: Rust with \
+             `cargo build --target wasm32-wasip2`, Python with componentize-py, JavaScript with \
+             componentize-js (jco), C with clang for wasm32-wasip2 (or wrap a wasip1 module with \
+             `wasm-tools component new --adapt wasi_snapshot_preview1.reactor.wasm`)",
         );
     }
     None
