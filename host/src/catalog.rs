@@ -114,6 +114,8 @@ pub struct Tool {
     pub description: Arc<str>,
     /// The arguments' schema (shared by invokers with the same one).
     pub schema: Arc<Schema>,
+    /// The schema of its result, where the backend knows it (a typed component's export).
+    pub output: Option<crate::backend::ToolOutput>,
     pub limits: CallLimits,
     pub dedup: DedupMode,
     /// Needs a yes before it runs (the invoker's `destructive`, or its server's hint).

@@ -279,6 +279,64 @@ async fn stdio_serves_lists_calls_and_announces_reloads() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_tools_advertise_their_output_schema_and_return_structured_content() {
+    let fixture = Fixture::new();
+    fixture.write("typed.toml", &ensemble("typed", "typed", ""));
+    let client = Client::default()
+        .serve(stdio_serve(&fixture))
+        .await
+        .expect("MCP session");
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let schema_of = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).expect(name);
+        tool.output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone()))
+    };
+    // A record is the object itself; anything else is wrapped as {"result": ...}.
+    let forecast = schema_of("get_forecast").expect("get_forecast has an output schema");
+    assert_eq!(forecast["properties"]["place"], json!({"type": "string"}));
+    assert_eq!(
+        schema_of("add").expect("add")["properties"]["result"]["type"],
+        json!("integer")
+    );
+    assert_eq!(schema_of("crash"), None, "a function returning nothing");
+
+    let report = call(
+        &client,
+        "get_forecast",
+        json!({"where_to": "here", "extras": []}),
+    )
+    .await;
+    let structured = report
+        .structured_content
+        .clone()
+        .expect("structuredContent");
+    assert_eq!(structured["place"], json!("here"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&report)).expect("JSON"),
+        structured
+    );
+    let sum = call(&client, "add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(sum.structured_content, Some(json!({"result": 3})));
+    let hello = call(&client, "greet", json!({"name": "Ada", "initial": "A"})).await;
+    assert_eq!(
+        hello.structured_content,
+        Some(json!({"result": "hello Ada (A)"}))
+    );
+    assert_eq!(text(&hello), "hello Ada (A)");
+    let failed = call(
+        &client,
+        "get_forecast",
+        json!({"where_to": {"named": "nowhere"}, "extras": []}),
+    )
+    .await;
+    assert_eq!(failed.is_error, Some(true));
+    assert_eq!(failed.structured_content, None);
+    client.cancel().await.expect("close");
+}
+
 #[test]
 fn stdio_serve_exits_cleanly_when_stdin_closes() {
     let fixture = fixture();

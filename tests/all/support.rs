@@ -50,6 +50,7 @@ pub fn warm_cache() {
                     toolhost_testkit::CALCULATOR,
                     toolhost_testkit::FILES,
                     toolhost_testkit::FETCH,
+                    toolhost_testkit::TYPED,
                 ] {
                     let bytes = std::fs::read(path).expect("read a test component");
                     runtime()

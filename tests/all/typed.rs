@@ -32,6 +32,7 @@ async fn every_export_is_a_tool_named_after_its_function() {
             "add",
             "check",
             "crash",
+            "echo_everything",
             "float",
             "get_forecast",
             "greet",
@@ -266,4 +267,161 @@ async fn repeated_calls_are_deduplicated_like_any_tool() {
     let second = host.invoke(&s, "add", json!({"b": 2, "a": 1})).await;
     assert_eq!(ok(&first), ok(&second));
     assert!(second.deduplicated);
+}
+
+mod properties {
+    //! Any JSON value the derived schema accepts converts to WIT values, and what comes back
+    //! converts to JSON that the output schema accepts: `echo-everything` takes and returns a
+    //! record that holds every kind of WIT value.
+
+    use super::typed_host;
+    use crate::support::session;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use serde_json::{Map, Value, json};
+
+    /// A value the schema accepts, and the value the tool must give back for it (options left
+    /// out come back as `null`; f32 and f64 values are generated in f32 so both hold them).
+    fn valid(schema: &Value) -> BoxedStrategy<(Value, Value)> {
+        let same = |s: BoxedStrategy<Value>| s.prop_map(|v| (v.clone(), v)).boxed();
+        if let Some(cases) = schema.get("oneOf").and_then(Value::as_array) {
+            let cases: Vec<_> = cases.iter().map(valid).collect();
+            return proptest::strategy::Union::new(cases).boxed();
+        }
+        if let Some(any) = schema.get("anyOf").and_then(Value::as_array) {
+            return prop_oneof![valid(&any[0]), Just((Value::Null, Value::Null))].boxed();
+        }
+        if let Some(constant) = schema.get("const") {
+            return Just((constant.clone(), constant.clone())).boxed();
+        }
+        if let Some(names) = schema.get("enum").and_then(Value::as_array) {
+            return same(proptest::sample::select(names.clone()).boxed());
+        }
+        match schema["type"].as_str() {
+            Some("null") => Just((Value::Null, Value::Null)).boxed(),
+            Some("boolean") => same(any::<bool>().prop_map(Value::Bool).boxed()),
+            Some("integer") => {
+                let (min, max) = (&schema["minimum"], &schema["maximum"]);
+                if let Some(max) = max.as_i64() {
+                    let min = min.as_i64().expect("min");
+                    same((min..=max).prop_map(Value::from).boxed())
+                } else {
+                    let max = max.as_u64().expect("max");
+                    same((0..=max).prop_map(Value::from).boxed())
+                }
+            }
+            Some("number") => same(
+                any::<f32>()
+                    .prop_filter("finite", |f| f.is_finite())
+                    .prop_map(|f| json!(f64::from(f)))
+                    .boxed(),
+            ),
+            Some("string") if schema.get("maxLength") == Some(&json!(1)) => {
+                same(any::<char>().prop_map(|c| Value::String(c.into())).boxed())
+            }
+            Some("string") => same(any::<String>().prop_map(Value::String).boxed()),
+            Some("array") if schema.get("uniqueItems") == Some(&json!(true)) => {
+                let names = schema["items"]["enum"].as_array().expect("flags").clone();
+                let count = names.len();
+                same(
+                    proptest::collection::vec(any::<bool>(), count)
+                        .prop_map(move |on| {
+                            let set = names.iter().zip(on).filter(|(_, on)| *on);
+                            Value::Array(set.map(|(n, _)| n.clone()).collect())
+                        })
+                        .boxed(),
+                )
+            }
+            Some("array") => {
+                if let Some(items) = schema.get("prefixItems").and_then(Value::as_array) {
+                    let items: Vec<_> = items.iter().map(valid).collect();
+                    return items
+                        .prop_map(|pairs| {
+                            let (given, back) = pairs.into_iter().unzip();
+                            (Value::Array(given), Value::Array(back))
+                        })
+                        .boxed();
+                }
+                proptest::collection::vec(valid(&schema["items"]), 0..4)
+                    .prop_map(|pairs| {
+                        let (given, back) = pairs.into_iter().unzip();
+                        (Value::Array(given), Value::Array(back))
+                    })
+                    .boxed()
+            }
+            Some("object") => {
+                let required: Vec<&str> = schema["required"]
+                    .as_array()
+                    .expect("required")
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let fields: Vec<_> = schema["properties"]
+                    .as_object()
+                    .expect("properties")
+                    .iter()
+                    .map(|(name, property)| {
+                        let optional = !required.contains(&name.as_str());
+                        let name = name.clone();
+                        (valid(property), any::<bool>()).prop_map(move |((given, back), leave)| {
+                            // An option may be left out: it comes back as null.
+                            let left_out = optional && leave;
+                            let back = if left_out { Value::Null } else { back };
+                            (name.clone(), (!left_out).then_some(given), back)
+                        })
+                    })
+                    .collect();
+                fields
+                    .prop_map(|fields| {
+                        let mut given = Map::new();
+                        let mut back = Map::new();
+                        for (name, value, returned) in fields {
+                            if let Some(value) = value {
+                                given.insert(name.clone(), value);
+                            }
+                            back.insert(name, returned);
+                        }
+                        (Value::Object(given), Value::Object(back))
+                    })
+                    .boxed()
+            }
+            other => panic!("no generator for {other:?} in {schema}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_value_the_schema_accepts_goes_there_and_back() {
+        let host = typed_host().await;
+        let snapshot = host.catalog().snapshot();
+        let tool = snapshot.get("echo_everything").expect("echo_everything");
+        let input = Value::Object((*tool.schema.object).clone());
+        let output = Value::Object((*tool.output.as_ref().expect("output schema").schema).clone());
+        let output = jsonschema::validator_for(&output).expect("output schema compiles");
+        let strategy = valid(&input);
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            ..Config::default()
+        });
+        let mut cases = Vec::new();
+        for _ in 0..64 {
+            let tree = strategy.new_tree(&mut runner).expect("a value");
+            cases.push(tree.current());
+        }
+        let s = session();
+        for (given, expected) in cases {
+            // The generated value is the arguments object itself: `{"value": ...}`.
+            let arguments = given;
+            let outcome = host.invoke(&s, "echo_everything", arguments.clone()).await;
+            let text = match &outcome.result {
+                Ok(text) => text.to_string(),
+                Err(e) => panic!("{arguments} was refused: {e}"),
+            };
+            let returned: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(returned, expected["value"], "for {arguments}");
+            assert!(
+                output.is_valid(&returned),
+                "{returned} fails the output schema"
+            );
+        }
+    }
 }

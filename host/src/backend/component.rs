@@ -2,7 +2,9 @@
 //! (any other world: each exported function a tool), run in a fresh sandboxed instance per
 //! call by the [`Runtime`].
 
-use super::{Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer};
+use super::{
+    Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer, ToolOutput,
+};
 use crate::runtime::{Caller, LoadedComponent, Runtime};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +32,13 @@ impl ComponentBackend {
             .map(|tool| ToolOffer {
                 name: tool.name.clone(),
                 alias: tool.default_name.clone(),
+                output: tool.output.as_ref().and_then(|output| {
+                    let schema = serde_json::from_str(&output.schema).ok()?;
+                    Some(ToolOutput {
+                        schema: Arc::new(schema),
+                        shape: output.shape,
+                    })
+                }),
                 description: tool.description.as_str().into(),
                 input_schema: tool.input_schema.clone(),
                 hints: ToolHints::default(),

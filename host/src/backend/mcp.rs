@@ -189,6 +189,7 @@ fn offer(tool: rmcp::model::Tool) -> ToolOffer {
     };
     ToolOffer {
         alias: None,
+        output: None,
         name: tool.name.to_string(),
         description: tool.description.as_deref().unwrap_or_default().into(),
         input_schema: Value::Object((*tool.input_schema).clone()).to_string(),

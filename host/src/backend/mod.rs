@@ -42,17 +42,46 @@ impl fmt::Debug for SourceHash {
 }
 
 /// One tool as its backend offers it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolOffer {
     /// The tool's name inside its backend: what an invoker's `tool` names.
     pub name: String,
     /// Another name an invoker's `tool` may use, and the name the tool goes by when an
     /// ensemble lists no invokers: a typed export's `get_forecast` for `weather/get-forecast`.
     pub alias: Option<String>,
+    /// What a typed export's result looks like (for MCP's `outputSchema` and
+    /// `structuredContent`).
+    pub output: Option<ToolOutput>,
     pub description: std::sync::Arc<str>,
     /// JSON Schema of the arguments, as JSON text.
     pub input_schema: String,
     pub hints: ToolHints,
+}
+
+/// The JSON Schema of a tool's result, and how its text becomes an object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub schema: std::sync::Arc<serde_json::Map<String, Value>>,
+    pub shape: crate::runtime::OutputShape,
+}
+
+impl ToolOutput {
+    /// The tool's text as the object its schema describes, if it is one.
+    pub fn structured(&self, text: &str) -> Option<Value> {
+        use crate::runtime::OutputShape;
+        let wrap = |value: Value| {
+            let mut object = serde_json::Map::new();
+            object.insert("result".to_string(), value);
+            Value::Object(object)
+        };
+        match self.shape {
+            OutputShape::Object => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object),
+            OutputShape::Wrapped => serde_json::from_str(text).ok().map(wrap),
+            OutputShape::WrappedString => Some(wrap(Value::String(text.to_string()))),
+        }
+    }
 }
 
 /// What a backend says of a tool's effects (an MCP server's annotations; a component says

@@ -21,6 +21,7 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
                     "tool": t.backend_tool,
                     "description": t.description,
                     "input_schema": t.input_schema(),
+                    "output_schema": t.output.as_ref().map(|o| &o.schema),
                     "destructive": t.destructive,
                     "dedup": t.dedup,
                     "limits": {

@@ -146,13 +146,21 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let output = (self.host.catalog().snapshot().get(&request.name))
+            .and_then(|tool| tool.output.clone());
         let outcome = self
             .host
             .invoke(&self.session, &request.name, arguments)
             .await;
         // Every failure is a tool result the model can read and act on, never a protocol error.
         let result = match outcome.result {
-            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text.to_string())]),
+            Ok(text) => {
+                let mut result =
+                    CallToolResult::success(vec![ContentBlock::text(text.to_string())]);
+                // A typed tool's result also as the object its output schema describes.
+                result.structured_content = output.and_then(|o| o.structured(&text));
+                result
+            }
             Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
         };
         Ok(result.into())

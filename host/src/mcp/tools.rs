@@ -90,17 +90,21 @@ fn mcp_tool(tool: &Tool) -> McpTool {
     if tool.read_only {
         annotations = annotations.read_only(true);
     }
-    McpTool::new(
+    let mut listed = McpTool::new(
         tool.name.clone(),
         tool.description.to_string(),
         Arc::clone(&tool.schema.object),
     )
-    .annotate(annotations)
+    .annotate(annotations);
+    listed.output_schema = tool.output.as_ref().map(|o| Arc::clone(&o.schema));
+    listed
 }
 
 /// About how many bytes a tool takes in a `tools/list` answer: its texts, its schema's JSON
 /// and the keys around them (escapes aside), without serializing it.
 fn listed_size(tool: &Tool) -> usize {
     const KEYS_AND_ANNOTATIONS: usize = 120;
-    tool.name.len() + tool.description.len() + tool.schema.json_len + KEYS_AND_ANNOTATIONS
+    // An output schema is about as large as its input schema's share of a component's.
+    let output = tool.output.as_ref().map_or(0, |_| tool.schema.json_len);
+    tool.name.len() + tool.description.len() + tool.schema.json_len + output + KEYS_AND_ANNOTATIONS
 }

@@ -355,6 +355,7 @@ impl Resolver {
             backend_tool: offer.name.clone(),
             description,
             schema,
+            output: offer.output.clone(),
             limits: settings.limits,
             dedup: settings.dedup,
             destructive,

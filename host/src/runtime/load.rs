@@ -495,7 +495,7 @@ impl Runtime {
                 default_name: None,
                 description: s.description,
                 input_schema: s.input_schema,
-                output_schema: None,
+                output: None,
             })
             .collect())
     }

@@ -147,8 +147,27 @@ pub struct ToolDescription {
     pub default_name: Option<String>,
     pub description: String,
     pub input_schema: String,
-    /// JSON Schema of a typed export's result (`{"result": ...}` when it is not an object).
-    pub output_schema: Option<String>,
+    /// What a typed export's result looks like as JSON.
+    pub output: Option<OutputSchema>,
+}
+
+/// The JSON Schema of what a typed export returns, and how its text becomes the structured
+/// content MCP clients get (an object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputSchema {
+    pub schema: String,
+    pub shape: OutputShape,
+}
+
+/// How a typed tool's text becomes an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputShape {
+    /// The text is a JSON object (a record): the object itself.
+    Object,
+    /// The text is JSON of another kind: `{"result": <it>}`.
+    Wrapped,
+    /// The text is a returned string as it is: `{"result": "<the text>"}`.
+    WrappedString,
 }
 
 /// A compiled component linked with the host's imports, of either world.

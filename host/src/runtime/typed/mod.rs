@@ -154,13 +154,13 @@ pub(super) fn exports(
             default_name: Some(default_name),
             description,
             input_schema: input.to_string(),
-            output_schema: output.map(|o| o.to_string()),
+            output,
         };
         described = described.saturating_add(
             tool.name.len()
                 + tool.description.len()
                 + tool.input_schema.len()
-                + tool.output_schema.as_ref().map_or(0, String::len),
+                + tool.output.as_ref().map_or(0, |o| o.schema.len()),
         );
         if described > super::load::MAX_DESCRIBED_BYTES {
             return Err(format!(

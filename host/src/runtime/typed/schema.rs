@@ -5,6 +5,7 @@
 //! twice, so a hostile component can make a small type expand into a huge schema. Every
 //! schema value counts against a [`Budget`] for the whole component.
 
+use crate::runtime::{OutputSchema, OutputShape};
 use serde_json::{Map, Value, json};
 use wasmtime::component::types::Type;
 
@@ -59,7 +60,7 @@ pub(super) fn arguments(
 pub(super) fn output(
     result: Option<&Type>,
     budget: &mut Budget,
-) -> Result<Option<Value>, SchemaError> {
+) -> Result<Option<OutputSchema>, SchemaError> {
     let shown = match result {
         None => return Ok(None),
         Some(Type::Result(r)) => match r.ok() {
@@ -69,15 +70,23 @@ pub(super) fn output(
         Some(other) => other.clone(),
     };
     let schema = of(&shown, budget)?;
-    Ok(Some(if matches!(shown, Type::Record(_)) {
-        schema
-    } else {
-        json!({
+    let shape = match shown {
+        Type::Record(_) => OutputShape::Object,
+        Type::String => OutputShape::WrappedString,
+        _ => OutputShape::Wrapped,
+    };
+    let schema = match shape {
+        OutputShape::Object => schema,
+        OutputShape::Wrapped | OutputShape::WrappedString => json!({
             "type": "object",
             "properties": { "result": schema },
             "required": ["result"],
             "additionalProperties": false,
-        })
+        }),
+    };
+    Ok(Some(OutputSchema {
+        schema: schema.to_string(),
+        shape,
     }))
 }
 

@@ -3,7 +3,9 @@
 
 wit_bindgen::generate!({ path: "wit", world: "typed" });
 
-use exports::example::typed::weather::{Conditions, Extras, Guest as Weather, Report, WhereTo};
+use exports::example::typed::weather::{
+    Conditions, Everything, Extras, Guest as Weather, Report, WhereTo,
+};
 
 struct Typed;
 
@@ -34,6 +36,10 @@ impl Guest for Typed {
 }
 
 impl Weather for Typed {
+    fn echo_everything(value: Everything) -> Everything {
+        value
+    }
+
     fn get_forecast(where_to: WhereTo, days: Option<u8>, extras: Extras) -> Result<Report, String> {
         let place = match where_to {
             WhereTo::Here => "here".to_string(),
