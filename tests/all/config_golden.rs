@@ -1,6 +1,7 @@
 //! Golden tests for bad configuration: each directory under `tests/ui/` is an ensembles
 //! directory with mistakes in it, and `expected.err` holds the exact text `check` prints for
-//! them. Each case is a test of its own (the testkit's build script lists them), so one
+//! them (components are written as `.wat` text, assembled into `.wasm` when the case is
+//! copied). Each case is a test of its own (the testkit's build script lists them), so one
 //! failing case does not hide another. Run with `BLESS=1` to rewrite the expectations after
 //! improving a message on purpose.
 
@@ -18,6 +19,10 @@ fn copy_dir(from: &Path, to: &Path) {
         let target = to.join(entry.file_name());
         if entry.path().is_dir() {
             copy_dir(&entry.path(), &target);
+        } else if entry.path().extension().is_some_and(|e| e == "wat") {
+            // Components are written as text in the cases and assembled here.
+            let wasm = wat::parse_file(entry.path()).expect("a case's .wat assembles");
+            std::fs::write(target.with_extension("wasm"), wasm).expect("write");
         } else if entry.file_name() != "expected.err" {
             std::fs::copy(entry.path(), target).expect("copy");
         }

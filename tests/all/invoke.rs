@@ -415,3 +415,24 @@ async fn the_audit_log_is_private_and_keeps_no_secret_shaped_value() {
         assert!(!record.contains(secret), "{secret} in {record}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invokers_written_flat_load_like_inline_ones() {
+    let fixture = Fixture::new();
+    let flat = "[[invokers]]\nname = \"say\"\ntool = \"echo\"\nenabled = true\n\
+        description = \"Says it back.\"\ndestructive = true\nlimits = { timeout-ms = 1500 }\n\n\
+        [[invokers]]\nname = \"hidden\"\ntool = \"echo\"\nenabled = false\n";
+    fixture.write("echo.toml", &ensemble("echo", "echo", flat));
+    let host = fixture.host().await;
+    let snapshot = host.catalog().snapshot();
+    let say = snapshot.get("say").expect("say");
+    assert_eq!(&*say.description, "Says it back.");
+    assert!(say.destructive);
+    assert_eq!(say.limits.timeout, Duration::from_millis(1500));
+    let hidden = snapshot.all_tools().find(|t| t.name == "hidden");
+    assert!(!hidden.expect("hidden is listed").enabled);
+    assert_eq!(
+        ok(&host.invoke(&session(), "say", json!({"text": "x"})).await),
+        r#"{"text":"x"}"#
+    );
+}

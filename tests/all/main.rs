@@ -12,6 +12,7 @@ mod fuzzing;
 mod hostile;
 mod http_limits;
 mod invoke;
+mod languages;
 mod large;
 mod layers;
 mod mcp;

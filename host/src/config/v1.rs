@@ -102,13 +102,24 @@ pub struct FileGrant {
     pub access: Access,
 }
 
-/// One `[[invokers]]` entry: `{ source = "web/fetch.toml" }`, or the tables of an invoker
-/// file inline (`invoker`, `limits`, `capabilities`, `arguments`).
+/// One `[[invokers]]` entry: `{ source = "web/fetch.toml" }`; the tables of an invoker
+/// file inline (`invoker`, `limits`, `capabilities`, `arguments`); or flat, the `[invoker]`
+/// keys written in the entry itself (`name = "read_file"`, `description = ...`) beside
+/// `limits`, `capabilities` and `arguments`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InvokerEntry {
     pub source: Option<Spanned<String>>,
     pub invoker: Option<InvokerSection>,
+    // The flat form: the keys of `[invoker]`, each optional here (`name` is then required).
+    pub name: Option<Spanned<ToolName>>,
+    pub tool: Option<Spanned<BackendToolName>>,
+    pub enabled: Option<Spanned<bool>>,
+    pub description: Option<Spanned<String>>,
+    pub destructive: Option<Spanned<bool>>,
+    pub dedup: Option<Spanned<DedupMode>>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
     pub limits: Option<Limits>,
     pub capabilities: Option<Capabilities>,
     pub arguments: Option<Spanned<toml::Value>>,

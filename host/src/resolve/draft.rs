@@ -282,14 +282,67 @@ impl EnsembleDraft {
 }
 
 /// The tables of one `[[invokers]]` entry: its file's, or its own inline.
+/// The `[invoker]` keys of an entry written flat, taken out of it: `None` when it has none,
+/// the span of one of them when `name` is missing.
+fn flat_section(
+    entry: &mut InvokerEntry,
+) -> Option<Result<InvokerSection, std::ops::Range<usize>>> {
+    let any = [
+        entry.tool.as_ref().map(Spanned::span),
+        entry.enabled.as_ref().map(Spanned::span),
+        entry.description.as_ref().map(Spanned::span),
+        entry.destructive.as_ref().map(Spanned::span),
+        entry.dedup.as_ref().map(Spanned::span),
+        entry.component.as_ref().map(Spanned::span),
+        entry.blake3.as_ref().map(Spanned::span),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    let Some(name) = entry.name.take() else {
+        return any.map(Err);
+    };
+    Some(Ok(InvokerSection {
+        name,
+        tool: entry.tool.take(),
+        enabled: entry.enabled.take().is_none_or(Spanned::into_inner),
+        description: entry.description.take().map(Spanned::into_inner),
+        destructive: entry.destructive.take().is_some_and(Spanned::into_inner),
+        dedup: entry.dedup.take().map(Spanned::into_inner),
+        component: entry.component.take(),
+        blake3: entry.blake3.take(),
+    }))
+}
+
 fn entry_tables(
     source: &Arc<SourceFile>,
     entry: Spanned<InvokerEntry>,
     errors: &mut Vec<Diagnostic>,
 ) -> Option<InvokerTables> {
     let span = entry.span();
-    let entry = entry.into_inner();
-    match (entry.source, entry.invoker) {
+    let mut entry = entry.into_inner();
+    let flat = flat_section(&mut entry);
+    let flat = match (flat, &entry.source, &entry.invoker) {
+        (None, ..) => None,
+        (Some(Ok(section)), None, None) => Some(section),
+        (Some(Ok(_) | Err(_)), Some(_), _) | (Some(Ok(_) | Err(_)), _, Some(_)) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry is written one way: `source = \"<file>.toml\"`, an inline \
+                 `invoker = { ... }` table, or flat with `name = ...` and the other keys of \
+                 [invoker] in the entry itself; this one mixes them",
+            ));
+            return None;
+        }
+        (Some(Err(at)), None, None) => {
+            errors.push(Diagnostic::new(
+                source.at(at),
+                "an invoker written flat needs `name = \"<tool name>\"` in its entry",
+            ));
+            return None;
+        }
+    };
+    match (entry.source, entry.invoker.or(flat)) {
         (Some(path), None) => {
             if entry.limits.is_some() || entry.capabilities.is_some() || entry.arguments.is_some() {
                 errors.push(Diagnostic::new(
@@ -339,7 +392,8 @@ fn entry_tables(
         (None, None) => {
             errors.push(Diagnostic::new(
                 source.at(span),
-                "an invoker entry needs `source = \"<file>.toml\"` or an inline `invoker` table",
+                "an invoker entry needs `source = \"<file>.toml\"`, an inline `invoker` table, \
+                 or `name = \"<tool name>\"` (the keys of [invoker] written flat)",
             ));
             None
         }

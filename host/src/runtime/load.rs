@@ -526,7 +526,20 @@ fn explain_link(error: &wasmtime::Error) -> String {
         return raw;
     };
     let (name, version) = import.split_once('@').unwrap_or((import, ""));
-    let why = if let Some(rest) = name.strip_prefix("toolhost:plugin/") {
+    // `instance export `f` has the wrong type`: the interface is there, not that function.
+    let member = raw
+        .split_once("instance export `")
+        .and_then(|(_, rest)| rest.split('`').next());
+    let provided = |name: &str| {
+        name.starts_with("wasi:") && !version.is_empty() && version.starts_with("0.2.")
+            || name == "toolhost:plugin/host" && version == typed::PLUGIN_VERSION
+    };
+    let why = if let Some(member) = member.filter(|_| provided(name)) {
+        format!(
+            "it imports `{member}` from {import}, which this host's {import} does not have \
+             (a newer release of the interface, or a function of its own)"
+        )
+    } else if let Some(rest) = name.strip_prefix("toolhost:plugin/") {
         format!(
             "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
              toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",

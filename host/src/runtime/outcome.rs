@@ -135,6 +135,11 @@ pub(super) fn classify(
             limit_bytes: limits.memory_bytes,
         };
     }
+    // What came before a panic (Python's traceback before componentize-py's runtime gives up)
+    // says more than the panic itself.
+    let before_panic = stderr
+        .find("panicked at ")
+        .map(|at| stderr[..at].rfind('\n').map_or("", |line| &stderr[..line]));
     let message = match (trap, panic_message(stderr)) {
         (_, Some(panic)) => format!("panicked: {panic}"),
         (Some(Trap::StackOverflow), None) => "stack overflow".to_string(),
@@ -148,7 +153,34 @@ pub(super) fn classify(
         (Some(trap), None) => trap.to_string(),
         (None, None) => format!("{error:#}"),
     };
+    // Python's traceback and JavaScript's error are written to stderr before the trap.
+    let message = match stderr_tail(before_panic.unwrap_or(stderr)) {
+        Some(tail) => format!("{message}; its stderr ended with:\n{tail}"),
+        None => message,
+    };
     RunError::Crashed { message }
+}
+
+/// The last lines of a plugin's stderr (at most 12 lines and 2 KiB, secrets redacted), for
+/// the message of a crash.
+fn stderr_tail(stderr: &str) -> Option<String> {
+    const LINES: usize = 12;
+    const BYTES: usize = 2048;
+    let trimmed = stderr.trim_end();
+    if trimmed.trim().is_empty() {
+        return None;
+    }
+    let mut start = trimmed
+        .rmatch_indices('\n')
+        .nth(LINES - 1)
+        .map_or(0, |(i, _)| i + 1);
+    if trimmed.len() - start > BYTES {
+        start = trimmed.len() - BYTES;
+        while !trimmed.is_char_boundary(start) {
+            start += 1;
+        }
+    }
+    Some(crate::audit::redact_text(&trimmed[start..]))
 }
 
 /// The message of a Rust panic in captured stderr ("thread '..' panicked at FILE:\nMESSAGE\nnote: ..").
@@ -167,7 +199,28 @@ fn panic_message(stderr: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::panic_message;
+    use super::{panic_message, stderr_tail};
+
+    #[test]
+    fn the_stderr_tail_is_its_last_lines_bounded_and_redacted() {
+        assert_eq!(stderr_tail("  \n"), None);
+        let traceback = "Traceback (most recent call last):\n  File \"app.py\", line 3\n\
+            ModuleNotFoundError: No module named 'heapq'\n";
+        assert_eq!(
+            stderr_tail(traceback).as_deref(),
+            Some(traceback.trim_end())
+        );
+        let many: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let tail = stderr_tail(&many).expect("tail");
+        assert!(
+            tail.starts_with("line 88\n") && tail.ends_with("line 99"),
+            "{tail}"
+        );
+        let long = "é".repeat(5000);
+        assert!(stderr_tail(&long).expect("tail").len() <= 2048);
+        let secret = stderr_tail("token sk-abcdefghijklmnopqrstuvwxyz leaked").expect("tail");
+        assert!(!secret.contains("sk-abcdef"), "{secret}");
+    }
 
     #[test]
     fn finds_the_panic_message() {

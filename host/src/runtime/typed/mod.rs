@@ -86,6 +86,7 @@ pub(super) fn exports(
                 };
                 for (inner, export) in instance.exports(engine) {
                     if let ComponentItem::ComponentFunc(func) = export.ty
+                        && !is_build_hook(name, inner, &func)
                         && let Some(index) = component.get_export_index(Some(&outer), inner)
                     {
                         found.push((Some(interface_name(name)), inner.to_string(), func, index));
@@ -178,6 +179,18 @@ pub(super) fn exports(
         });
     }
     Ok((funcs, tools))
+}
+
+/// Whether an export is a build tool's, not the author's: componentize-py leaves its
+/// `exports/init(app-name, symbols, stub-wasi)`, which it calls while building, in every
+/// component it makes.
+fn is_build_hook(instance: &str, function: &str, func: &ComponentFunc) -> bool {
+    instance == "exports"
+        && function == "init"
+        && func
+            .params()
+            .map(|(name, _)| name)
+            .eq(["app-name", "symbols", "stub-wasi"])
 }
 
 /// `example:typed/weather@0.1.0` and `weather` are both the interface `weather`.

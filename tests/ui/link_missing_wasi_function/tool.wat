@@ -1,0 +1,3 @@
+(component
+  (import "wasi:cli/environment@0.2.0" (instance (export "get-everything" (func))))
+)
