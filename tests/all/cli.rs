@@ -288,3 +288,73 @@ fn text_from_a_tool_reaches_the_terminal_escaped_and_json_exact() {
     let report: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
     assert_eq!(report["result"], hostile, "--json keeps the text exact");
 }
+
+#[test]
+fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
+    let fixture = Fixture::new();
+    let typed = fixture.root().join("typed.wasm");
+    let output = toolhost(&fixture, &["describe", "typed.wasm", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(report["world"], "typed");
+    assert!(
+        report["imports"]
+            .as_array()
+            .expect("imports")
+            .iter()
+            .all(|i| i["provided"] == true),
+        "{}",
+        report["imports"]
+    );
+    let forecast = report["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "get_forecast")
+        .expect("get_forecast");
+    assert_eq!(forecast["tool"], "weather/get-forecast");
+    assert_eq!(
+        forecast["output_schema"]["properties"]["celsius"]["type"],
+        "number"
+    );
+    // The ensemble it offers loads as it is, with every tool.
+    let text = report["ensemble"].as_str().expect("an ensemble");
+    assert!(
+        text.contains(&format!("component = \"{}\"", typed.display())),
+        "{text}"
+    );
+    fixture.write("typed.toml", text);
+    let check = toolhost(&fixture, &["check"]);
+    assert!(check.status.success(), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("8 enabled tool(s)"),
+        "{}",
+        stdout(&check)
+    );
+
+    // A toolhost:plugin component, in words.
+    let output = toolhost(&fixture, &["describe", "echo.wasm"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(text.contains("a toolhost:plugin@0.1.0 component"), "{text}");
+    assert!(text.contains("toolhost:plugin/host@0.1.0"), "{text}");
+    assert!(text.contains("[[invokers]]\nname = \"echo\""), "{text}");
+
+    // What the host does not provide is marked, and the exit code says it cannot be served.
+    std::fs::write(
+        fixture.root().join("odd.wasm"),
+        wat::parse_str(
+            r#"(component (import "wasi:keyvalue/store@0.2.0" (instance (export "get" (func)))))"#,
+        )
+        .expect("wat"),
+    )
+    .expect("write");
+    let output = toolhost(&fixture, &["describe", "odd.wasm"]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.contains("wasi:keyvalue/store@0.2.0   <- not provided by toolhost"),
+        "{text}"
+    );
+    assert!(text.contains("which toolhost does not provide"), "{text}");
+}

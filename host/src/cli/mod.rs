@@ -9,6 +9,7 @@
 mod call;
 mod chat;
 mod check;
+mod describe;
 mod http;
 mod list;
 mod serve;
@@ -92,6 +93,14 @@ enum Command {
     },
     /// Let a model use the tools to do what PROMPT asks: the agent loop, over several steps.
     Chat(chat::ChatOptions),
+    /// Say what a component is: its world, imports, tools and schemas, and an ensemble to paste.
+    Describe {
+        /// The component file (.wasm).
+        file: std::path::PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what the running `toolhost serve` loaded, when, with which hashes, and what failed.
     Status {
         /// Print JSON.
@@ -164,6 +173,7 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         }
         Command::Chat(options) => chat::run(&settings, options).await,
         Command::Status { json } => status::run(&settings, json),
+        Command::Describe { file, json } => describe::run(&settings, &file, json).await,
         Command::CompileWorker { .. } => unreachable_worker(),
     }
 }

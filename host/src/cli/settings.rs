@@ -173,6 +173,11 @@ impl Settings {
                 self.ensembles.display()
             );
         }
+        self.bare_runtime()
+    }
+
+    /// The runtime alone, for commands that need no ensembles (`describe`).
+    pub(crate) fn bare_runtime(&self) -> anyhow::Result<Arc<Runtime>> {
         let settings = RuntimeSettings {
             cache_dir: self.cache_dir.clone(),
             max_instances: self.max_instances,

@@ -16,6 +16,7 @@
 
 mod bind;
 mod draft;
+mod entries;
 mod grants;
 mod names;
 mod schema;

@@ -271,6 +271,29 @@ impl Runtime {
         bytes: Arc<[u8]>,
         hash: ComponentHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
+        let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
+        let (pre, tools) = self.linked(path, &component, &bytes).await?;
+        let loaded = Arc::new(LoadedComponent {
+            hash,
+            path: path.to_path_buf(),
+            tools,
+            pre,
+        });
+        let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        components.insert(hash, Arc::downgrade(&loaded));
+        prune_dead(&mut components);
+        drop(components);
+        Ok(loaded)
+    }
+
+    /// The compiled component of `bytes`: from the authenticated cache, else compiled (cheap
+    /// checks first, then in the bounded worker) and put in the cache.
+    pub(super) async fn compiled(
+        &self,
+        path: &Path,
+        bytes: Arc<[u8]>,
+        hash: ComponentHash,
+    ) -> Result<Component, LoadError> {
         let refused = |error: CompileError| match error {
             CompileError::Bound(reason) => LoadError::Refused {
                 path: path.to_path_buf(),
@@ -360,6 +383,17 @@ impl Runtime {
                 })?
             }
         };
+        Ok(component)
+    }
+
+    /// `component` linked with the host's imports, and its tools: described by its
+    /// `describe()` (the `toolhost:plugin` world) or made of its typed exports.
+    pub(super) async fn linked(
+        &self,
+        path: &Path,
+        component: &Component,
+        bytes: &[u8],
+    ) -> Result<(Instantiable, Vec<ToolDescription>), LoadError> {
         let link_error = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
             reason: explain_link(&e),
@@ -368,15 +402,12 @@ impl Runtime {
             path: path.to_path_buf(),
             reason,
         };
-        let kind = typed::kind(&component, &self.engine).map_err(|reason| LoadError::Link {
+        let kind = typed::kind(component, &self.engine).map_err(|reason| LoadError::Link {
             path: path.to_path_buf(),
             reason,
         })?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(link_error)?;
-        let (pre, tools) = match kind {
+        let instance_pre = self.linker.instantiate_pre(component).map_err(link_error)?;
+        Ok(match kind {
             typed::Kind::Plugin => {
                 let pre = Instantiable::Plugin(PluginPre::new(instance_pre).map_err(link_error)?);
                 let tools = self.describe(path, &pre).await?;
@@ -384,7 +415,7 @@ impl Runtime {
             }
             typed::Kind::Typed => {
                 let (funcs, tools) =
-                    typed::exports(&component, &self.engine, &bytes).map_err(not_tools)?;
+                    typed::exports(component, &self.engine, bytes).map_err(not_tools)?;
                 let funcs = funcs.into_iter().map(|f| (f.id.clone(), f)).collect();
                 let pre = Instantiable::Typed {
                     pre: instance_pre,
@@ -392,18 +423,7 @@ impl Runtime {
                 };
                 (pre, tools)
             }
-        };
-        let loaded = Arc::new(LoadedComponent {
-            hash,
-            path: path.to_path_buf(),
-            tools,
-            pre,
-        });
-        let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        components.insert(hash, Arc::downgrade(&loaded));
-        prune_dead(&mut components);
-        drop(components);
-        Ok(loaded)
+        })
     }
 
     /// Compiles, waiting for one of the compile slots, and shows the compile in `compiles()`.
@@ -530,11 +550,7 @@ fn explain_link(error: &wasmtime::Error) -> String {
     let member = raw
         .split_once("instance export `")
         .and_then(|(_, rest)| rest.split('`').next());
-    let provided = |name: &str| {
-        name.starts_with("wasi:") && !version.is_empty() && version.starts_with("0.2.")
-            || name == "toolhost:plugin/host" && version == typed::PLUGIN_VERSION
-    };
-    let why = if let Some(member) = member.filter(|_| provided(name)) {
+    let why = if let Some(member) = member.filter(|_| super::inspect::provided(import)) {
         format!(
             "it imports `{member}` from {import}, which this host's {import} does not have \
              (a newer release of the interface, or a function of its own)"

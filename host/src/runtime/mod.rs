@@ -11,6 +11,7 @@ mod bindings;
 mod cache;
 mod compile;
 mod engine;
+mod inspect;
 mod load;
 mod outcome;
 mod state;
@@ -23,6 +24,7 @@ pub use compile::{
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
 pub use engine::engine_config;
+pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
 

@@ -1,0 +1,149 @@
+//! `toolhost describe FILE.wasm`: what a component is before anyone writes an ensemble for
+//! it: the world it is built for, its imports (and which the host does not provide), its
+//! tools with their schemas, and an ensemble file ready to paste.
+
+use super::settings::Settings;
+use super::terminal::safe;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::ExitCode;
+use toolhost::runtime::{Inspection, ToolDescription, World};
+
+pub(crate) async fn run(
+    settings: &Settings,
+    file: &Path,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let max = settings.compile.max_component_bytes;
+    let bytes = toolhost::config::read_limited(file, max)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let runtime = settings.bare_runtime()?;
+    let inspection = runtime.inspect(file, bytes).await?;
+    // The path as an ensemble file anywhere can name it.
+    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let ensemble = ensemble_text(&absolute, &inspection);
+    if as_json {
+        let tools = match &inspection.tools {
+            Ok(tools) => json!(tools.iter().map(tool_json).collect::<Vec<_>>()),
+            Err(_) => Value::Null,
+        };
+        let report = json!({
+            "file": file,
+            "blake3": inspection.hash.to_string(),
+            "world": match &inspection.world {
+                Ok(World::Plugin) => json!("toolhost:plugin@0.1.0"),
+                Ok(World::Typed) => json!("typed"),
+                Err(_) => Value::Null,
+            },
+            "world_error": inspection.world.as_ref().err(),
+            "imports": inspection.imports.iter().map(|i| json!({
+                "name": i.name, "provided": i.provided,
+            })).collect::<Vec<_>>(),
+            "exports": inspection.exports,
+            "tools": tools,
+            "error": inspection.tools.as_ref().err().map(ToString::to_string),
+            "ensemble": ensemble,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(file, &inspection, ensemble.as_deref());
+    }
+    Ok(if inspection.tools.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn tool_json(tool: &ToolDescription) -> Value {
+    let schema = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    json!({
+        "tool": tool.name,
+        "name": tool.default_name.as_ref().unwrap_or(&tool.name),
+        "description": tool.description,
+        "input_schema": schema(&tool.input_schema),
+        "output_schema": tool.output.as_ref().map(|o| schema(&o.schema)),
+    })
+}
+
+fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
+    let world = match &inspection.world {
+        Ok(World::Plugin) => "a toolhost:plugin@0.1.0 component (describe() and call())".into(),
+        Ok(World::Typed) => {
+            "a typed component (any world: each exported function is a tool)".into()
+        }
+        Err(why) => format!("not loadable: {why}"),
+    };
+    println!("{}: {world}", safe(&file.display().to_string()));
+    println!("blake3: {}", inspection.hash);
+    println!("imports:");
+    for import in &inspection.imports {
+        let note = if import.provided {
+            ""
+        } else {
+            "   <- not provided by toolhost"
+        };
+        println!("  {}{note}", safe(&import.name));
+    }
+    println!("exports:");
+    for export in &inspection.exports {
+        println!("  {}", safe(export));
+    }
+    match &inspection.tools {
+        Ok(tools) => {
+            println!("tools:");
+            for tool in tools {
+                let name = tool.default_name.as_ref().unwrap_or(&tool.name);
+                let id = if *name == tool.name {
+                    String::new()
+                } else {
+                    format!(" (tool = \"{}\")", tool.name)
+                };
+                println!("  {}{}: {}", safe(name), safe(&id), safe(&tool.description));
+                println!("    arguments: {}", safe(&tool.input_schema));
+                if let Some(output) = &tool.output {
+                    println!("    result: {}", safe(&output.schema));
+                }
+            }
+        }
+        Err(error) => println!("error: {}", safe(&error.to_string())),
+    }
+    if let Some(ensemble) = ensemble {
+        println!("\nAn ensemble to start from (save it as ensembles/<name>.toml):\n");
+        print!("{}", safe(ensemble));
+    }
+}
+
+/// An ensemble file that offers every tool of the component, each as a flat invoker the
+/// operator can edit or delete; `None` when it offers no tools.
+fn ensemble_text(file: &Path, inspection: &Inspection) -> Option<String> {
+    let tools = inspection.tools.as_ref().ok()?;
+    let stem = file.file_stem()?.to_string_lossy().to_lowercase();
+    let name: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let name = name.trim_matches('-');
+    let name = if name.is_empty() { "tools" } else { name };
+    let quote = |text: &str| toml_string(text);
+    let mut out = format!(
+        "schema-version = 1\n\n[ensemble]\nname = {}\ncomponent = {}\nblake3 = {}\n",
+        quote(name),
+        quote(&file.display().to_string()),
+        quote(&inspection.hash.to_string()),
+    );
+    for tool in tools {
+        let invoker = tool.default_name.as_ref().unwrap_or(&tool.name);
+        out.push_str(&format!("\n[[invokers]]\nname = {}\n", quote(invoker)));
+        if *invoker != tool.name {
+            out.push_str(&format!("tool = {}\n", quote(&tool.name)));
+        }
+        out.push_str(&format!("description = {}\n", quote(&tool.description)));
+    }
+    Some(out)
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_string()).to_string()
+}

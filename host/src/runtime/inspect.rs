@@ -1,0 +1,137 @@
+//! Looking inside a component without serving it, for `toolhost describe`: the world it is
+//! built for, what it imports (and which of that the host does not provide), what it exports,
+//! and the tools it offers, or why it offers none.
+
+use super::outcome::not_a_component;
+use super::{ComponentHash, LoadError, Runtime, ToolDescription, typed};
+use std::path::Path;
+use std::sync::Arc;
+
+/// What a component is and offers.
+#[derive(Debug)]
+pub struct Inspection {
+    pub hash: ComponentHash,
+    /// `toolhost:plugin@0.1.0`, `typed`, or why it is neither (another version of our world).
+    pub world: Result<World, String>,
+    pub imports: Vec<Import>,
+    pub exports: Vec<String>,
+    /// Its tools, or why the host cannot offer them (an import it lacks, say).
+    pub tools: Result<Vec<ToolDescription>, LoadError>,
+}
+
+/// The two kinds of component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    /// `toolhost:plugin@0.1.0`: `describe()` and `call()`.
+    Plugin,
+    /// Any other world: each exported function is a tool.
+    Typed,
+}
+
+/// One import of a component, and whether the host links it.
+#[derive(Debug)]
+pub struct Import {
+    pub name: String,
+    pub provided: bool,
+}
+
+/// The WASI 0.2 interfaces the host links (each denied unless granted).
+const WASI: &[&str] = &[
+    "cli/environment",
+    "cli/exit",
+    "cli/stdin",
+    "cli/stdout",
+    "cli/stderr",
+    "cli/terminal-input",
+    "cli/terminal-output",
+    "cli/terminal-stdin",
+    "cli/terminal-stdout",
+    "cli/terminal-stderr",
+    "clocks/monotonic-clock",
+    "clocks/wall-clock",
+    "filesystem/types",
+    "filesystem/preopens",
+    "io/error",
+    "io/poll",
+    "io/streams",
+    "random/random",
+    "random/insecure",
+    "random/insecure-seed",
+    "sockets/network",
+    "sockets/instance-network",
+    "sockets/udp",
+    "sockets/udp-create-socket",
+    "sockets/tcp",
+    "sockets/tcp-create-socket",
+    "sockets/ip-name-lookup",
+    "http/types",
+    "http/outgoing-handler",
+];
+
+/// Whether the host links an import of this name.
+pub(super) fn provided(name: &str) -> bool {
+    let (interface, version) = name.split_once('@').unwrap_or((name, ""));
+    match interface.strip_prefix("wasi:") {
+        Some(wasi) => version.starts_with("0.2.") && WASI.contains(&wasi),
+        None => interface == "toolhost:plugin/host" && version == typed::PLUGIN_VERSION,
+    }
+}
+
+impl Runtime {
+    /// Compiles (or takes from the cache) the component in `bytes` and says what it is. Fails
+    /// only when it cannot be compiled; a component that compiles but does not link or
+    /// describe is inspected, with that failure in [`Inspection::tools`].
+    pub async fn inspect(&self, path: &Path, bytes: Vec<u8>) -> Result<Inspection, LoadError> {
+        if let Some(reason) = not_a_component(&bytes) {
+            return Err(LoadError::Compile {
+                path: path.to_path_buf(),
+                reason: reason.into(),
+            });
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        let hash = ComponentHash::of(&bytes);
+        let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
+        let ty = component.component_type();
+        let imports = ty
+            .imports(&self.engine)
+            .map(|(name, _)| Import {
+                name: name.to_string(),
+                provided: provided(name),
+            })
+            .collect();
+        let exports = ty
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let world = typed::kind(&component, &self.engine).map(|kind| match kind {
+            typed::Kind::Plugin => World::Plugin,
+            typed::Kind::Typed => World::Typed,
+        });
+        let tools = self
+            .linked(path, &component, &bytes)
+            .await
+            .map(|(_, tools)| tools);
+        Ok(Inspection {
+            hash,
+            world,
+            imports,
+            exports,
+            tools,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::provided;
+
+    #[test]
+    fn wasi_0_2_and_our_host_interface_are_provided() {
+        assert!(provided("wasi:io/streams@0.2.6"));
+        assert!(provided("toolhost:plugin/host@0.1.0"));
+        assert!(!provided("wasi:io/streams@0.3.0"));
+        assert!(!provided("wasi:keyvalue/store@0.2.0"));
+        assert!(!provided("toolhost:plugin/host@0.2.0"));
+        assert!(!provided("example:thing/api"));
+    }
+}
