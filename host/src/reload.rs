@@ -238,6 +238,19 @@ impl Reloader {
         files
     }
 
+    /// The components the ensembles name now, and those the catalog still runs (a kept
+    /// previous version's): what the compile cache must keep.
+    pub fn components_in_use(&self) -> HashSet<ComponentHash> {
+        let mut in_use = self.resolver.named_hashes();
+        let serving = self.catalog.snapshot();
+        in_use.extend(
+            serving
+                .all_tools()
+                .map(|t| ComponentHash(t.backend.source_hash().0)),
+        );
+        in_use
+    }
+
     /// Reloads when a component compiled in the background is ready (or failed), without
     /// watching the file system. Stops when the handle is dropped.
     pub fn follow_compiles(self: &Arc<Self>) -> WatchHandle {

@@ -358,3 +358,80 @@ fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
     );
     assert!(text.contains("which toolhost does not provide"), "{text}");
 }
+
+#[test]
+fn the_cache_keeps_what_ensembles_use_and_prune_removes_the_rest() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write("typed.toml", &ensemble("typed", "typed", ""));
+    assert!(toolhost(&fixture, &["check"]).status.success());
+    let entries = || {
+        std::fs::read_dir(fixture.root().join("cache"))
+            .expect("cache")
+            .filter(|e| {
+                e.as_ref()
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".cwasm")
+            })
+            .count()
+    };
+    assert_eq!(entries(), 2);
+    std::fs::remove_file(fixture.ensembles().join("typed.toml")).expect("remove");
+    // Kept when asked to keep the most recent one; removed otherwise.
+    let kept = toolhost(&fixture, &["cache", "prune", "--keep", "1", "--json"]);
+    let report: Value = serde_json::from_str(&stdout(&kept)).expect("JSON");
+    assert_eq!(
+        (report["removed"].as_u64(), report["kept"].as_u64()),
+        (Some(0), Some(2))
+    );
+    let pruned = toolhost(&fixture, &["cache", "prune"]);
+    assert!(pruned.status.success(), "{}", stderr(&pruned));
+    assert!(
+        stdout(&pruned).contains("removed 1 compiled component(s)"),
+        "{}",
+        stdout(&pruned)
+    );
+    assert_eq!(entries(), 1);
+    // What is left is what echo needs: nothing compiles again.
+    let check = toolhost(&fixture, &["check", "--json"]);
+    let report: Value = serde_json::from_str(&stdout(&check)).expect("JSON");
+    assert_eq!(report["components"]["compiled"], 0);
+}
+
+#[test]
+fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write("typed.toml", &ensemble("typed", "typed", ""));
+    assert!(toolhost(&fixture, &["check"]).status.success());
+    std::fs::remove_file(fixture.ensembles().join("typed.toml")).expect("remove");
+    let cache = fixture.root().join("cache");
+    let count = || {
+        std::fs::read_dir(&cache)
+            .expect("cache")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+            .count()
+    };
+    assert_eq!(count(), 2);
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", &cache)
+        .args(["--cache-keep", "0", "serve", "--no-watch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count() != 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(serve.stdin.take());
+    let _ = serve.wait();
+    assert_eq!(count(), 1, "serve kept a component no ensemble uses");
+}

@@ -82,6 +82,9 @@ fn fixture() -> Fixture {
     fixture
 }
 
+/// How many unused components a `serve` on the tests' shared cache keeps: all of them.
+pub(crate) const SHARED_CACHE_KEEP: &str = "100000";
+
 /// The environment every `toolhost` started by these tests gets.
 pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
     crate::support::warm_cache();
@@ -90,6 +93,8 @@ pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
         .env_remove("TOOLHOST_CONFIG")
         .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
         .env("TOOLHOST_CACHE_DIR", cache_dir())
+        // The tests share one cache: no `serve` may prune what the others use.
+        .env("TOOLHOST_CACHE_KEEP", SHARED_CACHE_KEEP)
         .env("TOOLHOST_STATUS_FILE", fixture.root().join("status.json"))
         .env("TOOLHOST_AUDIT", fixture.root().join("audit.jsonl"));
 }

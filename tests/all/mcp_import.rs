@@ -39,6 +39,8 @@ fn serve_args(inner: &Fixture) -> Vec<String> {
         path(inner.ensembles()),
         "--cache-dir".into(),
         path(cache_dir()),
+        "--cache-keep".into(),
+        crate::mcp::SHARED_CACHE_KEEP.into(),
         "--status-file".into(),
         path(inner.root().join("status.json")),
         "serve".into(),

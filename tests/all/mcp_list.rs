@@ -179,6 +179,8 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
             &ensembles,
             "-e",
             &cache,
+            "-e",
+            &format!("TOOLHOST_CACHE_KEEP={}", crate::mcp::SHARED_CACHE_KEEP),
             "--format",
             "json",
             "--method",

@@ -6,6 +6,7 @@
 //! wrong; 3 the host could not start (bad `toolhost.toml`, unreadable ensembles directory,
 //! unusable cache directory, `chat` without a model or a key).
 
+mod cache;
 mod call;
 mod chat;
 mod check;
@@ -37,6 +38,10 @@ pub(crate) struct Cli {
     /// Where compiled components are cached (overrides [host] cache-dir).
     #[arg(long, global = true, env = "TOOLHOST_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Compiled components no ensemble uses that `serve` keeps in the cache (overrides
+    /// [host] cache-keep; default 8).
+    #[arg(long, global = true, env = "TOOLHOST_CACHE_KEEP", value_name = "N")]
+    cache_keep: Option<usize>,
     /// Compile every component on start, ignoring the cache.
     #[arg(long, global = true)]
     no_cache: bool,
@@ -93,6 +98,9 @@ enum Command {
     },
     /// Let a model use the tools to do what PROMPT asks: the agent loop, over several steps.
     Chat(chat::ChatOptions),
+    /// Manage the compile cache.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Say what a component is: its world, imports, tools and schemas, and an ensemble to paste.
     Describe {
         /// The component file (.wasm).
@@ -114,6 +122,20 @@ enum Command {
         memory_mib: u64,
         #[arg(long)]
         cpu_seconds: u64,
+    },
+}
+
+/// `toolhost cache ...`.
+#[derive(Debug, Subcommand)]
+enum CacheCommand {
+    /// Remove the compiled components no ensemble uses (`serve` keeps the most recent few).
+    Prune {
+        /// Keep this many of them, the most recently used.
+        #[arg(long, default_value_t = 0)]
+        keep: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -173,6 +195,9 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         }
         Command::Chat(options) => chat::run(&settings, options).await,
         Command::Status { json } => status::run(&settings, json),
+        Command::Cache(CacheCommand::Prune { keep, json }) => {
+            cache::prune(&settings, keep, json).await
+        }
         Command::Describe { file, json } => describe::run(&settings, &file, json).await,
         Command::CompileWorker { .. } => unreachable_worker(),
     }

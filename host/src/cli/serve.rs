@@ -19,6 +19,7 @@ use toolhost::invoke::Host;
 use toolhost::mcp::McpServer;
 use toolhost::mcp::log::LogRelay;
 use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
+use toolhost::runtime::Runtime;
 
 /// How `serve` was asked to run.
 pub(crate) struct ServeOptions {
@@ -60,6 +61,7 @@ pub(crate) async fn run(
     } else {
         reloader.watch(DEFAULT_DEBOUNCE)?
     };
+    let _prune = prune_cache(reloader.clone(), runtime.clone(), settings.cache_keep);
     let _status = settings
         .status_file
         .as_ref()
@@ -67,6 +69,47 @@ pub(crate) async fn run(
     match &options.http {
         None => serve_stdio(host, logs).await,
         Some(address) => serve_http(host, logs, address, token, settings.http).await,
+    }
+}
+
+/// Keeps the compile cache to what the ensembles use (and the `keep` most recently used of
+/// the rest): once at start, then after every reload that changed tools. Stops when dropped.
+fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> AbortOnDrop {
+    let mut changes = reloader.subscribe();
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            let in_use = reloader.components_in_use();
+            let runtime = Arc::clone(&runtime);
+            let pruned = tokio::task::spawn_blocking(move || runtime.prune_cache(&in_use, keep));
+            if let Ok(Some(pruned)) = pruned.await
+                && pruned.removed > 0
+            {
+                tracing::info!(
+                    "compile cache: removed {} component(s) no ensemble uses ({} MiB); kept {}",
+                    pruned.removed,
+                    pruned.freed_bytes >> 20,
+                    pruned.kept
+                );
+            }
+            // Every change made meanwhile is answered by the next pass.
+            loop {
+                match changes.recv().await {
+                    Ok(change) if change.tools_changed() => break,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    }))
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct HttpLimits {
 pub(crate) struct Settings {
     pub(crate) ensembles: PathBuf,
     pub(crate) cache_dir: Option<PathBuf>,
+    /// Compiled components no ensemble uses that the cache keeps.
+    pub(crate) cache_keep: usize,
     pub(crate) audit: Option<PathBuf>,
     pub(crate) status_file: Option<PathBuf>,
     pub(crate) max_instances: u32,
@@ -84,6 +86,10 @@ impl Settings {
                 .or_else(|| from_file(&host.cache_dir))
                 .or_else(default_cache_dir)
         };
+        let cache_keep = cli
+            .cache_keep
+            .or(host.cache_keep.map(|v| v.get() as usize))
+            .unwrap_or(DEFAULT_CACHE_KEEP);
         let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
         let status_file = cli
             .status_file
@@ -154,6 +160,7 @@ impl Settings {
         Ok(Settings {
             ensembles,
             cache_dir,
+            cache_keep,
             audit,
             status_file,
             max_instances,
@@ -241,6 +248,10 @@ fn default_status_file() -> Option<PathBuf> {
         })?;
     Some(base.join("toolhost/status.json"))
 }
+
+/// Compiled components no ensemble uses that the cache keeps, by default: a few rebuilds to
+/// go back to without compiling again.
+const DEFAULT_CACHE_KEEP: usize = 8;
 
 fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")

@@ -159,6 +159,10 @@ macro_rules! bounded {
 }
 
 bounded!(
+    /// `cache-keep`: compiled components no ensemble uses that the cache keeps, 0 to 100,000.
+    CacheKeep, "cache-keep", 0, 100_000
+);
+bounded!(
     /// `timeout-ms`: 1 ms to 1 hour.
     TimeoutMs, "timeout-ms", 1, 3_600_000
 );

@@ -2,8 +2,8 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, BackendToolName, Blake3Hex, CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS,
-    DedupMib, DedupMode, DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath,
+    Access, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds, CompileMemoryMib,
+    CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath,
     HttpHeaderTimeoutMs, MaxAttempts, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls,
     MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
     MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools,
@@ -215,6 +215,9 @@ pub struct HostSection {
     pub compile_timeout_s: Option<CompileTimeoutS>,
     /// Compiles at once (default: the number of cores).
     pub max_parallel_compiles: Option<MaxParallelCompiles>,
+    /// Compiled components that no ensemble uses kept in the cache, the most recently used
+    /// (default 8); the others are removed as `serve` reloads.
+    pub cache_keep: Option<CacheKeep>,
     /// The largest component file accepted (default 256).
     pub max_component_mib: Option<MaxComponentMib>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).

@@ -213,6 +213,14 @@ impl<'r> Binder<'r> {
 
     /// Reads a component file once per resolve: a regular file (following links, as
     /// Kubernetes volumes need) no larger than the runtime accepts, read no further than that.
+    /// The hashes of every component file read so far.
+    pub(super) fn hashes(&self) -> std::collections::HashSet<ComponentHash> {
+        self.files
+            .values()
+            .filter_map(|file| file.as_ref().ok().map(|(hash, _)| *hash))
+            .collect()
+    }
+
     fn read(&mut self, path: &Path) -> Result<ComponentFile, BindError> {
         let limit = self.runtime.max_component_bytes();
         self.files

@@ -36,7 +36,7 @@ pub use settings::{
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
 use crate::config::{Diagnostic, Location};
-use crate::runtime::Runtime;
+use crate::runtime::{ComponentHash, Runtime};
 use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
 use schema::{SchemaCache, SchemaError};
@@ -57,6 +57,8 @@ pub struct Resolver {
     /// (Each invoker's gates for every set of bounds a live catalog uses: a refused reload
     /// with new bounds must not lose the gate that the kept version still counts on.)
     gates: std::sync::Mutex<HashMap<InvokerKey, Vec<Weak<CallGate>>>>,
+    /// The hashes of the component files the last resolve read.
+    named_hashes: std::sync::Mutex<std::collections::HashSet<ComponentHash>>,
 }
 
 /// An invoker across reloads: its ensemble file and its name.
@@ -108,6 +110,7 @@ impl Resolver {
             servers: Arc::default(),
             schemas: SchemaCache::default(),
             gates: std::sync::Mutex::default(),
+            named_hashes: std::sync::Mutex::default(),
         }
     }
 
@@ -173,12 +176,12 @@ impl Resolver {
             })
             .collect();
         let mut binder = Binder::new(&self.runtime, &self.servers, compiles);
-        let components = drafts
-            .iter()
-            .filter_map(|(_, draft)| draft.as_ref().ok())
-            .flat_map(|draft| draft.invokers.iter())
-            .filter_map(|invoker| invoker.component.as_ref());
-        binder.preload(components).await;
+        let mut components = Vec::new();
+        for draft in drafts.iter().filter_map(|(_, draft)| draft.as_ref().ok()) {
+            components.extend(draft.component());
+            components.extend(draft.invokers.iter().filter_map(|i| i.component.as_ref()));
+        }
+        binder.preload(components.into_iter()).await;
         let mut outcomes = Vec::with_capacity(drafts.len());
         for (file, draft) in drafts {
             let outcome = match draft {
@@ -193,7 +196,20 @@ impl Resolver {
             outcomes.push(outcome);
         }
         self.runtime.release_ready(ready_mark);
+        *self
+            .named_hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = binder.hashes();
         Ok(outcomes)
+    }
+
+    /// The hashes of the component files the last resolve read: what the ensembles name now
+    /// (for pruning the compile cache).
+    pub fn named_hashes(&self) -> std::collections::HashSet<ComponentHash> {
+        self.named_hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     async fn ensemble(

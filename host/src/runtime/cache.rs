@@ -12,6 +12,7 @@
 //! sees half a file.
 
 use super::ComponentHash;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
@@ -68,8 +69,11 @@ impl ComponentCache {
     }
 
     fn path(&self, hash: &ComponentHash) -> PathBuf {
-        self.dir
-            .join(format!("{hash}-{:016x}.cwasm", self.engine_hash))
+        self.dir.join(self.file_name(hash))
+    }
+
+    fn file_name(&self, hash: &ComponentHash) -> String {
+        format!("{hash}-{:016x}.cwasm", self.engine_hash)
     }
 
     /// True when there is an entry for `hash` (not yet checked).
@@ -119,7 +123,12 @@ impl ComponentCache {
         // process wrote or changed does not pass. wasmtime also checks the header and refuses
         // an artifact of another version or configuration.
         match unsafe { Component::deserialize(engine, &bytes[MAC_BYTES..]) } {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                // Its time of last use, for pruning (the most recently used are kept).
+                let _ = std::fs::File::open(&path)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                Some(component)
+            }
             Err(e) => {
                 tracing::warn!(path = %path.display(), "ignoring an unusable cache entry: {e}");
                 let _ = std::fs::remove_file(&path);
@@ -140,6 +149,55 @@ impl ComponentCache {
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), "could not write the component cache: {e}");
         }
+    }
+}
+
+/// What pruning the cache did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pruned {
+    /// Entries removed, and the bytes they took.
+    pub removed: usize,
+    pub freed_bytes: u64,
+    /// Entries kept: those in use, and the most recently used of the others.
+    pub kept: usize,
+}
+
+impl ComponentCache {
+    /// Removes the entries of components not in `in_use` (and every entry another wasmtime
+    /// or code-generation setting made), but the `keep_unused` most recently used of them.
+    pub(crate) fn prune(&self, in_use: &HashSet<ComponentHash>, keep_unused: usize) -> Pruned {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Pruned::default();
+        };
+        let ours: HashSet<String> = in_use.iter().map(|hash| self.file_name(hash)).collect();
+        let mut pruned = Pruned::default();
+        let mut unused = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|n| n.ends_with(".cwasm")) else {
+                continue;
+            };
+            if ours.contains(name) {
+                pruned.kept += 1;
+                continue;
+            }
+            let Ok(metadata) = entry.metadata() else {
+                continue;
+            };
+            let used = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+            unused.push((used, metadata.len(), entry.path()));
+        }
+        // Most recently used first.
+        unused.sort_by(|a, b| b.0.cmp(&a.0));
+        for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
+            if i < keep_unused {
+                pruned.kept += 1;
+            } else if std::fs::remove_file(&path).is_ok() {
+                pruned.removed += 1;
+                pruned.freed_bytes += bytes;
+            }
+        }
+        pruned
     }
 }
 

@@ -17,8 +17,8 @@ mod outcome;
 mod state;
 mod typed;
 
-pub use cache::CacheError;
 pub use cache::write_new;
+pub use cache::{CacheError, Pruned};
 pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
@@ -286,6 +286,17 @@ impl Runtime {
             capacity: settings.max_instances.max(1) as usize,
             _ticker: ticker,
         })
+    }
+
+    /// Removes the compile cache's entries of components not in `in_use`, but the
+    /// `keep_unused` most recently used of them (and every entry another wasmtime made).
+    /// `None` without a cache. Reads the cache directory: call it off the async runtime.
+    pub fn prune_cache(
+        &self,
+        in_use: &std::collections::HashSet<ComponentHash>,
+        keep_unused: usize,
+    ) -> Option<Pruned> {
+        Some(self.cache.as_ref()?.prune(in_use, keep_unused))
     }
 
     /// Compilations and cache hits since the runtime started.
