@@ -188,7 +188,7 @@ impl ComponentCache {
             unused.push((used, metadata.len(), entry.path()));
         }
         // Most recently used first.
-        unused.sort_by(|a, b| b.0.cmp(&a.0));
+        unused.sort_by_key(|entry| std::cmp::Reverse(entry.0));
         for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
             if i < keep_unused {
                 pruned.kept += 1;
