@@ -496,11 +496,11 @@ async fn a_component_that_wants_more_than_one_calls_share_of_the_pool_is_refused
             .await,
     );
     assert!(message.contains("memories"), "{message}");
-    // Within the share, it is the world that does not fit (it exports no tool).
+    // Within the share, what is wrong is that it offers no tool (it exports nothing).
     let within = runtime
         .load(Path::new("fits.wasm"), many_instances(30, 0))
         .await;
-    assert!(matches!(within, Err(LoadError::Link { .. })), "{within:?}");
+    assert!(matches!(within, Err(LoadError::Typed { .. })), "{within:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,8 +98,8 @@ pub(super) fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
         return Some(
             "it is a core WebAssembly module, not a component; build a component: Rust with \
              `cargo build --target wasm32-wasip2`, Python with componentize-py, JavaScript with \
-             componentize-js (jco), C with clang for wasm32-wasip2 (or wrap a wasip1 module with \
-             `wasm-tools component new --adapt wasi_snapshot_preview1.reactor.wasm`)",
+             componentize-js, C with clang and wasi-libc linked by wasm-component-ld \
+             (`-fuse-ld=wasm-component-ld`); see the README, \"Writing a plugin\"",
         );
     }
     None
