@@ -416,6 +416,12 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
         stdout.contains("hog.wasm was refused: compiling took more than 3 s of CPU"),
         "{stdout}"
     );
+    // While it compiled, `check` said so.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("hog.wasm (") && stderr.contains(" s so far; once"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

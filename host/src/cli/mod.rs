@@ -13,6 +13,8 @@ mod check;
 mod describe;
 mod http;
 mod list;
+mod new;
+mod progress;
 mod serve;
 mod settings;
 mod status;
@@ -98,6 +100,18 @@ enum Command {
     },
     /// Let a model use the tools to do what PROMPT asks: the agent loop, over several steps.
     Chat(chat::ChatOptions),
+    /// Write a plugin project (source, WIT, build script, ensemble) that builds and answers
+    /// `toolhost call` as written.
+    New {
+        /// The project's name ([a-z0-9-]): its folder, ensemble and component.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: new::Lang,
+        /// Write it here instead of ./NAME.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Manage the compile cache.
     #[command(subcommand)]
     Cache(CacheCommand),
@@ -198,6 +212,7 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await
         }
+        Command::New { name, lang, dir } => new::run(&name, lang, dir.as_deref()),
         Command::Describe { file, json } => describe::run(&settings, &file, json).await,
         Command::CompileWorker { .. } => unreachable_worker(),
     }

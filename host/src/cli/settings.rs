@@ -197,9 +197,14 @@ impl Settings {
     /// Starts the runtime and resolves the ensembles directory.
     pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
         let runtime = self.runtime()?;
-        let resolved = Resolver::new(runtime.clone())
-            .resolve_dir(&self.ensembles)
-            .await;
+        let resolver = Resolver::new(runtime.clone());
+        let resolve = resolver.resolve_dir(&self.ensembles);
+        // A compile that takes a while is shown on stderr while it runs.
+        let resolved = tokio::select! {
+            resolved = resolve => resolved,
+            never = super::progress::show_compiles(&runtime) => match never {},
+        };
+        super::progress::clear();
         Ok((runtime, resolved))
     }
 
