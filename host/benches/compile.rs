@@ -66,7 +66,8 @@ fn main() {
         use std::io::Read;
         let mut wasm = Vec::new();
         std::io::stdin().read_to_end(&mut wasm).expect("stdin");
-        let engine = wasmtime::Engine::new(&toolhost::runtime::engine_config(128)).expect("engine");
+        let engine =
+            wasmtime::Engine::new(&toolhost::runtime::engine_config(128, 0)).expect("engine");
         engine.precompile_component(&wasm).expect("compiles");
         return;
     }

@@ -69,7 +69,7 @@ mod bare {
 
     impl Bare {
         pub fn new(wasm: &str) -> Self {
-            let engine = Engine::new(&::toolhost::runtime::engine_config(64)).expect("engine");
+            let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
             Plugin::add_to_linker::<_, HasSelf<State>>(&mut linker, |s| s).expect("host");

@@ -21,6 +21,7 @@ fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Ar
             max_instances: 8,
             compile,
             describe_timeout: Duration::from_secs(30),
+            keep_resident: 0,
         })
         .expect("runtime"),
     )

@@ -24,6 +24,9 @@ pub fn runtime() -> Arc<Runtime> {
                 // Tests share this runtime and run side by side on a busy machine: a slow
                 // describe() must not be taken for a hostile one.
                 describe_timeout: std::time::Duration::from_secs(30),
+                // The in-process tests run with slots keeping their pages resident between
+                // calls; the `toolhost` processes the tests start keep none (the default).
+                keep_resident: 16 << 20,
                 ..RuntimeSettings::default()
             };
             Arc::new(Runtime::new(&settings).expect("runtime starts"))

@@ -36,7 +36,8 @@ async fn every_export_is_a_tool_named_after_its_function() {
             "float",
             "get_forecast",
             "greet",
-            "integers"
+            "integers",
+            "remember"
         ]
     );
     let forecast = snapshot.get("get_forecast").expect("get_forecast");
@@ -257,6 +258,23 @@ async fn an_operators_wider_schema_still_cannot_pass_what_wit_cannot_hold() {
     ok(&host
         .invoke(&s, "forecast", json!({"where_to": "here", "extras": []}))
         .await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_starts_from_a_fresh_instance_even_with_pages_kept_resident() {
+    // The shared runtime keeps 16 MiB of each slot resident: what a call wrote is put back
+    // from the image, never seen by the next call.
+    let host = typed_host().await;
+    let s = session();
+    for i in 0..20 {
+        let value = format!("secret {i}");
+        let outcome = host.invoke(&s, "remember", json!({ "value": value })).await;
+        assert_eq!(
+            ok(&outcome),
+            "null",
+            "call {i} saw an earlier call's memory"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,8 @@ pub(crate) struct Settings {
     /// How components are compiled and bounded, and how long `describe()` may take.
     pub(crate) compile: CompileSettings,
     pub(crate) describe_timeout: std::time::Duration,
+    /// Bytes of each linear memory kept resident between calls.
+    pub(crate) keep_resident: usize,
     /// Bytes of results sessions may remember: each, and all together.
     pub(crate) dedup: (usize, usize),
     /// MCP sessions over HTTP at once, how long one may stay idle, and connections at once.
@@ -157,7 +159,11 @@ impl Settings {
                 toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB << 20,
             ),
         );
+        let keep_resident = host
+            .keep_resident_mib
+            .map_or(0, |v| (v.get() as usize) << 20);
         Ok(Settings {
+            keep_resident,
             ensembles,
             cache_dir,
             cache_keep,
@@ -190,6 +196,7 @@ impl Settings {
             max_instances: self.max_instances,
             compile: self.compile.clone(),
             describe_timeout: self.describe_timeout,
+            keep_resident: self.keep_resident,
         };
         Ok(Arc::new(Runtime::new(&settings)?))
     }

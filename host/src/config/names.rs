@@ -159,6 +159,10 @@ macro_rules! bounded {
 }
 
 bounded!(
+    /// `keep-resident-mib`: MiB of each linear memory kept resident between calls, 0 to 4096.
+    KeepResidentMib, "keep-resident-mib", 0, 4096
+);
+bounded!(
     /// `cache-keep`: compiled components no ensemble uses that the cache keeps, 0 to 100,000.
     CacheKeep, "cache-keep", 0, 100_000
 );

@@ -4,10 +4,10 @@
 use super::names::{
     Access, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds, CompileMemoryMib,
     CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath,
-    HttpHeaderTimeoutMs, MaxAttempts, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls,
-    MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
-    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools,
-    McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
+    HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts, MaxComponentMib, MaxConcurrency,
+    MaxConcurrentCalls, MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes,
+    MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTokens,
+    MaxTools, McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -218,6 +218,9 @@ pub struct HostSection {
     /// Compiled components that no ensemble uses kept in the cache, the most recently used
     /// (default 8); the others are removed as `serve` reloads.
     pub cache_keep: Option<CacheKeep>,
+    /// MiB of each instance's linear memory kept resident between calls (default 0): faster
+    /// calls of large components (Python, JavaScript), memory held by idle pool slots.
+    pub keep_resident_mib: Option<KeepResidentMib>,
     /// The largest component file accepted (default 256).
     pub max_component_mib: Option<MaxComponentMib>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).

@@ -28,11 +28,15 @@ pub const TABLES_PER_COMPONENT: u32 = 32;
 /// grow past it): the pool reserves this much for every table of every instance.
 pub const TABLE_ELEMENTS: usize = 20_000;
 
+/// The table bytes a slot keeps resident when memory is kept resident.
+const TABLE_KEEP_RESIDENT: usize = 256 << 10;
+
 /// The engine settings of the host: [`compile_config`] with the pooling allocator sized for
 /// `max_instances` instances, each with its full share of core instances, memories and
-/// tables. Public so that the benchmarks' raw-wasmtime baseline runs on exactly the same
-/// settings.
-pub fn engine_config(max_instances: u32) -> Config {
+/// tables, keeping up to `keep_resident` bytes of each linear memory resident between calls
+/// (`[host] keep-resident-mib`; 0: every page is given back). Public so that the benchmarks'
+/// raw-wasmtime baseline runs on exactly the same settings.
+pub fn engine_config(max_instances: u32, keep_resident: usize) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
@@ -45,6 +49,14 @@ pub fn engine_config(max_instances: u32) -> Config {
         .max_tables_per_component(TABLES_PER_COMPONENT)
         .table_elements(TABLE_ELEMENTS)
         .max_memory_size(4 << 30);
+    if keep_resident > 0 {
+        // A slot's dirty pages are put back from the component's image and stay resident,
+        // instead of being unmapped and faulted in again by the next call (PAGEMAP_SCAN finds
+        // which pages a call touched, on Linux 6.7 and later).
+        pool.pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(keep_resident)
+            .table_keep_resident(TABLE_KEEP_RESIDENT);
+    }
     let mut config = compile_config();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config

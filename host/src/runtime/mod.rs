@@ -82,6 +82,8 @@ pub struct RuntimeSettings {
     pub compile: CompileSettings,
     /// How long a component's `describe()` may take when it is loaded.
     pub describe_timeout: Duration,
+    /// Bytes of each linear memory kept resident between calls (0: all given back).
+    pub keep_resident: usize,
 }
 
 impl Default for RuntimeSettings {
@@ -91,6 +93,7 @@ impl Default for RuntimeSettings {
             max_instances: 128,
             compile: CompileSettings::default(),
             describe_timeout: DEFAULT_DESCRIBE_TIMEOUT,
+            keep_resident: 0,
         }
     }
 }
@@ -262,7 +265,8 @@ impl Runtime {
     /// Configures the engine (pooling allocator, epoch interruption) and the linker.
     pub fn new(settings: &RuntimeSettings) -> Result<Self, RuntimeError> {
         let engine_error = |e: wasmtime::Error| RuntimeError::Engine(e.to_string());
-        let engine = Engine::new(&engine_config(settings.max_instances)).map_err(engine_error)?;
+        let config = engine_config(settings.max_instances, settings.keep_resident);
+        let engine = Engine::new(&config).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;

@@ -9,6 +9,9 @@ use exports::example::typed::weather::{
 
 struct Typed;
 
+static LAST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+static BLOCK: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
 impl Guest for Typed {
     fn add(a: i32, b: i32) -> i32 {
         a.wrapping_add(b)
@@ -20,6 +23,14 @@ impl Guest for Typed {
 
     fn float(nan: bool) -> f32 {
         if nan { f32::NAN } else { 1.5 }
+    }
+
+    fn remember(value: String) -> Option<String> {
+        let previous = LAST.lock().unwrap_or_else(|e| e.into_inner()).replace(value);
+        let mut block = BLOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dirty = !block.is_empty();
+        block.resize(1 << 20, 0xAB);
+        previous.or(dirty.then(|| "a mebibyte on the heap".to_string()))
     }
 
     fn crash(message: String) {
