@@ -16,6 +16,10 @@
 //!   core: what the machine's cores explain). On two cores the spinning guest takes one; the
 //!   echo calls keep the other.
 //!
+//! - `languages/<language>/bare_wasmtime` vs `languages/<language>/invoke`: a trivial call of a
+//!   Rust, a Python and a JavaScript tool, each of the `toolhost:plugin` world and typed, raw
+//!   and through `invoke`. Target: each ratio at most 1.5.
+//!
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -65,10 +69,11 @@ mod bare {
     pub struct Bare {
         engine: Engine,
         pre: PluginPre<State>,
+        tool: String,
     }
 
     impl Bare {
-        pub fn new(wasm: &str) -> Self {
+        pub fn new(wasm: &str, tool: &str) -> Self {
             let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
@@ -76,7 +81,11 @@ mod bare {
             let component = Component::from_file(&engine, wasm).expect("component");
             let pre = PluginPre::new(linker.instantiate_pre(&component).expect("pre"))
                 .expect("plugin pre");
-            Bare { engine, pre }
+            Bare {
+                engine,
+                pre,
+                tool: tool.to_string(),
+            }
         }
 
         /// A fresh instance in a fresh store, one call.
@@ -94,10 +103,65 @@ mod bare {
                 .expect("instantiate");
             let result = plugin
                 .toolhost_plugin_tool()
-                .call_call(&mut store, "echo", arguments)
+                .call_call(&mut store, &self.tool, arguments)
                 .await
                 .expect("call");
-            result.expect("echo succeeds")
+            result.expect("the tool succeeds")
+        }
+    }
+
+    /// A typed component's export, called as raw wasmtime calls it: a fresh instance, one
+    /// call with values already made.
+    pub struct BareTyped {
+        engine: Engine,
+        pre: wasmtime::component::InstancePre<State>,
+        export: wasmtime::component::ComponentExportIndex,
+    }
+
+    impl BareTyped {
+        /// `path` is the export's name, or an interface's name and the function's.
+        pub fn new(wasm: &str, path: &[&str]) -> Self {
+            let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
+            let mut linker = Linker::new(&engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+            let component = Component::from_file(&engine, wasm).expect("component");
+            let mut export = None;
+            for name in path {
+                export = Some(
+                    component
+                        .get_export_index(export.as_ref(), name)
+                        .expect("export"),
+                );
+            }
+            let export = export.expect("a path");
+            let pre = linker.instantiate_pre(&component).expect("pre");
+            BareTyped {
+                engine,
+                pre,
+                export,
+            }
+        }
+
+        pub async fn call(&self, params: &[wasmtime::component::Val]) {
+            let state = State {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+            };
+            let mut store = Store::new(&self.engine, state);
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = self
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .expect("instantiate");
+            let func = instance
+                .get_func(&mut store, self.export)
+                .expect("a function");
+            // Every export benchmarked returns one value.
+            let mut results = vec![wasmtime::component::Val::Bool(false)];
+            func.call_async(&mut store, params, &mut results)
+                .await
+                .expect("call");
         }
     }
 }
@@ -168,7 +232,7 @@ fn calls(c: &mut Criterion) {
     let host = Host::new(catalog.clone(), Some(audit));
     // The same catalog without an audit log, to show what the audit write costs.
     let quiet = Host::new(catalog, None);
-    let bare = bare::Bare::new(toolhost_testkit::ECHO);
+    let bare = bare::Bare::new(toolhost_testkit::ECHO, "echo");
     let arguments = json!({"text": "hello"});
     let text = arguments.to_string();
 
@@ -404,5 +468,121 @@ fn isolation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calls, validation, startup, isolation);
+/// One tool of one language and kind, for `languages`.
+struct Case {
+    label: &'static str,
+    wasm: String,
+    /// The tool's name in the catalog (the ensemble's prefix, then the tool's).
+    tool: String,
+    arguments: serde_json::Value,
+    bare: Bare,
+}
+
+enum Bare {
+    Plugin(bare::Bare, String),
+    Typed(bare::BareTyped, Vec<wasmtime::component::Val>),
+}
+
+/// A trivial call of a Rust, a Python and a JavaScript tool, of each kind, through `invoke`
+/// and as raw wasmtime calls it (a fresh instance each), in the same run. The Python and
+/// JavaScript components are built with the test tools (`scripts/test-tools.sh`); without
+/// them only Rust is measured.
+fn languages(c: &mut Criterion) {
+    use wasmtime::component::Val;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let plugin = |label: &'static str, wasm: String, tool: &str, text: &str| Case {
+        label,
+        tool: format!("{}_{tool}", label.replace('-', "_")),
+        arguments: json!({ "text": text }),
+        bare: Bare::Plugin(
+            bare::Bare::new(&wasm, tool),
+            json!({ "text": text }).to_string(),
+        ),
+        wasm,
+    };
+    let mut cases = vec![
+        plugin("rust", toolhost_testkit::ECHO.to_string(), "echo", "hello"),
+        Case {
+            label: "rust-typed",
+            wasm: toolhost_testkit::TYPED.to_string(),
+            tool: "rust_typed_add".into(),
+            arguments: json!({"a": 1, "b": 2}),
+            bare: Bare::Typed(
+                bare::BareTyped::new(toolhost_testkit::TYPED, &["add"]),
+                vec![Val::S32(1), Val::S32(2)],
+            ),
+        },
+    ];
+    if toolhost_testkit::languages::test_tools().is_some() {
+        let greet = |label: &'static str, wasm: std::path::PathBuf| {
+            let wasm = wasm.display().to_string();
+            Case {
+                label,
+                tool: format!("{}_greet", label.replace('-', "_")),
+                arguments: json!({"name": "Ada"}),
+                bare: Bare::Typed(
+                    bare::BareTyped::new(&wasm, &["example:greeter/greetings@0.1.0", "greet"]),
+                    vec![Val::String("Ada".into()), Val::Option(None)],
+                ),
+                wasm,
+            }
+        };
+        let (python, python_typed) = toolhost_testkit::languages::python_components();
+        let (js, js_typed) = toolhost_testkit::languages::javascript_components();
+        cases.push(plugin(
+            "python",
+            python.display().to_string(),
+            "shout",
+            "hello",
+        ));
+        cases.push(greet("python-typed", python_typed));
+        cases.push(plugin("js", js.display().to_string(), "shout", "hello"));
+        cases.push(greet("js-typed", js_typed));
+    } else {
+        eprintln!("languages: the test tools are not installed; measuring Rust only");
+    }
+    let temp = tempfile::tempdir().expect("temp");
+    let ensembles = temp.path().join("ensembles");
+    std::fs::create_dir_all(&ensembles).expect("dir");
+    for case in &cases {
+        let text = format!(
+            "schema-version = 1\n[ensemble]\nname = \"{}\"\nprefix = \"{}\"\ncomponent = \"{}\"\n\n\
+             [defaults]\ndedup = \"off\"\nmemory-mib = 256\ntimeout-ms = 20000\n",
+            case.label,
+            case.label.replace('-', "_"),
+            case.wasm
+        );
+        std::fs::write(ensembles.join(format!("{}.toml", case.label)), text).expect("write");
+    }
+    let runtime = runtime(&temp.path().join("cache"));
+    let resolved = rt.block_on(resolve_dir(&runtime, &ensembles));
+    assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
+    let host = Host::new(Arc::new(LiveCatalog::new(resolved.catalog)), None);
+    let session = Session::new("bench");
+    let mut group = c.benchmark_group("languages");
+    group
+        .measurement_time(Duration::from_secs(6))
+        .sample_size(40);
+    for case in &cases {
+        group.bench_function(format!("{}/bare_wasmtime", case.label), |b| {
+            match &case.bare {
+                Bare::Plugin(bare, arguments) => b.iter(|| rt.block_on(bare.call(arguments))),
+                Bare::Typed(bare, params) => b.iter(|| rt.block_on(bare.call(params))),
+            }
+        });
+        group.bench_function(format!("{}/invoke", case.label), |b| {
+            b.iter(|| {
+                let outcome =
+                    rt.block_on(host.invoke(&session, &case.tool, case.arguments.clone()));
+                assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, calls, validation, startup, isolation, languages);
 criterion_main!(benches);

