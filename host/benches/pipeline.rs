@@ -49,6 +49,52 @@ mod bare {
     pub struct State {
         wasi: WasiCtx,
         table: ResourceTable,
+        http: wasmtime_wasi_http::WasiHttpCtx,
+        hooks: NoNetwork,
+    }
+
+    impl State {
+        fn new() -> Self {
+            State {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+                http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                hooks: NoNetwork,
+            }
+        }
+    }
+
+    /// wasi:http linked as the host links it (a JavaScript component imports it); a request
+    /// is never made here.
+    pub struct NoNetwork;
+
+    type Sent = (
+        http::Response<wasmtime_wasi_http::WasiBody>,
+        Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    );
+
+    impl wasmtime_wasi_http::WasiHttpHooks for NoNetwork {
+        fn send_request(
+            &mut self,
+            _request: http::Request<wasmtime_wasi_http::WasiBody>,
+            _options: Option<wasmtime_wasi_http::RequestOptions>,
+            _fut: Box<
+                dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send,
+            >,
+        ) -> Box<dyn std::future::Future<Output = Result<Sent, wasmtime_wasi_http::Error>> + Send>
+        {
+            Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+        }
+    }
+
+    impl wasmtime_wasi_http::WasiHttpView for State {
+        fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+            wasmtime_wasi_http::WasiHttpCtxView {
+                ctx: &mut self.http,
+                table: &mut self.table,
+                hooks: &mut self.hooks,
+            }
+        }
     }
 
     impl WasiView for State {
@@ -77,8 +123,10 @@ mod bare {
             let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).expect("http");
             Plugin::add_to_linker::<_, HasSelf<State>>(&mut linker, |s| s).expect("host");
             let component = Component::from_file(&engine, wasm).expect("component");
+
             let pre = PluginPre::new(linker.instantiate_pre(&component).expect("pre"))
                 .expect("plugin pre");
             Bare {
@@ -90,10 +138,7 @@ mod bare {
 
         /// A fresh instance in a fresh store, one call.
         pub async fn call(&self, arguments: &str) -> String {
-            let state = State {
-                wasi: WasiCtx::builder().build(),
-                table: ResourceTable::new(),
-            };
+            let state = State::new();
             let mut store = Store::new(&self.engine, state);
             store.set_epoch_deadline(u64::MAX / 2);
             let plugin = self
@@ -124,7 +169,9 @@ mod bare {
             let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).expect("http");
             let component = Component::from_file(&engine, wasm).expect("component");
+
             let mut export = None;
             for name in path {
                 export = Some(
@@ -143,10 +190,7 @@ mod bare {
         }
 
         pub async fn call(&self, params: &[wasmtime::component::Val]) {
-            let state = State {
-                wasi: WasiCtx::builder().build(),
-                table: ResourceTable::new(),
-            };
+            let state = State::new();
             let mut store = Store::new(&self.engine, state);
             store.set_epoch_deadline(u64::MAX / 2);
             let instance = self

@@ -30,6 +30,7 @@ async fn every_export_is_a_tool_named_after_its_function() {
         names,
         [
             "add",
+            "bytes",
             "check",
             "crash",
             "echo_everything",
@@ -275,6 +276,26 @@ async fn every_call_starts_from_a_fresh_instance_even_with_pages_kept_resident()
             "call {i} saw an earlier call's memory"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_result_is_refused_before_the_host_holds_it() {
+    let fixture = Fixture::new();
+    let limits = "[defaults]\nmax-output-bytes = 65536\nmemory-mib = 256\n";
+    fixture.write("typed.toml", &ensemble("typed", "typed", limits));
+    let host = fixture.host().await;
+    let s = session();
+    let small = ok(&host.invoke(&s, "bytes", json!({"count": 3})).await);
+    assert_eq!(small, "[7,7,7]");
+    // 100 MB of u8 would be 4 GB of values in the host: the lift stops at the call's share.
+    let error = err(&host
+        .invoke(&s, "bytes", json!({"count": 100_000_000}))
+        .await);
+    assert_eq!(error.kind, ErrorKind::Crashed, "{}", error.message);
+    assert!(error.message.contains("hostcall"), "{}", error.message);
+    // Within the share but past max-output-bytes as JSON: the output limit.
+    let error = err(&host.invoke(&s, "bytes", json!({"count": 35_000})).await);
+    assert_eq!(error.kind, ErrorKind::ResourceLimit, "{}", error.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

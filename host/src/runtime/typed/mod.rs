@@ -44,7 +44,10 @@ pub(super) enum Kind {
 pub(super) fn kind(component: &Component, engine: &Engine) -> Result<Kind, String> {
     let ty = component.component_type();
     for (name, _) in ty.exports(engine) {
-        let Some(rest) = name.strip_prefix(PLUGIN_TOOL) else {
+        let Some(rest) = name
+            .strip_prefix(PLUGIN_TOOL)
+            .filter(|rest| rest.is_empty() || rest.starts_with('@'))
+        else {
             continue;
         };
         return match rest.strip_prefix('@') {

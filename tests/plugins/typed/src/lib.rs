@@ -33,6 +33,10 @@ impl Guest for Typed {
         previous.or(dirty.then(|| "a mebibyte on the heap".to_string()))
     }
 
+    fn bytes(count: u32) -> Vec<u8> {
+        vec![7; count as usize]
+    }
+
     fn crash(message: String) {
         eprintln!("about to fail: {message}");
         panic!("{message}");
