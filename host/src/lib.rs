@@ -21,10 +21,13 @@
 //! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
 //!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
-//! backend   one trait for every kind of tool: component (a sandboxed instance per call),
-//!           mcp (an imported MCP server, as a client); typed BackendError
-//! runtime   the wasmtime Engine, the compiled-component cache, admission to the instance
-//!           pool, a fresh Store per call with limits, an epoch deadline and captured stdio
+//! backend   one trait for every kind of tool: component (a sandboxed instance per call,
+//!           of the toolhost:plugin world or typed), mcp (an imported MCP server, as a
+//!           client); typed BackendError
+//! runtime   the wasmtime Engine, the compiled-component cache (authenticated, pruned),
+//!           admission to the instance pool, a fresh Store per call with limits, an epoch
+//!           deadline and captured stdio; typed components (JSON Schema from WIT types,
+//!           values both ways); inspecting a component for `describe`
 //! sandbox   capabilities -> WASI context and wasi:http checks (host:port grants, no SSRF
 //!           through DNS); bounded capture of a plugin's stdout/stderr; deny by default
 //! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),

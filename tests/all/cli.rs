@@ -365,18 +365,7 @@ fn the_cache_keeps_what_ensembles_use_and_prune_removes_the_rest() {
     fixture.write_echo();
     fixture.write("typed.toml", &ensemble("typed", "typed", ""));
     assert!(toolhost(&fixture, &["check"]).status.success());
-    let entries = || {
-        std::fs::read_dir(fixture.root().join("cache"))
-            .expect("cache")
-            .filter(|e| {
-                e.as_ref()
-                    .expect("entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".cwasm")
-            })
-            .count()
-    };
+    let entries = || compiled_entries(&fixture.root().join("cache"));
     assert_eq!(entries(), 2);
     std::fs::remove_file(fixture.ensembles().join("typed.toml")).expect("remove");
     // Kept when asked to keep the most recent one; removed otherwise.
@@ -408,13 +397,7 @@ fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
     assert!(toolhost(&fixture, &["check"]).status.success());
     std::fs::remove_file(fixture.ensembles().join("typed.toml")).expect("remove");
     let cache = fixture.root().join("cache");
-    let count = || {
-        std::fs::read_dir(&cache)
-            .expect("cache")
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
-            .count()
-    };
+    let count = || compiled_entries(&cache);
     assert_eq!(count(), 2);
     let mut serve = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .current_dir(fixture.root())
@@ -434,4 +417,13 @@ fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
     drop(serve.stdin.take());
     let _ = serve.wait();
     assert_eq!(count(), 1, "serve kept a component no ensemble uses");
+}
+
+/// The compiled components in the cache at `dir`.
+fn compiled_entries(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("cache")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count()
 }

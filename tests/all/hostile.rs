@@ -67,8 +67,17 @@ pub fn many_functions(count: u32) -> Vec<u8> {
         body.instruction(&Instruction::End);
         code.function(&body);
     }
+    functions_component(&types, &functions, &code)
+}
+
+/// A component of one core module made of these sections.
+fn functions_component(
+    types: &TypeSection,
+    functions: &FunctionSection,
+    code: &CodeSection,
+) -> Vec<u8> {
     let mut module = Module::new();
-    module.section(&types).section(&functions).section(&code);
+    module.section(types).section(functions).section(code);
     let mut component = Component::new();
     component.section(&ModuleSection(&module));
     component.finish()
@@ -87,11 +96,7 @@ pub fn huge_function(bytes: usize) -> Vec<u8> {
     }
     body.instruction(&Instruction::End);
     code.function(&body);
-    let mut module = Module::new();
-    module.section(&types).section(&functions).section(&code);
-    let mut component = Component::new();
-    component.section(&ModuleSection(&module));
-    component.finish()
+    functions_component(&types, &functions, &code)
 }
 
 /// A component that instantiates `instances` times a core module with one memory of

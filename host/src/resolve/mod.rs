@@ -1,12 +1,13 @@
 //! resolve: raw descriptors -> a [`Catalog`], in three steps split along their data.
 //!
-//! 1. [`draft`]: read an ensemble file and its invoker files, and check everything that needs
-//!    no engine: entries, limits and defaults, names with their prefix, `[grants]` and each
+//! 1. [`draft`]: read an ensemble file and its invoker files (entries written by `source`,
+//!    inline or flat: [`entries`]), and check everything that needs no engine: limits and
+//!    defaults, names with their prefix, `[grants]` and each
 //!    invoker's `[capabilities]` ([`grants`]), `[arguments]` schemas ([`schema`]),
 //!    `[ensemble.mcp]` settings.
 //! 2. [`bind`]: the only step that touches the runtime or MCP servers: load the components
 //!    the drafts name (or start the server and list its tools) and look each invoker's tool
-//!    up in what its backend offers.
+//!    up in what its backend offers; an ensemble without invokers gets one per tool offered.
 //! 3. [`CatalogBuilder`]: claim tool names across ensembles and build the catalog.
 //!
 //! Errors never stop the walk: every file is read and every problem becomes a [`Diagnostic`]
