@@ -79,7 +79,12 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
     write("wit/plugin.wit", PLUGIN_WIT)?;
     write(&format!("ensembles/{name}.toml"), &ensemble)?;
     make_executable(&root.join("build.sh"))?;
-    println!("wrote {} ({lang:?} plugin {name}); then:", root.display());
+    let language = match lang {
+        Lang::Rust => "Rust",
+        Lang::Python => "Python",
+        Lang::Js => "JavaScript",
+    };
+    println!("wrote {} (a {language} plugin); then:", root.display());
     println!("  cd {} && ./build.sh", root.display());
     println!("  toolhost --ensembles ensembles call {tool} '{{\"name\": \"Ada\"}}'");
     Ok(ExitCode::SUCCESS)
