@@ -117,6 +117,11 @@ async fn calls_cross_as_json_both_ways() {
         ok(&host.invoke(&s, "add", json!({"a": 2, "b": 40})).await),
         "42"
     );
+    // 2.0 is an integer to JSON Schema, and to the conversion.
+    assert_eq!(
+        ok(&host.invoke(&s, "add", json!({"a": 2.0, "b": 1})).await),
+        "3"
+    );
     // A returned string is the text as it is.
     assert_eq!(
         ok(&host

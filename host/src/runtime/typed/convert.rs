@@ -78,11 +78,19 @@ fn integer<T: TryFrom<i64> + TryFrom<u64>>(
     pointer: &str,
     wit: &str,
 ) -> Result<T, ConvertError> {
+    // JSON Schema counts 2.0 as an integer; so does the conversion, while it is exact.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
     let fits = match value {
         Value::Number(n) => n
             .as_i64()
             .and_then(|i| T::try_from(i).ok())
-            .or_else(|| n.as_u64().and_then(|u| T::try_from(u).ok())),
+            .or_else(|| n.as_u64().and_then(|u| T::try_from(u).ok()))
+            .or_else(|| {
+                let f = n
+                    .as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() <= EXACT)?;
+                T::try_from(f as i64).ok()
+            }),
         _ => None,
     };
     match fits {
