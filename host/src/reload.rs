@@ -241,14 +241,7 @@ impl Reloader {
     /// The components the ensembles name now, and those the catalog still runs (a kept
     /// previous version's): what the compile cache must keep.
     pub fn components_in_use(&self) -> HashSet<ComponentHash> {
-        let mut in_use = self.resolver.named_hashes();
-        let serving = self.catalog.snapshot();
-        in_use.extend(
-            serving
-                .all_tools()
-                .map(|t| ComponentHash(t.backend.source_hash().0)),
-        );
-        in_use
+        self.resolver.components_in_use(&self.catalog.snapshot())
     }
 
     /// Reloads when a component compiled in the background is ready (or failed), without

@@ -16,10 +16,7 @@ pub(crate) async fn prune(
     let runtime = settings.runtime()?;
     let resolver = toolhost::resolve::Resolver::new(runtime.clone());
     let resolved = resolver.resolve_dir(&settings.ensembles).await;
-    let mut in_use = resolver.named_hashes();
-    in_use.extend(
-        (resolved.catalog.all_tools()).map(|t| toolhost::runtime::ComponentHash(t.source_hash().0)),
-    );
+    let in_use = resolver.components_in_use(&resolved.catalog);
     let pruned = tokio::task::spawn_blocking(move || runtime.prune_cache(&in_use, keep))
         .await?
         .unwrap_or_default();

@@ -204,13 +204,21 @@ impl Resolver {
         Ok(outcomes)
     }
 
-    /// The hashes of the component files the last resolve read: what the ensembles name now
-    /// (for pruning the compile cache).
-    pub fn named_hashes(&self) -> std::collections::HashSet<ComponentHash> {
-        self.named_hashes
+    /// What the compile cache must keep: the component files the last resolve read (what
+    /// the ensembles name now), and the components `serving` still runs (a kept previous
+    /// version may run a file its ensemble no longer names).
+    pub fn components_in_use(&self, serving: &Catalog) -> std::collections::HashSet<ComponentHash> {
+        let mut in_use = self
+            .named_hashes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .clone();
+        in_use.extend(
+            serving
+                .all_tools()
+                .map(|t| ComponentHash(t.source_hash().0)),
+        );
+        in_use
     }
 
     async fn ensemble(
