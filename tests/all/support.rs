@@ -147,7 +147,9 @@ impl Fixture {
             "fixture did not load:\n{}",
             errors.join("\n")
         );
-        let audit = audit.map(|path| toolhost::audit::AuditLog::open(path).expect("audit log"));
+        let audit = audit.map(|path| {
+            toolhost::audit::AuditLog::open(path, Default::default()).expect("audit log")
+        });
         Host::new(Arc::new(LiveCatalog::new(resolved.catalog)), audit)
     }
 }

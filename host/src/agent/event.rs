@@ -51,6 +51,8 @@ pub enum Ending {
     IterationLimit,
     /// The provider failed (after its retries).
     Error,
+    /// The host began shutting down (a signal): no further model call was made.
+    ShutDown,
 }
 
 /// Where a run's events go. Called from the run's own task, in order.

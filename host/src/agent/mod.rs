@@ -147,6 +147,15 @@ impl Agent {
                     usage,
                 };
             }
+            // A host that is shutting down finishes its calls in flight but starts no new turn.
+            if self.host.is_draining() {
+                break RunOutcome {
+                    ending: Ending::ShutDown,
+                    text: "the host is shutting down; the conversation so far is kept".into(),
+                    iterations,
+                    usage,
+                };
+            }
             iterations += 1;
             let tools = self.tools(session);
             let request = ModelRequest {

@@ -1,19 +1,18 @@
-//! audit: one JSON line per call, appended to a file and written through at once. Arguments
-//! are stored with secrets redacted ([`redact`]: by key, and secret-shaped values anywhere);
+//! audit: one JSON line per call, appended to a file and written through at once ([`log`]:
+//! what happens when it cannot be written, reopening after rotation, fsync). Arguments are
+//! stored with secrets redacted ([`redact`]: by key, and secret-shaped values anywhere);
 //! results only as a size and a short, equally redacted summary; error texts redacted too.
 //! The file is the host user's alone (0600).
 
+mod log;
 mod redact;
 
+pub use log::{AuditError, AuditHealth, AuditLog, OnAuditError};
 pub use redact::{REDACTED, redact, redact_text, secret_key};
 
 use serde::Serialize;
 use serde_json::Value;
-use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 
 /// Result summaries are cut to this many characters.
 const SUMMARY_CHARS: usize = 200;
@@ -47,68 +46,6 @@ pub struct AuditRecord {
     pub deduplicated: bool,
     pub result_bytes: usize,
     pub summary: String,
-}
-
-/// Why the audit log could not be opened or written.
-#[derive(Debug, thiserror::Error)]
-#[error("audit log {path}: {source}")]
-pub struct AuditError {
-    pub path: PathBuf,
-    pub source: std::io::Error,
-}
-
-/// An append-only JSONL file.
-#[derive(Debug)]
-pub struct AuditLog {
-    path: PathBuf,
-    file: Mutex<File>,
-}
-
-impl AuditLog {
-    /// Opens (creating it and its directory if needed) the file at `path` for appending.
-    pub fn open(path: &Path) -> Result<Self, AuditError> {
-        let error = |source| AuditError {
-            path: path.to_path_buf(),
-            source,
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(error)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(error)?;
-        // An existing log others can read or write is made private: it holds who called what.
-        let mode = file.metadata().map_err(error)?.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                "the audit log {} could be read or written by others (mode {mode:04o}); it is now 0600",
-                path.display()
-            );
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .map_err(error)?;
-        }
-        Ok(AuditLog {
-            path: path.to_path_buf(),
-            file: Mutex::new(file),
-        })
-    }
-
-    /// Appends one record as one line, in a single write.
-    pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        let mut line = serde_json::to_vec(record).map_err(|e| AuditError {
-            path: self.path.clone(),
-            source: e.into(),
-        })?;
-        line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.write_all(&line).map_err(|source| AuditError {
-            path: self.path.clone(),
-            source,
-        })
-    }
 }
 
 /// `arguments`, redacted, or the start of them and their size when they are longer than

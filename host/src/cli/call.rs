@@ -17,6 +17,8 @@ pub(crate) async fn run(
     let outcome = host
         .invoke(&session, tool, Arguments::Text(arguments))
         .await;
+    // Synced, and a record the file refused printed on stderr rather than lost.
+    super::service::close_audit(&host);
     if json {
         let report = match &outcome.result {
             Ok(text) => serde_json::json!({

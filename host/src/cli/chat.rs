@@ -103,39 +103,52 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
     }
     let mut deny = chat.deny.clone();
     deny.extend(options.deny.iter().cloned());
+    let signals = super::service::Signals::install()?;
     let host = Arc::new(settings.host().await?);
+    let _sync = super::service::sync_audit(host.clone());
     let session = Arc::new(host.session(
         format!("chat-{}", std::process::id()),
         CallPolicy { allow, deny },
     ));
-    let agent = Agent::new(host, Arc::from(provider), approver, agent_options);
+    let agent = Agent::new(host.clone(), Arc::from(provider), approver, agent_options);
     let mut conversation = Conversation::new(options.system.clone().or(chat.system.clone()));
     conversation.push_user(prompt);
     let renderer = Renderer::new(options.json);
-    let code = loop {
-        let outcome = agent
-            .run(&mut conversation, &session, &|e| renderer.show(e))
-            .await;
-        match outcome {
-            Err(e) => {
-                if !options.json {
-                    eprintln!("error: {}", safe(&e.to_string()));
-                }
-                break ExitCode::from(1);
-            }
-            Ok(outcome) => match outcome.ending {
-                Ending::Question | Ending::Converse if interactive => {
-                    let reply = read_reply()?;
-                    if reply.is_empty() {
-                        break ExitCode::SUCCESS;
+    let chat = async {
+        loop {
+            let outcome = agent
+                .run(&mut conversation, &session, &|e| renderer.show(e))
+                .await;
+            match outcome {
+                Err(e) => {
+                    if !options.json {
+                        eprintln!("error: {}", safe(&e.to_string()));
                     }
-                    conversation.push_user(reply);
+                    break Ok(ExitCode::from(1));
                 }
-                Ending::IterationLimit | Ending::Error => break ExitCode::from(1),
-                _ => break ExitCode::SUCCESS,
-            },
+                Ok(outcome) => match outcome.ending {
+                    Ending::Question | Ending::Converse if interactive => {
+                        // Off the runtime's threads: a signal meanwhile still stops the run.
+                        let reply = tokio::task::spawn_blocking(read_reply).await??;
+                        if reply.is_empty() {
+                            break Ok(ExitCode::SUCCESS);
+                        }
+                        conversation.push_user(reply);
+                    }
+                    Ending::IterationLimit | Ending::Error => break Ok(ExitCode::from(1)),
+                    _ => break Ok(ExitCode::SUCCESS),
+                },
+            }
         }
     };
+    // On a signal the run stops once its calls in flight ended (or were cancelled).
+    let drain = super::service::drain_on_signal(host.clone(), signals, settings.drain_timeout);
+    let code: anyhow::Result<ExitCode> = tokio::select! {
+        code = chat => code,
+        report = drain => Ok(super::service::exit_code(report)),
+    };
+    super::service::close_audit(&host);
+    let code = code?;
     if let Some(path) = &options.transcript {
         let text = serde_json::to_string_pretty(&conversation)?;
         std::fs::write(path, text)
@@ -318,6 +331,7 @@ impl Renderer {
                     Ending::Completed | Ending::Converse => self.out(&format!("{}\n", safe(&text))),
                     Ending::Question => self.out(&format!("? {}\n", safe(&text))),
                     Ending::IterationLimit => eprintln!("error: {text}"),
+                    Ending::ShutDown => eprintln!("{text}"),
                     Ending::Error => {}
                 }
             }

@@ -19,15 +19,20 @@ pub(crate) const DEFAULT_MAX_SESSIONS: usize = 1000;
 /// An MCP session idle this long is closed (`[host] mcp-session-idle-s`).
 pub(crate) const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 
-/// Serves `router` on `listener` until `shutdown` completes.
-pub(crate) async fn serve(
+/// How long open connections get to finish their answers once `shutdown` completed.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// Serves `router` on `listener` until `shutdown` completes, then closes the connections:
+/// idle ones at once, the others when their answer is written (at most [`CLOSE_GRACE`]).
+pub(crate) async fn serve<T>(
     listener: TcpListener,
     router: axum::Router,
     max_connections: usize,
     header_timeout: Duration,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+    shutdown: impl Future<Output = T>,
+) -> std::io::Result<T> {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut warned = false;
     tokio::pin!(shutdown);
     loop {
@@ -41,7 +46,11 @@ pub(crate) async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            done = &mut shutdown => {
+                drop(listener);
+                let _ = tokio::time::timeout(CLOSE_GRACE, connections.shutdown()).await;
+                return Ok(done);
+            }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             if !warned {
@@ -56,15 +65,94 @@ pub(crate) async fn serve(
         warned = false;
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let watcher = connections.watcher();
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .with_upgrades();
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let connection = watcher.watch(connection);
             // A connection's failure (a client gone, a timeout) is the connection's alone.
             let _ = connection.await;
             drop(slot);
         });
+    }
+}
+
+/// The requests whose answers are still being written: counted from the request until its
+/// response body ends (or is dropped), so a shutdown can let the last answers go out before
+/// it closes the MCP sessions.
+#[derive(Default)]
+pub(crate) struct Answering {
+    open: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One request counted in [`Answering`] until it is dropped.
+struct Open(Arc<Answering>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if self
+            .0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// A response body that keeps its request counted until it ends.
+struct Counted {
+    body: axum::body::Body,
+    _open: Open,
+}
+
+impl http_body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Answering {
+    /// Middleware: counts `request` until its response body ends.
+    pub(crate) async fn count(
+        self: Arc<Self>,
+        request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let open = Open(self);
+        let response = next.run(request).await;
+        response.map(|body| axum::body::Body::new(Counted { body, _open: open }))
+    }
+
+    /// Resolves when no counted request is open.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.open.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 }

@@ -4,7 +4,10 @@
 //! Exit codes: 0 success; 1 the work failed (`check` found errors, `call` ended in a typed
 //! error, `chat` hit its iteration limit or its provider failed); 2 the command line was
 //! wrong; 3 the host could not start (bad `toolhost.toml`, unreadable ensembles directory,
-//! unusable cache directory, `chat` without a model or a key).
+//! unusable cache directory, `chat` without a model or a key); 4 a shutdown (SIGTERM,
+//! SIGINT) had to cancel calls at its drain deadline; 128 + N a second signal N ended it at
+//! once (130 for SIGINT, 143 for SIGTERM). A first signal whose drain cancelled nothing
+//! exits 0. The README's table says the same.
 
 mod cache;
 mod call;
@@ -13,19 +16,19 @@ mod check;
 mod describe;
 mod http;
 mod list;
+mod logging;
 mod new;
 mod progress;
 mod serve;
+mod service;
 mod settings;
 mod status;
 mod terminal;
 
 use clap::{Parser, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use toolhost::mcp::log::LogRelay;
-use tracing_subscriber::Layer;
 
 /// A host for LLM tools: sandboxed WebAssembly components behind validated, deduplicated calls.
 #[derive(Debug, Parser)]
@@ -56,6 +59,15 @@ pub(crate) struct Cli {
     /// More log output on stderr (-v: info, -vv: debug, including plugins' stdout/stderr).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// How log lines on stderr are written: text, or one JSON object per line.
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLHOST_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,7 +177,7 @@ pub(crate) fn main() -> ExitCode {
         let code = toolhost::runtime::worker_main(memory_mib, cpu_seconds);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
-    let logs = init_logging(cli.verbose);
+    let logs = logging::init(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -176,13 +188,17 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    match runtime.block_on(run(cli, logs)) {
+    let code = match runtime.block_on(run(cli, logs)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(3)
         }
-    }
+    };
+    // The work is done: tasks still running are dropped, and a thread blocked reading stdin
+    // (an MCP client that keeps it open) must not keep the process alive.
+    runtime.shutdown_background();
+    code
 }
 
 async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
@@ -235,33 +251,4 @@ fn value_or_stdin(value: &str, what: &str) -> anyhow::Result<String> {
         .read_to_string(&mut text)
         .with_context(|| format!("cannot read {what} from stdin"))?;
     Ok(text)
-}
-
-/// Logs go to stderr (stdout carries results and, under `serve`, the MCP protocol), and to
-/// the returned relay, which `serve` forwards to MCP sessions.
-fn init_logging(verbose: u8) -> LogRelay {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let default = match verbose {
-        0 => "warn,toolhost::runtime=info",
-        1 => "info",
-        _ => "debug,cranelift=info,wasmtime=info",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .with_filter(filter);
-    let relay = LogRelay::default();
-    // The relay sees host and plugin events down to info; each session filters further.
-    let relayed = relay
-        .clone()
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-    tracing_subscriber::registry()
-        .with(stderr)
-        .with(relayed)
-        .init();
-    relay
 }

@@ -1,6 +1,10 @@
 //! `toolhost serve`: the catalog over MCP (stdio by default, streamable HTTP with `--http`),
-//! with hot reload (unless `--no-watch`) and a status file for `toolhost status`.
+//! with hot reload (unless `--no-watch`; SIGHUP reloads either way), a status file for
+//! `toolhost status`, and the shutdown of `service` on SIGTERM / SIGINT. Over HTTP, `/healthz`
+//! and `/readyz` answer probes.
 
+use super::http::Answering;
+use super::service::{self, AbortOnDrop, Signals};
 use super::settings::Settings;
 use anyhow::{Context, bail};
 use axum::extract::Request;
@@ -15,7 +19,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use toolhost::invoke::Host;
+use std::time::Duration;
+use toolhost::invoke::{DrainReport, Host};
 use toolhost::mcp::McpServer;
 use toolhost::mcp::log::LogRelay;
 use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
@@ -33,6 +38,10 @@ pub(crate) async fn run(
     options: ServeOptions,
     logs: LogRelay,
 ) -> anyhow::Result<ExitCode> {
+    // Caught before anything else: a signal while the host loads waits for the drain (or,
+    // SIGHUP, for the reload), instead of ending the process.
+    let signals = Signals::install()?;
+    let hangup = service::catch_hangup()?;
     let token = match &options.token_env {
         Some(var) => Some(
             std::env::var(var)
@@ -62,14 +71,23 @@ pub(crate) async fn run(
         reloader.watch(DEFAULT_DEBOUNCE)?
     };
     let _prune = prune_cache(reloader.clone(), runtime.clone(), settings.cache_keep);
-    let _status = settings
-        .status_file
-        .as_ref()
-        .map(|path| super::status::publish(reloader.clone(), runtime.clone(), path.clone()));
-    match &options.http {
-        None => serve_stdio(host, logs).await,
-        Some(address) => serve_http(host, logs, address, token, settings.http).await,
-    }
+    let _status = settings.status_file.as_ref().map(|path| {
+        super::status::publish(
+            reloader.clone(),
+            runtime.clone(),
+            host.clone(),
+            path.clone(),
+        )
+    });
+    let _hangup = service::reload_on_hangup(hangup, reloader.clone(), host.clone());
+    let _sync = service::sync_audit(host.clone());
+    let drain = service::drain_on_signal(host.clone(), signals, settings.drain_timeout);
+    let code = match &options.http {
+        None => serve_stdio(host.clone(), logs, drain).await,
+        Some(address) => serve_http(host.clone(), logs, address, token, settings.http, drain).await,
+    };
+    service::close_audit(&host);
+    code
 }
 
 /// Keeps the compile cache to what the ensembles use (and the `keep` most recently used of
@@ -104,21 +122,26 @@ fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> A
     }))
 }
 
-/// Aborts its task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// How long the MCP layer gets, after the drain, to write the answers of the last calls.
+const ANSWER_GRACE: Duration = Duration::from_secs(3);
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-async fn serve_stdio(host: Arc<Host>, logs: LogRelay) -> anyhow::Result<ExitCode> {
+/// One MCP session over stdin/stdout, until the client closes stdin or a signal's drain ends
+/// (stdin may stay open: the session is ended from this side).
+async fn serve_stdio(
+    host: Arc<Host>,
+    logs: LogRelay,
+    drain: impl Future<Output = DrainReport>,
+) -> anyhow::Result<ExitCode> {
     let id = format!("mcp-stdio-{}", std::process::id());
     let server = McpServer::new(host, id).with_logs(logs);
-    let signal = shutdown_signal();
+    tokio::pin!(drain);
+    service::notify(&[sd_notify::NotifyState::Ready]);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
-    let service = match server.serve(rmcp::transport::stdio()).await {
+    let started = tokio::select! {
+        started = server.serve(rmcp::transport::stdio()) => started,
+        report = &mut drain => return Ok(service::exit_code(report)),
+    };
+    let service = match started {
         Ok(service) => service,
         // The client went away before it said hello: nothing to serve, nothing wrong.
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
@@ -126,13 +149,21 @@ async fn serve_stdio(host: Arc<Host>, logs: LogRelay) -> anyhow::Result<ExitCode
         }
         Err(e) => return Err(e).context("the MCP session did not start"),
     };
+    let session = service.cancellation_token();
+    let waiting = service.waiting();
+    tokio::pin!(waiting);
     tokio::select! {
-        result = service.waiting() => {
+        result = &mut waiting => {
             result.context("the MCP session failed")?;
+            Ok(ExitCode::SUCCESS)
         }
-        () = signal => {}
+        report = &mut drain => {
+            // rmcp writes the answers of handlers that already finished before it closes.
+            session.cancel();
+            let _ = tokio::time::timeout(ANSWER_GRACE, waiting).await;
+            Ok(service::exit_code(report))
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve_http(
@@ -141,6 +172,7 @@ async fn serve_http(
     address: &str,
     token: Option<String>,
     limits: super::settings::HttpLimits,
+    drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
     let address: SocketAddr = address
         .parse()
@@ -161,7 +193,7 @@ async fn serve_http(
         config = config.with_allowed_hosts(hosts);
     }
     let cancel = config.cancellation_token.clone();
-    let factory = McpServer::factory(host, Some(logs), "mcp-http");
+    let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http");
     // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
     // refused (`guard`).
     let mut sessions = LocalSessionManager::default();
@@ -174,21 +206,57 @@ async fn serve_http(
         max_sessions: limits.max_sessions,
         opening: AtomicUsize::new(0),
     });
-    let router =
-        axum::Router::new()
-            .nest_service("/mcp", service)
-            .layer(axum::middleware::from_fn(move |request, next| {
-                let guard_state = guard_state.clone();
-                async move { guard(&guard_state, request, next).await }
-            }));
-    let signal = shutdown_signal();
+    // Probes come from kubelets and load balancers, which carry no token: they are outside
+    // the guard, and say nothing but whether this host serves.
+    let ready = host.clone();
+    // Tool calls are POSTs, answered on their own response stream: counted until it ends.
+    let answering = Arc::new(Answering::default());
+    let counted = answering.clone();
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(move |request, next| {
+            let guard_state = guard_state.clone();
+            async move { guard(&guard_state, request, next).await }
+        }))
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let counted = counted.clone();
+                async move {
+                    if request.method() == axum::http::Method::POST {
+                        counted.count(request, next).await
+                    } else {
+                        next.run(request).await
+                    }
+                }
+            },
+        ))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let draining = ready.is_draining();
+                async move {
+                    if draining {
+                        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                    } else {
+                        (StatusCode::OK, "ready\n")
+                    }
+                }
+            }),
+        );
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
+    service::notify(&[sd_notify::NotifyState::Ready]);
+    // Connections are still taken while the calls in flight drain (their answers, `/readyz`
+    // saying 503); once the last answers are written the MCP sessions close, and so do the
+    // connections.
     let shutdown = async move {
-        signal.await;
+        let report = drain.await;
+        let _ = tokio::time::timeout(ANSWER_GRACE, answering.idle()).await;
         cancel.cancel();
+        report
     };
-    super::http::serve(
+    let report = super::http::serve(
         listener,
         router,
         limits.max_connections,
@@ -197,7 +265,7 @@ async fn serve_http(
     )
     .await
     .context("the HTTP server failed")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(service::exit_code(report))
 }
 
 /// What every HTTP request is checked against.
@@ -272,29 +340,6 @@ fn is_local_origin(origin: &str) -> bool {
             Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
         )
     })
-}
-
-/// Ctrl-C (SIGINT) or SIGTERM. The handlers are installed when this is called, not when the
-/// future is first polled, so a signal that comes right after the server says it is ready
-/// still stops it cleanly instead of killing it.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let terminate = signal(SignalKind::terminate());
-    let interrupt = signal(SignalKind::interrupt());
-    async move {
-        let wait = |signal: std::io::Result<tokio::signal::unix::Signal>| async move {
-            match signal {
-                Ok(mut signal) => {
-                    signal.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            () = wait(terminate) => {}
-            () = wait(interrupt) => {}
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use toolhost::audit::AuditLog;
+use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile};
@@ -30,6 +30,10 @@ pub(crate) struct Settings {
     /// Compiled components no ensemble uses that the cache keeps.
     pub(crate) cache_keep: usize,
     pub(crate) audit: Option<PathBuf>,
+    /// What happens while the audit log cannot be written.
+    pub(crate) on_audit_error: OnAuditError,
+    /// How long a shutdown waits for calls in flight.
+    pub(crate) drain_timeout: Duration,
     pub(crate) status_file: Option<PathBuf>,
     pub(crate) max_instances: u32,
     /// How components are compiled and bounded, and how long `describe()` may take.
@@ -162,8 +166,13 @@ impl Settings {
         let keep_resident = host
             .keep_resident_mib
             .map_or(0, |v| (v.get() as usize) << 20);
+        let drain_timeout = host
+            .drain_timeout_s
+            .map_or(DEFAULT_DRAIN_TIMEOUT, |v| Duration::from_secs(v.get()));
         Ok(Settings {
             keep_resident,
+            on_audit_error: host.on_audit_error.unwrap_or_default(),
+            drain_timeout,
             ensembles,
             cache_dir,
             cache_keep,
@@ -224,7 +233,7 @@ impl Settings {
     pub(crate) fn audit_log(&self) -> anyhow::Result<Option<AuditLog>> {
         match &self.audit {
             Some(path) => Ok(Some(
-                AuditLog::open(path).context("cannot open the audit log")?,
+                AuditLog::open(path, self.on_audit_error).context("cannot open the audit log")?,
             )),
             None => Ok(None),
         }
@@ -260,6 +269,10 @@ fn default_status_file() -> Option<PathBuf> {
         })?;
     Some(base.join("toolhost/status.json"))
 }
+
+/// How long a shutdown waits for calls in flight, by default: well inside the 30 s Kubernetes
+/// gives a pod between SIGTERM and SIGKILL, and systemd's 90 s.
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Compiled components no ensemble uses that the cache keeps, by default: a few rebuilds to
 /// go back to without compiling again.

@@ -1,5 +1,6 @@
 //! `toolhost status`: what a running `toolhost serve` loaded, when, with which component
-//! hashes, and what it refused. `serve` publishes this to the status file after every reload.
+//! hashes, what it refused, and the audit log's state. `serve` publishes this to the status
+//! file after every reload, and when the audit log's state changes.
 
 use super::settings::Settings;
 use anyhow::Context;
@@ -7,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use toolhost::audit::AuditHealth;
+use toolhost::invoke::Host;
 use toolhost::reload::{ReloadStatus, Reloader};
 use toolhost::runtime::{CompileProgress, Runtime};
 
@@ -19,18 +22,38 @@ struct Published {
     /// Compiles in progress when this was written.
     #[serde(default)]
     compiles: Vec<CompileProgress>,
+    /// The audit log's path and state, when one is configured.
+    #[serde(default)]
+    audit: Option<PublishedAudit>,
 }
 
-/// Writes the status now and after every reload (and every second while a compile runs),
-/// until the returned task is dropped.
+#[derive(Serialize, Deserialize, PartialEq)]
+struct PublishedAudit {
+    path: PathBuf,
+    #[serde(flatten)]
+    health: AuditHealth,
+}
+
+/// How often the audit log's state is looked at for a change worth publishing.
+const AUDIT_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Writes the status now, after every reload (and every second while a compile runs), and
+/// when the audit log's state changed, until the returned task is dropped.
 pub(crate) fn publish(
     reloader: Arc<Reloader>,
     runtime: Arc<Runtime>,
+    host: Arc<Host>,
     path: PathBuf,
-) -> tokio::task::JoinHandle<()> {
+) -> super::service::AbortOnDrop {
     use tokio::sync::broadcast::error::RecvError;
     let mut changes = reloader.subscribe();
-    tokio::spawn(async move {
+    let audit = move || {
+        host.audit_log().map(|log| PublishedAudit {
+            path: log.path().to_path_buf(),
+            health: log.health(),
+        })
+    };
+    super::service::AbortOnDrop(tokio::spawn(async move {
         loop {
             let compiles = runtime.compiles();
             let compiling = !compiles.is_empty();
@@ -40,14 +63,27 @@ pub(crate) fn publish(
                     .unwrap_or_else(|_| reloader.dir().to_path_buf()),
                 status: reloader.status(),
                 compiles,
+                audit: audit(),
             };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
             }
+            // Until a reload, a compile's progress or a change of the audit log's state.
+            let audit_changed = async {
+                loop {
+                    tokio::time::sleep(AUDIT_LOOK_EVERY).await;
+                    if audit() != published.audit {
+                        return;
+                    }
+                }
+            };
             let change = async {
-                match changes.recv().await {
-                    Ok(_) | Err(RecvError::Lagged(_)) => true,
-                    Err(RecvError::Closed) => false,
+                tokio::select! {
+                    received = changes.recv() => match received {
+                        Ok(_) | Err(RecvError::Lagged(_)) => true,
+                        Err(RecvError::Closed) => false,
+                    },
+                    () = audit_changed => true,
                 }
             };
             let going_on = if compiling {
@@ -61,7 +97,7 @@ pub(crate) fn publish(
                 return;
             }
         }
-    })
+    }))
 }
 
 fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
@@ -101,7 +137,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
-        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles });
+        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
@@ -151,6 +187,23 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+        }
+        if let Some(audit) = &published.audit {
+            let health = &audit.health;
+            match &health.error {
+                None => println!(
+                    "audit log {}: ok ({} lost)",
+                    audit.path.display(),
+                    health.lost
+                ),
+                Some(error) => println!(
+                    "audit log {}: cannot be written ({}); {} record(s) held, {} lost",
+                    audit.path.display(),
+                    super::terminal::safe(error),
+                    health.held,
+                    health.lost
+                ),
+            }
         }
         for refused in &status.refused {
             let what = if refused.kept_previous {

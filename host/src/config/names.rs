@@ -246,6 +246,10 @@ bounded!(
     HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000
 );
 bounded!(
+    /// `[host] drain-timeout-s`: how long a shutdown waits for calls in flight, 0 s to an hour.
+    DrainTimeoutS, "drain-timeout-s", 0, 3600
+);
+bounded!(
     /// `[chat] max-response-mib`: the most one model answer may bring, 1 MiB to 4 GiB.
     MaxResponseMib, "max-response-mib", 1, 4096
 );

@@ -3,11 +3,12 @@
 
 use super::names::{
     Access, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds, CompileMemoryMib,
-    CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, EnsembleName, EnvVarName, GuestPath,
-    HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts, MaxComponentMib, MaxConcurrency,
-    MaxConcurrentCalls, MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes,
-    MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxTokens,
-    MaxTools, McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
+    CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, DrainTimeoutS, EnsembleName,
+    EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts, MaxComponentMib,
+    MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations, MaxMcpSessions,
+    MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes,
+    MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs,
+    TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -237,6 +238,12 @@ pub struct HostSection {
     pub max_http_connections: Option<MaxHttpConnections>,
     /// How long a connection may take to send a request's headers (default 10000).
     pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
+    /// How long a shutdown (SIGTERM, SIGINT) waits for calls in flight before cancelling
+    /// them (default 20).
+    pub drain_timeout_s: Option<DrainTimeoutS>,
+    /// What happens while the audit log cannot be written: `refuse` calls (the default) or
+    /// `continue` and count what is lost.
+    pub on_audit_error: Option<crate::audit::OnAuditError>,
 }
 
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read

@@ -29,8 +29,11 @@ pub enum ErrorKind {
     /// host ran out of a pooled resource for a moment; worth trying again shortly.
     Busy,
     /// The host could not give the call what it needs (its sandbox: a granted directory is
-    /// gone); an operator has to fix it, retrying does not help.
+    /// gone, its audit log refuses writes) or is shutting down; an operator has to fix it, or
+    /// the call goes to another host.
     Unavailable,
+    /// The host shut down before the call finished (its drain deadline passed).
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -47,6 +50,7 @@ impl ErrorKind {
             ErrorKind::ToolError => "tool-error",
             ErrorKind::Busy => "busy",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

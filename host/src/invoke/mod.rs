@@ -9,26 +9,30 @@
 //! - [`Host::run`]: dedup (single-flight, per session) -> the invoker's admission gate -> the
 //!   tool's backend -> audit. Or [`Host::refuse`], which audits the call as refused.
 //!
-//! [`Host::invoke`] is both in one. Every failure is a typed [`CallError`]; none of them ends
-//! the host. The backend runs the call (a component in a fresh instance, or an imported MCP
+//! [`Host::invoke`] is both in one. [`Host::shutdown`] drains: no new call runs, the calls in
+//! flight finish or are cancelled at a deadline (`drain`). Every failure is a typed
+//! [`CallError`]; none of them ends the host. The backend runs the call (a component in a fresh instance, or an imported MCP
 //! server); this module never asks which.
 
 mod dedup;
+mod drain;
 mod error;
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
     canonical_json,
 };
+pub use drain::DrainReport;
 pub use error::{CallError, ErrorKind, Violation};
 
-use crate::audit::{self, AuditLog, AuditRecord};
+use crate::audit::{self, AuditLog, AuditRecord, OnAuditError};
 use crate::backend::BackendCall;
 use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::config::DedupMode;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// The arguments of a call, as text (checked here) or as a value already parsed.
 #[derive(Debug, Clone)]
@@ -144,12 +148,13 @@ impl PreparedCall {
     }
 }
 
-/// The host's calling side: the live catalog, the audit log, and the dedup budget its
-/// sessions share.
+/// The host's calling side: the live catalog, the audit log, the dedup budget its sessions
+/// share, and the calls in flight (for a shutdown).
 pub struct Host {
     catalog: Arc<LiveCatalog>,
     audit: Option<AuditLog>,
     dedup: Arc<DedupBudget>,
+    drain: drain::Drain,
 }
 
 impl Host {
@@ -158,7 +163,26 @@ impl Host {
             catalog,
             audit,
             dedup: Arc::default(),
+            drain: drain::Drain::default(),
         }
+    }
+
+    /// The audit log, if one is configured.
+    pub fn audit_log(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
+    /// Shuts the calling side down: no new call runs (each is refused as `unavailable` and
+    /// audited), the calls in flight get until `deadline` to finish, and those still running
+    /// then end as `cancelled` (audited). Returns when no call is in flight. Called again
+    /// (a second signal) with a shorter deadline, it cancels sooner.
+    pub async fn shutdown(&self, deadline: Duration) -> DrainReport {
+        self.drain.shutdown(deadline).await
+    }
+
+    /// True once [`Host::shutdown`] began.
+    pub fn is_draining(&self) -> bool {
+        self.drain.is_draining()
     }
 
     /// The same host with the sessions' dedup memory bounded by `budget`.
@@ -238,11 +262,53 @@ impl Host {
 
     /// Runs a prepared call: answered from the session's dedup memory if an identical call
     /// succeeded (or is in flight), else through the invoker's admission gate on its backend.
+    /// A host that is shutting down refuses the call, and so does a host whose audit log
+    /// refuses writes under `on-audit-error = "refuse"`; both refusals are audited.
     pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
-        let run = run_on_backend(&call.tool, &call.arguments, &session.id);
+        let Some(_in_flight) = self.drain.enter() else {
+            let error = CallError::new(
+                ErrorKind::Unavailable,
+                "the host is shutting down and takes no new calls; try again on another host or after it restarts",
+            );
+            return self.refuse(session, call, error);
+        };
+        if let Some(log) = &self.audit
+            && log.policy() == OnAuditError::Refuse
+            && let Err(e) = log.writable()
+        {
+            let error = CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{e}; calls are refused until the audit log can be written (on-audit-error = \"refuse\")"
+                ),
+            );
+            return self.refuse(session, call, error);
+        }
+        let run = async {
+            tokio::select! {
+                result = run_on_backend(&call.tool, &call.arguments, &session.id) => result,
+                () = self.drain.cancelled() => {
+                    self.drain.count_cancelled();
+                    Err(CallError::new(
+                        ErrorKind::Cancelled,
+                        format!(
+                            "tool `{}` was cancelled: the host shut down before the call finished",
+                            call.tool.name
+                        ),
+                    ))
+                }
+            }
+        };
+        // Whatever is logged during the call carries these (`--log-format json`).
+        let span = tracing::info_span!(
+            "call",
+            session = %session.id,
+            tool = %call.tool.name,
+            ensemble = %call.tool.ensemble
+        );
         let (result, deduplicated) = match call.key {
-            Some(key) => session.dedup.run(key, run).await,
-            None => (run.await, false),
+            Some(key) => session.dedup.run(key, run).instrument(span).await,
+            None => (run.instrument(span).await, false),
         };
         let outcome = CallOutcome {
             tool: call.tool.name.clone(),
@@ -306,9 +372,8 @@ impl Host {
             result_bytes: bytes,
             summary,
         };
-        if let Err(e) = log.append(&record) {
-            tracing::error!("{e}");
-        }
+        // A record the file refuses is held and written later; the log says so itself, once.
+        let _ = log.append(&record);
     }
 }
 

@@ -1,0 +1,386 @@
+//! The audit file: one JSON line per call, each written with its own `write(2)` as the call
+//! ends (before its result reaches the caller), so a crash of the host loses no record it
+//! wrote. `fsync` is the caller's: `serve` syncs once a second when something was written,
+//! on reopen and at shutdown, so a power loss can lose about the last second.
+//!
+//! A record that cannot be written (a full disk, a file gone read-only) is held in memory, up
+//! to [`MAX_HELD_BYTES`], and written first as soon as the file takes writes again; past that
+//! bound records are counted as lost. What the host does meanwhile is the operator's policy,
+//! [`OnAuditError`]: refuse calls (the default) or go on serving. [`AuditLog::reopen`] opens
+//! the path anew after `logrotate` moved the file.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Records held in memory while the file refuses writes, at most (in bytes of JSON lines).
+pub const MAX_HELD_BYTES: usize = 4 << 20;
+
+/// What the host does while its audit log cannot be written (`[host] on-audit-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnAuditError {
+    /// Calls are refused (`unavailable`) until the log takes writes again; nothing runs
+    /// that the log does not record.
+    #[default]
+    Refuse,
+    /// Calls go on; records that cannot be held are counted as lost (in `status`).
+    Continue,
+}
+
+/// Why the audit log could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+#[error("audit log {path}: {source}")]
+pub struct AuditError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// The state of the audit log, for `status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHealth {
+    /// Records held in memory, waiting for the file to take writes.
+    pub held: usize,
+    /// Records lost because the file refused writes and the memory bound was reached.
+    pub lost: u64,
+    /// The last write error, while the file refuses writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An append-only JSONL file.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    policy: OnAuditError,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    file: File,
+    held: VecDeque<Vec<u8>>,
+    held_bytes: usize,
+    lost: u64,
+    error: Option<String>,
+    /// A failed write left part of a line in the file: the next write starts a new line.
+    torn: bool,
+    /// Written since the last fsync.
+    unsynced: bool,
+}
+
+impl AuditLog {
+    /// Opens (creating it and its directory if needed) the file at `path` for appending.
+    pub fn open(path: &Path, policy: OnAuditError) -> Result<Self, AuditError> {
+        let file = open_file(path).map_err(|source| AuditError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            policy,
+            inner: Mutex::new(Inner {
+                file,
+                held: VecDeque::new(),
+                held_bytes: 0,
+                lost: 0,
+                error: None,
+                torn: false,
+                unsynced: false,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn policy(&self) -> OnAuditError {
+        self.policy
+    }
+
+    /// Appends one record as one line.
+    pub fn append(&self, record: &super::AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_vec(record).map_err(|e| AuditError {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        line.push(b'\n');
+        self.append_line(line)
+    }
+
+    /// Appends one line, after any held ones. When the file refuses it, the line is held (or
+    /// counted as lost past [`MAX_HELD_BYTES`]) and the error returned; the first failure and
+    /// the recovery are logged once each, not once per record.
+    pub(crate) fn append_line(&self, line: Vec<u8>) -> Result<(), AuditError> {
+        let mut inner = self.lock();
+        let written = inner.write_held().and_then(|()| inner.write_line(&line));
+        match written {
+            Ok(()) => {
+                self.recovered(&mut inner);
+                Ok(())
+            }
+            Err(source) => {
+                inner.hold(line);
+                Err(self.failed(&mut inner, source))
+            }
+        }
+    }
+
+    /// Ok when the file takes writes: held records are written first. Under
+    /// [`OnAuditError::Refuse`] a call runs only after this said Ok.
+    pub fn writable(&self) -> Result<(), AuditError> {
+        let mut inner = self.lock();
+        if inner.held.is_empty() {
+            return Ok(());
+        }
+        match inner.write_held() {
+            Ok(()) => {
+                self.recovered(&mut inner);
+                Ok(())
+            }
+            Err(source) => Err(self.failed(&mut inner, source)),
+        }
+    }
+
+    /// Opens the path anew (after `logrotate` moved the file) and writes the held records
+    /// there. On failure the old file stays in use.
+    pub fn reopen(&self) -> Result<(), AuditError> {
+        let error = |source| AuditError {
+            path: self.path.clone(),
+            source,
+        };
+        let file = open_file(&self.path).map_err(error)?;
+        let mut inner = self.lock();
+        let old = std::mem::replace(&mut inner.file, file);
+        inner.torn = false;
+        // The moved file keeps what was written to it; make it durable before letting go.
+        if inner.unsynced {
+            let _ = old.sync_data();
+        }
+        inner.unsynced = false;
+        if !inner.held.is_empty() {
+            match inner.write_held() {
+                Ok(()) => self.recovered(&mut inner),
+                Err(source) => return Err(self.failed(&mut inner, source)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes what was written durable (`fdatasync`), if anything was written since the last
+    /// time. The lock is not held across the sync: calls go on meanwhile.
+    pub fn sync(&self) -> Result<(), AuditError> {
+        let file = {
+            let mut inner = self.lock();
+            if !inner.unsynced {
+                return Ok(());
+            }
+            inner.unsynced = false;
+            inner.file.try_clone()
+        };
+        file.and_then(|f| f.sync_data())
+            .map_err(|source| AuditError {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Records held and lost, and the last error while writes fail.
+    pub fn health(&self) -> AuditHealth {
+        let inner = self.lock();
+        AuditHealth {
+            held: inner.held.len(),
+            lost: inner.lost,
+            error: inner.error.clone(),
+        }
+    }
+
+    /// At shutdown: writes the held records if the file takes them, syncs, and hands back
+    /// the lines that still could not be written (the caller prints them to stderr, the
+    /// last place they can go).
+    pub fn close(&self) -> Vec<Vec<u8>> {
+        let _ = self.writable();
+        if let Err(e) = self.sync() {
+            tracing::error!("{e}");
+        }
+        let mut inner = self.lock();
+        inner.held_bytes = 0;
+        inner.held.drain(..).collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn failed(&self, inner: &mut Inner, source: std::io::Error) -> AuditError {
+        if inner.error.is_none() {
+            tracing::error!(
+                "the audit log {} cannot be written: {source}; records are held in memory \
+                 (up to {} MiB) and {}",
+                self.path.display(),
+                MAX_HELD_BYTES >> 20,
+                match self.policy {
+                    OnAuditError::Refuse =>
+                        "calls are refused until it can (on-audit-error = \"refuse\")",
+                    OnAuditError::Continue => "calls go on (on-audit-error = \"continue\")",
+                }
+            );
+        }
+        inner.error = Some(source.to_string());
+        AuditError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn recovered(&self, inner: &mut Inner) {
+        if inner.error.take().is_some() {
+            tracing::warn!(
+                "the audit log {} takes writes again; held records were written ({} lost in all)",
+                self.path.display(),
+                inner.lost
+            );
+        }
+    }
+}
+
+impl Inner {
+    /// Writes the held lines, oldest first, stopping at the first failure.
+    fn write_held(&mut self) -> std::io::Result<()> {
+        while let Some(line) = self.held.pop_front() {
+            if let Err(e) = self.write_line(&line) {
+                self.held.push_front(line);
+                return Err(e);
+            }
+            self.held_bytes -= line.len();
+        }
+        Ok(())
+    }
+
+    /// One line in as few writes as the kernel allows; a failure part-way marks the line torn.
+    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if self.torn {
+            write_counted(&mut self.file, b"\n").map_err(|(_, e)| e)?;
+            self.torn = false;
+        }
+        self.unsynced = true;
+        write_counted(&mut self.file, line).map_err(|(written, e)| {
+            self.torn = written > 0;
+            e
+        })
+    }
+
+    fn hold(&mut self, line: Vec<u8>) {
+        if self.held_bytes + line.len() > MAX_HELD_BYTES {
+            self.lost += 1;
+            return;
+        }
+        self.held_bytes += line.len();
+        self.held.push_back(line);
+    }
+}
+
+/// Writes all of `bytes`, or says how many were written before the error.
+fn write_counted(file: &mut File, bytes: &[u8]) -> Result<(), (usize, std::io::Error)> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match file.write(&bytes[written..]) {
+            Ok(0) => return Err((written, std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((written, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Opens `path` for appending, creating it (0600) and its directory. An existing regular file
+/// that others can read or write is made private: it holds who called what.
+fn open_file(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if metadata.is_file() && mode & 0o077 != 0 {
+        tracing::warn!(
+            "the audit log {} could be read or written by others (mode {mode:04o}); it is now 0600",
+            path.display()
+        );
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_full_device_holds_records_and_a_reopen_writes_them_in_order() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink("/dev/full", &path).expect("link");
+        let log = AuditLog::open(&path, OnAuditError::Refuse).expect("open");
+        assert!(log.append_line(b"{\"n\":1}\n".to_vec()).is_err());
+        assert!(log.append_line(b"{\"n\":2}\n".to_vec()).is_err());
+        assert!(log.writable().is_err());
+        let health = log.health();
+        assert_eq!((health.held, health.lost), (2, 0));
+        assert!(health.error.is_some_and(|e| e.contains("No space")));
+        // Space comes back: the path now names a real file.
+        std::fs::remove_file(&path).expect("unlink");
+        log.reopen().expect("reopen");
+        log.writable().expect("writable");
+        log.append_line(b"{\"n\":3}\n".to_vec()).expect("append");
+        assert_eq!(lines(&path), ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
+        assert_eq!(log.health(), AuditHealth::default());
+        log.sync().expect("sync");
+    }
+
+    #[test]
+    fn records_past_the_memory_bound_are_counted_lost() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink("/dev/full", &path).expect("link");
+        let log = AuditLog::open(&path, OnAuditError::Continue).expect("open");
+        let line = vec![b'x'; 1 << 20];
+        for _ in 0..6 {
+            let _ = log.append_line(line.clone());
+        }
+        let health = log.health();
+        assert_eq!((health.held, health.lost), (4, 2));
+        assert_eq!(log.close().len(), 4);
+    }
+
+    #[test]
+    fn a_device_that_is_not_a_regular_file_keeps_its_mode() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink("/dev/null", &path).expect("link");
+        let before = std::fs::metadata("/dev/null").expect("meta").permissions();
+        AuditLog::open(&path, OnAuditError::Refuse).expect("open");
+        assert_eq!(
+            std::fs::metadata("/dev/null").expect("meta").permissions(),
+            before
+        );
+    }
+}

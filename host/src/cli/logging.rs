@@ -1,0 +1,155 @@
+//! Logging on stderr (stdout carries results and, under `serve`, the MCP protocol): text by
+//! default, or one JSON object per line with `--log-format json` / `TOOLHOST_LOG_FORMAT=json`
+//! for log shippers; and the relay that `serve` forwards to MCP sessions.
+//!
+//! A JSON line has `time` (RFC 3339, UTC), `level`, `target` and `message`, the event's own
+//! fields, and the fields of the spans it happened in: `session`, `tool` and `ensemble` for
+//! anything logged during a call, `invoker` and `session` on a plugin's own lines.
+
+use serde_json::{Map, Value};
+use std::io::{IsTerminal, Write};
+use toolhost::mcp::log::LogRelay;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// For people: one line per event, coloured on a terminal.
+    #[default]
+    Text,
+    /// For log shippers: one JSON object per line.
+    Json,
+}
+
+/// Installs the stderr logger and returns the relay for MCP sessions.
+pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let default = match verbose {
+        0 => "warn,toolhost::runtime=info",
+        1 => "info",
+        _ => "debug,cranelift=info,wasmtime=info",
+    };
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+    };
+    let (text, json) = match format {
+        LogFormat::Text => (
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_target(false)
+                    .with_filter(filter()),
+            ),
+            None,
+        ),
+        LogFormat::Json => (None, Some(JsonLines.with_filter(filter()))),
+    };
+    let relay = LogRelay::default();
+    // The relay sees host and plugin events down to info; each session filters further.
+    let relayed = relay
+        .clone()
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing_subscriber::registry()
+        .with(text)
+        .with(json)
+        .with(relayed)
+        .init();
+    relay
+}
+
+/// Writes each event as one JSON object on one line of stderr.
+struct JsonLines;
+
+/// A span's or an event's fields, as JSON.
+#[derive(Default)]
+struct Fields(Map<String, Value>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_string(),
+            Value::String(format!("{value:?}")),
+        );
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0
+            .insert(field.name().to_string(), Value::String(value.to_string()));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().to_string(), value.into());
+    }
+}
+
+impl<S> Layer<S> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
+        let mut fields = Fields::default();
+        attributes.record(&mut fields);
+        if let Some(span) = context.span(id) {
+            span.extensions_mut().insert(fields);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, context: Context<'_, S>) {
+        if let Some(span) = context.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<Fields>()
+        {
+            values.record(fields);
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
+        let metadata = event.metadata();
+        let mut line = Map::new();
+        line.insert(
+            "time".into(),
+            humantime::format_rfc3339_millis(std::time::SystemTime::now())
+                .to_string()
+                .into(),
+        );
+        line.insert("level".into(), metadata.level().as_str().into());
+        line.insert("target".into(), metadata.target().into());
+        // Outer spans first: an inner span's field, then the event's own, win.
+        if let Some(scope) = context.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(fields) = span.extensions().get::<Fields>() {
+                    line.extend(fields.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        line.extend(fields.0);
+        line.entry("message").or_insert_with(|| "".into());
+        let Ok(mut bytes) = serde_json::to_vec(&Value::Object(line)) else {
+            return;
+        };
+        bytes.push(b'\n');
+        // One write per line: lines from several threads do not interleave.
+        let _ = std::io::stderr().lock().write_all(&bytes);
+    }
+}

@@ -1,0 +1,149 @@
+//! Draining: a host that is shutting down takes no new calls, lets the calls in flight finish
+//! up to a deadline, and cancels what is left, each ending in a `cancelled` outcome that is
+//! audited like any other. Every caller (MCP over stdio or HTTP, the agent loop) shuts down
+//! through [`super::Host::shutdown`].
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How long cancelled calls get to end (and be audited) once the deadline passed. A call
+/// ends at once when cancelled; this bounds only a backend that would not let go.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// The calls in flight, and whether new ones are taken.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+    /// Woken when the last call in flight ends.
+    idle: Notify,
+    /// Cancelled at the deadline: every call in flight ends as `cancelled`.
+    cancel: CancellationToken,
+    cancelled: AtomicUsize,
+}
+
+/// One call counted in flight until it is dropped.
+pub(crate) struct InFlight<'a>(&'a Drain);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// What a shutdown found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DrainReport {
+    /// Calls in flight when the shutdown began.
+    pub in_flight: usize,
+    /// Of those (and of any that joined them through dedup), the ones cancelled at the
+    /// deadline.
+    pub cancelled: usize,
+}
+
+impl Drain {
+    /// Counts a call in flight, or `None` once the host is draining. Counted before the
+    /// check, so a shutdown that has begun sees every call that passed it.
+    pub(crate) fn enter(&self) -> Option<InFlight<'_>> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let entered = InFlight(self);
+        (!self.draining.load(Ordering::SeqCst)).then_some(entered)
+    }
+
+    /// Resolves when calls in flight must end.
+    pub(crate) async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+
+    /// Counts one call that ended because it was cancelled.
+    pub(crate) fn count_cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Stops taking calls, waits for those in flight up to `deadline`, then cancels the rest
+    /// and waits for them to end. A second shutdown (a second signal) with a shorter deadline
+    /// cancels sooner; both return when no call is in flight.
+    pub(crate) async fn shutdown(&self, deadline: Duration) -> DrainReport {
+        self.draining.store(true, Ordering::SeqCst);
+        let in_flight = self.in_flight.load(Ordering::SeqCst);
+        if tokio::time::timeout(deadline, self.idle()).await.is_err() {
+            self.cancel.cancel();
+            if tokio::time::timeout(CANCEL_GRACE, self.idle())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    "{} call(s) did not end within {CANCEL_GRACE:?} of being cancelled",
+                    self.in_flight.load(Ordering::SeqCst)
+                );
+            }
+        }
+        DrainReport {
+            in_flight,
+            cancelled: self.cancelled.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Resolves when no call is in flight.
+    async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the count is read: an end between the two still wakes us.
+            idle.as_mut().enable();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_call_is_taken_once_draining_and_idle_hosts_drain_at_once() {
+        let drain = Drain::default();
+        let call = drain.enter().expect("taken before the shutdown");
+        drop(call);
+        let report = drain.shutdown(Duration::from_secs(3600)).await;
+        assert_eq!(report, DrainReport::default());
+        assert!(drain.enter().is_none());
+    }
+
+    #[tokio::test]
+    async fn calls_past_the_deadline_are_cancelled() {
+        let drain = std::sync::Arc::new(Drain::default());
+        let running = {
+            let drain = drain.clone();
+            let (entered, taken) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move {
+                let _call = drain.enter().expect("taken");
+                let _ = entered.send(());
+                drain.cancelled().await;
+                drain.count_cancelled();
+            });
+            taken.await.expect("entered");
+            task
+        };
+        let report = drain.shutdown(Duration::from_millis(10)).await;
+        assert_eq!(
+            report,
+            DrainReport {
+                in_flight: 1,
+                cancelled: 1
+            }
+        );
+        running.await.expect("ended");
+    }
+}
