@@ -38,6 +38,8 @@
 //! audit     one JSON line per call, secrets redacted, written through; records the file
 //!           refuses held (bounded) and written first when it takes writes again; reopened
 //!           after rotation
+//! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
+//!           set at each scrape; the Prometheus text format
 //! tls       the rustls crypto provider every HTTPS client of the host uses
 //! ```
 //!
@@ -60,6 +62,7 @@ pub mod catalog;
 pub mod config;
 pub mod invoke;
 pub mod mcp;
+pub mod metrics;
 pub mod provider;
 pub mod reload;
 pub mod resolve;

@@ -19,6 +19,7 @@ mod mcp;
 mod mcp_import;
 mod mcp_list;
 mod memory;
+mod metrics;
 mod network;
 mod plugins;
 mod props;

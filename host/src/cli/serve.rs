@@ -63,7 +63,12 @@ pub(crate) async fn run(
             refused.errors.len()
         );
     }
-    let host = Arc::new(settings.host_over(reloader.catalog().clone())?);
+    let metrics = Arc::new(toolhost::metrics::Metrics::new()?);
+    let host = Arc::new(
+        settings
+            .host_over(reloader.catalog().clone())?
+            .with_metrics(metrics),
+    );
     // Without watching, components compiled in the background still join when ready.
     let _watch = if options.no_watch {
         reloader.follow_compiles()
@@ -84,7 +89,14 @@ pub(crate) async fn run(
     let drain = service::drain_on_signal(host.clone(), signals, settings.drain_timeout);
     let code = match &options.http {
         None => serve_stdio(host.clone(), logs, drain).await,
-        Some(address) => serve_http(host.clone(), logs, address, token, settings.http, drain).await,
+        Some(address) => {
+            let scrape = Scrape {
+                host: host.clone(),
+                reloader: reloader.clone(),
+                runtime: runtime.clone(),
+            };
+            serve_http(scrape, logs, address, token, settings.http, drain).await
+        }
     };
     service::close_audit(&host);
     code
@@ -166,8 +178,41 @@ async fn serve_stdio(
     }
 }
 
-async fn serve_http(
+/// What `/metrics` reads its gauges from when it is scraped.
+struct Scrape {
     host: Arc<Host>,
+    reloader: Arc<Reloader>,
+    runtime: Arc<Runtime>,
+}
+
+impl Scrape {
+    /// Every metric, gauges set to what they are now.
+    fn render(&self) -> String {
+        let Some(metrics) = self.host.metrics() else {
+            return String::new();
+        };
+        let pool = self.runtime.pool();
+        metrics.instances_in_use.set(pool.in_use as i64);
+        metrics.instances_waiting.set(pool.waiting as i64);
+        metrics.instances_capacity.set(pool.capacity as i64);
+        let status = self.reloader.status();
+        metrics.catalog_generation.set(status.generation as i64);
+        metrics.refused_ensembles.set(status.refused.len() as i64);
+        metrics
+            .catalog_tools
+            .set(self.reloader.catalog().snapshot().tools().count() as i64);
+        if let Some(log) = self.host.audit_log() {
+            let health = log.health();
+            metrics.audit_held.set(health.held as i64);
+            metrics.audit_lost.set(health.lost as i64);
+        }
+        metrics.draining.set(i64::from(self.host.is_draining()));
+        metrics.render()
+    }
+}
+
+async fn serve_http(
+    scrape: Scrape,
     logs: LogRelay,
     address: &str,
     token: Option<String>,
@@ -193,6 +238,7 @@ async fn serve_http(
         config = config.with_allowed_hosts(hosts);
     }
     let cancel = config.cancellation_token.clone();
+    let host = scrape.host.clone();
     let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http");
     // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
     // refused (`guard`).
@@ -212,8 +258,21 @@ async fn serve_http(
     // Tool calls are POSTs, answered on their own response stream: counted until it ends.
     let answering = Arc::new(Answering::default());
     let counted = answering.clone();
+    let scrape = Arc::new(scrape);
     let router = axum::Router::new()
         .nest_service("/mcp", service)
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let scrape = scrape.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        scrape.render(),
+                    )
+                }
+            }),
+        )
         .layer(axum::middleware::from_fn(move |request, next| {
             let guard_state = guard_state.clone();
             async move { guard(&guard_state, request, next).await }

@@ -29,6 +29,7 @@ use crate::audit::{self, AuditLog, AuditRecord, OnAuditError};
 use crate::backend::BackendCall;
 use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::config::DedupMode;
+use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,6 +156,7 @@ pub struct Host {
     audit: Option<AuditLog>,
     dedup: Arc<DedupBudget>,
     drain: drain::Drain,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Host {
@@ -164,7 +166,19 @@ impl Host {
             audit,
             dedup: Arc::default(),
             drain: drain::Drain::default(),
+            metrics: None,
         }
+    }
+
+    /// The same host counting every call that ends in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The metrics calls are counted in, if any.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
     }
 
     /// The audit log, if one is configured.
@@ -238,7 +252,7 @@ impl Host {
                 deduplicated: false,
                 duration: started.elapsed(),
             };
-            self.audit(session, found.map(|t| t.as_ref()), arguments, &outcome);
+            self.record(session, found.map(|t| t.as_ref()), arguments, &outcome);
             outcome
         };
         match (
@@ -316,7 +330,7 @@ impl Host {
             deduplicated,
             duration: call.started.elapsed(),
         };
-        self.audit(session, Some(&call.tool), Some(&call.arguments), &outcome);
+        self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
     }
 
@@ -329,17 +343,28 @@ impl Host {
             deduplicated: false,
             duration: Duration::ZERO,
         };
-        self.audit(session, Some(&call.tool), Some(&call.arguments), &outcome);
+        self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
     }
 
-    fn audit(
+    /// Counts the call in the metrics and appends its audit record.
+    fn record(
         &self,
         session: &Session,
         tool: Option<&Tool>,
         arguments: Option<&Value>,
         outcome: &CallOutcome,
     ) {
+        if let Some(metrics) = &self.metrics {
+            let kind = outcome.result.as_ref().err().map(|e| e.kind);
+            metrics.call(
+                tool.map(|t| t.name.as_str()),
+                kind.map_or("ok", ErrorKind::as_str),
+                outcome.duration.as_secs_f64(),
+                outcome.deduplicated,
+                kind == Some(ErrorKind::InvalidArguments) && tool.is_some(),
+            );
+        }
         let Some(log) = &self.audit else { return };
         let (outcome_name, error, bytes, summary) = match &outcome.result {
             Ok(text) => (

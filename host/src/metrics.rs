@@ -1,0 +1,176 @@
+//! metrics: what the host counts for Prometheus (`GET /metrics` of `serve --http`): calls by
+//! tool and outcome, their durations, dedup hits and validation failures, counted as each
+//! call ends; gauges the caller sets when it is scraped (the instance pool, the catalog, the
+//! audit log). Text format, from the `prometheus` crate.
+//!
+//! Tool names become label values only for tools of the catalog: a call of an unknown tool is
+//! counted under the tool `""`, so callers cannot grow the label set with made-up names.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Buckets of the call duration histogram, in seconds: from a dedup hit to a minute-long call.
+const DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The host's metrics and the registry they are encoded from.
+pub struct Metrics {
+    registry: Registry,
+    calls: IntCounterVec,
+    durations: HistogramVec,
+    dedup_hits: IntCounterVec,
+    validation_failures: IntCounterVec,
+    /// Set at each scrape.
+    pub instances_in_use: IntGauge,
+    pub instances_waiting: IntGauge,
+    pub instances_capacity: IntGauge,
+    pub catalog_generation: IntGauge,
+    pub catalog_tools: IntGauge,
+    pub refused_ensembles: IntGauge,
+    pub audit_held: IntGauge,
+    pub audit_lost: IntGauge,
+    pub draining: IntGauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Fails only if a metric's name or labels were malformed (they are constants here).
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
+        let gauge = |name: &str, help: &str| {
+            let metric = IntGauge::new(name, help)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
+        let calls = counter(
+            "toolhost_calls_total",
+            "Calls that ended, by tool and outcome (ok or the error kind).",
+            &["tool", "outcome"],
+        )?;
+        let dedup_hits = counter(
+            "toolhost_dedup_hits_total",
+            "Calls answered from an identical earlier call's result, by tool.",
+            &["tool"],
+        )?;
+        let validation_failures = counter(
+            "toolhost_validation_failures_total",
+            "Calls whose arguments were refused (malformed, against the schema, or by the tool itself), by tool.",
+            &["tool"],
+        )?;
+        let durations = HistogramVec::new(
+            HistogramOpts::new(
+                "toolhost_call_duration_seconds",
+                "How long calls took, from their arrival to their result, by tool.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["tool"],
+        )?;
+        registry.register(Box::new(durations.clone()))?;
+        Ok(Metrics {
+            calls,
+            durations,
+            dedup_hits,
+            validation_failures,
+            instances_in_use: gauge(
+                "toolhost_instances_in_use",
+                "Instances of the pool running a call now.",
+            )?,
+            instances_waiting: gauge(
+                "toolhost_instances_waiting",
+                "Calls waiting for an instance of the pool.",
+            )?,
+            instances_capacity: gauge(
+                "toolhost_instances_capacity",
+                "Instances the pool has (max-concurrent-calls).",
+            )?,
+            catalog_generation: gauge(
+                "toolhost_catalog_generation",
+                "The catalog's version: 0 at start, one more per reload.",
+            )?,
+            catalog_tools: gauge("toolhost_catalog_tools", "Tools the catalog serves now.")?,
+            refused_ensembles: gauge(
+                "toolhost_refused_ensembles",
+                "Ensemble files the last reload refused (their previous version may serve).",
+            )?,
+            audit_held: gauge(
+                "toolhost_audit_records_held",
+                "Audit records held in memory because the audit file refuses writes.",
+            )?,
+            audit_lost: gauge(
+                "toolhost_audit_records_lost",
+                "Audit records lost since start: the file refused them past the memory bound.",
+            )?,
+            draining: gauge(
+                "toolhost_draining",
+                "1 once a shutdown began: no new calls are taken.",
+            )?,
+            registry,
+        })
+    }
+
+    /// Counts one call that ended. `tool` is `None` for a tool the catalog does not have.
+    pub fn call(
+        &self,
+        tool: Option<&str>,
+        outcome: &str,
+        seconds: f64,
+        deduplicated: bool,
+        invalid: bool,
+    ) {
+        let tool = tool.unwrap_or("");
+        self.calls.with_label_values(&[tool, outcome]).inc();
+        self.durations.with_label_values(&[tool]).observe(seconds);
+        if deduplicated {
+            self.dedup_hits.with_label_values(&[tool]).inc();
+        }
+        if invalid {
+            self.validation_failures.with_label_values(&[tool]).inc();
+        }
+    }
+
+    /// Every metric in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut text = Vec::new();
+        // Encoding into memory fails only for metrics the registry would not have taken.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut text);
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_counted_by_tool_and_outcome_and_unknown_tools_share_one_label() {
+        let metrics = Metrics::new().expect("metrics");
+        metrics.call(Some("echo"), "ok", 0.001, false, false);
+        metrics.call(Some("echo"), "ok", 0.0001, true, false);
+        metrics.call(Some("echo"), "invalid-arguments", 0.0, false, true);
+        metrics.call(None, "unknown-tool", 0.0, false, false);
+        metrics.call(None, "unknown-tool", 0.0, false, false);
+        let text = metrics.render();
+        for line in [
+            "toolhost_calls_total{outcome=\"ok\",tool=\"echo\"} 2",
+            "toolhost_calls_total{outcome=\"invalid-arguments\",tool=\"echo\"} 1",
+            "toolhost_calls_total{outcome=\"unknown-tool\",tool=\"\"} 2",
+            "toolhost_dedup_hits_total{tool=\"echo\"} 1",
+            "toolhost_validation_failures_total{tool=\"echo\"} 1",
+            "toolhost_call_duration_seconds_count{tool=\"echo\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+    }
+}

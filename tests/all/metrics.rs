@@ -1,0 +1,166 @@
+//! `GET /metrics` of `serve --http`: the Prometheus text format, calls counted by tool and
+//! outcome as MCP clients make them, the gauges of the pool, the catalog and the audit log,
+//! and the same token rule as `/mcp`.
+
+use crate::mcp::HttpServer;
+use crate::support::{Fixture, ensemble};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+fn fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "calc.toml",
+        &ensemble(
+            "calc",
+            "calculator",
+            "[[invokers]]\ninvoker = { name = \"calculate\" }\n",
+        ),
+    );
+    fixture
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn scrape(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut request = reqwest::Client::new().get(url.replace("/mcp", "/metrics"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("GET /metrics");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_counted_by_tool_and_outcome_and_gauges_are_current() {
+    let fixture = fixture();
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            server.url.clone(),
+        ))
+        .await
+        .expect("MCP session");
+    let call = |tool: &'static str, arguments: Value| {
+        let Value::Object(arguments) = arguments else {
+            unreachable!()
+        };
+        client.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+    };
+    call("echo", json!({"n": 1})).await.expect("call");
+    // The same call again: a dedup hit.
+    call("echo", json!({"n": 1})).await.expect("call");
+    call("calculate", json!({"expression": 5}))
+        .await
+        .expect("call");
+    for n in 0..3 {
+        call("no_such_tool", json!({"n": n})).await.expect("call");
+    }
+    let (status, page) = scrape(&server.url, None).await;
+    assert_eq!(status, 200);
+    let value = |series: &str| sample(&page, series).unwrap_or_else(|| panic!("{series}:\n{page}"));
+    assert_eq!(
+        value("toolhost_calls_total{outcome=\"ok\",tool=\"echo\"}"),
+        2.0
+    );
+    assert_eq!(value("toolhost_dedup_hits_total{tool=\"echo\"}"), 1.0);
+    assert_eq!(
+        value("toolhost_calls_total{outcome=\"invalid-arguments\",tool=\"calculate\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("toolhost_validation_failures_total{tool=\"calculate\"}"),
+        1.0
+    );
+    // Made-up names share one label: callers cannot grow the page.
+    assert_eq!(
+        value("toolhost_calls_total{outcome=\"unknown-tool\",tool=\"\"}"),
+        3.0
+    );
+    assert!(!page.contains("no_such_tool"));
+    assert_eq!(
+        value("toolhost_call_duration_seconds_count{tool=\"echo\"}"),
+        2.0
+    );
+    assert_eq!(value("toolhost_catalog_tools"), 2.0);
+    assert_eq!(value("toolhost_catalog_generation"), 0.0);
+    assert_eq!(value("toolhost_refused_ensembles"), 0.0);
+    assert_eq!(value("toolhost_instances_in_use"), 0.0);
+    assert!(value("toolhost_instances_capacity") >= 1.0);
+    assert_eq!(value("toolhost_audit_records_lost"), 0.0);
+    assert_eq!(value("toolhost_draining"), 0.0);
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_token_when_mcp_does() {
+    let fixture = fixture();
+    let server = HttpServer::start(
+        &fixture,
+        &["--token-env", "METRICS_TEST_TOKEN"],
+        &[("METRICS_TEST_TOKEN", "s3cret-token")],
+    );
+    assert_eq!(scrape(&server.url, None).await.0, 401);
+    assert_eq!(scrape(&server.url, Some("wrong")).await.0, 401);
+    let (status, page) = scrape(&server.url, Some("s3cret-token")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("# TYPE toolhost_catalog_tools gauge"),
+        "{page}"
+    );
+    // Probes stay open: kubelets carry no token.
+    let health = reqwest::get(server.url.replace("/mcp", "/healthz"))
+        .await
+        .expect("healthz");
+    assert_eq!(health.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_the_audit_file_refuses_show_as_held() {
+    let fixture = fixture();
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n[host]\non-audit-error = \"continue\"\n",
+    )
+    .expect("toolhost.toml");
+    let audit = fixture.root().join("full.jsonl");
+    std::os::unix::fs::symlink("/dev/full", &audit).expect("link");
+    let server = HttpServer::start(
+        &fixture,
+        &[],
+        &[("TOOLHOST_AUDIT", audit.to_str().expect("path"))],
+    );
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            server.url.clone(),
+        ))
+        .await
+        .expect("MCP session");
+    let Value::Object(arguments) = json!({"n": 1}) else {
+        unreachable!()
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new("echo").with_arguments(arguments))
+        .await
+        .expect("call");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let (_, page) = scrape(&server.url, None).await;
+    assert_eq!(
+        sample(&page, "toolhost_audit_records_held"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "toolhost_audit_records_lost"),
+        Some(0.0),
+        "{page}"
+    );
+    client.cancel().await.expect("close");
+}
