@@ -276,8 +276,12 @@ fn calls(c: &mut Criterion) {
             .expect("audit");
     let catalog = Arc::new(LiveCatalog::new(resolved.catalog));
     let host = Host::new(catalog.clone(), Some(audit));
-    // The same catalog without an audit log, to show what the audit write costs.
-    let quiet = Host::new(catalog, None);
+    // The same catalog without an audit log, to show what the audit write costs; and with
+    // metrics (as `serve` counts every call), to show what counting costs.
+    let quiet = Host::new(catalog.clone(), None);
+    let metered = Host::new(catalog, None).with_metrics(Arc::new(
+        toolhost::metrics::Metrics::new().expect("metrics"),
+    ));
     let bare = bare::Bare::new(toolhost_testkit::ECHO, "echo");
     let arguments = json!({"text": "hello"});
     let text = arguments.to_string();
@@ -307,6 +311,15 @@ fn calls(c: &mut Criterion) {
         b.iter(|| {
             let outcome =
                 rt.block_on(quiet.invoke(&quiet_session, "dedup_echo", arguments.clone()));
+            assert!(outcome.deduplicated);
+        })
+    });
+    let metered_session = Session::new("bench-metered");
+    rt.block_on(metered.invoke(&metered_session, "dedup_echo", arguments.clone()));
+    group.bench_function("dedup_hit_without_audit_with_metrics", |b| {
+        b.iter(|| {
+            let outcome =
+                rt.block_on(metered.invoke(&metered_session, "dedup_echo", arguments.clone()));
             assert!(outcome.deduplicated);
         })
     });

@@ -1,6 +1,6 @@
 //! `GET /metrics` of `serve --http`: the Prometheus text format, calls counted by tool and
 //! outcome as MCP clients make them, the gauges of the pool, the catalog and the audit log,
-//! and the same token rule as `/mcp`.
+//! and the same token rule as `/mcp`; `/readyz` while the first load compiles.
 
 use crate::mcp::HttpServer;
 use crate::support::{Fixture, ensemble};
@@ -163,4 +163,46 @@ async fn records_the_audit_file_refuses_show_as_held() {
         "{page}"
     );
     client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_while_the_first_load_compiles_then_ready() {
+    let fixture = fixture();
+    // A component whose compile runs for its whole CPU bound (2 s), then is refused.
+    std::fs::write(
+        fixture.root().join("hog.wasm"),
+        crate::hostile::register_hog(20_000, 20_000),
+    )
+    .expect("hog");
+    fixture.write(
+        "hog.toml",
+        &ensemble("hog", "hog", "[[invokers]]\ninvoker = { name = \"hog\" }\n"),
+    );
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n[host]\ncompile-cpu-seconds = 2\n",
+    )
+    .expect("toolhost.toml");
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let probe = |path: &str| {
+        let url = server.url.replace("/mcp", path);
+        async move { reqwest::get(url).await.expect("probe").status().as_u16() }
+    };
+    assert_eq!(
+        probe("/readyz").await,
+        503,
+        "ready before the first load ended"
+    );
+    assert_eq!(probe("/healthz").await, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while probe("/readyz").await != 200 {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, page) = scrape(&server.url, None).await;
+    assert_eq!(
+        sample(&page, "toolhost_refused_ensembles"),
+        Some(1.0),
+        "{page}"
+    );
 }

@@ -94,6 +94,7 @@ pub(crate) async fn run(
                 host: host.clone(),
                 reloader: reloader.clone(),
                 runtime: runtime.clone(),
+                loaded: std::sync::atomic::AtomicBool::new(false),
             };
             serve_http(scrape, logs, address, token, settings.http, drain).await
         }
@@ -178,14 +179,33 @@ async fn serve_stdio(
     }
 }
 
-/// What `/metrics` reads its gauges from when it is scraped.
+/// What `/metrics` reads its gauges from when it is scraped, and `/readyz` its answer.
 struct Scrape {
     host: Arc<Host>,
     reloader: Arc<Reloader>,
     runtime: Arc<Runtime>,
+    /// Set once the first load's compiles have all ended: later reloads keep serving the
+    /// previous versions while they compile, so they do not make the host unready.
+    loaded: std::sync::atomic::AtomicBool,
 }
 
 impl Scrape {
+    /// Ready once the first load ended (every component it named compiled, or refused) and
+    /// until a shutdown begins.
+    fn ready(&self) -> bool {
+        if self.host.is_draining() {
+            return false;
+        }
+        if self.loaded.load(Ordering::SeqCst) {
+            return true;
+        }
+        let loaded = self.reloader.status().loading.is_empty();
+        if loaded {
+            self.loaded.store(true, Ordering::SeqCst);
+        }
+        loaded
+    }
+
     /// Every metric, gauges set to what they are now.
     fn render(&self) -> String {
         let Some(metrics) = self.host.metrics() else {
@@ -254,11 +274,11 @@ async fn serve_http(
     });
     // Probes come from kubelets and load balancers, which carry no token: they are outside
     // the guard, and say nothing but whether this host serves.
-    let ready = host.clone();
+    let scrape = Arc::new(scrape);
+    let ready = scrape.clone();
     // Tool calls are POSTs, answered on their own response stream: counted until it ends.
     let answering = Arc::new(Answering::default());
     let counted = answering.clone();
-    let scrape = Arc::new(scrape);
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .route(
@@ -293,14 +313,14 @@ async fn serve_http(
         .route(
             "/readyz",
             axum::routing::get(move || {
-                let draining = ready.is_draining();
-                async move {
-                    if draining {
-                        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-                    } else {
-                        (StatusCode::OK, "ready\n")
-                    }
-                }
+                let answer = if ready.host.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                } else if ready.ready() {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+                };
+                async move { answer }
             }),
         );
     // Tests and scripts read this line to learn the port when they asked for port 0.
