@@ -621,25 +621,25 @@ fn the_shipped_systemd_unit_verifies() {
         .expect("systemd-analyze (Debian's systemd, which scripts/test-tools.sh installs)");
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success() && said.trim().is_empty(), "{said}");
-    // The example toolhost.toml it points at is one this host accepts.
+    // The example toolhost.toml it points at is one this host accepts (its ensembles
+    // directory and cache replaced by a fixture's).
+    let fixture = Fixture::new();
+    fixture.write_echo();
     let example = root.join("deploy/systemd/toolhost.toml");
     let check = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .arg("--config")
         .arg(&example)
-        .args([
-            "--ensembles",
-            root.join("ensembles").to_str().expect("path"),
-        ])
-        .args([
-            "--cache-dir",
-            crate::support::cache_dir().to_str().expect("path"),
-        ])
+        .arg("--ensembles")
+        .arg(fixture.ensembles())
+        .arg("--cache-dir")
+        .arg(crate::support::cache_dir())
         .arg("check")
         .output()
         .expect("check");
     assert!(
         check.status.success(),
-        "{}",
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
 }
@@ -736,4 +736,18 @@ fn sigterm_during_chat_lets_the_tool_call_finish_and_stops_the_run() {
     assert_eq!(records[0]["outcome"], "ok");
     // The run stopped: the model was not asked again after the call.
     assert_eq!(server.requests().len(), 1, "{said}");
+}
+
+#[test]
+fn a_client_that_closes_stdin_mid_call_ends_the_host_and_the_call_is_audited() {
+    let fixture = fixture("drain-timeout-s = 3600");
+    let mut served = Served::start(&fixture, &["--no-watch"], &[]);
+    served.initialize();
+    served.call("count", json!({"path": "/data/runs", "sleep_ms": 100000}));
+    wait_until("the call to start", || runs(&fixture) == 1);
+    drop(served.stdin.take());
+    assert_eq!(served.exit().code(), Some(0), "{}", served.stderr());
+    let records = audit(&fixture);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["outcome"], "cancelled");
 }

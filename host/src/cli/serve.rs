@@ -146,7 +146,7 @@ async fn serve_stdio(
     drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
     let id = format!("mcp-stdio-{}", std::process::id());
-    let server = McpServer::new(host, id).with_logs(logs);
+    let server = McpServer::new(host.clone(), id).with_logs(logs);
     tokio::pin!(drain);
     service::notify(&[sd_notify::NotifyState::Ready]);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
@@ -167,6 +167,9 @@ async fn serve_stdio(
     tokio::pin!(waiting);
     tokio::select! {
         result = &mut waiting => {
+            // The client closed stdin: no answer can reach it any more. rmcp gave the calls
+            // in flight a few seconds; the ones still running end now, as `cancelled`.
+            host.shutdown(Duration::ZERO).await;
             result.context("the MCP session failed")?;
             Ok(ExitCode::SUCCESS)
         }
