@@ -155,19 +155,23 @@ impl AuditLog {
             source,
         };
         let file = open_file(&self.path).map_err(error)?;
-        let mut inner = self.lock();
-        let old = std::mem::replace(&mut inner.file, file);
-        inner.torn = false;
-        // The moved file keeps what was written to it; make it durable before letting go.
-        if inner.unsynced {
-            let _ = old.sync_data();
-        }
-        inner.unsynced = false;
-        if !inner.held.is_empty() {
-            match inner.write_held() {
-                Ok(()) => self.recovered(&mut inner),
-                Err(source) => return Err(self.failed(&mut inner, source)),
+        let (old, unsynced) = {
+            let mut inner = self.lock();
+            let old = std::mem::replace(&mut inner.file, file);
+            inner.torn = false;
+            let unsynced = std::mem::replace(&mut inner.unsynced, false);
+            if !inner.held.is_empty() {
+                match inner.write_held() {
+                    Ok(()) => self.recovered(&mut inner),
+                    Err(source) => return Err(self.failed(&mut inner, source)),
+                }
             }
+            (old, unsynced)
+        };
+        // The moved file keeps what was written to it: durable before it is let go, outside
+        // the lock so that calls go on meanwhile.
+        if unsynced {
+            let _ = old.sync_data();
         }
         Ok(())
     }

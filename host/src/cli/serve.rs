@@ -193,12 +193,8 @@ struct Scrape {
 }
 
 impl Scrape {
-    /// Ready once the first load ended (every component it named compiled, or refused) and
-    /// until a shutdown begins.
-    fn ready(&self) -> bool {
-        if self.host.is_draining() {
-            return false;
-        }
+    /// True once the first load ended: every component it named compiled, or was refused.
+    fn loaded(&self) -> bool {
         if self.loaded.load(Ordering::SeqCst) {
             return true;
         }
@@ -318,7 +314,7 @@ async fn serve_http(
             axum::routing::get(move || {
                 let answer = if ready.host.is_draining() {
                     (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-                } else if ready.ready() {
+                } else if ready.loaded() {
                     (StatusCode::OK, "ready\n")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "loading\n")

@@ -171,13 +171,19 @@ pub(crate) fn reload_on_hangup(
                 NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Status("reloading")),
             ]);
             if let Some(log) = host.audit_log() {
-                match log.reopen() {
-                    Ok(()) => {
-                        tracing::info!("SIGHUP: reopened the audit log {}", log.path().display())
-                    }
-                    Err(e) => tracing::error!(
+                let path = log.path().display().to_string();
+                // Opening and syncing touch the disk: off the async threads.
+                let reopening = host.clone();
+                let reopened = tokio::task::spawn_blocking(move || {
+                    reopening.audit_log().map_or(Ok(()), |log| log.reopen())
+                })
+                .await;
+                match reopened {
+                    Ok(Ok(())) => tracing::info!("SIGHUP: reopened the audit log {path}"),
+                    Ok(Err(e)) => tracing::error!(
                         "SIGHUP: cannot reopen the audit log, still writing to the old file: {e}"
                     ),
+                    Err(e) => tracing::error!("SIGHUP: reopening the audit log failed: {e}"),
                 }
             }
             let change = reloader.reload().await;
