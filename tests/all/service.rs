@@ -565,7 +565,8 @@ fn json_log_lines_parse_and_carry_the_call() {
     let fixture = fixture("");
     let testbed = "[[invokers]]\ninvoker = { name = \"log\" }\n";
     fixture.write("talk.toml", &ensemble("talk", "testbed", testbed));
-    let mut served = Served::start(&fixture, &["--no-watch", "--log-format", "json", "-v"], &[]);
+    // At the default level: the call's fields come with every line, whatever its level.
+    let mut served = Served::start(&fixture, &["--no-watch", "--log-format", "json"], &[]);
     served.initialize();
     let id = served.call("log", json!({"message": "hello from the plugin"}));
     assert!(!result_text(&served.response(id)).1);

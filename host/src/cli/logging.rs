@@ -13,6 +13,7 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::Layer;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -50,7 +51,20 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
             ),
             None,
         ),
-        LogFormat::Json => (None, Some(JsonLines.with_filter(filter()))),
+        // The `call` span always: its fields go on every line logged during a call, whatever
+        // the level of the line.
+        LogFormat::Json => (
+            None,
+            Some(
+                JsonLines.with_filter(filter().or(tracing_subscriber::filter::filter_fn(
+                    |metadata| {
+                        metadata.is_span()
+                            && metadata.name() == "call"
+                            && metadata.target() == "toolhost::invoke"
+                    },
+                ))),
+            ),
+        ),
     };
     let relay = LogRelay::default();
     // The relay sees host and plugin events down to info; each session filters further.
