@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use toolhost::invoke::{OwnedCounted, Tally};
 
 /// How long a connection may take to send a request's headers.
 pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,38 +80,26 @@ pub(crate) async fn serve<T>(
     }
 }
 
-/// The requests whose answers are still being written: counted from the request until its
-/// response body ends (or is dropped), so a shutdown can let the last answers go out before
-/// it closes the MCP sessions.
-#[derive(Default)]
-pub(crate) struct Answering {
-    open: std::sync::atomic::AtomicUsize,
-    idle: tokio::sync::Notify,
-}
-
-/// One request counted in [`Answering`] until it is dropped.
-struct Open(Arc<Answering>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        if self
-            .0
-            .open
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
-            == 1
-        {
-            self.0.idle.notify_waiters();
-        }
-    }
+/// Middleware: counts `request` in `answering` from its arrival until its response body
+/// ends (or is dropped), so that a shutdown can let the last answers go out before it closes
+/// the MCP sessions.
+pub(crate) async fn count_answer(
+    answering: Arc<Tally>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let open = answering.enter_owned();
+    let response = next.run(request).await;
+    response.map(|body| axum::body::Body::new(CountedBody { body, _open: open }))
 }
 
 /// A response body that keeps its request counted until it ends.
-struct Counted {
+struct CountedBody {
     body: axum::body::Body,
-    _open: Open,
+    _open: OwnedCounted,
 }
 
-impl http_body::Body for Counted {
+impl http_body::Body for CountedBody {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
@@ -127,32 +116,5 @@ impl http_body::Body for Counted {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
-    }
-}
-
-impl Answering {
-    /// Middleware: counts `request` until its response body ends.
-    pub(crate) async fn count(
-        self: Arc<Self>,
-        request: axum::extract::Request,
-        next: axum::middleware::Next,
-    ) -> axum::response::Response {
-        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let open = Open(self);
-        let response = next.run(request).await;
-        response.map(|body| axum::body::Body::new(Counted { body, _open: open }))
-    }
-
-    /// Resolves when no counted request is open.
-    pub(crate) async fn idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.open.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
     }
 }

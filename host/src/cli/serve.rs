@@ -3,7 +3,6 @@
 //! `toolhost status`, and the shutdown of `service` on SIGTERM / SIGINT. Over HTTP, `/healthz`
 //! and `/readyz` answer probes.
 
-use super::http::Answering;
 use super::service::{self, AbortOnDrop, Signals};
 use super::settings::Settings;
 use anyhow::{Context, bail};
@@ -276,7 +275,7 @@ async fn serve_http(
     let scrape = Arc::new(scrape);
     let ready = scrape.clone();
     // Tool calls are POSTs, answered on their own response stream: counted until it ends.
-    let answering = Arc::new(Answering::default());
+    let answering = Arc::new(toolhost::invoke::Tally::default());
     let counted = answering.clone();
     let router = axum::Router::new()
         .nest_service("/mcp", service)
@@ -301,7 +300,7 @@ async fn serve_http(
                 let counted = counted.clone();
                 async move {
                     if request.method() == axum::http::Method::POST {
-                        counted.count(request, next).await
+                        super::http::count_answer(counted, request, next).await
                     } else {
                         next.run(request).await
                     }

@@ -1,8 +1,10 @@
 //! Draining: a host that is shutting down takes no new calls, lets the calls in flight finish
 //! up to a deadline, and cancels what is left, each ending in a `cancelled` outcome that is
 //! audited like any other. Every caller (MCP over stdio or HTTP, the agent loop) shuts down
-//! through [`super::Host::shutdown`].
+//! through [`super::Host::shutdown`]. [`Tally`] counts what is in flight; `serve` counts the
+//! HTTP answers still being written with it too.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -12,27 +14,81 @@ use tokio_util::sync::CancellationToken;
 /// ends at once when cancelled; this bounds only a backend that would not let go.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
+/// Things in flight, counted while their guard lives, and a wait until there is none.
+#[derive(Debug, Default)]
+pub struct Tally {
+    count: AtomicUsize,
+    /// Woken when the count drops to zero.
+    idle: Notify,
+}
+
+/// One thing counted in a [`Tally`] until it is dropped.
+pub struct Counted<'a>(&'a Tally);
+
+/// One thing counted in a shared [`Tally`] until it is dropped, for guards that must own
+/// what they hold (an HTTP response body).
+pub struct OwnedCounted(Arc<Tally>);
+
+impl Tally {
+    /// Counts one more until the guard is dropped.
+    pub fn enter(&self) -> Counted<'_> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Counted(self)
+    }
+
+    /// [`Tally::enter`], with a guard that holds the tally itself.
+    pub fn enter_owned(self: &Arc<Self>) -> OwnedCounted {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        OwnedCounted(Arc::clone(self))
+    }
+
+    /// How many are counted now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    fn leave(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Resolves when nothing is counted.
+    pub async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the count is read: a drop to zero between the two still
+            // wakes us.
+            idle.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+impl Drop for OwnedCounted {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
 /// The calls in flight, and whether new ones are taken.
 #[derive(Debug, Default)]
 pub(crate) struct Drain {
     draining: AtomicBool,
-    in_flight: AtomicUsize,
-    /// Woken when the last call in flight ends.
-    idle: Notify,
+    in_flight: Tally,
     /// Cancelled at the deadline: every call in flight ends as `cancelled`.
     cancel: CancellationToken,
     cancelled: AtomicUsize,
-}
-
-/// One call counted in flight until it is dropped.
-pub(crate) struct InFlight<'a>(&'a Drain);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
 }
 
 /// What a shutdown found and did.
@@ -48,9 +104,8 @@ pub struct DrainReport {
 impl Drain {
     /// Counts a call in flight, or `None` once the host is draining. Counted before the
     /// check, so a shutdown that has begun sees every call that passed it.
-    pub(crate) fn enter(&self) -> Option<InFlight<'_>> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let entered = InFlight(self);
+    pub(crate) fn enter(&self) -> Option<Counted<'_>> {
+        let entered = self.in_flight.enter();
         (!self.draining.load(Ordering::SeqCst)).then_some(entered)
     }
 
@@ -73,36 +128,25 @@ impl Drain {
     /// cancels sooner; both return when no call is in flight.
     pub(crate) async fn shutdown(&self, deadline: Duration) -> DrainReport {
         self.draining.store(true, Ordering::SeqCst);
-        let in_flight = self.in_flight.load(Ordering::SeqCst);
-        if tokio::time::timeout(deadline, self.idle()).await.is_err() {
+        let in_flight = self.in_flight.count();
+        if tokio::time::timeout(deadline, self.in_flight.idle())
+            .await
+            .is_err()
+        {
             self.cancel.cancel();
-            if tokio::time::timeout(CANCEL_GRACE, self.idle())
+            if tokio::time::timeout(CANCEL_GRACE, self.in_flight.idle())
                 .await
                 .is_err()
             {
                 tracing::error!(
                     "{} call(s) did not end within {CANCEL_GRACE:?} of being cancelled",
-                    self.in_flight.load(Ordering::SeqCst)
+                    self.in_flight.count()
                 );
             }
         }
         DrainReport {
             in_flight,
             cancelled: self.cancelled.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Resolves when no call is in flight.
-    async fn idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            // Registered before the count is read: an end between the two still wakes us.
-            idle.as_mut().enable();
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
         }
     }
 }

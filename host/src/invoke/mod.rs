@@ -22,7 +22,7 @@ pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
     canonical_json,
 };
-pub use drain::DrainReport;
+pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
 pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord, OnAuditError};
