@@ -141,13 +141,7 @@ impl AuditLog {
         if inner.held.is_empty() {
             return Ok(());
         }
-        match inner.write_held() {
-            Ok(()) => {
-                self.recovered(&mut inner);
-                Ok(())
-            }
-            Err(source) => Err(self.failed(&mut inner, source)),
-        }
+        self.write_held(&mut inner)
     }
 
     /// Opens the path anew (after `logrotate` moved the file) and writes the held records
@@ -165,10 +159,7 @@ impl AuditLog {
             inner.regular = regular;
             inner.torn = false;
             if !inner.held.is_empty() {
-                match inner.write_held() {
-                    Ok(()) => self.recovered(&mut inner),
-                    Err(source) => return Err(self.failed(&mut inner, source)),
-                }
+                self.write_held(&mut inner)?;
             }
             (old, unsynced)
         };
@@ -223,6 +214,17 @@ impl AuditLog {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the held records, saying once that writes work again or fail.
+    fn write_held(&self, inner: &mut Inner) -> Result<(), AuditError> {
+        match inner.write_held() {
+            Ok(()) => {
+                self.recovered(inner);
+                Ok(())
+            }
+            Err(source) => Err(self.failed(inner, source)),
+        }
     }
 
     fn failed(&self, inner: &mut Inner, source: std::io::Error) -> AuditError {
