@@ -67,10 +67,14 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
         ),
     };
     let relay = LogRelay::default();
-    // The relay sees host and plugin events down to info; each session filters further.
+    // The relay sees host and plugin events down to info; each session filters further. No
+    // spans: it does not read them, and a call's span then costs nothing unless a log line
+    // shows it.
     let relayed = relay
         .clone()
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+        .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.is_event() && *metadata.level() <= tracing::Level::INFO
+        }));
     tracing_subscriber::registry()
         .with(text)
         .with(json)
