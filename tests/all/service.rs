@@ -178,18 +178,23 @@ impl Served {
 
     /// Waits for the process to end; stdin stays open meanwhile.
     fn exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit; stderr:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        exit_status(&mut self.child, &self.stderr)
+    }
+}
+
+/// Waits for `child` to end, up to the deadline; the failure shows its stderr file.
+fn exit_status(child: &mut Child, stderr: &Path) -> ExitStatus {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
         }
+        assert!(
+            Instant::now() < deadline,
+            "the process did not exit; stderr:\n{}",
+            std::fs::read_to_string(stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -724,14 +729,7 @@ fn sigterm_during_chat_lets_the_tool_call_finish_and_stops_the_run() {
         .expect("chat");
     wait_until("the call to start", || runs(&fixture) == 1);
     kill_process(Pid::from_raw(child.id() as i32).expect("pid"), Signal::TERM).expect("kill");
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "chat did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_status(&mut child, &stderr);
     let said = std::fs::read_to_string(&stderr).unwrap_or_default();
     assert_eq!(status.code(), Some(0), "{said}");
     let records = audit(&fixture);
