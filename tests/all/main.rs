@@ -18,6 +18,7 @@ mod layers;
 mod mcp;
 mod mcp_import;
 mod mcp_list;
+mod mcp_revisions;
 mod memory;
 mod metrics;
 mod network;

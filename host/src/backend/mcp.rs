@@ -18,9 +18,15 @@
 use super::{
     Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolFailure, ToolHints, ToolOffer,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig};
-use rmcp::service::{NotificationContext, RunningService};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ProtocolVersion,
+    ServerNotification, SubscriptionFilter,
+};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
+    RunningService,
+};
+use rmcp::{ClientHandler, RoleClient};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -120,6 +126,13 @@ impl ClientHandler for Watcher {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed();
+    }
+}
+
+impl Watcher {
+    /// The server said its tools changed (a session's notification, or a subscription's).
+    fn tools_changed(&self) {
         // A server that floods notifications is logged once per interval, not per message.
         let now = Instant::now();
         let mut last = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
@@ -133,10 +146,21 @@ impl ClientHandler for Watcher {
     }
 }
 
+/// A task stopped when this is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The live connection, or when to try again.
 #[derive(Default)]
 struct Connection {
     service: Option<Arc<RunningService<RoleClient, Watcher>>>,
+    /// Over 2026-07-28, the `subscriptions/listen` stream that reports tool list changes.
+    _listening: Option<AbortOnDrop>,
     /// Failed starts in a row.
     failures: u32,
     retry_at: Option<Instant>,
@@ -267,9 +291,10 @@ impl McpImport {
             )));
         }
         match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
-            Ok(Ok(service)) => {
+            Ok(Ok((service, watcher))) => {
                 let service = Arc::new(service);
                 *connection = Connection {
+                    _listening: listen_for_changes(&service, watcher),
                     service: Some(Arc::clone(&service)),
                     ..Connection::default()
                 };
@@ -294,12 +319,40 @@ impl McpImport {
         }
     }
 
-    async fn start(&self) -> Result<RunningService<RoleClient, Watcher>, String> {
+    /// Starts the server (or connects to it) and opens its MCP session: `server/discover`
+    /// first, and the `initialize` handshake for a server that does not know it, or that
+    /// answers it with only the handshake revisions (then on a new process or connection:
+    /// a failed probe may leave the first one in any state).
+    async fn start(&self) -> Result<(RunningService<RoleClient, Watcher>, Watcher), String> {
         let watcher = Watcher {
             server: self.spec.describe(),
             changes: self.changes.clone(),
             logged: Arc::default(),
         };
+        let auto = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        let service = match self.connect(&watcher, auto).await? {
+            Err(ClientInitializeError::NoCompatibleProtocolVersion {
+                server_supported, ..
+            }) if server_supported.iter().any(ProtocolVersion::has_initialize) => {
+                self.connect(&watcher, ClientLifecycleMode::Initialize)
+                    .await?
+            }
+            other => other,
+        };
+        let service = service.map_err(|e| format!("did not complete the MCP handshake: {e}"))?;
+        Ok((service, watcher))
+    }
+
+    /// One attempt at a session with `lifecycle`: `Err` when the server could not be
+    /// started or reached, `Ok(Err)` when it was but the session did not open.
+    async fn connect(
+        &self,
+        watcher: &Watcher,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Result<RunningService<RoleClient, Watcher>, ClientInitializeError>, String> {
         match &self.spec.target {
             McpTarget::Command {
                 program,
@@ -321,19 +374,19 @@ impl McpImport {
                 if let Some(stderr) = stderr {
                     forward_stderr(self.spec.describe(), stderr);
                 }
-                watcher
-                    .serve(transport)
-                    .await
-                    .map_err(|e| format!("did not complete the MCP handshake: {e}"))
+                Ok(watcher
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await)
             }
             McpTarget::Url(url) => {
                 crate::tls::install_provider();
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
-                watcher
-                    .serve(transport)
-                    .await
-                    .map_err(|e| format!("did not complete the MCP handshake: {e}"))
+                Ok(watcher
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await)
             }
         }
     }
@@ -494,6 +547,53 @@ impl Backend for McpImport {
     fn describe(&self) -> String {
         format!("mcp: {}", self.spec.describe())
     }
+}
+
+/// For a server at 2026-07-28 (no session, so no `notifications/tools/list_changed` outside a
+/// subscription): a task holding a `subscriptions/listen` stream for tool list changes, which
+/// it reports through `watcher`, until the connection ends. `None` for a server
+/// that did the handshake (its notifications reach the watcher) or that does not announce
+/// changes.
+fn listen_for_changes(
+    service: &RunningService<RoleClient, Watcher>,
+    watcher: Watcher,
+) -> Option<AbortOnDrop> {
+    let info = service.peer().peer_info()?;
+    let announces =
+        (info.capabilities.tools.as_ref()).is_some_and(|t| t.list_changed == Some(true));
+    if info.protocol_version.has_initialize() || !announces {
+        return None;
+    }
+    let peer = service.peer().clone();
+    let task = tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        // A stream the server ends (its own restart or shutdown) is opened again, at most
+        // once a second, while the connection lasts.
+        while !peer.is_transport_closed() {
+            match peer.listen(filter.clone()).await {
+                Ok(mut subscription) => {
+                    while let Ok(Some(notification)) = subscription.next().await {
+                        if matches!(
+                            notification,
+                            ServerNotification::ToolListChangedNotification(_)
+                        ) {
+                            watcher.tools_changed();
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "MCP server `{}` refused a subscription to tool list changes ({e}); \
+                         its changes are seen at the next reload",
+                        watcher.server
+                    );
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    Some(AbortOnDrop(task.abort_handle()))
 }
 
 /// The text a model reads: text content as it is, other content and structured results as

@@ -257,7 +257,14 @@ async fn serve_http(
     }
     let cancel = config.cancellation_token.clone();
     let host = scrape.host.clone();
-    let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http");
+    // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a
+    // stream counts against `max-mcp-sessions` like the session it replaces.
+    let shared = toolhost::mcp::Shared::new(
+        &format!("mcp-http-{}", std::process::id()),
+        limits.session_idle,
+        limits.max_sessions,
+    );
+    let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http", Arc::new(shared));
     // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
     // refused (`guard`).
     let mut sessions = LocalSessionManager::default();
@@ -366,6 +373,21 @@ impl Drop for Opening<'_> {
     }
 }
 
+/// True for a request that cannot open a session: one that says it is 2026-07-28 (or later)
+/// and names one method other than `initialize` in `Mcp-Method`. rmcp refuses such a request
+/// whose body is an `initialize` all the same (the header must match the body at these
+/// revisions), so only a real `initialize` opens a session; a request without the headers
+/// is counted as one that may.
+fn is_sessionless(headers: &HeaderMap) -> bool {
+    let modern = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|version| version >= "2026-07-28");
+    let mut methods = headers.get_all("mcp-method").iter();
+    let method = methods.next();
+    modern && methods.next().is_none() && method.is_some_and(|m| m != "initialize")
+}
+
 /// Refuses requests from other origins (a web page the user visits must not reach local
 /// tools), requests without the token when one is set, and a new MCP session when
 /// `max-mcp-sessions` are open. rmcp checks the Host header.
@@ -384,7 +406,8 @@ async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
         return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
     }
     let opens_a_session = request.method() == axum::http::Method::POST
-        && !request.headers().contains_key("mcp-session-id");
+        && !request.headers().contains_key("mcp-session-id")
+        && !is_sessionless(request.headers());
     let (opening, _counted) = if opens_a_session {
         let opening = guard.opening.fetch_add(1, Ordering::SeqCst);
         (opening, Some(Opening(&guard.opening)))

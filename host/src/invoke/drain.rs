@@ -85,6 +85,9 @@ impl Drop for OwnedCounted {
 #[derive(Debug, Default)]
 pub(crate) struct Drain {
     draining: AtomicBool,
+    /// Cancelled when the shutdown begins: what waits for no call (a subscription to tool
+    /// list changes) ends then.
+    stopping: CancellationToken,
     in_flight: Tally,
     /// Cancelled at the deadline: every call in flight ends as `cancelled`.
     cancel: CancellationToken,
@@ -123,11 +126,17 @@ impl Drain {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Resolves when the shutdown begins.
+    pub(crate) async fn stopping(&self) {
+        self.stopping.cancelled().await;
+    }
+
     /// Stops taking calls, waits for those in flight up to `deadline`, then cancels the rest
     /// and waits for them to end. A second shutdown (a second signal) with a shorter deadline
     /// cancels sooner; both return when no call is in flight.
     pub(crate) async fn shutdown(&self, deadline: Duration) -> DrainReport {
         self.draining.store(true, Ordering::SeqCst);
+        self.stopping.cancel();
         let in_flight = self.in_flight.count();
         if tokio::time::timeout(deadline, self.in_flight.idle())
             .await

@@ -199,6 +199,12 @@ impl Host {
         self.drain.is_draining()
     }
 
+    /// Resolves when [`Host::shutdown`] begins: for what does not end by itself (a client's
+    /// subscription to tool list changes).
+    pub async fn stopping(&self) {
+        self.drain.stopping().await;
+    }
+
     /// The same host with the sessions' dedup memory bounded by `budget`.
     pub fn with_dedup_budget(mut self, budget: DedupBudget) -> Self {
         self.dedup = Arc::new(budget);

@@ -1,42 +1,100 @@
 //! mcp: the catalog served to MCP clients over stdio or streamable HTTP (the official `rmcp`
-//! SDK). `tools/list` reads the live catalog, in pages ([`tools`]); `tools/call` goes through
-//! [`Host::invoke`], so validation, dedup (scoped to the MCP session), limits and audit hold
-//! as for every caller. After each swap of the live catalog that changes the tools, every
-//! connected session is sent `notifications/tools/list_changed`, and the host's own log
-//! messages as `notifications/message` (see [`log`]).
+//! SDK), at every revision rmcp knows: 2025-11-25 and older with the `initialize` handshake
+//! and sessions, and 2026-07-28 statelessly (`server/discover`, each request's own `_meta`;
+//! rmcp routes each request by the revision it names). `tools/list` reads the live catalog,
+//! in pages ([`tools`]), with a cache hint ([`TOOLS_TTL`]); `tools/call` goes through
+//! [`Host::invoke`], so validation, dedup (scoped by [`scope`]), limits and audit hold as for
+//! every caller. After each swap of the live catalog that changes the tools, every session
+//! is sent `notifications/tools/list_changed`, and so is every open `subscriptions/listen`
+//! stream that asked for tool list changes; sessions also get the host's own log messages as
+//! `notifications/message` (see [`log`]).
 //!
 //! The other direction, external MCP servers whose tools join the catalog, is a backend:
 //! [`crate::backend::mcp`].
 
 // MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
-// the revisions this server speaks (up to 2025-11-25), and clients rely on it there.
+// the revisions before it, which this server speaks too, and clients rely on it there.
 #![allow(deprecated)]
 
 pub mod log;
+pub mod scope;
 pub mod tools;
 
 use crate::invoke::{Host, Session};
 use log::{LogRecord, LogRelay};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, SubscriptionFilter,
 };
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use scope::Conversations;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 use tools::ToolList;
 
-/// One MCP session's view of the host. Each session (the stdio connection, or each HTTP
-/// session) gets its own, and so its own dedup memory and audit session id.
+/// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
+/// takes effect about half a second after a file changes (the watcher's debounce), so a
+/// client that polls sees it within about 1.5 s; clients that hold a `subscriptions/listen`
+/// stream are told at once. Longer would save little: listing is answered from a listing
+/// built once per catalog version.
+pub const TOOLS_TTL: Duration = Duration::from_secs(1);
+
+/// `subscriptions/listen` streams open at once, at most, on one stdio connection (over
+/// HTTP the cap is `max-mcp-sessions`, shared by every client).
+pub const MAX_LISTENERS_PER_CONNECTION: usize = 16;
+
+/// How long a stdio connection keeps a conversation nobody uses once its table is full.
+const CONVERSATION_IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// What the servers of one transport share: the conversations (dedup scopes named in
+/// `_meta`), and the count of open `subscriptions/listen` streams with its cap.
+pub struct Shared {
+    conversations: Conversations,
+    listeners: AtomicUsize,
+    max_listeners: usize,
+}
+
+impl Shared {
+    /// For the servers of one transport: conversations named `<prefix>-conv-...`, idle after
+    /// `idle`; at most `max_listeners` subscriptions open at once.
+    pub fn new(prefix: &str, idle: Duration, max_listeners: usize) -> Self {
+        Shared {
+            conversations: Conversations::new(prefix, idle),
+            listeners: AtomicUsize::new(0),
+            max_listeners,
+        }
+    }
+
+    /// The conversations kept now.
+    pub fn conversations(&self) -> &Conversations {
+        &self.conversations
+    }
+}
+
+/// One open subscription, counted until it ends.
+struct Listening<'a>(&'a AtomicUsize);
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One MCP session's view of the host. Each session (the stdio connection, each HTTP session,
+/// each session-less HTTP request) gets its own, and so its own dedup memory and audit
+/// session id, unless a request names a conversation ([`scope`]).
 pub struct McpServer {
     host: Arc<Host>,
+    shared: Arc<Shared>,
     /// The tool listing, shared by the sessions of the host.
     tools: Arc<ToolList>,
     logs: Option<LogRelay>,
@@ -60,13 +118,15 @@ impl Drop for McpServer {
 impl McpServer {
     /// A server for one MCP session, named `id` in audit records.
     pub fn new(host: Arc<Host>, id: String) -> Self {
-        McpServer::with_tools(host, Arc::default(), id)
+        let shared = Shared::new(&id, CONVERSATION_IDLE, MAX_LISTENERS_PER_CONNECTION);
+        McpServer::with_tools(host, Arc::default(), Arc::new(shared), id)
     }
 
-    fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, id: String) -> Self {
+    fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, shared: Arc<Shared>, id: String) -> Self {
         McpServer {
             session: Arc::new(host.session(id, Default::default())),
             host,
+            shared,
             tools,
             logs: None,
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
@@ -80,11 +140,13 @@ impl McpServer {
         self
     }
 
-    /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...).
+    /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...),
+    /// sharing `shared`'s conversations and subscription cap.
     pub fn factory(
         host: Arc<Host>,
         logs: Option<LogRelay>,
         prefix: &str,
+        shared: Arc<Shared>,
     ) -> impl Fn() -> McpServer + Send + Sync + Clone + 'static {
         let counter = Arc::new(AtomicU64::new(0));
         let prefix = format!("{prefix}-{}", std::process::id());
@@ -92,23 +154,39 @@ impl McpServer {
         move || {
             let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
             let id = format!("{prefix}-{n}");
-            let server = McpServer::with_tools(host.clone(), tools.clone(), id);
+            let server = McpServer::with_tools(host.clone(), tools.clone(), shared.clone(), id);
             match &logs {
                 Some(logs) => server.with_logs(logs.clone()),
                 None => server,
             }
         }
     }
+
+    /// The session a call's results are remembered in: the conversation its `_meta` names
+    /// (among the requests with the same credentials), or this server's own.
+    fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Session>, ErrorData> {
+        let Some(id) = scope::conversation_id(&context.meta)? else {
+            return Ok(Arc::clone(&self.session));
+        };
+        // Over HTTP, the credentials are the Authorization header; over stdio there is none,
+        // and the conversations are the connection's own.
+        let credentials = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
+            .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes());
+        Ok(self
+            .shared
+            .conversations
+            .session(&self.host, &credentials, id))
+    }
 }
 
 impl ServerHandler for McpServer {
-    /// Up to the last revision with an `initialize` handshake: this server announces tool list
-    /// changes to initialized sessions, which the later, session-less revision replaces with
-    /// subscriptions that toolhost does not implement yet. Newer clients negotiate down.
+    /// Every revision rmcp knows: the handshake revisions with their sessions, and
+    /// 2026-07-28 without (tool list changes through `subscriptions/listen`).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(
-            &ProtocolVersion::LATEST_WITH_INITIALIZE,
-        ))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST))
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -137,21 +215,24 @@ impl ServerHandler for McpServer {
         let (tools, next) = self.tools.page(&catalog, &self.session.policy, cursor);
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;
+        // 2026-07-28's cache hints (rmcp leaves them out for older revisions). Private: the
+        // list is the same for every client, but it is for those that may call (the token),
+        // not for a shared cache in between.
+        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+        result.cache_scope = Some(CacheScope::Private);
         Ok(result)
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let session = self.session_for(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let output = (self.host.catalog().snapshot().get(&request.name))
             .and_then(|tool| tool.output.clone());
-        let outcome = self
-            .host
-            .invoke(&self.session, &request.name, arguments)
-            .await;
+        let outcome = self.host.invoke(&session, &request.name, arguments).await;
         // Every failure is a tool result the model can read and act on, never a protocol error.
         let result = match outcome.result {
             Ok(text) => {
@@ -164,6 +245,50 @@ impl ServerHandler for McpServer {
             Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
         };
         Ok(result.into())
+    }
+
+    /// Tool list changes are what a client may subscribe to.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// Sends `notifications/tools/list_changed` on the stream after each reload that changed
+    /// the tools, until the client cancels it or the host shuts down (then the stream ends
+    /// with its final result). Ended with an error past the cap of open streams.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let listeners = &self.shared.listeners;
+        let _counted = Listening(listeners);
+        if listeners.fetch_add(1, Ordering::SeqCst) >= self.shared.max_listeners {
+            // Acknowledged already (rmcp does that first); the error ends the stream.
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "{} subscriptions/listen streams are open, the most this host keeps; \
+                     close one or try again later",
+                    self.shared.max_listeners
+                ),
+                None,
+            ));
+        }
+        let mut changes = self.host.catalog().subscribe();
+        let stopping = self.host.stopping();
+        tokio::pin!(stopping);
+        loop {
+            let changed = tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                _ = &mut stopping => return Ok(()),
+                change = changes.recv() => match change {
+                    Ok(change) => change.tools_changed(),
+                    Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            };
+            if changed && context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(()); // The stream is gone.
+            }
+        }
     }
 
     async fn set_level(
