@@ -4,7 +4,7 @@
 # a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and the
 # toolchains that build the Python and JavaScript test components (componentize-py from PyPI,
 # componentize-js from npm); and Debian's logrotate and systemd (systemd-analyze), which the
-# service tests run, when they are missing.
+# service tests run, and haproxy, the load balancer of the fleet test, when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +25,7 @@ fi
 missing=()
 command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || missing+=(logrotate)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -8,6 +8,7 @@ mod compile;
 mod config_golden;
 mod dedup;
 mod fake_model;
+mod fleet;
 mod fuzzing;
 mod hostile;
 mod http_limits;

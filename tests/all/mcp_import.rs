@@ -813,6 +813,7 @@ async fn servers_at_either_revision_are_imported_called_and_followed_the_same_wa
         tokio::time::timeout(DEADLINE, wait)
             .await
             .unwrap_or_else(|_| panic!("{versions:?}: the new tool was not picked up"));
+        announce.abort();
         assert_eq!(
             ok(&host.invoke(&session(), "t1", json!({})).await),
             "ran t1"
