@@ -214,6 +214,10 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
             "[chat]\nmax-parallel-calls = 0",
             "max-parallel-calls must be from 1 to 256; got 0",
         ),
+        (
+            "allowed-hosts = [\"https://evil.example/\"]",
+            "allowed hosts are host names or addresses as the Host header carries them",
+        ),
     ] {
         std::fs::write(
             fixture.root().join("toolhost.toml"),

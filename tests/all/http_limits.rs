@@ -127,3 +127,17 @@ async fn connections_past_the_cap_are_closed_and_the_others_served() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_let_a_service_name_through_and_no_other() {
+    let (_fixture, server) =
+        server("allowed-hosts = [\"toolhost.tools.svc\", \"lb.example:8080\"]");
+    assert_eq!(
+        post(&server.url, &[("host", "toolhost.tools.svc")]).await,
+        200
+    );
+    assert_eq!(post(&server.url, &[("host", "lb.example:8080")]).await, 200);
+    assert_eq!(post(&server.url, &[("host", "lb.example:9999")]).await, 403);
+    assert_eq!(post(&server.url, &[("host", "evil.example")]).await, 403);
+    assert_eq!(post(&server.url, &[]).await, 200, "loopback still works");
+}

@@ -95,7 +95,8 @@ pub(crate) async fn run(
                 runtime: runtime.clone(),
                 loaded: std::sync::atomic::AtomicBool::new(false),
             };
-            serve_http(scrape, logs, address, token, settings.http, drain).await
+            let limits = (settings.http, settings.allowed_hosts.clone());
+            serve_http(scrape, logs, address, token, limits, drain).await
         }
     };
     service::close_audit(&host);
@@ -234,7 +235,7 @@ async fn serve_http(
     logs: LogRelay,
     address: &str,
     token: Option<String>,
-    limits: super::settings::HttpLimits,
+    (limits, allowed_hosts): (super::settings::HttpLimits, Vec<String>),
     drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
     let address: SocketAddr = address
@@ -249,12 +250,15 @@ async fn serve_http(
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let local = listener.local_addr()?;
+    // rmcp takes loopback names in the Host header; add the listening address and the
+    // names operators list (`allowed-hosts`: a Service's, a load balancer's).
     let mut config = StreamableHttpServerConfig::default();
+    let mut hosts = config.allowed_hosts.clone();
     if !local.ip().is_loopback() {
-        let mut hosts = config.allowed_hosts.clone();
         hosts.push(local.ip().to_string());
-        config = config.with_allowed_hosts(hosts);
     }
+    hosts.extend(allowed_hosts);
+    config = config.with_allowed_hosts(hosts);
     let cancel = config.cancellation_token.clone();
     let host = scrape.host.clone();
     // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a

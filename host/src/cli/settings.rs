@@ -45,6 +45,8 @@ pub(crate) struct Settings {
     pub(crate) dedup: (usize, usize),
     /// MCP sessions over HTTP at once, how long one may stay idle, and connections at once.
     pub(crate) http: HttpLimits,
+    /// Host header values `/mcp` takes besides loopback and the listening address.
+    pub(crate) allowed_hosts: Vec<String>,
     /// `[chat]`, for `toolhost chat`.
     pub(crate) chat: ChatSection,
 }
@@ -183,6 +185,9 @@ impl Settings {
             describe_timeout,
             dedup,
             http,
+            allowed_hosts: (host.allowed_hosts.iter())
+                .map(|h| h.as_str().to_string())
+                .collect(),
             chat,
         })
     }

@@ -120,6 +120,22 @@ string_newtype!(
     }
 );
 
+string_newtype!(
+    /// A name clients reach `serve --http` by, as the Host header carries it: a host name
+    /// or IP address, with or without `:port`; `[A-Za-z0-9.-]`, `:`, `[`, `]`, 1 to 253.
+    AllowedHost,
+    |v| {
+        let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+        if v.is_empty() || v.len() > 253 || !v.chars().all(ok) {
+            return Err(format!(
+                "allowed hosts are host names or addresses as the Host header carries them, \
+                 with or without :port (\"toolhost.tools.svc\", \"10.0.0.7:8750\"); got {v:?}"
+            ));
+        }
+        Ok(())
+    }
+);
+
 /// True for the characters a tool name may contain.
 fn is_tool_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'

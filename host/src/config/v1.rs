@@ -2,13 +2,13 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds, CompileMemoryMib,
-    CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, DrainTimeoutS, EnsembleName,
-    EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts, MaxComponentMib,
-    MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations, MaxMcpSessions,
-    MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes,
-    MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs,
-    TimeoutMs, ToolName,
+    Access, AllowedHost, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds,
+    CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, DrainTimeoutS,
+    EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts,
+    MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations,
+    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
+    MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
+    RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -238,6 +238,11 @@ pub struct HostSection {
     pub max_http_connections: Option<MaxHttpConnections>,
     /// How long a connection may take to send a request's headers (default 10000).
     pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
+    /// Host names `/mcp` answers besides loopback and the address it listens on (the name
+    /// of a Kubernetes Service, a load balancer's): any other Host header is refused, so
+    /// that a DNS rebinding page cannot reach the tools.
+    #[serde(default)]
+    pub allowed_hosts: Vec<AllowedHost>,
     /// How long a shutdown (SIGTERM, SIGINT) waits for calls in flight before cancelling
     /// them (default 20).
     pub drain_timeout_s: Option<DrainTimeoutS>,
