@@ -13,6 +13,7 @@ mod fuzzing;
 mod hostile;
 mod http_limits;
 mod invoke;
+mod kubernetes;
 mod languages;
 mod large;
 mod layers;
