@@ -1,13 +1,15 @@
 //! metrics: what the host counts for Prometheus (`GET /metrics` of `serve --http`): calls by
 //! tool and outcome, their durations, dedup hits and validation failures, counted as each
-//! call ends; gauges the caller sets when it is scraped (the instance pool, the catalog, the
-//! audit log). Text format, from the `prometheus` crate.
+//! call ends; reloads by outcome; gauges the caller sets when it is scraped (the instance
+//! pool, the catalog, imported MCP servers up or down, the audit log). Text format, from the
+//! `prometheus` crate.
 //!
 //! Tool names become label values only for tools of the catalog: a call of an unknown tool is
 //! counted under the tool `""`, so callers cannot grow the label set with made-up names.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Buckets of the call duration histogram, in seconds: from a dedup hit to a minute-long call.
@@ -22,6 +24,9 @@ pub struct Metrics {
     durations: HistogramVec,
     dedup_hits: IntCounterVec,
     validation_failures: IntCounterVec,
+    reloads: IntCounterVec,
+    /// Set at each scrape, by ensemble: 1 while its imported MCP server has a session.
+    pub mcp_servers_up: IntGaugeVec,
     /// Set at each scrape.
     pub instances_in_use: IntGauge,
     pub instances_waiting: IntGauge,
@@ -78,11 +83,26 @@ impl Metrics {
             &["tool"],
         )?;
         registry.register(Box::new(durations.clone()))?;
+        let reloads = counter(
+            "toolhost_reloads_total",
+            "Reloads of the catalog, by outcome: ok, or refused when an ensemble file was refused (its last good version kept).",
+            &["outcome"],
+        )?;
+        let mcp_servers_up = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_mcp_server_up",
+                "1 while the imported MCP server of the ensemble has a live session, 0 while it is down.",
+            ),
+            &["ensemble"],
+        )?;
+        registry.register(Box::new(mcp_servers_up.clone()))?;
         Ok(Metrics {
             calls,
             durations,
             dedup_hits,
             validation_failures,
+            reloads,
+            mcp_servers_up,
             instances_in_use: gauge(
                 "toolhost_instances_in_use",
                 "Instances of the pool running a call now.",
@@ -138,6 +158,12 @@ impl Metrics {
         if invalid {
             self.validation_failures.with_label_values(&[tool]).inc();
         }
+    }
+
+    /// Counts one reload of the catalog; `refused` when it refused an ensemble file.
+    pub fn reload(&self, refused: bool) {
+        let outcome = if refused { "refused" } else { "ok" };
+        self.reloads.with_label_values(&[outcome]).inc();
     }
 
     /// Every metric in the Prometheus text format.

@@ -17,7 +17,7 @@ use toolhost::reload::Reloader;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The inner host's ensembles: `echo`, and testbed's `sleep` and `fail` (10 s timeout).
-fn inner_fixture() -> Fixture {
+pub(crate) fn inner_fixture() -> Fixture {
     let inner = Fixture::new();
     inner.write_echo();
     inner.write(
@@ -49,7 +49,7 @@ fn serve_args(inner: &Fixture) -> Vec<String> {
 }
 
 /// An outer ensemble `inner` (prefix `in`) importing `inner` over stdio, with `rest` after.
-fn import_ensemble(inner: &Fixture, rest: &str) -> String {
+pub(crate) fn import_ensemble(inner: &Fixture, rest: &str) -> String {
     format!(
         "schema-version = 1\n\n[ensemble]\nname = \"inner\"\nprefix = \"in\"\n\n\
          [ensemble.mcp]\ncommand = {:?}\nargs = {:?}\n\n{rest}\n",
@@ -147,7 +147,7 @@ async fn a_call_the_server_never_answers_ends_at_the_timeout() {
 }
 
 /// The pid the inner `toolhost serve` published in its status file.
-async fn inner_pid(status: &Path) -> u32 {
+pub(crate) async fn inner_pid(status: &Path) -> u32 {
     let wait = async {
         loop {
             if let Ok(text) = std::fs::read_to_string(status)

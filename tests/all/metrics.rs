@@ -206,3 +206,60 @@ async fn not_ready_while_the_first_load_compiles_then_ready() {
         "{page}"
     );
 }
+
+/// Scrapes until `series` has `value`.
+async fn until(url: &str, series: &str, value: f64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, page) = scrape(url, None).await;
+        if sample(&page, series) == Some(value) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} never became {value}:\n{page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_are_counted_by_outcome_and_imported_servers_show_up_or_down() {
+    let inner = crate::mcp_import::inner_fixture();
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "inner.toml",
+        &crate::mcp_import::import_ensemble(&inner, ""),
+    );
+    let server = HttpServer::start(&fixture, &[], &[]);
+    until(
+        &server.url,
+        "toolhost_mcp_server_up{ensemble=\"inner\"}",
+        1.0,
+    )
+    .await;
+
+    fixture.write("broken.toml", "schema-version = 1\n[ensemble]\n");
+    until(
+        &server.url,
+        "toolhost_reloads_total{outcome=\"refused\"}",
+        1.0,
+    )
+    .await;
+    std::fs::remove_file(fixture.ensembles().join("broken.toml")).expect("remove");
+    until(&server.url, "toolhost_reloads_total{outcome=\"ok\"}", 1.0).await;
+
+    let pid = crate::mcp_import::inner_pid(&inner.root().join("status.json")).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    until(
+        &server.url,
+        "toolhost_mcp_server_up{ensemble=\"inner\"}",
+        0.0,
+    )
+    .await;
+}

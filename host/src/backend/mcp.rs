@@ -172,6 +172,9 @@ pub struct McpImport {
     spec: McpSpec,
     hash: SourceHash,
     connection: tokio::sync::Mutex<Connection>,
+    /// True while a session is open (as last seen: set when one starts, cleared when one
+    /// fails or is found closed).
+    up: std::sync::atomic::AtomicBool,
     /// Where its `tools/list_changed` notifications go.
     changes: broadcast::Sender<String>,
 }
@@ -234,6 +237,7 @@ impl ImportedServers {
             spec,
             hash,
             connection: tokio::sync::Mutex::default(),
+            up: std::sync::atomic::AtomicBool::new(false),
             changes: self.changes.clone(),
         });
         servers.insert(key, Arc::downgrade(&server));
@@ -268,7 +272,7 @@ impl McpImport {
     async fn session(&self) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
         let mut connection = self.connection.lock().await;
         if let Some(service) = &connection.service {
-            if !service.is_closed() {
+            if alive(service) {
                 return Ok(Arc::clone(service));
             }
             tracing::warn!(
@@ -276,6 +280,7 @@ impl McpImport {
                 self.spec.describe()
             );
             connection.service = None;
+            self.up.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         if let Some(at) = connection.retry_at
             && Instant::now() < at
@@ -292,6 +297,7 @@ impl McpImport {
         }
         match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
             Ok(Ok((service, watcher))) => {
+                self.up.store(true, std::sync::atomic::Ordering::Relaxed);
                 let service = Arc::new(service);
                 *connection = Connection {
                     _listening: listen_for_changes(&service, watcher),
@@ -400,6 +406,7 @@ impl McpImport {
             .is_some_and(|s| Arc::ptr_eq(s, service))
         {
             connection.service = None;
+            self.up.store(false, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -547,6 +554,22 @@ impl Backend for McpImport {
     fn describe(&self) -> String {
         format!("mcp: {}", self.spec.describe())
     }
+
+    fn is_up(&self) -> Option<bool> {
+        // A session that ended since it was last used is down now, if the state can be read
+        // without waiting (a start in progress holds it: then as last seen).
+        if let Ok(connection) = self.connection.try_lock() {
+            let up = (connection.service.as_ref()).is_some_and(|service| alive(service));
+            self.up.store(up, std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(self.up.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// True while `service`'s session runs: not cancelled, and its loop still reading (it ends
+/// when the server's process exits or its connection closes).
+fn alive(service: &RunningService<RoleClient, Watcher>) -> bool {
+    !service.is_closed() && !service.peer().is_transport_closed()
 }
 
 /// For a server at 2026-07-28 (no session, so no `notifications/tools/list_changed` outside a

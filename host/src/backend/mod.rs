@@ -119,6 +119,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The component file, or `mcp: <command or URL>`, for listings.
     fn describe(&self) -> String;
+
+    /// Whether a backend that is another process (an imported MCP server) has a live
+    /// session now; `None` for one that runs in the host.
+    fn is_up(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Why a backend did not return a result. Each cause is kept apart, up to the caller's

@@ -63,6 +63,7 @@ pub(crate) async fn run(
         );
     }
     let metrics = Arc::new(toolhost::metrics::Metrics::new()?);
+    let _count_reloads = count_reloads(reloader.clone(), metrics.clone());
     let host = Arc::new(
         settings
             .host_over(reloader.catalog().clone())?
@@ -130,6 +131,20 @@ fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> A
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
+            }
+        }
+    }))
+}
+
+/// Counts each reload in `metrics`, by whether it refused an ensemble. Stops when dropped.
+fn count_reloads(reloader: Arc<Reloader>, metrics: Arc<toolhost::metrics::Metrics>) -> AbortOnDrop {
+    let mut changes = reloader.subscribe();
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => metrics.reload(!change.refused.is_empty()),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
         }
     }))
@@ -217,9 +232,18 @@ impl Scrape {
         let status = self.reloader.status();
         metrics.catalog_generation.set(status.generation as i64);
         metrics.refused_ensembles.set(status.refused.len() as i64);
-        metrics
-            .catalog_tools
-            .set(self.reloader.catalog().snapshot().tools().count() as i64);
+        let catalog = self.reloader.catalog().snapshot();
+        metrics.catalog_tools.set(catalog.tools().count() as i64);
+        // Imported servers by ensemble; an ensemble gone since the last scrape drops out.
+        metrics.mcp_servers_up.reset();
+        let mut seen = std::collections::HashSet::new();
+        for tool in catalog.tools() {
+            if let Some(up) = tool.backend.is_up()
+                && seen.insert(Arc::clone(&tool.ensemble))
+            {
+                (metrics.mcp_servers_up.with_label_values(&[&*tool.ensemble])).set(i64::from(up));
+            }
+        }
         if let Some(log) = self.host.audit_log() {
             let health = log.health();
             metrics.audit_held.set(health.held as i64);
