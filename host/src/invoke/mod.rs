@@ -234,8 +234,21 @@ impl Host {
         tool: &str,
         arguments: impl Into<Arguments>,
     ) -> CallOutcome {
+        self.invoke_until(session, tool, arguments, std::future::pending())
+            .await
+    }
+
+    /// [`Host::invoke`], ended as `cancelled` (and audited) when `cancel` resolves first: its
+    /// caller no longer wants the result (an MCP client cancelled the task).
+    pub async fn invoke_until(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+        cancel: impl Future<Output = ()>,
+    ) -> CallOutcome {
         match self.prepare(session, tool, arguments) {
-            Ok(call) => self.run(session, call).await,
+            Ok(call) => self.run_until(session, call, cancel).await,
             Err(outcome) => outcome,
         }
     }
@@ -285,6 +298,16 @@ impl Host {
     /// A host that is shutting down refuses the call, and so does a host whose audit log
     /// refuses writes under `on-audit-error = "refuse"`; both refusals are audited.
     pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
+        self.run_until(session, call, std::future::pending()).await
+    }
+
+    /// [`Host::run`], ended as `cancelled` when `cancel` resolves first.
+    pub async fn run_until(
+        &self,
+        session: &Session,
+        call: PreparedCall,
+        cancel: impl Future<Output = ()>,
+    ) -> CallOutcome {
         let Some(_in_flight) = self.drain.enter() else {
             let error = CallError::new(
                 ErrorKind::Unavailable,
@@ -317,6 +340,10 @@ impl Host {
                         ),
                     ))
                 }
+                () = cancel => Err(CallError::new(
+                    ErrorKind::Cancelled,
+                    format!("tool `{}` was cancelled by its caller", call.tool.name),
+                )),
             }
         };
         // Whatever is logged during the call carries these (`--log-format json`).

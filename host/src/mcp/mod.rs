@@ -18,14 +18,16 @@
 
 pub mod log;
 pub mod scope;
+pub mod tasks;
 pub mod tools;
 
 use crate::invoke::{Host, Session};
 use log::{LogRecord, LogRelay};
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, SubscriptionFilter,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    ContentBlock, CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    UpdateTaskParams,
 };
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
@@ -37,8 +39,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+use tasks::Tasks;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
@@ -56,9 +60,10 @@ pub const MAX_LISTENERS_PER_CONNECTION: usize = 16;
 const CONVERSATION_IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// What the servers of one transport share: the conversations (dedup scopes named in
-/// `_meta`), and the count of open `subscriptions/listen` streams with its cap.
+/// `_meta`), the tasks, and the count of open `subscriptions/listen` streams with its cap.
 pub struct Shared {
     conversations: Conversations,
+    tasks: Tasks,
     listeners: AtomicUsize,
     max_listeners: usize,
 }
@@ -69,6 +74,7 @@ impl Shared {
     pub fn new(prefix: &str, idle: Duration, max_listeners: usize) -> Self {
         Shared {
             conversations: Conversations::new(prefix, idle),
+            tasks: Tasks::default(),
             listeners: AtomicUsize::new(0),
             max_listeners,
         }
@@ -77,6 +83,11 @@ impl Shared {
     /// The conversations kept now.
     pub fn conversations(&self) -> &Conversations {
         &self.conversations
+    }
+
+    /// The tasks kept now.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 }
 
@@ -168,18 +179,54 @@ impl McpServer {
         let Some(id) = scope::conversation_id(&context.meta)? else {
             return Ok(Arc::clone(&self.session));
         };
-        // Over HTTP, the credentials are the Authorization header; over stdio there is none,
-        // and the conversations are the connection's own.
-        let credentials = context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
-            .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes());
         Ok(self
             .shared
             .conversations
-            .session(&self.host, &credentials, id))
+            .session(&self.host, &credentials(context), id))
     }
+}
+
+/// Who a request comes from, as far as conversations and tasks go: over HTTP, a hash of its
+/// Authorization header; over stdio, nobody in particular (the connection's conversations and
+/// tasks are its own).
+fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
+        .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes())
+}
+
+/// One `tools/call` through the host, as an MCP result: every failure is a tool result the
+/// model can read and act on, never a protocol error. Ends as `cancelled` when `cancel` is.
+async fn call(
+    host: Arc<Host>,
+    session: Arc<Session>,
+    request: CallToolRequestParams,
+    cancel: CancellationToken,
+) -> CallToolResult {
+    let arguments = Value::Object(request.arguments.unwrap_or_default());
+    let output =
+        (host.catalog().snapshot().get(&request.name)).and_then(|tool| tool.output.clone());
+    let outcome = host
+        .invoke_until(&session, &request.name, arguments, cancel.cancelled())
+        .await;
+    match outcome.result {
+        Ok(text) => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text.to_string())]);
+            // A typed tool's result also as the object its output schema describes.
+            result.structured_content = output.and_then(|o| o.structured(&text));
+            result
+        }
+        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    }
+}
+
+/// A call's result once its task ended, or the error its task failed with.
+fn joined(
+    result: Result<CallToolResult, tokio::task::JoinError>,
+) -> Result<CallToolResult, ErrorData> {
+    result.map_err(|e| ErrorData::internal_error(format!("the call failed: {e}"), None))
 }
 
 impl ServerHandler for McpServer {
@@ -194,6 +241,7 @@ impl ServerHandler for McpServer {
             .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         let mut config = ServerConfig::new(capabilities);
         config.server_info = Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
@@ -229,22 +277,62 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let session = self.session_for(&context)?;
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let output = (self.host.catalog().snapshot().get(&request.name))
-            .and_then(|tool| tool.output.clone());
-        let outcome = self.host.invoke(&session, &request.name, arguments).await;
-        // Every failure is a tool result the model can read and act on, never a protocol error.
-        let result = match outcome.result {
-            Ok(text) => {
-                let mut result =
-                    CallToolResult::success(vec![ContentBlock::text(text.to_string())]);
-                // A typed tool's result also as the object its output schema describes.
-                result.structured_content = output.and_then(|o| o.structured(&text));
-                result
-            }
-            Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
-        };
-        Ok(result.into())
+        let cancel = CancellationToken::new();
+        let wants_tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if !wants_tasks {
+            return Ok(call(self.host.clone(), session, request, cancel)
+                .await
+                .into());
+        }
+        // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
+        // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
+        let mut running = tokio::spawn(call(self.host.clone(), session, request, cancel.clone()));
+        if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
+            return joined(result).map(Into::into);
+        }
+        match self
+            .shared
+            .tasks
+            .start(credentials(&context), running, cancel)
+        {
+            Ok(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(task))),
+            Err(running) => joined(running.await).map(Into::into),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.shared
+            .tasks
+            .get(credentials(&context), &request.task_id)
+    }
+
+    /// toolhost never asks for input during a task: responses are ignored, as the Tasks
+    /// extension says for keys that are not outstanding.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared
+            .tasks
+            .get(credentials(&context), &request.task_id)
+            .map(drop)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared
+            .tasks
+            .cancel(credentials(&context), &request.task_id)
     }
 
     /// Tool list changes are what a client may subscribe to.

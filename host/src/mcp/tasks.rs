@@ -1,0 +1,107 @@
+//! Long calls as tasks (the MCP Tasks extension, `io.modelcontextprotocol/tasks`), for
+//! clients that declare it: a `tools/call` still running after [`TASK_AFTER`] is answered
+//! with a task the client polls (`tasks/get`) or cancels (`tasks/cancel`) instead of holding
+//! its request open. A call that ends sooner is answered as usual.
+//!
+//! rmcp's `TaskManager` keeps the tasks (ids are random UUIDs; a finished task's result is
+//! kept for [`TASK_TTL`] after its last change). On top of it, each task belongs to the
+//! credentials of the request that made it, as conversations do ([`super::scope`]): a
+//! request with other credentials is told the task does not exist. At most [`MAX_TASKS`]
+//! are kept; past that, a long call holds its request open as if the client had not asked
+//! for tasks. Cancelling a task cancels its call (audited as `cancelled`); a task lives in
+//! one host's memory, so behind a load balancer its polls must reach the same replica.
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, GetTaskResult, Task};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long a call runs before it becomes a task.
+pub const TASK_AFTER: Duration = Duration::from_secs(1);
+/// How long a task's state is kept after its last change.
+pub const TASK_TTL: Duration = Duration::from_secs(300);
+/// How often a client is asked to poll.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Tasks kept at once, running or finished (each holds at most its tool's max-output-bytes).
+pub const MAX_TASKS: usize = 64;
+
+/// The tasks of one transport's clients, and who made each.
+#[derive(Default)]
+pub struct Tasks {
+    manager: TaskManager,
+    owners: Mutex<HashMap<String, [u8; 32]>>,
+}
+
+impl Tasks {
+    /// Makes `call` (running, cancelled through `cancel`) a task of `owner`, or gives it
+    /// back when [`MAX_TASKS`] are kept.
+    pub fn start(
+        &self,
+        owner: [u8; 32],
+        call: JoinHandle<CallToolResult>,
+        cancel: CancellationToken,
+    ) -> Result<Task, JoinHandle<CallToolResult>> {
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        if owners.len() >= MAX_TASKS {
+            // Tasks past their TTL are gone from the manager: forget their owners.
+            owners.retain(|id, _| self.manager.get_task(id).is_ok());
+            if owners.len() >= MAX_TASKS {
+                return Err(call);
+            }
+        }
+        let options = TaskOptions::new()
+            .with_ttl_ms(TASK_TTL.as_millis() as u64)
+            .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64);
+        let task = self.manager.spawn(options, move |context| {
+            Box::pin(async move {
+                let mut call = call;
+                tokio::select! {
+                    joined = &mut call => joined.map_err(|e| {
+                        TaskExit::Error(ErrorData::internal_error(format!("the call failed: {e}"), None))
+                    }),
+                    () = context.cancelled() => {
+                        // The call ends as `cancelled` (and is audited) before the task does.
+                        cancel.cancel();
+                        let _ = call.await;
+                        Err(TaskExit::Cancelled)
+                    }
+                }
+            })
+        });
+        owners.insert(task.task_id.clone(), owner);
+        Ok(task)
+    }
+
+    /// `tasks/get` for `owner`.
+    pub fn get(&self, owner: [u8; 32], id: &str) -> Result<GetTaskResult, ErrorData> {
+        self.check(owner, id)?;
+        self.manager.get_task(id).map(GetTaskResult::new)
+    }
+
+    /// `tasks/cancel` for `owner`.
+    pub fn cancel(&self, owner: [u8; 32], id: &str) -> Result<(), ErrorData> {
+        self.check(owner, id)?;
+        self.manager.cancel_task(id)
+    }
+
+    /// A task of another owner is answered as one that does not exist.
+    fn check(&self, owner: [u8; 32], id: &str) -> Result<(), ErrorData> {
+        let owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        match owners.get(id) {
+            Some(made_by) if *made_by == owner => Ok(()),
+            _ => Err(ErrorData::invalid_params(
+                format!("unknown task: {id}"),
+                None,
+            )),
+        }
+    }
+
+    /// Tasks whose call is still running.
+    pub fn running(&self) -> usize {
+        self.manager.running_task_count()
+    }
+}
