@@ -9,8 +9,11 @@
 //! other (`tests/all/layers.rs` checks this).
 //!
 //! ```text
-//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke; paged
-//!           tools/list; list_changed from the live catalog's subscription; the log relay
+//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke, at
+//!           2026-07-28 (session-less) and the handshake revisions; paged tools/list with
+//!           cache hints; list_changed and subscriptions/listen from the live catalog's
+//!           subscription; dedup scopes without sessions (scope); long calls as tasks; the
+//!           log relay
 //! agent     the agent loop: a model calls tools over several steps through invoke
 //!           (prepare -> approve -> run); built-in loop-breaking tools, approvals, events
 //! reload    watch -> debounce -> resolve -> keep the last good version of what failed -> swap

@@ -177,12 +177,17 @@ async fn modern_post(
         .or_insert(json!({"name": "raw", "version": "1"}));
     meta.entry("io.modelcontextprotocol/clientCapabilities")
         .or_insert(json!({}));
+    // The header says what `_meta` says, as a client must.
+    let version = meta["io.modelcontextprotocol/protocolVersion"]
+        .as_str()
+        .unwrap_or(V2026)
+        .to_string();
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
     let mut request = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V2026)
+        .header("mcp-protocol-version", version)
         .header("mcp-method", method);
     if let Some(name) = name {
         request = request.header("mcp-name", name);
@@ -242,9 +247,11 @@ async fn http_answers_2026_07_28_requests_without_a_session() {
     // request without its per-request metadata.
     let old = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}});
     let (_, _, refused) = modern_post(url, "tools/list", None, old, &[]).await;
-    let message = refused.to_string();
+    assert_eq!(refused["error"]["code"], json!(-32022), "{refused}");
     assert!(
-        refused["error"]["code"] == json!(-32022) || message.contains("2099-01-01"),
+        refused["error"]["data"]["supported"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!(V2026))),
         "{refused}"
     );
     let call = json!({"name": "echo", "arguments": {}});
@@ -267,7 +274,7 @@ async fn http_answers_2026_07_28_requests_without_a_session() {
         .expect("POST");
     let text = bare.text().await.expect("body");
     assert!(
-        text.contains("-32602") || text.contains("_meta"),
+        text.contains("-32602") && text.contains("_meta"),
         "a request without _meta is refused: {text}"
     );
 
@@ -631,4 +638,46 @@ async fn a_task_is_seen_only_with_the_credentials_that_made_it() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_past_the_cap_of_a_connection_end_with_an_error() {
+    let fixture = fixture();
+    let client = modern_stdio(&fixture).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut open = Vec::new();
+    for _ in 0..toolhost::mcp::MAX_LISTENERS_PER_CONNECTION {
+        open.push(client.peer().listen(filter.clone()).await.expect("listen"));
+    }
+    let mut refused = client
+        .peer()
+        .listen(filter.clone())
+        .await
+        .expect("acknowledged");
+    let end = tokio::time::timeout(DEADLINE, refused.next())
+        .await
+        .expect("the stream ended");
+    let error = end.expect_err("ended with an error");
+    assert!(
+        error
+            .to_string()
+            .contains("subscriptions/listen streams are open"),
+        "{error}"
+    );
+    // One closes: a new one is taken.
+    let mut first = open.remove(0);
+    first.cancel().await.expect("cancel");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let mut again = client.peer().listen(filter.clone()).await.expect("listen");
+        let ended = tokio::time::timeout(Duration::from_millis(300), again.next()).await;
+        if ended.is_err() {
+            break; // Still open: taken.
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stream was taken after one closed"
+        );
+    }
+    client.cancel().await.expect("close");
 }
