@@ -293,7 +293,7 @@ async fn three_replicas_behind_haproxy_take_a_configmap_swap_without_a_failed_ca
     for worker in workers {
         worker.await.expect("worker");
     }
-    let failures = failures.lock().expect("failures");
+    let failures = std::mem::take(&mut *failures.lock().expect("failures"));
     assert!(
         failures.is_empty(),
         "{} failed calls: {:?}",

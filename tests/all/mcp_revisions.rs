@@ -310,7 +310,9 @@ async fn over_http_only_a_named_conversation_with_the_same_credentials_shares_re
     };
     let id = "4f1c2a9e-7d3b-4c55-a0e1-9b8f6d2c3e10";
     let other = "0a7e3d21-95c4-4b8e-b6f2-1c9d8e7a6b54";
-    let cases: [(Option<&str>, &[(&str, &str)]); 6] = [
+    /// A conversation id, and the request's extra headers.
+    type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 6] = [
         (None, &[]),
         (None, &[]),
         (Some(id), &[]),
