@@ -46,10 +46,10 @@ use tokio_util::sync::CancellationToken;
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
-/// takes effect about half a second after a file changes (the watcher's debounce), so a
-/// client that polls sees it within about 1.5 s; clients that hold a `subscriptions/listen`
-/// stream are told at once. Longer would save little: listing is answered from a listing
-/// built once per catalog version.
+/// takes effect about 0.1 s after a file settles (the watcher's debounce), so a client that
+/// polls sees it within about a second; clients that hold a `subscriptions/listen` stream are
+/// told at once. Longer would save little: listing is answered from a listing built once per
+/// catalog version.
 pub const TOOLS_TTL: Duration = Duration::from_secs(1);
 
 /// `subscriptions/listen` streams open at once, at most, on one stdio connection (over
@@ -78,16 +78,6 @@ impl Shared {
             listeners: AtomicUsize::new(0),
             max_listeners,
         }
-    }
-
-    /// The conversations kept now.
-    pub fn conversations(&self) -> &Conversations {
-        &self.conversations
-    }
-
-    /// The tasks kept now.
-    pub fn tasks(&self) -> &Tasks {
-        &self.tasks
     }
 }
 

@@ -99,9 +99,4 @@ impl Tasks {
             )),
         }
     }
-
-    /// Tasks whose call is still running.
-    pub fn running(&self) -> usize {
-        self.manager.running_task_count()
-    }
 }
