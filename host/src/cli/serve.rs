@@ -286,7 +286,7 @@ async fn serve_http(
     let cancel = config.cancellation_token.clone();
     let host = scrape.host.clone();
     // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a
-    // stream counts against `max-mcp-sessions` like the session it replaces.
+    // stream replaces a session's notifications, so as many may be open as sessions may.
     let shared = toolhost::mcp::Shared::new(
         &format!("mcp-http-{}", std::process::id()),
         limits.session_idle,
