@@ -192,17 +192,7 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
         volume(name)["configMap"]["name"].as_str(),
         Some("toolhost-ensembles")
     );
-    let args: Vec<&str> = container["args"]
-        .as_vec()
-        .expect("args")
-        .iter()
-        .filter_map(Yaml::as_str)
-        .collect();
-    let config_path = args[args
-        .iter()
-        .position(|a| *a == "--config")
-        .expect("--config")
-        + 1];
+    let config_path = flag(container, "--config");
     let (name, _, _) = mount_of(config_path);
     assert_eq!(
         volume(name)["configMap"]["name"].as_str(),
@@ -253,6 +243,16 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
     );
 }
 
+/// The container's argument after `name` (`--config PATH`, `--http ADDRESS`).
+fn flag<'a>(container: &'a Yaml, name: &str) -> &'a str {
+    let args: Vec<&str> = (container["args"].as_vec().expect("args").iter())
+        .filter_map(Yaml::as_str)
+        .collect();
+    let at = args.iter().position(|a| *a == name);
+    at.and_then(|at| args.get(at + 1))
+        .unwrap_or_else(|| panic!("the container runs without {name}"))
+}
+
 fn name_of_ensembles(pod: &Yaml) -> &str {
     pod["volumes"]
         .as_vec()
@@ -267,25 +267,19 @@ fn name_of_ensembles(pod: &Yaml) -> &str {
 async fn the_probes_and_ports_are_what_serve_serves() {
     let deployment = resource("Deployment", "toolhost");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let args: Vec<&str> = container["args"]
-        .as_vec()
-        .expect("args")
-        .iter()
-        .filter_map(Yaml::as_str)
-        .collect();
-    let listen = args[args
-        .iter()
-        .position(|a| *a == "--http")
-        .expect("serve --http")
-        + 1];
+    let listen = flag(container, "--http");
     let port: i64 = listen
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
         .expect("a port");
+    // Beyond loopback, serve needs a token: the variable it names comes from the Secret.
+    let token = flag(container, "--token-env");
+    let env = container["env"].as_vec().expect("env");
     assert!(
-        args.contains(&"--token-env"),
-        "beyond loopback, serve needs a token"
+        env.iter().any(|e| e["name"].as_str() == Some(token)
+            && e["valueFrom"]["secretKeyRef"].as_hash().is_some()),
+        "{token} is not set from a Secret"
     );
     let ports = container["ports"].as_vec().expect("ports");
     let named = ports

@@ -469,6 +469,16 @@ where
     (port, server)
 }
 
+/// A test server's info: tools, whose list may change (and is announced).
+fn announces_tool_changes() -> rmcp::model::ServerConfig {
+    rmcp::model::ServerConfig::new(
+        rmcp::model::ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build(),
+    )
+}
+
 /// An MCP server that announces a new tool list `times` times right after it is initialized.
 #[derive(Clone)]
 struct Flooder {
@@ -484,12 +494,7 @@ impl rmcp::ServerHandler for Flooder {
     }
 
     fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(
-            rmcp::model::ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
+        announces_tool_changes()
     }
 
     async fn list_tools(
@@ -688,12 +693,7 @@ impl rmcp::ServerHandler for Changer {
     }
 
     fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(
-            rmcp::model::ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
+        announces_tool_changes()
     }
 
     async fn list_tools(

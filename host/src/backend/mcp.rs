@@ -7,9 +7,11 @@
 //! server ([`ImportedServers`], owned by whoever builds catalogs), and dropped with the last
 //! of them. A server that dies (or cannot be started) makes only its own tools fail, with
 //! `crashed`; the next call starts it again, right away after a crash, then with a doubling
-//! backoff (1 s up to 60 s) while starting keeps failing. A server's
-//! `notifications/tools/list_changed` is broadcast ([`ImportedServers::changes`]), and the
-//! reloader rebuilds the catalog from the server's new list.
+//! backoff (1 s up to 60 s) while starting keeps failing. A server at either MCP revision is
+//! taken: `server/discover` first (2026-07-28), the `initialize` handshake for one that does
+//! not know it. A server's tool list changes (`notifications/tools/list_changed` in a session,
+//! or on the `subscriptions/listen` stream held open to a 2026-07-28 server) are broadcast
+//! ([`ImportedServers::changes`]), and the reloader rebuilds the catalog from the new list.
 //!
 //! An imported server is a native process (or a remote service), not a sandboxed component:
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
@@ -34,7 +36,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use stderr::forward_stderr;
 use tokio::sync::broadcast;
+
+mod stderr;
 
 /// The first wait after a failed start; it doubles with each further failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -636,89 +641,4 @@ fn result_text(result: &CallToolResult) -> String {
         parts.push(structured.to_string());
     }
     parts.join("\n")
-}
-
-/// Bytes of one stderr line that are logged; the rest of the line is dropped.
-const STDERR_LINE_BYTES: usize = 4096;
-/// Stderr lines logged per second, at most; the others are counted and dropped.
-const STDERR_LINES_PER_SECOND: u32 = 100;
-
-/// The server's stderr, line by line, into the host's log (debug, like plugins' output). A
-/// server is not trusted to be brief: each line is cut at [`STDERR_LINE_BYTES`] (a line
-/// without an end never piles up in memory) and at most [`STDERR_LINES_PER_SECOND`] are
-/// logged, the drops counted in one line per second.
-fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    use tokio::io::AsyncReadExt;
-    tokio::spawn(async move {
-        let mut stderr = stderr;
-        let mut chunk = vec![0u8; 8192];
-        let mut line = Vec::with_capacity(256);
-        let mut cut = false;
-        let mut budget = StderrBudget::new();
-        while let Ok(read) = stderr.read(&mut chunk).await {
-            if read == 0 {
-                break;
-            }
-            for &byte in &chunk[..read] {
-                if byte == b'\n' {
-                    budget.log(&server, &line, cut);
-                    line.clear();
-                    cut = false;
-                } else if line.len() < STDERR_LINE_BYTES {
-                    line.push(byte);
-                } else {
-                    cut = true;
-                }
-            }
-        }
-        if !line.is_empty() {
-            budget.log(&server, &line, cut);
-        }
-        budget.report(&server);
-    });
-}
-
-/// How many stderr lines a server may still log this second.
-struct StderrBudget {
-    second: Instant,
-    logged: u32,
-    dropped: u64,
-}
-
-impl StderrBudget {
-    fn new() -> Self {
-        StderrBudget {
-            second: Instant::now(),
-            logged: 0,
-            dropped: 0,
-        }
-    }
-
-    fn log(&mut self, server: &str, line: &[u8], cut: bool) {
-        if self.second.elapsed() >= Duration::from_secs(1) {
-            self.report(server);
-            self.second = Instant::now();
-            self.logged = 0;
-        }
-        if self.logged >= STDERR_LINES_PER_SECOND {
-            self.dropped += 1;
-            return;
-        }
-        self.logged += 1;
-        let text = String::from_utf8_lossy(line);
-        let more = if cut { " [line cut]" } else { "" };
-        tracing::debug!(target: "plugin", server, "{text}{more}");
-    }
-
-    fn report(&mut self, server: &str) {
-        if self.dropped > 0 {
-            tracing::debug!(
-                target: "plugin",
-                server,
-                "dropped {} stderr lines over {STDERR_LINES_PER_SECOND} a second",
-                self.dropped
-            );
-            self.dropped = 0;
-        }
-    }
 }
