@@ -241,3 +241,86 @@ fn auto_approve_in_toolhost_toml_lets_a_named_tool_run() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(fixture.root().join("data/out.txt").exists());
 }
+
+#[test]
+fn tool_choice_is_sent_as_auto_by_default() {
+    // Servers such as llama.cpp's leave the tools out of the prompt without it.
+    let fixture = fixture();
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for request in server.requests() {
+        assert_eq!(request.body["tool_choice"], "auto", "{}", request.body);
+    }
+}
+
+#[test]
+fn a_forced_tool_choice_holds_for_the_first_model_call_only() {
+    let fixture = fixture();
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &["--tool-choice", "calculate"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["tool_choice"],
+        serde_json::json!({"type": "function", "function": {"name": "calculate"}})
+    );
+    assert_eq!(requests[1].body["tool_choice"], "auto");
+
+    let server = Scripted::start(two_step());
+    let output = chat(&fixture, &server, &["--tool-choice", "required"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(server.requests()[0].body["tool_choice"], "required");
+
+    // `none` holds for the whole run; no tools at all means no tool_choice field either.
+    let server = Scripted::start(vec![openai::text("No tools needed.")]);
+    let output = chat(&fixture, &server, &["--tool-choice", "none"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(server.requests()[0].body["tool_choice"], "none");
+}
+
+#[test]
+fn tool_choice_maps_to_anthropics_wire_format_from_toolhost_toml() {
+    let fixture = fixture();
+    for (choice, wire) in [
+        ("auto", serde_json::json!({"type": "auto"})),
+        ("required", serde_json::json!({"type": "any"})),
+        ("none", serde_json::json!({"type": "none"})),
+        (
+            "calculate",
+            serde_json::json!({"type": "tool", "name": "calculate"}),
+        ),
+    ] {
+        let server = Scripted::start(vec![anthropic::text("Done.")]);
+        let config = format!(
+            "schema-version = 1\n\n[chat]\nprovider = \"anthropic\"\nmodel = \"m\"\n\
+             base-url = \"{}\"\napi-key-env = \"SCRIPTED_KEY\"\ntool-choice = \"{choice}\"\n",
+            server.base_url
+        );
+        std::fs::write(fixture.root().join("toolhost.toml"), config).expect("write");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut command, &fixture);
+        let output = command
+            .env("SCRIPTED_KEY", "k")
+            .args(["chat", "hi"])
+            .output()
+            .expect("toolhost runs");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(server.requests()[0].body["tool_choice"], wire, "{choice}");
+    }
+}
+
+#[test]
+fn an_empty_tool_choice_in_toolhost_toml_is_refused_with_its_location() {
+    let fixture = fixture();
+    std::fs::write(
+        fixture.root().join("toolhost.toml"),
+        "schema-version = 1\n\n[chat]\nmodel = \"m\"\ntool-choice = \"\"\n",
+    )
+    .expect("write");
+    let output = toolhost_with_stdin(&fixture, &["chat", "hi"], None);
+    assert_eq!(output.status.code(), Some(3));
+    let err = stderr(&output);
+    assert!(err.contains("toolhost.toml:5:15"), "{err}");
+    assert!(err.contains("expected auto, required, none"), "{err}");
+}

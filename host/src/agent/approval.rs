@@ -10,6 +10,8 @@ use serde_json::Value;
 /// version of the tool, with these arguments.
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
+    /// The model's id of the call: what a person's answer names.
+    pub call_id: String,
     pub tool: String,
     pub ensemble: String,
     pub description: String,

@@ -26,6 +26,9 @@ pub enum Event {
         duration_ms: f64,
         deduplicated: bool,
     },
+    /// The model asked the person something (`ask_question`); the run ends with it, and the
+    /// reply is the conversation's next message.
+    Question { id: String, text: String },
     /// The run ended.
     Done {
         ending: Ending,
@@ -53,6 +56,8 @@ pub enum Ending {
     Error,
     /// The host began shutting down (a signal): no further model call was made.
     ShutDown,
+    /// Its caller cancelled the run (e.g. the HTTP client went away).
+    Cancelled,
 }
 
 /// Where a run's events go. Called from the run's own task, in order.

@@ -24,13 +24,14 @@ pub use event::{Ending, Event, EventSink};
 
 use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session};
 use crate::provider::conversation::{Conversation, Invocation, Message, ToolResult};
-use crate::provider::{ModelRequest, Provider, ProviderError, ToolSpec, Usage};
+use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolSpec, Usage};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 /// How a run behaves.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ pub struct AgentOptions {
     pub max_parallel_calls: usize,
     /// Offer `task_completion`, `ask_question` and `converse`.
     pub builtins: bool,
+    /// Whether the first model call of a run may, must or must not call a tool; later calls
+    /// use [`ToolChoice::after_first`].
+    pub tool_choice: ToolChoice,
 }
 
 impl Default for AgentOptions {
@@ -49,6 +53,7 @@ impl Default for AgentOptions {
             max_iterations: 10,
             max_parallel_calls: 4,
             builtins: true,
+            tool_choice: ToolChoice::Auto,
         }
     }
 }
@@ -133,6 +138,20 @@ impl Agent {
         session: &Arc<Session>,
         events: EventSink<'_>,
     ) -> Result<RunOutcome, AgentError> {
+        self.run_until(conversation, session, events, &CancellationToken::new())
+            .await
+    }
+
+    /// [`Agent::run`], ended as [`Ending::Cancelled`] once `cancel` is cancelled: a model
+    /// request is dropped, calls in flight end as `cancelled` (their results are kept, so the
+    /// conversation stays whole and can be continued). Approvers watch the token themselves.
+    pub async fn run_until(
+        &self,
+        conversation: &mut Conversation,
+        session: &Arc<Session>,
+        events: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<RunOutcome, AgentError> {
         let mut usage = Usage::default();
         let mut iterations = 0;
         let outcome = loop {
@@ -156,19 +175,32 @@ impl Agent {
                     usage,
                 };
             }
+            if cancel.is_cancelled() {
+                break cancelled(iterations, usage);
+            }
             iterations += 1;
             let tools = self.tools(session);
+            let tool_choice = if iterations == 1 {
+                self.options.tool_choice.clone()
+            } else {
+                self.options.tool_choice.after_first()
+            };
             let request = ModelRequest {
                 system: conversation.system.as_deref(),
                 messages: &conversation.messages,
                 tools: &tools,
+                tool_choice: &tool_choice,
             };
             let on_text = |text: &str| {
                 events(Event::TextDelta {
                     text: text.to_string(),
                 })
             };
-            let turn = match self.provider.complete(request, &on_text).await {
+            let answer = tokio::select! {
+                answer = self.provider.complete(request, &on_text) => answer,
+                () = cancel.cancelled() => break cancelled(iterations, usage),
+            };
+            let turn = match answer {
                 Ok(turn) => turn,
                 Err(e) => {
                     events(Event::Done {
@@ -194,7 +226,7 @@ impl Agent {
                     usage,
                 };
             }
-            let (results, ending) = self.run_calls(&calls, session, events).await;
+            let (results, ending) = self.run_calls(&calls, session, events, cancel).await;
             conversation.messages.push(Message::Results { results });
             if let Some((ending, text)) = ending {
                 break RunOutcome {
@@ -221,6 +253,7 @@ impl Agent {
         calls: &[Invocation],
         session: &Arc<Session>,
         events: EventSink<'_>,
+        cancel: &CancellationToken,
     ) -> (Vec<ToolResult>, Option<(Ending, String)>) {
         let mut ending = None;
         let mut steps = Vec::with_capacity(calls.len());
@@ -235,6 +268,12 @@ impl Agent {
             } else if let Some(builtin) = self.builtin(&call.name) {
                 match builtin.text(&call.arguments) {
                     Ok(text) => {
+                        if builtin.ending == Ending::Question && ending.is_none() {
+                            events(Event::Question {
+                                id: call.id.clone(),
+                                text: text.clone(),
+                            });
+                        }
                         ending.get_or_insert((builtin.ending, text));
                         Step::Answered(result(call, "delivered to the user".into(), false), "ok")
                     }
@@ -246,7 +285,7 @@ impl Agent {
                     Err(outcome) => {
                         Step::Answered(outcome_result(call, &outcome), outcome_kind(&outcome))
                     }
-                    Ok(prepared) => self.approve(session, call, prepared).await,
+                    Ok(prepared) => self.approve(session, call, prepared, cancel).await,
                 }
             };
             steps.push(step);
@@ -265,10 +304,14 @@ impl Agent {
                     let host = Arc::clone(&self.host);
                     let session = Arc::clone(session);
                     let limit = Arc::clone(&limit);
+                    let cancel = cancel.clone();
                     running.spawn(async move {
                         // The semaphore is never closed; without a permit the call still runs.
                         let _permit = limit.acquire_owned().await.ok();
-                        (index, host.run(&session, prepared).await)
+                        let outcome = host
+                            .run_until(&session, prepared, cancel.cancelled_owned())
+                            .await;
+                        (index, outcome)
                     });
                 }
             }
@@ -303,19 +346,33 @@ impl Agent {
 
     /// Asks the approver about a prepared call to a destructive tool: the request names the
     /// exact version that runs if it is approved. A refusal is audited as `denied`.
-    async fn approve(&self, session: &Session, call: &Invocation, prepared: PreparedCall) -> Step {
+    async fn approve(
+        &self,
+        session: &Session,
+        call: &Invocation,
+        prepared: PreparedCall,
+        cancel: &CancellationToken,
+    ) -> Step {
         let tool = prepared.tool();
         if !tool.destructive {
             return Step::Run(prepared);
         }
         let request = ApprovalRequest {
+            call_id: call.id.clone(),
             tool: tool.name.clone(),
             ensemble: tool.ensemble.to_string(),
             description: tool.description.to_string(),
             arguments: prepared.arguments().clone(),
             version: tool.version,
         };
-        match self.approver.approve(&request).await {
+        let approval = tokio::select! {
+            approval = self.approver.approve(&request) => approval,
+            () = cancel.cancelled() => Approval::Refused(format!(
+                "`{}` was not run: the run was cancelled before it was approved",
+                request.tool
+            )),
+        };
+        match approval {
             Approval::Approved => Step::Run(prepared),
             Approval::Refused(reason) => {
                 let error = CallError::new(ErrorKind::Denied, reason);
@@ -323,6 +380,16 @@ impl Agent {
                 Step::Answered(outcome_result(call, &outcome), ErrorKind::Denied.as_str())
             }
         }
+    }
+}
+
+/// How a cancelled run ends.
+fn cancelled(iterations: u32, usage: Usage) -> RunOutcome {
+    RunOutcome {
+        ending: Ending::Cancelled,
+        text: "the run was cancelled by its caller; the conversation so far is kept".into(),
+        iterations,
+        usage,
     }
 }
 

@@ -52,6 +52,10 @@ pub(crate) struct ChatOptions {
     /// Never offer these tools (repeatable; a trailing `*` matches a prefix).
     #[arg(long, value_name = "TOOL")]
     deny: Vec<String>,
+    /// Whether the model may, must or must not call a tool on its first answer: auto,
+    /// required, none or a tool's name (overrides [chat] tool-choice; default auto).
+    #[arg(long, value_name = "CHOICE")]
+    tool_choice: Option<toolhost::provider::ToolChoice>,
     /// Ask for whole answers instead of streamed ones.
     #[arg(long)]
     no_stream: bool,
@@ -83,6 +87,11 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
                 n.get() as usize
             }),
         builtins: true,
+        tool_choice: options
+            .tool_choice
+            .clone()
+            .or(chat.tool_choice.clone())
+            .unwrap_or_default(),
     };
     if agent_options.max_iterations == 0 {
         bail!("max-iterations must be at least 1");
@@ -324,6 +333,8 @@ impl Renderer {
                     safe(&one_line(&content, 160))
                 );
             }
+            // The question is printed with the run's end.
+            Event::Question { .. } => {}
             Event::Done { ending, text, .. } => {
                 self.end_line();
                 match ending {
@@ -331,7 +342,7 @@ impl Renderer {
                     Ending::Completed | Ending::Converse => self.out(&format!("{}\n", safe(&text))),
                     Ending::Question => self.out(&format!("? {}\n", safe(&text))),
                     Ending::IterationLimit => eprintln!("error: {text}"),
-                    Ending::ShutDown => eprintln!("{text}"),
+                    Ending::ShutDown | Ending::Cancelled => eprintln!("{text}"),
                     Ending::Error => {}
                 }
             }

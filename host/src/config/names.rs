@@ -293,6 +293,19 @@ bounded!(
     /// `[chat] retry-delay-ms`: the first wait before a retry (it doubles), 0 to 10 minutes.
     RetryDelayMs, "retry-delay-ms", 0, 600_000
 );
+bounded!(
+    /// `[chat] max-runs`: runs of the HTTP chat API at once, 1 to 10,000.
+    MaxRuns, "max-runs", 1, 10_000
+);
+bounded!(
+    /// `[chat] max-conversations`: conversations the chat database keeps, 1 to 10 million.
+    MaxConversations, "max-conversations", 1, 10_000_000
+);
+bounded!(
+    /// `[chat] approval-timeout-s`: how long a destructive call waits for a person's answer
+    /// in the HTTP chat API, 1 s to a day.
+    ApprovalTimeoutS, "approval-timeout-s", 1, 86_400
+);
 
 /// Whether identical calls are answered from the first result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

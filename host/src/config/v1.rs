@@ -2,13 +2,13 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, AllowedHost, BackendToolName, Blake3Hex, CacheKeep, CompileCpuSeconds,
-    CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs, DrainTimeoutS,
-    EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts,
-    MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxHttpConnections, MaxIterations,
-    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
-    MaxResponseBytes, MaxResponseMib, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
-    RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
+    Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep,
+    CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
+    DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
+    MaxAttempts, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxConversations,
+    MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
+    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
+    McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -279,4 +279,20 @@ pub struct ChatSection {
     /// Destructive tools that run without asking (names, or prefixes ending in `*`).
     #[serde(default)]
     pub auto_approve: Vec<String>,
+    /// Whether the model may (`auto`, the default), must (`required`, or a tool's name) or
+    /// must not (`none`) call a tool on a run's first model call.
+    pub tool_choice: Option<crate::provider::ToolChoice>,
+    /// Models an HTTP chat request may name besides `model`.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The chat database (SQLite), relative to `toolhost.toml`; default `chat.sqlite3` in the
+    /// state directory.
+    pub database: Option<String>,
+    /// Runs of the HTTP chat API at once (default 16).
+    pub max_runs: Option<MaxRuns>,
+    /// Conversations the database keeps (default 10000).
+    pub max_conversations: Option<MaxConversations>,
+    /// How long a destructive call waits for a person's answer in the HTTP chat API
+    /// (default 300).
+    pub approval_timeout_s: Option<ApprovalTimeoutS>,
 }

@@ -8,7 +8,7 @@
 use super::conversation::{Invocation, Message};
 use super::{
     BoxFuture, ModelRequest, ModelTurn, Provider, ProviderError, ProviderSettings, TextSink,
-    Transport, Usage, api_error, parse_chunk,
+    ToolChoice, Transport, Usage, api_error, parse_chunk,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -76,6 +76,12 @@ impl Provider for Anthropic {
                         })
                     })
                     .collect();
+                body["tool_choice"] = match request.tool_choice {
+                    ToolChoice::Auto => json!({ "type": "auto" }),
+                    ToolChoice::Required => json!({ "type": "any" }),
+                    ToolChoice::None => json!({ "type": "none" }),
+                    ToolChoice::Tool(name) => json!({ "type": "tool", "name": name }),
+                };
             }
             if self.settings.stream {
                 body["stream"] = json!(true);

@@ -41,12 +41,83 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-/// One model call: the conversation so far and the tools on offer.
+/// One model call: the conversation so far, the tools on offer, and whether the model must
+/// call one.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelRequest<'a> {
     pub system: Option<&'a str>,
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
+    /// Sent whenever `tools` is not empty (some servers, llama.cpp's among them, leave the
+    /// tools out of the prompt without it).
+    pub tool_choice: &'a ToolChoice,
+}
+
+/// Whether the model may, must or must not call a tool. Written `auto`, `required`, `none`,
+/// or a tool's name, in `toolhost.toml` and on the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call a tool (the tools are still described).
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// The choice for a model call after the first of a run: a forced call holds once, or the
+    /// model could never give its answer.
+    pub fn after_first(&self) -> ToolChoice {
+        match self {
+            ToolChoice::None => ToolChoice::None,
+            _ => ToolChoice::Auto,
+        }
+    }
+}
+
+impl FromStr for ToolChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            "" => {
+                return Err(
+                    "an empty tool choice; expected auto, required, none or a tool's name".into(),
+                );
+            }
+            name => ToolChoice::Tool(name.to_string()),
+        })
+    }
+}
+
+impl fmt::Display for ToolChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolChoice::Auto => f.write_str("auto"),
+            ToolChoice::Required => f.write_str("required"),
+            ToolChoice::None => f.write_str("none"),
+            ToolChoice::Tool(name) => f.write_str(name),
+        }
+    }
+}
+
+impl Serialize for ToolChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Tokens a model call used, where the provider reports them.

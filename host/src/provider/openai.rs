@@ -9,7 +9,7 @@
 use super::conversation::{Invocation, Message};
 use super::{
     BoxFuture, ModelRequest, ModelTurn, Provider, ProviderError, ProviderSettings, TextSink,
-    Transport, Usage, api_error, parse_chunk,
+    ToolChoice, Transport, Usage, api_error, parse_chunk,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -38,6 +38,7 @@ impl OpenAi {
         provider: &'static str,
         messages: Vec<Value>,
         tools: Vec<Value>,
+        tool_choice: &ToolChoice,
         on_text: TextSink<'_>,
     ) -> Result<ModelTurn, ProviderError> {
         let mut body = json!({
@@ -46,6 +47,7 @@ impl OpenAi {
         });
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
+            body["tool_choice"] = wire_tool_choice(tool_choice);
         }
         if let Some(max) = self.settings.max_tokens {
             body["max_tokens"] = json!(max);
@@ -110,9 +112,25 @@ impl Provider for OpenAi {
                     })
                 })
                 .collect();
-            self.chat(NAME, wire_messages(request), tools, on_text)
-                .await
+            self.chat(
+                NAME,
+                wire_messages(request),
+                tools,
+                request.tool_choice,
+                on_text,
+            )
+            .await
         })
+    }
+}
+
+/// `tool_choice` in chat-completions form.
+fn wire_tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Tool(name) => json!({ "type": "function", "function": { "name": name } }),
     }
 }
 

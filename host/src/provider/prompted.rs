@@ -8,7 +8,9 @@
 //! caller with the `<tool>` blocks held back.
 
 use super::conversation::{Invocation, Message};
-use super::{BoxFuture, ModelRequest, ModelTurn, OpenAi, Provider, ProviderError, TextSink};
+use super::{
+    BoxFuture, ModelRequest, ModelTurn, OpenAi, Provider, ProviderError, TextSink, ToolChoice,
+};
 use serde_json::{Value, json};
 use std::sync::Mutex;
 
@@ -51,7 +53,13 @@ impl Provider for Prompted {
             };
             let mut turn = self
                 .inner
-                .chat(NAME, wire_messages(request), Vec::new(), &sink)
+                .chat(
+                    NAME,
+                    wire_messages(request),
+                    Vec::new(),
+                    &ToolChoice::Auto,
+                    &sink,
+                )
                 .await?;
             if let Ok(mut f) = filter.lock() {
                 let rest = f.finish();
@@ -91,6 +99,15 @@ fn system_prompt(request: ModelRequest<'_>) -> String {
             "- {}: {}\n  arguments schema: {}\n",
             tool.name, tool.description, tool.parameters
         ));
+    }
+    // No wire field for the choice here: it is said in words.
+    match request.tool_choice {
+        ToolChoice::Auto => {}
+        ToolChoice::Required => prompt.push_str("\nCall at least one tool in this answer.\n"),
+        ToolChoice::None => prompt.push_str("\nDo not call a tool in this answer.\n"),
+        ToolChoice::Tool(name) => {
+            prompt.push_str(&format!("\nCall the tool `{name}` in this answer.\n"));
+        }
     }
     prompt
 }
