@@ -14,5 +14,6 @@ toolhost=target/release/toolhost
 "$toolhost" call calculate '{"expression": "2 * (3 + 4) ^ 2 - sqrt(16)"}'
 echo
 echo "MCP clients can connect to http://${TOOLHOST_HTTP:-127.0.0.1:8750}/mcp"
+echo "The web chat is at http://${TOOLHOST_HTTP:-127.0.0.1:8750}/ (it talks to the model [chat] names in toolhost.toml: set OPENAI_API_KEY, or point it at a local server)"
 echo "Edit ensembles/*.toml while it runs: changes are picked up at once. Ctrl-C stops it."
 exec "$toolhost" serve --http "${TOOLHOST_HTTP:-127.0.0.1:8750}"

@@ -3,8 +3,10 @@
 # target/test-tools/ (reused when already there): the official MCP clients (the Python SDK in
 # a virtualenv; the TypeScript SDK, the MCP Inspector and Node 22 from npm), and the
 # toolchains that build the Python and JavaScript test components (componentize-py from PyPI,
-# componentize-js from npm); and Debian's logrotate and systemd (systemd-analyze), which the
-# service tests run, and haproxy, the load balancer of the fleet test, when they are missing.
+# componentize-js from npm); Selenium in the same virtualenv, which drives the web chat's
+# browser test; and Debian's logrotate and systemd (systemd-analyze), which the service tests
+# run, haproxy, the load balancer of the fleet test, and chromium with chromium-driver, the
+# browser of the web chat's test, when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,10 +24,18 @@ if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
     echo "$pins" > "$dir/pins"
 fi
 
+# Selenium talks to Debian's chromedriver, never to a driver it downloads itself.
+selenium=4.51.0
+if [ "$("$dir/venv/bin/python" -c 'import selenium; print(selenium.__version__)' 2>/dev/null)" != "$selenium" ]; then
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$selenium"
+fi
+
 missing=()
 command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || missing+=(logrotate)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

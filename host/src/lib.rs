@@ -9,6 +9,9 @@
 //! other (`tests/all/layers.rs` checks this).
 //!
 //! ```text
+//! web       the agent loop over HTTP (a chat request's run streamed as Server-Sent Events,
+//!           approvals answered by a request naming the call), conversations kept in SQLite,
+//!           the catalog and its reload status live, the page (assets in the binary)
 //! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke, at
 //!           2026-07-28 (session-less) and the handshake revisions; paged tools/list with
 //!           cache hints; list_changed and subscriptions/listen from the live catalog's
@@ -72,3 +75,4 @@ pub mod resolve;
 pub mod runtime;
 pub mod sandbox;
 pub mod tls;
+pub mod web;

@@ -33,3 +33,4 @@ mod scripted;
 mod service;
 mod support;
 mod typed;
+mod web;

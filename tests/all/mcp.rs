@@ -96,6 +96,8 @@ pub(crate) fn configure(command: &mut Command, fixture: &Fixture) {
         // The tests share one cache: no `serve` may prune what the others use.
         .env("TOOLHOST_CACHE_KEEP", SHARED_CACHE_KEEP)
         .env("TOOLHOST_STATUS_FILE", fixture.root().join("status.json"))
+        // The chat database's default place: the fixture's, never the user's.
+        .env("XDG_STATE_HOME", fixture.root().join("state"))
         .env("TOOLHOST_AUDIT", fixture.root().join("audit.jsonl"));
 }
 

@@ -365,7 +365,9 @@ impl Agent {
             arguments: prepared.arguments().clone(),
             version: tool.version,
         };
+        // The approver first: one that watches the token itself says how it ended.
         let approval = tokio::select! {
+            biased;
             approval = self.approver.approve(&request) => approval,
             () = cancel.cancelled() => Approval::Refused(format!(
                 "`{}` was not run: the run was cancelled before it was approved",

@@ -28,18 +28,8 @@ use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
 pub(crate) struct ChatOptions {
     /// What to ask, or `-` to read it from stdin.
     prompt: String,
-    /// openai, anthropic or prompted (overrides [chat] provider; default openai).
-    #[arg(long)]
-    provider: Option<String>,
-    /// The model's name (overrides [chat] model).
-    #[arg(long)]
-    model: Option<String>,
-    /// The API's base URL, e.g. http://127.0.0.1:11434/v1 for Ollama (overrides [chat] base-url).
-    #[arg(long, value_name = "URL")]
-    base_url: Option<String>,
-    /// The environment variable that holds the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
-    #[arg(long, value_name = "VAR")]
-    api_key_env: Option<String>,
+    #[command(flatten)]
+    provider: ProviderFlags,
     /// A system prompt (overrides [chat] system).
     #[arg(long)]
     system: Option<String>,
@@ -56,9 +46,6 @@ pub(crate) struct ChatOptions {
     /// required, none or a tool's name (overrides [chat] tool-choice; default auto).
     #[arg(long, value_name = "CHOICE")]
     tool_choice: Option<toolhost::provider::ToolChoice>,
-    /// Ask for whole answers instead of streamed ones.
-    #[arg(long)]
-    no_stream: bool,
     /// Approve every destructive call without asking.
     #[arg(long)]
     yes: bool,
@@ -70,9 +57,29 @@ pub(crate) struct ChatOptions {
     transcript: Option<std::path::PathBuf>,
 }
 
+/// The model's flags, over `[chat]`.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct ProviderFlags {
+    /// openai, anthropic or prompted (overrides [chat] provider; default openai).
+    #[arg(long)]
+    provider: Option<String>,
+    /// The model's name (overrides [chat] model).
+    #[arg(long)]
+    model: Option<String>,
+    /// The API's base URL, e.g. http://127.0.0.1:11434/v1 for Ollama (overrides [chat] base-url).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// The environment variable that holds the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// Ask for whole answers instead of streamed ones.
+    #[arg(long)]
+    no_stream: bool,
+}
+
 pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Result<ExitCode> {
     let prompt = super::value_or_stdin(&options.prompt, "the prompt")?;
-    let provider = provider_settings(settings, &options)?
+    let provider = provider_settings(settings, &options.provider)?
         .build()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let chat = &settings.chat;
@@ -169,7 +176,7 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
 /// The provider from `[chat]`, with the flags over it; the key from the environment.
 fn provider_settings(
     settings: &Settings,
-    options: &ChatOptions,
+    options: &ProviderFlags,
 ) -> anyhow::Result<ProviderSettings> {
     let chat = &settings.chat;
     let kind = match &options.provider {
@@ -212,6 +219,47 @@ fn provider_settings(
         provider.retry.base_delay = Duration::from_millis(ms.get());
     }
     Ok(provider)
+}
+
+/// What `[chat]` permits the HTTP chat API, and its model (or why there is none).
+pub(crate) fn web_settings(settings: &Settings) -> toolhost::web::ChatSettings {
+    let chat = &settings.chat;
+    let defaults = toolhost::web::ChatSettings::default();
+    let provider = if chat.model.is_none() {
+        Err(anyhow::anyhow!("set [chat] model in toolhost.toml"))
+    } else {
+        provider_settings(settings, &ProviderFlags::default())
+    };
+    let provider = provider
+        .and_then(|p| {
+            // A provider that cannot be built (a bad base URL) is said at once, not per run.
+            p.build().map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(p)
+        })
+        .map_err(|e| format!("the chat has no model: {e:#}"));
+    toolhost::web::ChatSettings {
+        provider,
+        models: chat.models.clone(),
+        max_iterations: chat
+            .max_iterations
+            .map_or(defaults.max_iterations, |n| n.get() as u32),
+        max_parallel_calls: chat
+            .max_parallel_calls
+            .map_or(defaults.max_parallel_calls, |n| n.get() as usize),
+        tool_choice: chat.tool_choice.clone().unwrap_or_default(),
+        policy: CallPolicy {
+            allow: chat.allow.clone(),
+            deny: chat.deny.clone(),
+        },
+        auto_approve: chat.auto_approve.clone(),
+        approval_timeout: chat
+            .approval_timeout_s
+            .map_or(defaults.approval_timeout, |s| Duration::from_secs(s.get())),
+        max_runs: chat
+            .max_runs
+            .map_or(defaults.max_runs, |n| n.get() as usize),
+        system: chat.system.clone(),
+    }
 }
 
 /// Reads the user's reply to a question from the terminal.

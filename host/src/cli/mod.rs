@@ -109,9 +109,16 @@ enum Command {
         /// Do not watch files: serve what was loaded at start.
         #[arg(long)]
         no_watch: bool,
+        /// Serve the web page at / on a non-loopback address too (it is on by default on
+        /// loopback); the chat API under /api is served either way.
+        #[arg(long, conflicts_with = "no_ui")]
+        ui: bool,
+        /// Do not serve the web page at / (the chat API stays).
+        #[arg(long)]
+        no_ui: bool,
     },
     /// Let a model use the tools to do what PROMPT asks: the agent loop, over several steps.
-    Chat(chat::ChatOptions),
+    Chat(Box<chat::ChatOptions>),
     /// Write a plugin project (source, WIT, build script, ensemble) that builds and answers
     /// `toolhost call` as written.
     New {
@@ -215,15 +222,22 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
             http,
             token_env,
             no_watch,
+            ui,
+            no_ui,
         } => {
             let options = serve::ServeOptions {
                 http,
                 token_env,
                 no_watch,
+                page: match (ui, no_ui) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
             };
             serve::run(&settings, options, logs).await
         }
-        Command::Chat(options) => chat::run(&settings, options).await,
+        Command::Chat(options) => chat::run(&settings, *options).await,
         Command::Status { json } => status::run(&settings, json),
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await

@@ -30,6 +30,8 @@ pub(crate) struct ServeOptions {
     pub(crate) http: Option<String>,
     pub(crate) token_env: Option<String>,
     pub(crate) no_watch: bool,
+    /// Serve the page at `/`: `None` means on loopback only.
+    pub(crate) page: Option<bool>,
 }
 
 pub(crate) async fn run(
@@ -97,11 +99,49 @@ pub(crate) async fn run(
                 loaded: std::sync::atomic::AtomicBool::new(false),
             };
             let limits = (settings.http, settings.allowed_hosts.clone());
-            serve_http(scrape, logs, address, token, limits, drain).await
+            let web = web(settings, host.clone(), reloader.clone()).await;
+            let web = (web, options.page);
+            serve_http(scrape, logs, address, token, limits, web, drain).await
         }
     };
     service::close_audit(&host);
     code
+}
+
+/// The chat API's state: `[chat]`, and the database opened (or why it could not be: the
+/// chat then answers 503 with the reason, and everything else serves).
+async fn web(
+    settings: &Settings,
+    host: Arc<Host>,
+    reloader: Arc<Reloader>,
+) -> Arc<toolhost::web::Web> {
+    let chat = super::chat::web_settings(settings);
+    if let Err(problem) = &chat.provider {
+        // No chat: no database either (nothing is created for hosts that serve MCP only).
+        tracing::info!("{problem}; the page shows the catalog only");
+        let store = Err(toolhost::web::StoreError::Unused(problem.clone()));
+        return toolhost::web::Web::new(host, reloader, chat, store);
+    }
+    let path = settings.chat_database.clone();
+    let max = settings.max_conversations;
+    let store = tokio::task::spawn_blocking(move || match path {
+        Some(path) => toolhost::web::Store::open(&path, max),
+        None => Err(toolhost::web::StoreError::Open {
+            path: "chat.sqlite3".into(),
+            message: "no state directory: set [chat] database in toolhost.toml".into(),
+        }),
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(toolhost::web::StoreError::Open {
+            path: "chat.sqlite3".into(),
+            message: e.to_string(),
+        })
+    });
+    if let Err(e) = &store {
+        tracing::error!("{e}; the chat API answers 503 until it is fixed and the host restarted");
+    }
+    toolhost::web::Web::new(host, reloader, chat, store)
 }
 
 /// Keeps the compile cache to what the ensembles use (and the `keep` most recently used of
@@ -260,6 +300,7 @@ async fn serve_http(
     address: &str,
     token: Option<String>,
     (limits, allowed_hosts): (super::settings::HttpLimits, Vec<String>),
+    (web, page): (Arc<toolhost::web::Web>, Option<bool>),
     drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
     let address: SocketAddr = address
@@ -282,7 +323,16 @@ async fn serve_http(
         hosts.push(local.ip().to_string());
     }
     hosts.extend(allowed_hosts);
-    config = config.with_allowed_hosts(hosts);
+    config = config.with_allowed_hosts(hosts.clone());
+    // The page and the chat API check the Host header as rmcp does for /mcp.
+    let page = page.unwrap_or(local.ip().is_loopback());
+    let hosts = Arc::new(hosts);
+    let web = toolhost::web::router(web, page).layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| {
+            let hosts = hosts.clone();
+            async move { super::http::check_host(&hosts, request, next).await }
+        },
+    ));
     let cancel = config.cancellation_token.clone();
     let host = scrape.host.clone();
     // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a
@@ -314,6 +364,7 @@ async fn serve_http(
     let counted = answering.clone();
     let router = axum::Router::new()
         .nest_service("/mcp", service)
+        .merge(web)
         .route(
             "/metrics",
             axum::routing::get(move || {
@@ -358,6 +409,9 @@ async fn serve_http(
         );
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
+    if page {
+        eprintln!("toolhost: the web chat is at http://{local}/");
+    }
     service::notify(&[sd_notify::NotifyState::Ready]);
     // Connections are still taken while the calls in flight drain (their answers, `/readyz`
     // saying 503); once the last answers are written the MCP sessions close, and so do the
@@ -417,18 +471,21 @@ fn is_sessionless(headers: &HeaderMap) -> bool {
 }
 
 /// Refuses requests from other origins (a web page the user visits must not reach local
-/// tools), requests without the token when one is set, and a new MCP session when
-/// `max-mcp-sessions` are open. rmcp checks the Host header.
+/// tools), requests without the token when one is set (but for the page's own files, which
+/// hold nothing and ask for the token), and a new MCP session when `max-mcp-sessions` are
+/// open. rmcp checks the Host header.
 async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
     if let Some(origin) = request
         .headers()
         .get(header::ORIGIN)
         .and_then(|o| o.to_str().ok())
         && !is_local_origin(origin)
+        && !is_same_origin(origin, request.headers())
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
     }
     if let Some(expected) = guard.token
+        && !toolhost::web::is_page_asset(request.method(), request.uri().path())
         && bearer(request.headers()).map(|t| blake3::hash(t.as_bytes())) != Some(expected)
     {
         return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
@@ -459,6 +516,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// True when `origin` is the host the request was sent to (a page this host served): its
+/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why the
+/// Host header is checked against the allowed names too (rmcp for /mcp, `check_host` for the
+/// rest).
+fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    origin
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.authority().map(|a| a.as_str().to_ascii_lowercase()))
+        .is_some_and(|authority| host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)))
 }
 
 fn is_local_origin(origin: &str) -> bool {

@@ -35,6 +35,10 @@ pub(crate) struct Settings {
     /// How long a shutdown waits for calls in flight.
     pub(crate) drain_timeout: Duration,
     pub(crate) status_file: Option<PathBuf>,
+    /// The chat database of `serve --http`.
+    pub(crate) chat_database: Option<PathBuf>,
+    /// Conversations it keeps.
+    pub(crate) max_conversations: usize,
     pub(crate) max_instances: u32,
     /// How components are compiled and bounded, and how long `describe()` may take.
     pub(crate) compile: CompileSettings,
@@ -104,6 +108,13 @@ impl Settings {
             .clone()
             .or_else(|| from_file(&host.status_file))
             .or_else(default_status_file);
+        let chat_database =
+            from_file(&chat.database).or_else(|| state_dir().map(|d| d.join("chat.sqlite3")));
+        let max_conversations = chat
+            .max_conversations
+            .map_or(toolhost::web::DEFAULT_MAX_CONVERSATIONS, |n| {
+                n.get() as usize
+            });
         // Every number was range-checked while `toolhost.toml` was read (file:line on error).
         let max_instances = host
             .max_concurrent_calls
@@ -180,6 +191,8 @@ impl Settings {
             cache_keep,
             audit,
             status_file,
+            chat_database,
+            max_conversations,
             max_instances,
             compile,
             describe_timeout,
@@ -267,12 +280,17 @@ impl Settings {
 
 /// `$XDG_STATE_HOME/toolhost/status.json`, or `~/.local/state/toolhost/status.json`.
 fn default_status_file() -> Option<PathBuf> {
+    Some(state_dir()?.join("status.json"))
+}
+
+/// `$XDG_STATE_HOME/toolhost`, or `~/.local/state/toolhost`.
+fn state_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
         })?;
-    Some(base.join("toolhost/status.json"))
+    Some(base.join("toolhost"))
 }
 
 /// How long a shutdown waits for calls in flight, by default: well inside the 30 s Kubernetes

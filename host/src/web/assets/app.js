@@ -1,0 +1,387 @@
+// toolhost's web chat: the HTTP chat API (docs/chat-api.md) in a page. Everything a model or
+// a tool wrote is put in the page as text (textContent), never as markup.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: sessionStorage.getItem("toolhost-token") || "",
+  settings: null,
+  conversation: null, // the id of the conversation shown
+  replyTo: null,      // the question the next message answers
+  assistant: null,    // the bubble the model's text goes to
+  calls: new Map(),   // call id -> its block
+};
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "text") node.textContent = value;
+    else if (key === "class") node.className = value;
+    else if (key.startsWith("data-") || key.startsWith("aria-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) if (child != null) node.append(child);
+  return node;
+}
+
+// --- talking to the host -------------------------------------------------------------------
+
+let asking = null;
+function askToken() {
+  if (!asking) {
+    asking = new Promise((resolve) => {
+      const dialog = $("token-dialog");
+      $("token-form").onsubmit = () => {
+        state.token = $("token").value.trim();
+        sessionStorage.setItem("toolhost-token", state.token);
+        asking = null;
+        resolve();
+      };
+      dialog.showModal();
+    });
+  }
+  return asking;
+}
+
+async function api(path, options = {}) {
+  for (;;) {
+    const headers = Object.assign({}, options.headers || {});
+    if (state.token) headers.authorization = "Bearer " + state.token;
+    if (options.body) headers["content-type"] = "application/json";
+    const response = await fetch(path, Object.assign({}, options, { headers }));
+    if (response.status !== 401) return response;
+    await askToken();
+  }
+}
+
+async function failure(response) {
+  try {
+    const body = await response.json();
+    return body.error || response.statusText;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
+// Reads a Server-Sent Events body, calling onEvent with each event's JSON.
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart());
+      if (data.length) onEvent(JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+function notice(text, kind = "") {
+  const node = el("div", { class: "notice " + kind, text, "data-testid": "notice", role: "status" });
+  $("notices").append(node);
+  return node;
+}
+
+// --- the chat ------------------------------------------------------------------------------
+
+function pretty(value) {
+  if (typeof value === "string") {
+    try { return JSON.stringify(JSON.parse(value), null, 2); } catch { return value; }
+  }
+  return JSON.stringify(value, null, 2);
+}
+
+function oneLine(value, limit = 100) {
+  const text = (typeof value === "string" ? value : JSON.stringify(value)).replace(/\s+/g, " ");
+  return text.length > limit ? text.slice(0, limit) + "…" : text;
+}
+
+function item(node) {
+  const li = el("li", {}, node);
+  $("messages").append(li);
+  li.scrollIntoView({ block: "end" });
+  return li;
+}
+
+function addUser(text) {
+  state.assistant = null;
+  item(el("div", { class: "user", text, "data-testid": "user-text" }));
+}
+
+function addText(text) {
+  if (!state.assistant) {
+    state.assistant = el("div", { class: "assistant", "data-testid": "assistant-text" });
+    item(state.assistant);
+  }
+  state.assistant.textContent += text;
+}
+
+function callBlock(id, name, args) {
+  state.assistant = null;
+  const status = el("span", { class: "badge", text: "running…" });
+  const block = el("details", { class: "call", "data-testid": "tool-call", "data-call-id": id, "data-tool": name, "data-status": "running" },
+    el("summary", {}, el("span", { class: "tool", text: name }), el("span", { class: "preview", text: oneLine(args) }), status),
+    el("div", { class: "body" }, el("h3", { text: "Arguments" }), el("pre", { text: pretty(args) })));
+  block.status = status;
+  state.calls.set(id, block);
+  item(block);
+  return block;
+}
+
+function callResult(event) {
+  const block = state.calls.get(event.id) || callBlock(event.id, event.name, "");
+  block.dataset.status = event.outcome;
+  block.classList.toggle("error", event.is_error);
+  block.status.textContent = `${event.outcome} · ${event.duration_ms.toFixed(1)} ms`;
+  block.status.className = "badge " + (event.is_error ? "bad" : "ok");
+  const summary = block.querySelector("summary");
+  if (event.deduplicated) summary.append(el("span", { class: "badge dedup", text: "deduplicated" }));
+  if (event.is_error) summary.append(el("span", { class: "badge bad", text: "error" }));
+  const body = block.querySelector(".body");
+  body.append(el("h3", { text: event.is_error ? "Error" : "Result" }),
+    el("pre", { text: pretty(event.content), "data-testid": "tool-result" }));
+}
+
+function approvalRequest(event, live) {
+  const block = state.calls.get(event.id) || callBlock(event.id, event.tool, event.arguments);
+  const box = el("div", { class: "approval" },
+    el("div", { text: `${event.tool} (${event.ensemble}) is destructive: ${event.description}` }));
+  if (live) {
+    const conversation = state.conversation;
+    const buttons = el("div", { class: "buttons" });
+    const answer = (decision) => async () => {
+      for (const b of buttons.children) b.disabled = true;
+      const response = await api(`/api/conversations/${conversation}/approvals/${encodeURIComponent(event.id)}`,
+        { method: "POST", body: JSON.stringify({ decision }) });
+      if (!response.ok) notice(await failure(response));
+    };
+    buttons.append(
+      el("button", { type: "button", class: "primary", text: "Allow", "data-testid": "approve-allow", onclick: answer("allow") }),
+      el("button", { type: "button", text: "Deny", "data-testid": "approve-deny", onclick: answer("deny") }),
+      el("button", { type: "button", text: "Allow all for this tool", "data-testid": "approve-allow-all", onclick: answer("allow-all") }));
+    box.append(buttons);
+  }
+  block.approval = box;
+  block.querySelector(".body").before(box);
+  block.open = true;
+  block.status.textContent = "waiting for approval";
+  if (live) box.querySelector("button").focus();
+}
+
+function approvalDecided(event) {
+  const block = state.calls.get(event.id);
+  if (!block || !block.approval) return;
+  for (const b of block.approval.querySelectorAll("button")) b.disabled = true;
+  block.approval.append(el("div", { class: "muted", text: `decision: ${event.decision}` }));
+}
+
+const ENDINGS = { "iteration-limit": 1, error: 1, cancelled: 1, "shut-down": 1 };
+
+function show(event, live) {
+  switch (event.type) {
+    case "user": addUser(event.text); break;
+    case "text": case "text_delta": addText(event.text); break;
+    case "tool_call": callBlock(event.id, event.name, event.arguments); break;
+    case "tool_result": callResult(event); break;
+    case "approval_request": approvalRequest(event, live); break;
+    case "approval": approvalDecided(event); break;
+    case "question":
+      state.assistant = null;
+      item(el("div", { class: "assistant question", text: event.text, "data-testid": "question" }));
+      state.replyTo = event.id;
+      break;
+    case "done": {
+      state.assistant = null;
+      const used = event.usage ? ` · ${event.usage.input_tokens} in, ${event.usage.output_tokens} out` : "";
+      const bad = ENDINGS[event.ending];
+      const text = (bad ? `${event.ending}: ${event.text}` : `${event.iterations} model call(s)`) + used;
+      item(el("div", { class: "end" + (bad ? " bad" : ""), text }));
+      if (event.ending !== "question") state.replyTo = null;
+      break;
+    }
+    case "error": notice(event.message); break;
+  }
+}
+
+function clearChat() {
+  $("messages").replaceChildren();
+  $("notices").replaceChildren();
+  state.calls.clear();
+  state.assistant = null;
+  state.replyTo = null;
+}
+
+function setRunning(running) {
+  document.body.dataset.running = String(running);
+  $("send").disabled = running;
+}
+
+async function send(event) {
+  event.preventDefault();
+  const text = $("composer").value;
+  if (!text.trim() || document.body.dataset.running === "true") return;
+  const body = { message: text, tools: $("opt-tools").checked };
+  const iterations = parseInt($("opt-iterations").value, 10);
+  if (iterations > 0) body.max_iterations = iterations;
+  if ($("opt-choice").value) body.tool_choice = $("opt-choice").value;
+  if (state.replyTo && state.conversation) body.reply_to = state.replyTo;
+  const path = state.conversation ? `/api/conversations/${state.conversation}/messages` : "/api/conversations";
+  setRunning(true);
+  $("notices").replaceChildren();
+  try {
+    const response = await api(path, { method: "POST", body: JSON.stringify(body) });
+    if (!response.ok) { notice(await failure(response)); return; }
+    $("composer").value = "";
+    addUser(text);
+    state.replyTo = null;
+    await readEvents(response, (e) => {
+      if (e.type === "conversation") { state.conversation = e.id; listConversations(); }
+      else show(e, true);
+    });
+  } catch (error) {
+    notice(`the connection broke: ${error.message}`);
+  } finally {
+    setRunning(false);
+    listConversations();
+    $("composer").focus();
+  }
+}
+
+async function openConversation(id) {
+  if (document.body.dataset.running === "true") return;
+  clearChat();
+  state.conversation = id;
+  document.body.classList.remove("menu-open");
+  markCurrent();
+  const response = await api(`/api/conversations/${id}`);
+  if (!response.ok) { notice(await failure(response)); return; }
+  const conversation = await response.json();
+  for (const event of conversation.log) show(event, false);
+  state.replyTo = conversation.pending_question || null;
+  if (conversation.running) notice("A run of this conversation is going on elsewhere.", "info");
+}
+
+function markCurrent() {
+  for (const li of $("conversations").children) li.classList.toggle("current", li.dataset.id === state.conversation);
+}
+
+async function listConversations() {
+  const response = await api("/api/conversations");
+  if (!response.ok) return;
+  const { conversations } = await response.json();
+  $("conversations").replaceChildren(...conversations.map((c) => {
+    const li = el("li", { "data-id": c.id, "data-testid": "conversation-item" },
+      el("button", { type: "button", text: c.title || "(untitled)", title: `${c.title}\nupdated ${c.updated}`, onclick: () => openConversation(c.id) }),
+      el("button", { type: "button", class: "delete", text: "✕", "aria-label": `Delete ${c.title}`, onclick: () => remove(c) }));
+    return li;
+  }));
+  markCurrent();
+}
+
+async function remove(conversation) {
+  if (!confirm(`Delete “${conversation.title}”?`)) return;
+  const response = await api(`/api/conversations/${conversation.id}`, { method: "DELETE" });
+  if (!response.ok) { notice(await failure(response)); return; }
+  if (state.conversation === conversation.id) newChat();
+  listConversations();
+}
+
+function newChat() {
+  if (document.body.dataset.running === "true") return;
+  clearChat();
+  state.conversation = null;
+  markCurrent();
+  document.body.classList.remove("menu-open");
+  $("composer").focus();
+}
+
+// --- the catalog ---------------------------------------------------------------------------
+
+function renderCatalog(catalog) {
+  $("catalog-status").textContent = `Generation ${catalog.generation}, reloaded ${catalog.reloaded_at}`;
+  $("refused").replaceChildren(...catalog.refused.map((r) => el("section", { class: "refused", "data-testid": "catalog-refused" },
+    el("h2", { text: `Refused: ${r.file}` }),
+    el("p", { class: "muted", text: r.kept_previous ? "Its previous version is serving." : "Not loaded." }),
+    el("pre", { text: r.errors.join("\n\n") }))));
+  $("loading").replaceChildren(...catalog.loading.map((l) => el("section", {},
+    el("h2", { text: `Compiling: ${l.file}` }),
+    el("p", { class: "muted", text: "Its previous version, if any, serves meanwhile." }))));
+  $("ensembles").replaceChildren(...catalog.ensembles.map(ensembleSection));
+}
+
+function toolRow(t) {
+  const schema = el("details", {}, el("summary", { text: "input schema" }), el("pre", { text: pretty(t.input_schema) }));
+  return el("tr", { "data-testid": "catalog-tool", "data-tool": t.name },
+    el("td", {}, el("code", { text: t.name }), el("div", { class: "muted", text: t.description })),
+    el("td", { text: t.enabled ? "yes" : "no" }),
+    el("td", { text: t.destructive ? "destructive" : t.read_only ? "read-only" : "" }),
+    el("td", { class: "hash", text: t.version }),
+    el("td", {}, schema));
+}
+
+function ensembleSection(e) {
+  const hashes = e.components.map((h) => el("span", { class: "hash", title: h, text: h.slice(0, 12) + " " }));
+  const head = el("tr", {}, ...["Tool", "Enabled", "Kind", "Version", "Schema"].map((h) => el("th", { text: h })));
+  return el("section", { "data-testid": "catalog-ensemble" },
+    el("h2", { text: e.name + (e.enabled ? "" : " (disabled)") }),
+    el("p", { class: "muted" }, `${e.file} · loaded ${e.loaded_at} · components `, ...hashes),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, ...e.tools.map(toolRow))));
+}
+
+async function followCatalog() {
+  for (;;) {
+    try {
+      const response = await api("/api/catalog/events");
+      if (response.ok) await readEvents(response, (e) => { if (e.type === "catalog") renderCatalog(e); });
+      else $("catalog-status").textContent = await failure(response);
+    } catch (error) {
+      $("catalog-status").textContent = `Reconnecting: ${error.message}`;
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+function showView(name) {
+  const chat = name === "chat";
+  $("chat-view").hidden = !chat;
+  $("catalog-view").hidden = chat;
+  $("tab-chat").setAttribute("aria-selected", String(chat));
+  $("tab-catalog").setAttribute("aria-selected", String(!chat));
+}
+
+// --- start ---------------------------------------------------------------------------------
+
+async function start() {
+  $("composer-form").addEventListener("submit", send);
+  $("composer").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer-form").requestSubmit(); }
+  });
+  $("new-chat").onclick = newChat;
+  $("tab-chat").onclick = () => showView("chat");
+  $("tab-catalog").onclick = () => showView("catalog");
+  $("menu").onclick = () => {
+    const open = document.body.classList.toggle("menu-open");
+    $("menu").setAttribute("aria-expanded", String(open));
+  };
+  const response = await api("/api/settings");
+  const settings = response.ok ? await response.json() : { chat: false, problem: await failure(response) };
+  state.settings = settings;
+  if (settings.chat) {
+    $("model").textContent = `${settings.provider} · ${settings.model}`;
+    $("opt-iterations").max = settings.max_iterations;
+  } else {
+    notice(`The chat is off: ${settings.problem}`, "info");
+    $("send").disabled = true;
+  }
+  listConversations();
+  followCatalog();
+  $("composer").focus();
+}
+
+start();
