@@ -578,6 +578,17 @@ async fn the_api_and_the_page_keep_the_guard_of_mcp() {
         .await,
         403
     );
+    // Same-origin passes only where the Host header is checked: not on /metrics.
+    assert_eq!(
+        status(
+            client
+                .get(format!("{base}/metrics"))
+                .header("host", &rebound)
+                .header("origin", format!("http://{rebound}"))
+        )
+        .await,
+        403
+    );
     // The page's headers keep it from being framed and from loading anything elsewhere.
     let response = client.get(&page).send().await.expect("page");
     let policy = response.headers()["content-security-policy"]

@@ -480,7 +480,9 @@ async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
         .get(header::ORIGIN)
         .and_then(|o| o.to_str().ok())
         && !is_local_origin(origin)
-        && !is_same_origin(origin, request.headers())
+        // Only the web chat's paths check the Host header for everything they answer.
+        && !(toolhost::web::is_web_path(request.uri().path())
+            && is_same_origin(origin, request.headers()))
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
     }
@@ -519,9 +521,9 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// True when `origin` is the host the request was sent to (a page this host served): its
-/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why the
-/// Host header is checked against the allowed names too (rmcp for /mcp, `check_host` for the
-/// rest).
+/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
+/// taken only on the web chat's paths, where `check_host` holds the Host header to the
+/// allowed names.
 fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     origin

@@ -109,6 +109,11 @@ pub fn is_page_asset(method: &axum::http::Method, path: &str) -> bool {
     method == axum::http::Method::GET && page::PATHS.contains(&path)
 }
 
+/// True for the paths [`router`] serves (the page and `/api/...`).
+pub fn is_web_path(path: &str) -> bool {
+    page::PATHS.contains(&path) || path.starts_with("/api/")
+}
+
 /// The most a request body may be.
 const MAX_BODY: usize = 1 << 20;
 
