@@ -1053,3 +1053,68 @@ async fn the_openapi_description_covers_every_route_and_every_event() {
         assert!(errors.is_empty(), "{event}: {errors:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_cancels_the_call_in_flight() {
+    let Host {
+        model: _model,
+        fixture,
+        server: _server,
+        api,
+    } = host(
+        vec![openai::stream("", &[("s1", "sleep", r#"{"ms": 600000}"#)])],
+        "",
+    );
+    fixture.write(
+        "slow.toml",
+        &ensemble(
+            "slow",
+            "testbed",
+            "[defaults]\ntimeout-ms = 3600000\n\n[[invokers]]\ninvoker = { name = \"sleep\" }\n",
+        ),
+    );
+    // The new ensemble is in the catalog before the model asks for it.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !get(&api.replace("conversations", "catalog"))
+        .await
+        .1
+        .to_string()
+        .contains("\"sleep\"")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slow.toml never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut events = chat(&api, json!({"message": "Wait"})).await;
+    let first = events.until("tool_call").await;
+    let id = first[0]["id"].as_str().expect("id").to_string();
+    drop(events);
+    // Long before the tool's ten minutes: the call ended as cancelled, audited, and kept.
+    let kept = loop {
+        let (_, kept) = get(&format!("{api}/{id}")).await;
+        if kept["running"] == false && kept["log"].as_array().is_some_and(|l| !l.is_empty()) {
+            break kept;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call was never cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = kept["log"].as_array().expect("log");
+    let result = log
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a result");
+    assert_eq!(result["outcome"], "cancelled", "{log:#?}");
+    assert_eq!(log.last().expect("done")["ending"], "cancelled");
+    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"sleep\"") && l.contains("cancelled")),
+        "{audit}"
+    );
+}
