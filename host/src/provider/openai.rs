@@ -144,10 +144,10 @@ fn wire_messages(request: ModelRequest<'_>) -> Vec<Value> {
         match message {
             Message::User { text } => out.push(json!({ "role": "user", "content": text })),
             Message::Assistant { text, calls } => {
-                let mut m = json!({
-                    "role": "assistant",
-                    "content": if text.is_empty() { Value::Null } else { json!(text) },
-                });
+                // Always a string, empty without text: OpenAI takes `null` too, but
+                // llama-cpp-python's server refuses `null` (its `content` is an optional
+                // string) and its tool-calling template fails without the field.
+                let mut m = json!({ "role": "assistant", "content": text });
                 if !calls.is_empty() {
                     m["tool_calls"] = calls
                         .iter()
@@ -354,5 +354,33 @@ mod tests {
             })
         );
         assert_eq!(turn.stop_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn an_assistant_message_without_text_has_empty_content() {
+        let messages = vec![
+            Message::User { text: "hi".into() },
+            Message::Assistant {
+                text: String::new(),
+                calls: vec![Invocation::new("c1", "calc", json!({"x": 1}))],
+            },
+            Message::Assistant {
+                text: String::new(),
+                calls: Vec::new(),
+            },
+        ];
+        let request = ModelRequest {
+            system: None,
+            messages: &messages,
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+        };
+        let wire = wire_messages(request);
+        assert_eq!(wire[1]["content"], "", "{}", wire[1]);
+        assert_eq!(
+            wire[1]["tool_calls"][0]["function"]["arguments"],
+            "{\"x\":1}"
+        );
+        assert_eq!(wire[2]["content"], "");
     }
 }
