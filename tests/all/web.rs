@@ -170,6 +170,24 @@ async fn post_json(url: &str, body: Value) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// Drops a run's stream (the client goes away), then waits until the run ended and was kept;
+/// answers the stored conversation.
+async fn drop_and_wait(events: Events, api: &str, id: &str) -> Value {
+    drop(events);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, kept) = get(&format!("{api}/{id}")).await;
+        if kept["running"] == false && kept["log"].as_array().is_some_and(|l| !l.is_empty()) {
+            return kept;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().filter_map(|e| e["type"].as_str()).collect()
 }
@@ -383,20 +401,8 @@ async fn a_dropped_connection_ends_its_run_and_an_unanswered_approval_times_out(
     let mut events = chat(&api, json!({"message": "Say it"})).await;
     let first = events.until("approval_request").await;
     let id = first[0]["id"].as_str().expect("id").to_string();
-    drop(events);
     // The run ends as cancelled, its approval refused as `gone`, and the conversation kept.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let kept = loop {
-        let (_, kept) = get(&format!("{api}/{id}")).await;
-        if kept["running"] == false && kept["log"].as_array().is_some_and(|l| !l.is_empty()) {
-            break kept;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let kept = drop_and_wait(events, &api, &id).await;
     let log = kept["log"].as_array().expect("log");
     assert!(
         log.iter()
@@ -1090,19 +1096,8 @@ async fn a_dropped_connection_cancels_the_call_in_flight() {
     let mut events = chat(&api, json!({"message": "Wait"})).await;
     let first = events.until("tool_call").await;
     let id = first[0]["id"].as_str().expect("id").to_string();
-    drop(events);
     // Long before the tool's ten minutes: the call ended as cancelled, audited, and kept.
-    let kept = loop {
-        let (_, kept) = get(&format!("{api}/{id}")).await;
-        if kept["running"] == false && kept["log"].as_array().is_some_and(|l| !l.is_empty()) {
-            break kept;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the call was never cancelled"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let kept = drop_and_wait(events, &api, &id).await;
     let log = kept["log"].as_array().expect("log");
     let result = log
         .iter()
