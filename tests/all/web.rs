@@ -1113,3 +1113,24 @@ async fn a_dropped_connection_cancels_the_call_in_flight() {
         "{audit}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_locked_by_another_program_is_a_clear_503_and_mcp_serves() {
+    let model = Scripted::start(vec![]);
+    let fixture = fixture(&model.base_url, "database = \"chat.db\"");
+    // Another program holds an exclusive lock on the database for the whole test.
+    let other = rusqlite::Connection::open(fixture.root().join("chat.db")).expect("open");
+    other
+        .execute_batch("CREATE TABLE other (x); BEGIN EXCLUSIVE; INSERT INTO other VALUES (1);")
+        .expect("lock");
+    let server = serve(&fixture, &[]);
+    let (status, answer) = get(&format!("{}/api/conversations", base(&server))).await;
+    assert_eq!(status, 503, "{answer}");
+    let error = answer["error"].as_str().expect("error");
+    assert!(
+        error.contains("chat.db") && error.contains("locked"),
+        "{error}"
+    );
+    assert_eq!(post(&server.url, &[]).await, 200, "MCP initialize");
+    drop(other);
+}
