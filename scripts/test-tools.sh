@@ -6,7 +6,9 @@
 # componentize-js from npm); Selenium in the same virtualenv, which drives the web chat's
 # browser test; and Debian's logrotate and systemd (systemd-analyze), which the service tests
 # run, haproxy, the load balancer of the fleet test, and chromium with chromium-driver, the
-# browser of the web chat's test, when they are missing.
+# browser of the web chat's test, docker-registry (the CNCF distribution registry) and
+# htpasswd for the registry tests, when they are missing; and wkg, the Bytecode Alliance's
+# registry client, built from crates.io into target/test-tools/wkg (the interop test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +38,16 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# wkg: a client toolhost did not write, for the registry interop test (built once, reused).
+wkg=0.16.1
+if [ "$("$dir/wkg/bin/wkg" --version 2>/dev/null)" != "wkg $wkg" ]; then
+    CARGO_TARGET_DIR=target/wkg-build cargo install --quiet --locked wkg --version "$wkg" --root "$dir/wkg"
+    rm -rf target/wkg-build
 fi

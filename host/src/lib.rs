@@ -24,6 +24,9 @@
 //!           check that needs no engine: limits, grants, capabilities, schemas, names), bind
 //!           (the only step that loads components or starts MCP servers), names across
 //!           ensembles
+//! registry  `oci://` references: a tag resolved by one manifest request (its last digest
+//!           kept when the registry is out of reach), components pulled into a content store
+//!           by digest (checked on write and read), bounded sizes and deadlines; push
 //! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
 //!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
 //!           drain a shutdown waits on (calls in flight, cancelled at its deadline)
@@ -70,6 +73,7 @@ pub mod invoke;
 pub mod mcp;
 pub mod metrics;
 pub mod provider;
+pub mod registry;
 pub mod reload;
 pub mod resolve;
 pub mod runtime;

@@ -26,6 +26,7 @@ mod metrics;
 mod network;
 mod plugins;
 mod props;
+mod registry;
 mod reload;
 mod runtime;
 mod sandbox;

@@ -1,8 +1,11 @@
 //! `toolhost cache prune`: removes the compiled components no ensemble uses from the compile
-//! cache (`serve` does the same as it reloads, keeping the most recently used few).
+//! cache (`serve` does the same as it reloads, keeping the most recently used few), and the
+//! pulled blobs no `oci://` reference uses from the content store beside it.
 
 use super::settings::Settings;
 use std::process::ExitCode;
+use std::sync::Arc;
+use toolhost::registry::Fetch;
 
 pub(crate) async fn prune(
     settings: &Settings,
@@ -14,14 +17,24 @@ pub(crate) async fn prune(
     };
     // What the ensembles name now, compiled where needed (as `check` would).
     let runtime = settings.runtime()?;
-    let resolver = toolhost::resolve::Resolver::new(runtime.clone());
+    // A reference not pulled yet stays so: pruning fetches nothing.
+    let resolver = settings.resolver(runtime.clone(), Fetch::ManifestsOnly);
     let resolved = resolver.resolve_dir(&settings.ensembles).await;
     let in_use = resolver.components_in_use(&resolved.catalog);
-    let pruned = tokio::task::spawn_blocking(move || runtime.prune_cache(&in_use, keep))
-        .await?
-        .unwrap_or_default();
+    let digests = resolver.digests_in_use();
+    let registry = Arc::clone(resolver.registry());
+    let (pruned, blobs) = tokio::task::spawn_blocking(move || {
+        let pruned = runtime.prune_cache(&in_use, keep).unwrap_or_default();
+        let blobs = registry.store().map(|store| store.prune(&digests, keep));
+        (pruned, blobs.unwrap_or_default())
+    })
+    .await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&pruned)?);
+        let report = serde_json::json!({
+            "removed": pruned.removed, "freed_bytes": pruned.freed_bytes, "kept": pruned.kept,
+            "pulled": blobs,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
             "{}: removed {} compiled component(s) ({} MiB); kept {}",
@@ -29,6 +42,13 @@ pub(crate) async fn prune(
             pruned.removed,
             pruned.freed_bytes >> 20,
             pruned.kept
+        );
+        println!(
+            "{}: removed {} pulled blob(s) ({} MiB); kept {}",
+            dir.join("oci").display(),
+            blobs.removed,
+            blobs.freed_bytes >> 20,
+            blobs.kept
         );
     }
     Ok(ExitCode::SUCCESS)

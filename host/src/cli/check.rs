@@ -4,9 +4,13 @@ use super::settings::Settings;
 use super::terminal::safe;
 use std::process::ExitCode;
 use toolhost::catalog::Catalog;
+use toolhost::registry::Fetch;
 
 pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
-    let (runtime, resolved) = settings.load().await?;
+    // A check fetches no component: what is not pulled yet is said, and its ensemble is
+    // refused (its tools could not be checked).
+    let (runtime, resolved, resolver) = settings.load_with(Fetch::ManifestsOnly).await?;
+    let pulls = resolver.pulls();
     let diagnostics: Vec<_> = resolved.diagnostics().collect();
     let catalog: &Catalog = &resolved.catalog;
     let stats = runtime.compile_stats();
@@ -28,12 +32,14 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
                 "rendered": d.to_string(),
             })).collect::<Vec<_>>(),
             "components": { "compiled": stats.compiled, "from_cache": stats.cache_hits },
+            "references": super::oci::report_json(&pulls),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for diagnostic in &diagnostics {
             println!("{}", safe(&diagnostic.to_string()));
         }
+        super::oci::print_report(&pulls);
         let enabled = catalog.tools().count();
         let loaded = catalog.ensembles().len();
         println!(

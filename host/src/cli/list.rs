@@ -71,5 +71,13 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             safe(&description),
         );
     }
+    // Where registry components came from: the reference and the digest it resolved to.
+    let mut sources: Vec<String> = tools.iter().map(|t| t.source()).collect();
+    sources.retain(|s| s.starts_with(toolhost::registry::SCHEME));
+    sources.sort();
+    sources.dedup();
+    for source in sources {
+        println!("from {}", safe(&source));
+    }
     Ok(ExitCode::SUCCESS)
 }

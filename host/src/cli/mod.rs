@@ -18,6 +18,7 @@ mod http;
 mod list;
 mod logging;
 mod new;
+mod oci;
 mod progress;
 mod serve;
 mod service;
@@ -131,6 +132,25 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<std::path::PathBuf>,
     },
+    /// Resolve and fetch every `oci://` component the ensembles name (or one REFERENCE) into
+    /// the content store, so that the host starts, checks and reloads without the registry.
+    Pull {
+        /// One reference to pull instead (`oci://REGISTRY/REPOSITORY:TAG` or `@sha256:...`).
+        reference: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a component to an OCI registry, in the Wasm artifact layout wkg and Spin use.
+    Push {
+        /// The component file (.wasm).
+        file: std::path::PathBuf,
+        /// Where: `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage the compile cache.
     #[command(subcommand)]
     Cache(CacheCommand),
@@ -238,6 +258,12 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
             serve::run(&settings, options, logs).await
         }
         Command::Chat(options) => chat::run(&settings, *options).await,
+        Command::Pull { reference, json } => oci::pull(&settings, reference.as_deref(), json).await,
+        Command::Push {
+            file,
+            reference,
+            json,
+        } => oci::push(&settings, &file, &reference, json).await,
         Command::Status { json } => status::run(&settings, json),
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await

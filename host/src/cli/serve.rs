@@ -56,7 +56,8 @@ pub(crate) async fn run(
     let runtime = settings.runtime()?;
     // Nothing waits for a compile: what is loaded or cached serves at once, the rest joins
     // the catalog when its compile ends.
-    let reloader = Reloader::start_serving(runtime.clone(), settings.ensembles.clone()).await;
+    let resolver = settings.resolver(runtime.clone(), toolhost::registry::Fetch::Missing);
+    let reloader = Reloader::start_serving_with(resolver, settings.ensembles.clone()).await;
     for refused in reloader.status().refused {
         tracing::warn!(
             "{} was refused ({} error(s)); run `toolhost check` for details",
@@ -151,13 +152,25 @@ fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> A
     AbortOnDrop(tokio::spawn(async move {
         loop {
             let in_use = reloader.components_in_use();
+            let digests = reloader.resolver().digests_in_use();
+            let registry = Arc::clone(reloader.resolver().registry());
             let runtime = Arc::clone(&runtime);
-            let pruned = tokio::task::spawn_blocking(move || runtime.prune_cache(&in_use, keep));
-            if let Ok(Some(pruned)) = pruned.await
-                && pruned.removed > 0
-            {
+            let pruned = tokio::task::spawn_blocking(move || {
+                let blobs = registry.store().map(|store| store.prune(&digests, keep));
+                (runtime.prune_cache(&in_use, keep), blobs)
+            });
+            let (compiled, blobs) = pruned.await.unwrap_or_default();
+            if let Some(pruned) = compiled.filter(|p| p.removed > 0) {
                 tracing::info!(
                     "compile cache: removed {} component(s) no ensemble uses ({} MiB); kept {}",
+                    pruned.removed,
+                    pruned.freed_bytes >> 20,
+                    pruned.kept
+                );
+            }
+            if let Some(pruned) = blobs.filter(|p| p.removed > 0) {
+                tracing::info!(
+                    "content store: removed {} pulled blob(s) no reference uses ({} MiB); kept {}",
                     pruned.removed,
                     pruned.freed_bytes >> 20,
                     pruned.kept

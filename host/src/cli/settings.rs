@@ -10,6 +10,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile};
 use toolhost::invoke::Host;
+use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings};
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
@@ -53,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) allowed_hosts: Vec<String>,
     /// `[chat]`, for `toolhost chat`.
     pub(crate) chat: ChatSection,
+    /// How `oci://` components are fetched and where they are kept.
+    pub(crate) registry: RegistrySettings,
 }
 
 impl Settings {
@@ -61,7 +64,7 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
-        let (host, chat, base) = match &config_path {
+        let (host, chat, registry, base) = match &config_path {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
@@ -76,13 +79,31 @@ impl Settings {
                     );
                     bail!("\n{diagnostic}");
                 }
+                if let Some(bad) = (file.registry.insecure.iter())
+                    .find(|r| r.get_ref().is_empty() || r.get_ref().contains(['/', ' ']))
+                {
+                    let diagnostic = Diagnostic::new(
+                        source.at(bad.span()),
+                        format!(
+                            "`{}` is not a registry: write it as host or host:port",
+                            bad.get_ref()
+                        ),
+                    );
+                    bail!("\n{diagnostic}");
+                }
                 (
                     file.host,
                     file.chat,
+                    file.registry,
                     path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 )
             }
-            None => (Default::default(), Default::default(), PathBuf::from(".")),
+            None => (
+                Default::default(),
+                Default::default(),
+                Default::default(),
+                PathBuf::from("."),
+            ),
         };
         let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
         let ensembles = cli
@@ -182,7 +203,9 @@ impl Settings {
         let drain_timeout = host
             .drain_timeout_s
             .map_or(DEFAULT_DRAIN_TIMEOUT, |v| Duration::from_secs(v.get()));
+        let registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
         Ok(Settings {
+            registry,
             keep_resident,
             on_audit_error: host.on_audit_error.unwrap_or_default(),
             drain_timeout,
@@ -228,10 +251,26 @@ impl Settings {
         Ok(Arc::new(Runtime::new(&settings)?))
     }
 
+    /// A resolver on `runtime` that fetches `oci://` components as far as `fetch` allows.
+    pub(crate) fn resolver(&self, runtime: Arc<Runtime>, fetch: Fetch) -> Resolver {
+        let registry = Arc::new(Registry::new(self.registry.clone()));
+        Resolver::new(runtime).with_registry(registry, fetch)
+    }
+
     /// Starts the runtime and resolves the ensembles directory.
     pub(crate) async fn load(&self) -> anyhow::Result<(Arc<Runtime>, Resolved)> {
+        let (runtime, resolved, _) = self.load_with(Fetch::Missing).await?;
+        Ok((runtime, resolved))
+    }
+
+    /// As [`Settings::load`], fetching as far as `fetch` allows; with the resolver, which
+    /// knows what each `oci://` reference came to.
+    pub(crate) async fn load_with(
+        &self,
+        fetch: Fetch,
+    ) -> anyhow::Result<(Arc<Runtime>, Resolved, Resolver)> {
         let runtime = self.runtime()?;
-        let resolver = Resolver::new(runtime.clone());
+        let resolver = self.resolver(runtime.clone(), fetch);
         let resolve = resolver.resolve_dir(&self.ensembles);
         // A compile that takes a while is shown on stderr while it runs.
         let resolved = tokio::select! {
@@ -239,7 +278,7 @@ impl Settings {
             never = super::progress::show_compiles(&runtime) => match never {},
         };
         super::progress::clear();
-        Ok((runtime, resolved))
+        Ok((runtime, resolved, resolver))
     }
 
     /// The dedup budget of `[host]`.
@@ -296,6 +335,44 @@ fn state_dir() -> Option<PathBuf> {
 /// How long a shutdown waits for calls in flight, by default: well inside the 30 s Kubernetes
 /// gives a pod between SIGTERM and SIGKILL, and systemd's 90 s.
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `[registry]`, the content store under the cache directory, and the credentials of the
+/// environment.
+fn registry_settings(
+    section: &toolhost::config::v1::RegistrySection,
+    cache_dir: Option<&Path>,
+    compile: &CompileSettings,
+) -> RegistrySettings {
+    let defaults = RegistrySettings::default();
+    // Credentials that cannot be read are said once; registries are then asked anonymously
+    // (and answer 401 where they need more), while commands that use none go on.
+    let credentials = Credentials::from_environment().unwrap_or_else(|e| {
+        tracing::warn!("{e}");
+        Credentials::default()
+    });
+    RegistrySettings {
+        store: cache_dir.map(|dir| dir.join("oci")),
+        insecure: section
+            .insecure
+            .iter()
+            .map(|r| r.get_ref().clone())
+            .collect(),
+        max_manifest_bytes: section
+            .max_manifest_kib
+            .map_or(defaults.max_manifest_bytes, |v| v.get() << 10),
+        max_blob_bytes: section
+            .max_blob_mib
+            .map_or(defaults.max_blob_bytes, |v| v.get() << 20)
+            .min(compile.max_component_bytes),
+        resolve_timeout: section
+            .resolve_timeout_ms
+            .map_or(defaults.resolve_timeout, |v| Duration::from_millis(v.get())),
+        pull_timeout: section
+            .pull_timeout_s
+            .map_or(defaults.pull_timeout, |v| Duration::from_secs(v.get())),
+        credentials,
+    }
+}
 
 /// Compiled components no ensemble uses that the cache keeps, by default: a few rebuilds to
 /// go back to without compiling again.

@@ -3,6 +3,7 @@
 //! file after every reload, and when the audit log's state changes.
 
 use super::settings::Settings;
+use super::terminal::safe;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -168,6 +169,9 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 components.join(","),
                 ensemble.tools.len()
             );
+            for source in ensemble.sources.iter().filter(|s| s.starts_with("oci://")) {
+                println!("    from {}", safe(source));
+            }
         }
         for compile in &published.compiles {
             println!(

@@ -307,6 +307,23 @@ bounded!(
     ApprovalTimeoutS, "approval-timeout-s", 1, 86_400
 );
 
+bounded!(
+    /// `[registry] max-manifest-kib`: the largest manifest read, 1 KiB to 64 MiB.
+    MaxManifestKib, "max-manifest-kib", 1, 65_536
+);
+bounded!(
+    /// `[registry] max-blob-mib`: the largest component pulled, 1 MiB to 4 GiB.
+    MaxBlobMib, "max-blob-mib", 1, 4096
+);
+bounded!(
+    /// `[registry] resolve-timeout-ms`: how long resolving a tag may take, 100 ms to 1 min.
+    ResolveTimeoutMs, "resolve-timeout-ms", 100, 60_000
+);
+bounded!(
+    /// `[registry] pull-timeout-s`: how long pulling one component may take, 1 s to 1 h.
+    PullTimeoutS, "pull-timeout-s", 1, 3600
+);
+
 /// Whether identical calls are answered from the first result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

@@ -5,10 +5,11 @@ use super::names::{
     Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep,
     CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
     DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
-    MaxAttempts, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxConversations,
-    MaxHttpConnections, MaxIterations, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
-    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
-    McpSessionIdleS, MemoryMib, RequestTimeoutS, RetryDelayMs, TimeoutMs, ToolName,
+    MaxAttempts, MaxBlobMib, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxConversations,
+    MaxHttpConnections, MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes,
+    MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns,
+    MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS,
+    ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -197,6 +198,27 @@ pub struct HostFile {
     pub host: HostSection,
     #[serde(default)]
     pub chat: ChatSection,
+    #[serde(default)]
+    pub registry: RegistrySection,
+}
+
+/// `[registry]` of `toolhost.toml`: how `oci://` components are fetched. Credentials are
+/// never read from this file (the environment or a Docker `config.json`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RegistrySection {
+    /// Registries reached over plain HTTP (`host:port`); those on loopback always are.
+    #[serde(default)]
+    pub insecure: Vec<Spanned<String>>,
+    /// The largest manifest read, in KiB (default 1024).
+    pub max_manifest_kib: Option<MaxManifestKib>,
+    /// The largest component pulled, in MiB (default 64; never more than
+    /// `[host] max-component-mib`).
+    pub max_blob_mib: Option<MaxBlobMib>,
+    /// How long resolving a tag may take (default 5000).
+    pub resolve_timeout_ms: Option<ResolveTimeoutMs>,
+    /// How long pulling one component may take (default 120).
+    pub pull_timeout_s: Option<PullTimeoutS>,
 }
 
 /// `[host]` of `toolhost.toml`; relative paths are relative to that file.

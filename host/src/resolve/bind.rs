@@ -10,6 +10,7 @@ use crate::backend::mcp::{ImportedServers, McpError, McpSpec};
 use crate::backend::{Backend, ToolOffer};
 use crate::catalog::Schema;
 use crate::config::{Diagnostic, Span};
+use crate::registry::{Pulled, RegistryError};
 use crate::runtime::{ComponentHash, LoadError, Runtime};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -97,6 +98,8 @@ pub(super) enum BindError {
         pinned: String,
     },
     #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
     Server(#[from] McpError),
@@ -137,6 +140,9 @@ pub(super) struct Binder<'r> {
     compiles: Compiles,
     files: HashMap<PathBuf, Result<ComponentFile, BindError>>,
     components: HashMap<PathBuf, Loaded>,
+    /// For a registry reference (by the key its `ComponentRef` has as path): how it is
+    /// shown, `oci://...@sha256:...` with the digest it resolved to.
+    shown: HashMap<PathBuf, PathBuf>,
 }
 
 impl<'r> Binder<'r> {
@@ -151,7 +157,29 @@ impl<'r> Binder<'r> {
             compiles,
             files: HashMap::new(),
             components: HashMap::new(),
+            shown: HashMap::new(),
         }
+    }
+
+    /// What the registry reference `key` came to: its component's bytes (checked against
+    /// their digest by the store), read as a file would be.
+    pub(super) fn pulled(&mut self, key: PathBuf, pulled: Result<Pulled, RegistryError>) {
+        let file = pulled.map_err(BindError::from).and_then(|pulled| {
+            let limit = self.runtime.max_component_bytes();
+            if pulled.bytes.len() as u64 > limit {
+                return Err(BindError::Read {
+                    path: key.clone(),
+                    reason: format!(
+                        "{} bytes, more than the {limit} allowed",
+                        pulled.bytes.len()
+                    ),
+                });
+            }
+            let shown = pulled.reference.at(&pulled.digest).to_string();
+            self.shown.insert(key.clone(), PathBuf::from(shown));
+            Ok((ComponentHash::of(&pulled.bytes), pulled.bytes))
+        });
+        self.files.insert(key, file);
     }
 
     /// Reads every component file `references` name and loads them all at once (each
@@ -199,11 +227,12 @@ impl<'r> Binder<'r> {
     ) -> Loaded {
         match loaded {
             Ok(component) => {
-                let (backend, offers) = ComponentBackend::new(self.runtime, component, &path);
+                let shown = self.shown.get(&path).unwrap_or(&path);
+                let (backend, offers) = ComponentBackend::new(self.runtime, component, shown);
                 Loaded::Ready(Arc::new(Bound {
                     backend: Arc::new(backend),
                     offers: Offers::new(offers),
-                    origin: format!("component {}", path.display()),
+                    origin: format!("component {}", shown.display()),
                     at,
                 }))
             }

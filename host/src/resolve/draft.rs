@@ -16,6 +16,7 @@ use crate::backend::mcp::{McpSpec, McpTarget};
 use crate::catalog::Schema;
 use crate::config::v1::{Capabilities, Defaults, EnsembleFile, InvokerSection, Limits, McpSection};
 use crate::config::{Blake3Hex, Diagnostic, FileKind, SourceFile, Span, ToolName};
+use crate::registry::Reference;
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,24 +60,40 @@ pub(super) struct McpDraft {
 /// The component an invoker runs on, as a descriptor names it.
 #[derive(Debug, Clone)]
 pub(super) struct ComponentRef {
+    /// The file; for a registry reference, the reference as written (the key it is bound by).
     pub(super) path: PathBuf,
     /// Where the path is written.
     pub(super) at: Span,
     pub(super) pin: Option<(Blake3Hex, Span)>,
+    /// Set when the component is an `oci://` reference rather than a file.
+    pub(super) oci: Option<Reference>,
 }
 
 impl ComponentRef {
-    /// The component `path` names in `source`, with the `pin` beside it.
+    /// The component `path` names in `source` (a file, or an `oci://` reference), with the
+    /// `pin` beside it.
     fn new(
         source: &Arc<SourceFile>,
         path: &Spanned<String>,
         pin: Option<&Spanned<Blake3Hex>>,
-    ) -> Self {
-        ComponentRef {
-            path: source.relative(path.get_ref()),
+    ) -> Result<Self, Diagnostic> {
+        let text = path.get_ref();
+        let oci = if text.starts_with(crate::registry::SCHEME) {
+            let reference =
+                Reference::parse(text).map_err(|e| Diagnostic::new(source.at(path.span()), e))?;
+            Some(reference)
+        } else {
+            None
+        };
+        Ok(ComponentRef {
+            path: match &oci {
+                Some(_) => PathBuf::from(text),
+                None => source.relative(text),
+            },
             at: Span::new(source, path.span()),
             pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(source, pin.span()))),
-        }
+            oci,
+        })
     }
 }
 
@@ -162,9 +179,11 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
         prefix: head.prefix.map(Spanned::into_inner),
         defaults,
         grants,
-        component: head
-            .component
-            .map(|path| ComponentRef::new(&source, &path, head.blake3.as_ref())),
+        component: head.component.and_then(|path| {
+            ComponentRef::new(&source, &path, head.blake3.as_ref())
+                .map_err(|e| errors.push(e))
+                .ok()
+        }),
         is_mcp: mcp.is_some(),
         lists_invokers,
     };
@@ -363,7 +382,9 @@ impl Context {
         errors: &mut Vec<Diagnostic>,
     ) -> Option<ComponentRef> {
         match (&section.component, &self.component) {
-            (Some(path), _) => Some(ComponentRef::new(source, path, section.blake3.as_ref())),
+            (Some(path), _) => ComponentRef::new(source, path, section.blake3.as_ref())
+                .map_err(|e| errors.push(e))
+                .ok(),
             (None, Some(component)) => Some(component.clone()),
             (None, None) => {
                 errors.push(Diagnostic::new(

@@ -37,6 +37,7 @@ pub use settings::{
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
 use crate::config::{Diagnostic, Location};
+use crate::registry::{Digest, Fetch, Pulled, Reference, Registry, RegistryError};
 use crate::runtime::{ComponentHash, Runtime};
 use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
@@ -60,6 +61,41 @@ pub struct Resolver {
     gates: std::sync::Mutex<HashMap<InvokerKey, Vec<Weak<CallGate>>>>,
     /// The hashes of the component files the last resolve read.
     named_hashes: std::sync::Mutex<std::collections::HashSet<ComponentHash>>,
+    /// Where `oci://` references are resolved and kept, and how far a resolve may fetch.
+    registry: Arc<Registry>,
+    fetch: Fetch,
+    /// What each reference the last resolve named came to.
+    pulls: std::sync::Mutex<Vec<(Reference, Result<PullSummary, RegistryError>)>>,
+}
+
+/// What a reference resolved to, for `check`, `pull` and `status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PullSummary {
+    /// The reference pinned to the digest it resolved to.
+    pub resolved: String,
+    /// The component's own digest, and its size.
+    pub component: Digest,
+    pub bytes: usize,
+    /// True when this resolve pulled it.
+    pub fetched: bool,
+    /// Set when the registry was out of reach and a tag's last digest was used.
+    pub warning: Option<String>,
+    /// Every digest it keeps in the store.
+    #[serde(skip)]
+    pub digests: Vec<Digest>,
+}
+
+impl From<&Pulled> for PullSummary {
+    fn from(pulled: &Pulled) -> Self {
+        PullSummary {
+            resolved: pulled.reference.at(&pulled.digest).to_string(),
+            component: pulled.component.clone(),
+            bytes: pulled.bytes.len(),
+            fetched: pulled.fetched,
+            warning: pulled.warning.clone(),
+            digests: pulled.digests.clone(),
+        }
+    }
 }
 
 /// An invoker across reloads: its ensemble file and its name.
@@ -112,7 +148,39 @@ impl Resolver {
             schemas: SchemaCache::default(),
             gates: std::sync::Mutex::default(),
             named_hashes: std::sync::Mutex::default(),
+            registry: Arc::new(Registry::new(Default::default())),
+            fetch: Fetch::Missing,
+            pulls: std::sync::Mutex::default(),
         }
+    }
+
+    /// The same resolver, resolving `oci://` references through `registry`, fetching as far
+    /// as `fetch` allows.
+    pub fn with_registry(mut self, registry: Arc<Registry>, fetch: Fetch) -> Self {
+        self.registry = registry;
+        self.fetch = fetch;
+        self
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// What each `oci://` reference the last resolve named came to, in the order named.
+    pub fn pulls(&self) -> Vec<(Reference, Result<PullSummary, RegistryError>)> {
+        self.pulls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The store's blobs the last resolve's references use (what `cache prune` keeps).
+    pub fn digests_in_use(&self) -> std::collections::HashSet<Digest> {
+        self.pulls()
+            .into_iter()
+            .filter_map(|(_, pulled)| pulled.ok())
+            .flat_map(|pulled| pulled.digests)
+            .collect()
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -182,6 +250,7 @@ impl Resolver {
             components.extend(draft.component());
             components.extend(draft.invokers.iter().filter_map(|i| i.component.as_ref()));
         }
+        self.pull(&mut binder, &components).await;
         binder.preload(components.into_iter()).await;
         let mut outcomes = Vec::with_capacity(drafts.len());
         for (file, draft) in drafts {
@@ -202,6 +271,31 @@ impl Resolver {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = binder.hashes();
         Ok(outcomes)
+    }
+
+    /// Resolves the `oci://` references among `components` (each once, all at once) and
+    /// hands the binder what they came to.
+    async fn pull(&self, binder: &mut Binder<'_>, components: &[&draft::ComponentRef]) {
+        let mut seen = std::collections::HashSet::new();
+        let references: Vec<(PathBuf, Reference)> = components
+            .iter()
+            .filter_map(|c| Some((c.path.clone(), c.oci.clone()?)))
+            .filter(|(path, _)| seen.insert(path.clone()))
+            .collect();
+        let (keys, references): (Vec<PathBuf>, Vec<Reference>) = references.into_iter().unzip();
+        let pulled = self.registry.pull_all(references, self.fetch).await;
+        let mut pulls = Vec::with_capacity(pulled.len());
+        for (key, (reference, result)) in keys.into_iter().zip(pulled) {
+            pulls.push((
+                reference,
+                result.as_ref().map(PullSummary::from).map_err(Clone::clone),
+            ));
+            binder.pulled(key, result);
+        }
+        *self
+            .pulls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = pulls;
     }
 
     /// What the compile cache must keep: the component files the last resolve read (what
@@ -265,7 +359,8 @@ impl Resolver {
         let mut named = std::collections::HashSet::new();
         let own = draft.component().into_iter();
         for component in own.chain(draft.invokers.iter().filter_map(|i| i.component.as_ref())) {
-            if named.insert(&component.path) {
+            // A registry reference is no file to watch: its tag is resolved at each reload.
+            if component.oci.is_none() && named.insert(&component.path) {
                 components.push(component.path.clone());
             }
         }

@@ -230,7 +230,7 @@ fn remove_stale_temporaries(dir: &Path) {
 
 /// Makes sure `dir` is a directory of this user's that nobody else can write: created 0700,
 /// refused when another user owns it, narrowed to 0700 when others may write it.
-fn private_dir(dir: &Path) -> Result<(), CacheError> {
+pub fn private_dir(dir: &Path) -> Result<(), CacheError> {
     let io = |source| CacheError::Io {
         path: dir.to_path_buf(),
         source,

@@ -17,8 +17,8 @@ mod outcome;
 mod state;
 mod typed;
 
-pub use cache::write_new;
 pub use cache::{CacheError, Pruned};
+pub use cache::{private_dir, write_new};
 pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,

@@ -17,17 +17,19 @@
 //! without the file system (`serve --no-watch`): components compiled in the background still
 //! join the catalog.
 
+mod targets;
+
 use crate::audit;
 use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
 use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
 use crate::runtime::{ComponentHash, Runtime};
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use targets::WatchTargets;
 use tokio::sync::{broadcast, mpsc};
 
 /// How long the watcher waits for the file system to go quiet before it reloads.
@@ -63,6 +65,10 @@ pub struct EnsembleStatus {
     pub loaded_at: String,
     /// blake3 of each component it uses.
     pub components: Vec<String>,
+    /// Where they come from: files, and `oci://` references with the digest each resolved
+    /// to (the MCP server's command line or URL for an imported server).
+    #[serde(default)]
+    pub sources: Vec<String>,
     /// Its tools as `name=version` (the version hash changes with the component or descriptor).
     pub tools: Vec<String>,
 }
@@ -117,6 +123,7 @@ impl ReloadStatus {
                     .iter()
                     .map(|t| t.source_hash().to_string())
                     .collect();
+                let sources: BTreeSet<String> = ensemble.tools.iter().map(|t| t.source()).collect();
                 let loaded_at = previous
                     .get(&(ensemble.file.as_path(), versions.as_slice()))
                     .map_or_else(|| now.clone(), |at| at.to_string());
@@ -126,6 +133,7 @@ impl ReloadStatus {
                     enabled: ensemble.enabled,
                     loaded_at,
                     components: components.into_iter().collect(),
+                    sources: sources.into_iter().collect(),
                     tools: versions,
                 }
             })
@@ -169,7 +177,7 @@ impl Reloader {
     /// Loads `dir` for the first time, waiting for every compile; later reloads wait too. The
     /// result's refusals are in the status.
     pub async fn start(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
-        Self::start_with(runtime, dir, Compiles::Wait).await
+        Self::start_with(Resolver::new(runtime), dir, Compiles::Wait).await
     }
 
     /// Loads `dir` for the first time without waiting for any compile: what is loaded or in
@@ -178,12 +186,18 @@ impl Reloader {
     /// compile either: the ensemble's previous version serves until the new one is ready. For
     /// `serve`, so that a slow or hostile compile delays nothing that is already loaded.
     pub async fn start_serving(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
-        Self::start_with(runtime, dir, Compiles::InBackground).await
+        Self::start_with(Resolver::new(runtime), dir, Compiles::InBackground).await
     }
 
-    async fn start_with(runtime: Arc<Runtime>, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
-        let compiled = runtime.loads_finished();
-        let resolver = Resolver::new(runtime);
+    /// As [`Reloader::start_serving`], with a resolver of the caller's (its registry).
+    pub async fn start_serving_with(resolver: Resolver, dir: PathBuf) -> Arc<Self> {
+        Self::start_with(resolver, dir, Compiles::InBackground).await
+    }
+
+    /// Loads `dir` for the first time through `resolver` (its registry), waiting for
+    /// compiles or not as `compiles` says.
+    pub async fn start_with(resolver: Resolver, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
+        let compiled = resolver.runtime().loads_finished();
         let (resolved, loading, named) = match resolver.ensembles(&dir, compiles).await {
             Ok(outcomes) => {
                 let named = named_components(&outcomes);
@@ -242,6 +256,11 @@ impl Reloader {
     /// previous version's): what the compile cache must keep.
     pub fn components_in_use(&self) -> HashSet<ComponentHash> {
         self.resolver.components_in_use(&self.catalog.snapshot())
+    }
+
+    /// The resolver every reload goes through (its registry, what its references came to).
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
     }
 
     /// Reloads when a component compiled in the background is ready (or failed), without
@@ -446,98 +465,6 @@ impl Drop for WatchHandle {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// The component files outside the ensembles directory, and the directories watched for them.
-#[derive(Default)]
-struct WatchTargets {
-    components: HashSet<PathBuf>,
-    dirs: HashSet<PathBuf>,
-    /// Component directories that do not exist yet; their nearest existing parent is watched
-    /// instead, and making one of them (or a directory on the way) starts a reload.
-    missing: HashSet<PathBuf>,
-}
-
-impl WatchTargets {
-    /// Watches the directory of every component in `files` (files are replaced by rename, so
-    /// the directory, not the file, is what can be watched reliably). For a directory that
-    /// does not exist yet, its nearest existing parent is watched until it does. Returns
-    /// whether a directory is watched that was not before.
-    fn sync(
-        &mut self,
-        watcher: &Mutex<RecommendedWatcher>,
-        ensembles: &Path,
-        files: Vec<PathBuf>,
-    ) -> bool {
-        self.components = files.iter().map(|f| absolute(f)).collect();
-        let ensembles = absolute(ensembles);
-        let wanted: HashSet<PathBuf> = self
-            .components
-            .iter()
-            .filter_map(|p| p.parent().map(Path::to_path_buf))
-            .filter(|d| !d.starts_with(&ensembles))
-            .collect();
-        self.missing.clear();
-        let mut watched = HashSet::with_capacity(wanted.len());
-        let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
-        for dir in wanted {
-            let target = if dir.is_dir() {
-                dir
-            } else {
-                let parent = dir
-                    .ancestors()
-                    .skip(1)
-                    .find(|a| a.is_dir())
-                    .map(Path::to_path_buf);
-                self.missing.insert(dir);
-                match parent {
-                    Some(parent) => parent,
-                    None => continue,
-                }
-            };
-            // The ensembles directory is watched whole already.
-            if target.starts_with(&ensembles) || watched.contains(&target) {
-                continue;
-            }
-            if !self.dirs.contains(&target)
-                && let Err(e) = watcher.watch(&target, RecursiveMode::NonRecursive)
-            {
-                // Not tried again (nor reported again) until it is no longer wanted.
-                tracing::warn!("cannot watch component directory {}: {e}", target.display());
-            }
-            watched.insert(target);
-        }
-        for dir in self.dirs.difference(&watched) {
-            let _ = watcher.unwatch(dir);
-        }
-        let new = watched.iter().any(|dir| !self.dirs.contains(dir));
-        self.dirs = watched;
-        new
-    }
-
-    /// Events that may change the catalog: anything in the ensembles directory, and changes to
-    /// the component files themselves. Opening and reading (the reload's own) are not.
-    fn is_relevant(&self, event: &notify::Event, ensembles: &Path) -> bool {
-        if let EventKind::Access(kind) = event.kind
-            && kind != AccessKind::Close(AccessMode::Write)
-        {
-            return false;
-        }
-        let ensembles = absolute(ensembles);
-        event.paths.iter().any(|path| {
-            let path = absolute(path);
-            path.starts_with(&ensembles)
-                || self.components.contains(&path)
-                || self
-                    .missing
-                    .iter()
-                    .any(|missing| missing.starts_with(&path))
-        })
-    }
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Every component file the outcomes name, once each.

@@ -1,0 +1,172 @@
+//! `toolhost pull` and `toolhost push`: components to and from OCI registries, and the lines
+//! `check` and `pull` print for each reference (pulled, would be fetched, out of reach).
+
+use super::settings::Settings;
+use super::terminal::safe;
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use toolhost::registry::{Fetch, Reference, Registry, RegistryError};
+use toolhost::resolve::PullSummary;
+
+/// One reference's state, as `check` and `pull` report it.
+pub(crate) fn report_json(
+    pulls: &[(Reference, Result<PullSummary, RegistryError>)],
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = pulls
+        .iter()
+        .map(|(reference, result)| match result {
+            Ok(pulled) => serde_json::json!({
+                "reference": reference.to_string(),
+                "state": if pulled.fetched { "fetched" } else { "pulled" },
+                "resolved": pulled.resolved,
+                "component": pulled.component,
+                "bytes": pulled.bytes,
+                "warning": pulled.warning,
+            }),
+            Err(RegistryError::NotPulled { digest, size, .. }) => serde_json::json!({
+                "reference": reference.to_string(),
+                "state": "would be fetched",
+                "component": digest,
+                "bytes": size,
+            }),
+            Err(e) => serde_json::json!({
+                "reference": reference.to_string(),
+                "state": "unreachable",
+                "error": e.to_string(),
+            }),
+        })
+        .collect();
+    serde_json::Value::Array(rows)
+}
+
+/// One line per reference.
+pub(crate) fn print_report(pulls: &[(Reference, Result<PullSummary, RegistryError>)]) {
+    for (reference, result) in pulls {
+        let line = match result {
+            Ok(pulled) => {
+                let state = if pulled.fetched { "fetched" } else { "pulled" };
+                let mut line = format!(
+                    "{reference}: {state} {} ({} bytes)",
+                    pulled.resolved, pulled.bytes
+                );
+                if let Some(warning) = &pulled.warning {
+                    line.push_str(&format!("; warning: {warning}"));
+                }
+                line
+            }
+            Err(RegistryError::NotPulled { digest, size, .. }) => {
+                format!("{reference}: would be fetched (component {digest}, {size} bytes)")
+            }
+            Err(e) => format!("{reference}: cannot be resolved: {e}"),
+        };
+        println!("{}", safe(&line));
+    }
+}
+
+/// `toolhost pull [REFERENCE]`.
+pub(crate) async fn pull(
+    settings: &Settings,
+    reference: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let pulls = match reference {
+        Some(text) => {
+            let reference = Reference::parse(text).map_err(|e| anyhow::anyhow!(e))?;
+            let registry = Arc::new(Registry::new(settings.registry.clone()));
+            let result = registry.pull(&reference, Fetch::Missing).await;
+            vec![(
+                reference,
+                result.as_ref().map(PullSummary::from).map_err(Clone::clone),
+            )]
+        }
+        None => {
+            let (_, resolved, resolver) = settings.load_with(Fetch::Missing).await?;
+            let pulls = resolver.pulls();
+            if !json {
+                for diagnostic in resolved.diagnostics() {
+                    println!("{}", safe(&diagnostic.to_string()));
+                }
+            }
+            pulls
+        }
+    };
+    let failed = pulls.iter().filter(|(_, result)| result.is_err()).count();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report_json(&pulls))?);
+    } else {
+        print_report(&pulls);
+        println!(
+            "{} reference(s): {} in the store, {failed} failed",
+            pulls.len(),
+            pulls.len() - failed
+        );
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `toolhost push FILE REFERENCE`.
+pub(crate) async fn push(
+    settings: &Settings,
+    file: &Path,
+    reference: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let reference = Reference::parse(reference).map_err(|e| anyhow::anyhow!(e))?;
+    let max = settings.compile.max_component_bytes;
+    let bytes = toolhost::config::read_limited(file, max)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let (imports, exports) = world_names(&bytes)
+        .with_context(|| format!("{} is not a WebAssembly component", file.display()))?;
+    let pushed =
+        toolhost::registry::push(&settings.registry, &reference, bytes, &imports, &exports).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&pushed)?);
+    } else {
+        println!(
+            "pushed {} ({} bytes, component {})",
+            pushed.reference, pushed.bytes, pushed.component
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The names a component imports and exports (its own, not those of components inside it),
+/// read without compiling it.
+fn world_names(bytes: &[u8]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    use wasmparser::{Encoding, Parser, Payload};
+    let mut imports = Vec::new();
+    let mut exports = Vec::new();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload? {
+            Payload::Version { encoding, .. } => {
+                if depth == 0 && encoding != Encoding::Component {
+                    bail!("it is a core module; build a component (wasm32-wasip2)");
+                }
+                depth += 1;
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(section) if depth == 1 => {
+                for import in section {
+                    imports.push(import?.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(section) if depth == 1 => {
+                for export in section {
+                    exports.push(export?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        bail!("it ends before its last section");
+    }
+    Ok((imports, exports))
+}

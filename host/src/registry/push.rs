@@ -1,0 +1,108 @@
+//! `toolhost push`: a component published in the Wasm OCI artifact layout (what `wkg` and
+//! Spin publish and pull): an OCI image manifest, a config of `application/vnd.wasm.config.v0+json`
+//! naming the component's imports and exports, and the component as its one layer.
+
+use super::reference::{Digest, Reference};
+use super::remote::Remote;
+use super::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, RegistryError, RegistrySettings};
+use oci_client::RegistryOperation;
+use oci_client::client::{Config, ImageLayer};
+use oci_client::manifest::OciImageManifest;
+
+/// What a push published.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Pushed {
+    /// The reference pinned to the manifest pushed (`oci://...:tag@sha256:...`).
+    pub reference: String,
+    pub manifest: Digest,
+    pub component: Digest,
+    pub bytes: usize,
+}
+
+/// The config of a Wasm component artifact (the fields wkg reads).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WasmConfig<'a> {
+    created: String,
+    architecture: &'static str,
+    os: &'static str,
+    layer_digests: Vec<String>,
+    component: ComponentWorld<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ComponentWorld<'a> {
+    exports: &'a [String],
+    imports: &'a [String],
+    target: Option<String>,
+}
+
+/// Publishes `component` (its bytes, and the names of what it imports and exports) at
+/// `reference`, which must name a tag.
+pub async fn push(
+    settings: &RegistrySettings,
+    reference: &Reference,
+    component: Vec<u8>,
+    imports: &[String],
+    exports: &[String],
+) -> Result<Pushed, RegistryError> {
+    let Some(tag) = reference.tag() else {
+        return Err(RegistryError::Other(format!(
+            "{reference} names no tag: a push publishes under a tag"
+        )));
+    };
+    if reference.digest().is_some() {
+        return Err(RegistryError::Other(format!(
+            "{reference} names a digest: a push publishes under a tag, and the digest is \
+             what the registry computes"
+        )));
+    }
+    let remote = Remote::new(settings, std::iter::once(reference))?;
+    let (auth, _) = remote.authorize(reference, RegistryOperation::Push).await?;
+    let component_digest = Digest::of(&component);
+    let config = WasmConfig {
+        created: crate::audit::now_rfc3339(),
+        architecture: "wasm",
+        os: "wasip2",
+        layer_digests: vec![component_digest.to_string()],
+        component: ComponentWorld {
+            exports,
+            imports,
+            target: None,
+        },
+    };
+    let config = serde_json::to_vec(&config).map_err(|e| RegistryError::Other(e.to_string()))?;
+    let config = Config::new(config, CONFIG_MEDIA_TYPE.to_string(), None);
+    let bytes = component.len();
+    let layers = [ImageLayer::new(
+        component,
+        LAYER_MEDIA_TYPE.to_string(),
+        None,
+    )];
+    let mut manifest = OciImageManifest::build(&layers, &config, None);
+    manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
+    let target = reference.client();
+    let what = format!("pushing to {reference}");
+    let deadline = settings.pull_timeout;
+    let pushed = remote
+        .client()
+        .push(&target, &layers, config, &auth, Some(manifest));
+    tokio::time::timeout(deadline, pushed)
+        .await
+        .map_err(|_| RegistryError::Timeout {
+            what: what.clone(),
+            after: deadline,
+        })?
+        .map_err(|e| remote.error(reference, &what, e))?;
+    // What the tag names now, read back: the digest to pin.
+    let body = remote
+        .manifest(reference, tag, settings.max_manifest_bytes)
+        .await?;
+    let manifest = Digest::of(&body);
+    Ok(Pushed {
+        reference: reference.at(&manifest).to_string(),
+        manifest,
+        component: component_digest,
+        bytes,
+    })
+}

@@ -1,0 +1,712 @@
+//! Components from OCI registries against a real one (Debian's `docker-registry`, the CNCF
+//! distribution registry, started on 127.0.0.1 by each test), and against a hostile one the
+//! test serves itself: push, pull, check, call, offline after a pull, a moved tag as a new
+//! version, authentication, and every bound a registry could push past.
+
+use crate::cli::{stderr, stdout};
+use crate::support::{Fixture, session};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use toolhost::registry::{Credentials, Fetch, Reference, Registry, RegistrySettings};
+
+/// A `docker-registry` on a port the OS picks, storing in a temporary directory; killed
+/// when dropped.
+struct LocalRegistry {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl LocalRegistry {
+    fn start() -> Self {
+        Self::start_with_auth(None)
+    }
+
+    /// With `Some((user, password))`, every request needs HTTP basic authentication
+    /// (htpasswd, bcrypt, made by Apache's `htpasswd`).
+    fn start_with_auth(auth: Option<(&str, &str)>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  \
+             delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: toolhost-tests\n",
+            dir.path().join("data").display()
+        );
+        if let Some((user, password)) = auth {
+            let made = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .expect("htpasswd (apache2-utils) runs; scripts/test-tools.sh installs it");
+            assert!(made.status.success(), "{}", stderr(&made));
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, &made.stdout).expect("write htpasswd");
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: toolhost-tests\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).expect("write registry config");
+        let mut child = Command::new(registry_program())
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("docker-registry runs; scripts/test-tools.sh installs it");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = loop {
+            let line = lines
+                .next()
+                .expect("the registry said where it listens")
+                .expect("stderr line");
+            if let Some(at) = line.find("listening on ") {
+                let rest = &line[at + "listening on ".len()..];
+                break rest
+                    .split(|c: char| c == '"' || c.is_whitespace())
+                    .next()
+                    .expect("address")
+                    .to_string();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        LocalRegistry {
+            child,
+            address,
+            _dir: dir,
+        }
+    }
+
+    fn reference(&self, repository_and_tag: &str) -> String {
+        format!("oci://{}/{repository_and_tag}", self.address)
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry_program() -> &'static str {
+    if Path::new("/usr/bin/docker-registry").exists() {
+        "/usr/bin/docker-registry"
+    } else {
+        "docker-registry"
+    }
+}
+
+/// `toolhost ARGS` on the fixture, with its own cache (and so its own content store) and
+/// `extra` environment.
+fn toolhost(fixture: &Fixture, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    command
+        .current_dir(fixture.root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_AUDIT")
+        .env_remove("TOOLHOST_REGISTRY_USERNAME")
+        .env_remove("TOOLHOST_REGISTRY_PASSWORD")
+        .env("DOCKER_CONFIG", fixture.root().join("no-docker-config"))
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", fixture.root().join("cache"))
+        .args(args)
+        .stdin(Stdio::null());
+    for (key, value) in extra {
+        command.env(key, value);
+    }
+    command.output().expect("toolhost runs")
+}
+
+fn both(output: &Output) -> String {
+    format!("{}{}", stdout(output), stderr(output))
+}
+
+/// An ensemble offering the echo tool of the component at `component`.
+fn echo_ensemble(component: &str) -> String {
+    format!(
+        "schema-version = 1\n\n[ensemble]\nname = \"echo\"\ncomponent = \"{component}\"\n\n\
+         [[invokers]]\ninvoker = {{ name = \"echo\" }}\n"
+    )
+}
+
+/// The echo component with a custom section added: another digest, the same behaviour.
+fn echo_variant(label: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(toolhost_testkit::ECHO).expect("echo.wasm");
+    let name = b"toolhost-test";
+    let mut payload = vec![name.len() as u8];
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(label.as_bytes());
+    bytes.push(0);
+    let mut size = payload.len();
+    loop {
+        let byte = (size & 0x7f) as u8;
+        size >>= 7;
+        if size == 0 {
+            bytes.push(byte);
+            break;
+        }
+        bytes.push(byte | 0x80);
+    }
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+fn push(fixture: &Fixture, file: &Path, reference: &str, extra: &[(&str, &str)]) -> String {
+    let output = toolhost(
+        fixture,
+        &["push", file.to_str().expect("utf-8 path"), reference],
+        extra,
+    );
+    assert!(output.status.success(), "push failed: {}", both(&output));
+    let text = stdout(&output);
+    let pinned = text
+        .split_whitespace()
+        .find(|word| word.starts_with("oci://") && word.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("push names the pinned reference: {text}"));
+    pinned.to_string()
+}
+
+#[test]
+fn a_pushed_component_is_checked_pulled_called_and_served_with_the_registry_gone() {
+    let registry = LocalRegistry::start();
+    let fixture = Fixture::new();
+    let reference = registry.reference("tools/echo:1.0");
+    let pinned = push(&fixture, &fixture.root().join("echo.wasm"), &reference, &[]);
+    fixture.write("echo.toml", &echo_ensemble(&reference));
+
+    // A check fetches no component: it says what a pull would fetch, and refuses the ensemble.
+    let check = toolhost(&fixture, &["check"], &[]);
+    assert_eq!(check.status.code(), Some(1), "{}", both(&check));
+    assert!(
+        stdout(&check).contains(&format!("{reference}: would be fetched")),
+        "{}",
+        both(&check)
+    );
+    assert!(stdout(&check).contains("toolhost pull"), "{}", both(&check));
+
+    let pull = toolhost(&fixture, &["pull"], &[]);
+    assert!(pull.status.success(), "{}", both(&pull));
+    assert!(
+        stdout(&pull).contains(&format!("{reference}: fetched {pinned}")),
+        "{}",
+        both(&pull)
+    );
+    // The store: private, by digest.
+    let blobs = fixture.root().join("cache/oci/blobs/sha256");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(fixture.root().join("cache/oci"))
+            .expect("store")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
+    assert!(std::fs::read_dir(&blobs).expect("blobs").count() >= 2);
+
+    let check = toolhost(&fixture, &["check"], &[]);
+    assert!(check.status.success(), "{}", both(&check));
+    assert!(stdout(&check).contains(&format!("{reference}: pulled {pinned}")));
+    let call = toolhost(
+        &fixture,
+        &["call", "echo", r#"{"text":"from a registry"}"#],
+        &[],
+    );
+    assert!(call.status.success(), "{}", both(&call));
+    assert!(stdout(&call).contains("from a registry"), "{}", both(&call));
+    let list = toolhost(&fixture, &["list"], &[]);
+    assert!(
+        stdout(&list).contains(&format!("from {pinned}")),
+        "{}",
+        both(&list)
+    );
+
+    // The registry goes away: the tag keeps its last digest, with a warning, and nothing
+    // is dropped.
+    drop(registry);
+    let check = toolhost(&fixture, &["check"], &[]);
+    assert!(check.status.success(), "{}", both(&check));
+    assert!(
+        stdout(&check).contains("cannot reach registry") && stdout(&check).contains(&pinned),
+        "{}",
+        both(&check)
+    );
+    let call = toolhost(&fixture, &["call", "echo", r#"{"text":"offline"}"#], &[]);
+    assert!(call.status.success(), "{}", both(&call));
+    // A digest needs no registry at all once pulled.
+    fixture.write("echo.toml", &echo_ensemble(&pinned));
+    let call = toolhost(&fixture, &["call", "echo", r#"{"text":"pinned"}"#], &[]);
+    assert!(call.status.success(), "{}", both(&call));
+    assert!(!both(&call).contains("warning"), "{}", both(&call));
+
+    // What no reference uses any more is pruned from the store.
+    fixture.write("echo.toml", &echo_ensemble("../echo.wasm"));
+    let prune = toolhost(&fixture, &["cache", "prune"], &[]);
+    assert!(prune.status.success(), "{}", both(&prune));
+    assert!(
+        stdout(&prune).contains("pulled blob(s)"),
+        "{}",
+        both(&prune)
+    );
+    assert_eq!(std::fs::read_dir(&blobs).expect("blobs").count(), 0);
+}
+
+/// The README's commands, as written but for the registry's port, in a fresh directory.
+#[test]
+fn the_readme_commands_work_as_written() {
+    let registry = LocalRegistry::start();
+    let fixture = Fixture::new();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let block = readme
+        .split("## Installing tools from a registry")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("a sh block in the README's registry section");
+    assert!(block.contains("localhost:5000"), "{block}");
+    let script = block.replace("localhost:5000", &registry.address);
+    let binary = Path::new(env!("CARGO_BIN_EXE_toolhost"));
+    let path = format!(
+        "{}:{}",
+        binary.parent().expect("bin dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(fixture.root())
+        .env("PATH", path)
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_AUDIT")
+        .env("DOCKER_CONFIG", fixture.root().join("no-docker-config"))
+        .env("TOOLHOST_ENSEMBLES", fixture.ensembles())
+        .env("TOOLHOST_CACHE_DIR", fixture.root().join("cache"))
+        .output()
+        .expect("sh runs");
+    let text = both(&output);
+    assert!(output.status.success(), "{script}\n{text}");
+    for expected in [
+        "pushed oci://",
+        "tools/calculator:1.0: would be fetched",
+        "tools/calculator:1.0: fetched oci://",
+        "tools/calculator:1.0: pulled oci://",
+        "\"result\":42",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn a_reference_that_is_not_one_is_a_file_line_error() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &echo_ensemble("oci://tools/echo"));
+    let check = toolhost(&fixture, &["check"], &[]);
+    assert_eq!(check.status.code(), Some(1));
+    let text = stdout(&check);
+    assert!(
+        text.contains("echo.toml:5:") && text.contains("names no registry"),
+        "{text}"
+    );
+    fixture.write("echo.toml", &echo_ensemble("oci://127.0.0.1:1/tools/echo"));
+    let check = toolhost(&fixture, &["check"], &[]);
+    assert!(
+        stdout(&check).contains("neither a tag nor a digest"),
+        "{}",
+        both(&check)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_it() {
+    let registry = LocalRegistry::start();
+    let fixture = Fixture::new();
+    let reference = registry.reference("tools/echo:latest");
+    let v1 = fixture.root().join("v1.wasm");
+    let v2 = fixture.root().join("v2.wasm");
+    std::fs::write(&v1, echo_variant("one")).expect("v1");
+    std::fs::write(&v2, echo_variant("two")).expect("v2");
+    let first = push(&fixture, &v1, &reference, &[]);
+    fixture.write("echo.toml", &echo_ensemble(&reference));
+
+    let settings = RegistrySettings {
+        store: Some(fixture.root().join("store")),
+        ..RegistrySettings::default()
+    };
+    let resolver = toolhost::resolve::Resolver::new(crate::support::runtime())
+        .with_registry(Arc::new(Registry::new(settings)), Fetch::Missing);
+    let reloader = toolhost::reload::Reloader::start_with(
+        resolver,
+        fixture.ensembles(),
+        toolhost::resolve::Compiles::Wait,
+    )
+    .await;
+    let host = toolhost::invoke::Host::new(reloader.catalog().clone(), None);
+    let s = session();
+    let args = serde_json::json!({ "text": "same" });
+    let before = host.invoke(&s, "echo", args.clone()).await;
+    assert!(before.result.is_ok(), "{:?}", before.result);
+    let version_before = reloader
+        .catalog()
+        .snapshot()
+        .get("echo")
+        .expect("echo")
+        .version;
+    assert!(host.invoke(&s, "echo", args.clone()).await.deduplicated);
+
+    // Nothing moved: a reload resolves the tag to the same digest, the same version.
+    reloader.reload().await;
+    let same = reloader
+        .catalog()
+        .snapshot()
+        .get("echo")
+        .expect("echo")
+        .version;
+    assert_eq!(same, version_before);
+    assert!(host.invoke(&s, "echo", args.clone()).await.deduplicated);
+
+    let second = push(&fixture, &v2, &reference, &[]);
+    assert_ne!(first, second);
+    reloader.reload().await;
+    let after = reloader.catalog().snapshot();
+    let tool = after.get("echo").expect("echo");
+    assert_ne!(
+        tool.version, version_before,
+        "a new digest is a new version"
+    );
+    assert_eq!(tool.source(), second);
+    let outcome = host.invoke(&s, "echo", args).await;
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert!(!outcome.deduplicated, "the new version ran");
+    let (_, pulled) = &reloader.resolver().pulls()[0];
+    assert_eq!(pulled.as_ref().expect("pulled").resolved, second);
+
+    // A reference edited to one that cannot be pulled: refused, and the last good version
+    // serves on.
+    fixture.write(
+        "echo.toml",
+        &echo_ensemble(&registry.reference("tools/echo:no-such-tag")),
+    );
+    reloader.reload().await;
+    let status = reloader.status();
+    let refused = status.refused.first().expect("refused");
+    assert!(refused.kept_previous);
+    assert!(
+        refused.errors.iter().any(|e| e.contains("answered 404")),
+        "{:?}",
+        refused.errors
+    );
+    let still = reloader.catalog().snapshot();
+    assert_eq!(still.get("echo").expect("echo").source(), second);
+    let outcome = host
+        .invoke(&s, "echo", serde_json::json!({ "text": "kept" }))
+        .await;
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+}
+
+/// Interop with a client toolhost did not write: the Bytecode Alliance's `wkg`
+/// (`scripts/test-tools.sh` builds it into the test tools folder).
+#[test]
+fn a_component_pushed_by_wkg_loads_and_one_pushed_by_toolhost_pulls_with_wkg() {
+    let wkg = crate::mcp_list::test_tools().join("wkg/bin/wkg");
+    assert!(
+        wkg.is_file(),
+        "{} is missing: run ./scripts/test-tools.sh",
+        wkg.display()
+    );
+    let registry = LocalRegistry::start();
+    let fixture = Fixture::new();
+    let wkg_run = |args: &[&str]| {
+        let output = Command::new(&wkg)
+            .args(args)
+            .env("WKG_OCI_INSECURE", &registry.address)
+            .env("DOCKER_CONFIG", fixture.root().join("no-docker-config"))
+            .env("HOME", fixture.root())
+            .current_dir(fixture.root())
+            .output()
+            .expect("wkg runs");
+        assert!(output.status.success(), "wkg {args:?}: {}", both(&output));
+        output
+    };
+
+    // wkg pushes, toolhost pulls and calls.
+    let by_wkg = registry.reference("wkg/echo:1");
+    let echo = fixture.root().join("echo.wasm");
+    wkg_run(&[
+        "oci",
+        "push",
+        by_wkg.trim_start_matches("oci://"),
+        echo.to_str().expect("path"),
+    ]);
+    fixture.write("echo.toml", &echo_ensemble(&by_wkg));
+    let pull = toolhost(&fixture, &["pull"], &[]);
+    assert!(pull.status.success(), "{}", both(&pull));
+    let call = toolhost(&fixture, &["call", "echo", r#"{"text":"via wkg"}"#], &[]);
+    assert!(stdout(&call).contains("via wkg"), "{}", both(&call));
+
+    // toolhost pushes, wkg pulls the same bytes.
+    let by_toolhost = registry.reference("toolhost/calculator:1");
+    push(
+        &fixture,
+        &fixture.root().join("calculator.wasm"),
+        &by_toolhost,
+        &[],
+    );
+    let pulled = fixture.root().join("pulled.wasm");
+    wkg_run(&[
+        "oci",
+        "pull",
+        by_toolhost.trim_start_matches("oci://"),
+        "-o",
+        pulled.to_str().expect("path"),
+    ]);
+    assert_eq!(
+        std::fs::read(&pulled).expect("pulled"),
+        std::fs::read(fixture.root().join("calculator.wasm")).expect("original")
+    );
+}
+
+#[test]
+fn credentials_come_from_the_environment_or_a_docker_config() {
+    let registry = LocalRegistry::start_with_auth(Some(("alice", "s3cret")));
+    let fixture = Fixture::new();
+    let reference = registry.reference("private/echo:1");
+    let echo = fixture.root().join("echo.wasm");
+    let refused = toolhost(
+        &fixture,
+        &["push", echo.to_str().expect("path"), &reference],
+        &[],
+    );
+    assert!(!refused.status.success());
+    assert!(both(&refused).contains("401"), "{}", both(&refused));
+    let credentials = [
+        ("TOOLHOST_REGISTRY_USERNAME", "alice"),
+        ("TOOLHOST_REGISTRY_PASSWORD", "s3cret"),
+    ];
+    push(&fixture, &echo, &reference, &credentials);
+
+    fixture.write("echo.toml", &echo_ensemble(&reference));
+    let anonymous = toolhost(&fixture, &["pull"], &[]);
+    assert_eq!(anonymous.status.code(), Some(1));
+    assert!(stdout(&anonymous).contains("401"), "{}", both(&anonymous));
+    // A Docker config.json, as `docker login` writes it.
+    let docker = fixture.mkdir("docker");
+    let auth = base64_encode(b"alice:s3cret");
+    std::fs::write(
+        docker.join("config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#,
+            registry.address
+        ),
+    )
+    .expect("config.json");
+    let pulled = toolhost(
+        &fixture,
+        &["pull"],
+        &[("DOCKER_CONFIG", docker.to_str().expect("path"))],
+    );
+    assert!(pulled.status.success(), "{}", both(&pulled));
+    // The password is never printed.
+    assert!(!both(&pulled).contains("s3cret"));
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+mod hostile {
+    //! A registry that misbehaves in every way a registry can, served by the test itself.
+
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Path as UrlPath;
+    use axum::response::Response;
+
+    const CONFIG: &str = "application/vnd.wasm.config.v0+json";
+
+    fn digest(bytes: &[u8]) -> String {
+        toolhost::registry::Digest::of(bytes).to_string()
+    }
+
+    fn manifest(config: &str, layers: &[(&str, &[u8], u64)]) -> Vec<u8> {
+        let layers: Vec<serde_json::Value> = layers
+            .iter()
+            .map(|(media_type, bytes, size)| {
+                serde_json::json!({"mediaType": media_type, "digest": digest(bytes), "size": size})
+            })
+            .collect();
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": config, "digest": digest(b"{}"), "size": 2},
+            "layers": layers,
+        }))
+        .expect("manifest")
+    }
+
+    /// The component every case declares (its digest is what the manifests name).
+    fn component() -> Vec<u8> {
+        std::fs::read(toolhost_testkit::ECHO).expect("echo.wasm")
+    }
+
+    fn endless() -> Body {
+        let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+        let stream =
+            futures_util::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+        Body::from_stream(stream)
+    }
+
+    async fn manifests(UrlPath((repo, _tag)): UrlPath<(String, String)>) -> Response {
+        let echo = component();
+        let size = echo.len() as u64;
+        let ok = |body: Vec<u8>| {
+            Response::builder()
+                .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+                .body(Body::from(body))
+                .expect("response")
+        };
+        match repo.as_str() {
+            "endless-manifest" => Response::builder()
+                .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+                .body(endless())
+                .expect("response"),
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                ok(Vec::new())
+            }
+            "redirect" => Response::builder()
+                .status(302)
+                .header("location", "http://169.254.169.254/latest/meta-data")
+                .body(Body::empty())
+                .expect("response"),
+            "many-layers" => ok(manifest(
+                CONFIG,
+                &[
+                    ("application/wasm", &echo, size),
+                    ("application/wasm", &echo, size),
+                    ("application/wasm", &echo, size),
+                ],
+            )),
+            "not-wasm" => ok(manifest(
+                "application/vnd.oci.image.config.v1+json",
+                &[("application/vnd.oci.image.layer.v1.tar", &echo, size)],
+            )),
+            "huge-blob" => ok(manifest(CONFIG, &[("application/wasm", &echo, 10 << 30)])),
+            // The blob served for these is not the one declared (below).
+            "wrong-digest" | "endless-blob" | "slow-blob" => {
+                ok(manifest(CONFIG, &[("application/wasm", &echo, size)]))
+            }
+            _ => Response::builder()
+                .status(404)
+                .body(Body::from("{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}"))
+                .expect("response"),
+        }
+    }
+
+    async fn blobs(UrlPath((repo, _digest)): UrlPath<(String, String)>) -> Response {
+        let echo = component();
+        match repo.as_str() {
+            "wrong-digest" => {
+                let mut other = echo.clone();
+                other[100] ^= 0xff;
+                Response::new(Body::from(other))
+            }
+            "endless-blob" => Response::new(endless()),
+            "slow-blob" => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Response::new(Body::from(echo))
+            }
+            _ => Response::builder()
+                .status(404)
+                .body(Body::empty())
+                .expect("response"),
+        }
+    }
+
+    /// Serves the hostile registry on 127.0.0.1; returns its address.
+    async fn serve() -> String {
+        let router = axum::Router::new()
+            .route("/v2/", axum::routing::get(|| async { "{}" }))
+            .route("/v2/{repo}/manifests/{tag}", axum::routing::get(manifests))
+            .route("/v2/{repo}/blobs/{digest}", axum::routing::get(blobs));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        address
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_misbehaviour_ends_in_a_clear_error_in_bounded_time_with_nothing_kept() {
+        let address = serve().await;
+        let store = tempfile::tempdir().expect("store");
+        let settings = RegistrySettings {
+            store: Some(store.path().to_path_buf()),
+            max_manifest_bytes: 256 << 10,
+            max_blob_bytes: 16 << 20,
+            resolve_timeout: Duration::from_millis(500),
+            pull_timeout: Duration::from_secs(2),
+            credentials: Credentials::default(),
+            ..RegistrySettings::default()
+        };
+        let registry = Arc::new(Registry::new(settings));
+        for (repo, expected) in [
+            ("endless-manifest", "larger than the 262144 bytes allowed"),
+            ("slow", "did not finish within 500ms"),
+            ("redirect", "does not follow a redirect"),
+            (
+                "many-layers",
+                "it has 3 layers; a Wasm component artifact has one",
+            ),
+            (
+                "not-wasm",
+                "its config is `application/vnd.oci.image.config.v1+json`",
+            ),
+            ("huge-blob", "larger than the 16777216 bytes allowed"),
+            ("wrong-digest", "was expected; nothing kept"),
+            ("endless-blob", "the size its manifest declares"),
+            ("slow-blob", "did not finish within 2s"),
+            ("missing", "answered 404"),
+        ] {
+            let reference = Reference::parse(&format!("oci://{address}/{repo}:1")).expect("ref");
+            // The slow cases end by their deadlines (the message says which), the endless
+            // ones at their size bounds.
+            let error = registry
+                .pull(&reference, Fetch::Missing)
+                .await
+                .expect_err(repo)
+                .to_string();
+            assert!(error.contains(expected), "{repo}: {error}");
+        }
+        // Nothing half-written, and no component: only the manifests that were whole and
+        // matched their digest.
+        let component = toolhost::registry::Digest::of(&component());
+        let store = toolhost::registry::Store::open(store.path()).expect("store");
+        assert!(!store.has(&component));
+        for entry in std::fs::read_dir(store.dir().join("blobs/sha256")).expect("blobs") {
+            let entry = entry.expect("entry");
+            let name = entry.file_name().into_string().expect("name");
+            assert!(!name.ends_with(".tmp"), "a temporary was left: {name}");
+            let bytes = std::fs::read(entry.path()).expect("blob");
+            assert_eq!(
+                toolhost::registry::Digest::of(&bytes).hex(),
+                name,
+                "a blob that is not its digest"
+            );
+        }
+    }
+}
