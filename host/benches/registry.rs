@@ -113,6 +113,7 @@ fn bench(c: &mut Criterion) {
         echo.clone(),
         &[],
         &[],
+        None,
     ))
     .expect("push");
     let by_tag = temp.path().join("by-tag");

@@ -147,6 +147,10 @@ enum Command {
         file: std::path::PathBuf,
         /// Where: `oci://REGISTRY/REPOSITORY:TAG`.
         reference: String,
+        /// Sign it with this cosign private key (`cosign.key`; its password in
+        /// COSIGN_PASSWORD), publishing the signature beside it.
+        #[arg(long, value_name = "KEY")]
+        sign: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -262,8 +266,9 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         Command::Push {
             file,
             reference,
+            sign,
             json,
-        } => oci::push(&settings, &file, &reference, json).await,
+        } => oci::push(&settings, &file, &reference, sign.as_deref(), json).await,
         Command::Status { json } => status::run(&settings, json),
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use toolhost::registry::{Fetch, Reference, Registry, RegistryError};
+use toolhost::registry::{Fetch, Reference, Registry, RegistryError, SigningKey};
 use toolhost::resolve::PullSummary;
 
 /// One reference's state, as `check` and `pull` report it.
@@ -24,6 +24,8 @@ pub(crate) fn report_json(
                 "component": pulled.component,
                 "bytes": pulled.bytes,
                 "warning": pulled.warning,
+                "signed_by": pulled.signature.as_ref().and_then(|s| s.as_ref().ok()),
+                "unsigned_because": pulled.signature.as_ref().and_then(|s| s.as_ref().err()),
             }),
             Err(RegistryError::NotPulled { digest, size, .. }) => serde_json::json!({
                 "reference": reference.to_string(),
@@ -51,6 +53,11 @@ pub(crate) fn print_report(pulls: &[(Reference, Result<PullSummary, RegistryErro
                     "{reference}: {state} {} ({} bytes)",
                     pulled.resolved, pulled.bytes
                 );
+                match &pulled.signature {
+                    Some(Ok(key)) => line.push_str(&format!("; signed by {key}")),
+                    Some(Err(why)) => line.push_str(&format!("; not accepted as signed: {why}")),
+                    None => {}
+                }
                 if let Some(warning) = &pulled.warning {
                     line.push_str(&format!("; warning: {warning}"));
                 }
@@ -115,22 +122,46 @@ pub(crate) async fn push(
     settings: &Settings,
     file: &Path,
     reference: &str,
+    sign: Option<&Path>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let reference = Reference::parse(reference).map_err(|e| anyhow::anyhow!(e))?;
+    let key = match sign {
+        Some(path) => {
+            let pem = toolhost::config::read_limited(path, 64 * 1024)
+                .map_err(|e| anyhow::anyhow!("cannot read the key {}: {e}", path.display()))?;
+            let password = std::env::var("COSIGN_PASSWORD").map_err(|_| {
+                anyhow::anyhow!("set COSIGN_PASSWORD to the password of {}", path.display())
+            })?;
+            let key = SigningKey::from_encrypted_pem(&pem, password.as_bytes())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Some(key)
+        }
+        None => None,
+    };
     let max = settings.compile.max_component_bytes;
     let bytes = toolhost::config::read_limited(file, max)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
     let (imports, exports) = world_names(&bytes)
         .with_context(|| format!("{} is not a WebAssembly component", file.display()))?;
-    let pushed =
-        toolhost::registry::push(&settings.registry, &reference, bytes, &imports, &exports).await?;
+    let pushed = toolhost::registry::push(
+        &settings.registry,
+        &reference,
+        bytes,
+        &imports,
+        &exports,
+        key.as_ref(),
+    )
+    .await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&pushed)?);
     } else {
         println!(
-            "pushed {} ({} bytes, component {})",
-            pushed.reference, pushed.bytes, pushed.component
+            "pushed {} ({} bytes, component {}){}",
+            pushed.reference,
+            pushed.bytes,
+            pushed.component,
+            if pushed.signed { ", signed" } else { "" }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile};
 use toolhost::invoke::Host;
-use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings};
+use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
@@ -64,7 +64,7 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
-        let (host, chat, registry, base) = match &config_path {
+        let (host, chat, registry, trust, base) = match &config_path {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
@@ -91,17 +91,15 @@ impl Settings {
                     );
                     bail!("\n{diagnostic}");
                 }
-                (
-                    file.host,
-                    file.chat,
-                    file.registry,
-                    path.parent().unwrap_or(Path::new(".")).to_path_buf(),
-                )
+                let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+                let trust = trusted_keys(&file.trust, &source, &base)?;
+                (file.host, file.chat, file.registry, trust, base)
             }
             None => (
                 Default::default(),
                 Default::default(),
                 Default::default(),
+                (Vec::new(), false),
                 PathBuf::from("."),
             ),
         };
@@ -203,7 +201,8 @@ impl Settings {
         let drain_timeout = host
             .drain_timeout_s
             .map_or(DEFAULT_DRAIN_TIMEOUT, |v| Duration::from_secs(v.get()));
-        let registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
+        let mut registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
+        (registry.trusted_keys, registry.require_signatures) = trust;
         Ok(Settings {
             registry,
             keep_resident,
@@ -336,6 +335,40 @@ fn state_dir() -> Option<PathBuf> {
 /// gives a pod between SIGTERM and SIGKILL, and systemd's 90 s.
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The keys of `[trust]`, read (file:line when one cannot be), and whether every registry
+/// component must be signed by one of them.
+fn trusted_keys(
+    trust: &toolhost::config::v1::TrustSection,
+    source: &SourceFile,
+    base: &Path,
+) -> anyhow::Result<(Vec<TrustedKey>, bool)> {
+    let mut keys = Vec::with_capacity(trust.keys.len());
+    for key in &trust.keys {
+        let path = base.join(key.get_ref());
+        let read = toolhost::config::read_limited(&path, 64 * 1024)
+            .and_then(|pem| TrustedKey::from_pem(key.get_ref(), &pem));
+        match read {
+            Ok(trusted) => keys.push(trusted),
+            Err(e) => {
+                let diagnostic = Diagnostic::new(
+                    source.at(key.span()),
+                    format!("cannot use the key {}: {e}", path.display()),
+                );
+                bail!("\n{diagnostic}");
+            }
+        }
+    }
+    let required = trust.require_signatures.as_ref();
+    if let Some(required) = required.filter(|r| *r.get_ref() && keys.is_empty()) {
+        let diagnostic = Diagnostic::new(
+            source.at(required.span()),
+            "require-signatures needs the keys components are signed with: list them in `keys`",
+        );
+        bail!("\n{diagnostic}");
+    }
+    Ok((keys, required.is_some_and(|r| *r.get_ref())))
+}
+
 /// `[registry]`, the content store under the cache directory, and the credentials of the
 /// environment.
 fn registry_settings(
@@ -371,6 +404,8 @@ fn registry_settings(
             .pull_timeout_s
             .map_or(defaults.pull_timeout, |v| Duration::from_secs(v.get())),
         credentials,
+        trusted_keys: Vec::new(),
+        require_signatures: false,
     }
 }
 

@@ -42,6 +42,9 @@ pub struct EnsembleSection {
     pub description: Option<String>,
     pub component: Option<Spanned<String>>,
     pub blake3: Option<Spanned<Blake3Hex>>,
+    /// Its components must be `oci://` references signed by a key of `[trust]`.
+    #[serde(default)]
+    pub require_signature: bool,
     pub prefix: Option<Spanned<ToolName>>,
     /// An MCP server whose tools this ensemble imports, instead of a component.
     pub mcp: Option<Spanned<McpSection>>,
@@ -200,6 +203,21 @@ pub struct HostFile {
     pub chat: ChatSection,
     #[serde(default)]
     pub registry: RegistrySection,
+    #[serde(default)]
+    pub trust: TrustSection,
+}
+
+/// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed
+/// with, and whether every one must be.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TrustSection {
+    /// PEM public keys (`cosign.pub`), relative to `toolhost.toml`.
+    #[serde(default)]
+    pub keys: Vec<Spanned<String>>,
+    /// Every `oci://` component must be signed by one of `keys`.
+    #[serde(default)]
+    pub require_signatures: Option<Spanned<bool>>,
 }
 
 /// `[registry]` of `toolhost.toml`: how `oci://` components are fetched. Credentials are

@@ -16,11 +16,13 @@ mod push;
 mod reference;
 mod remote;
 mod store;
+pub mod trust;
 
 pub use push::push;
 pub use reference::{Digest, Reference, SCHEME};
 pub use remote::Credentials;
 pub use store::{Store, TagRecord};
+pub use trust::{SigningKey, TrustedKey};
 
 use oci_client::manifest::{OciImageManifest, OciManifest};
 use remote::Remote;
@@ -109,6 +111,12 @@ pub struct RegistrySettings {
     /// The deadline of a whole pull of one reference.
     pub pull_timeout: Duration,
     pub credentials: Credentials,
+    /// The keys a component may be signed with (cosign public keys); with none, signatures
+    /// are not looked at.
+    pub trusted_keys: Vec<TrustedKey>,
+    /// Every `oci://` component must be signed by one of `trusted_keys` (`[trust]
+    /// require-signatures`); an ensemble may ask the same for its own.
+    pub require_signatures: bool,
 }
 
 impl Default for RegistrySettings {
@@ -121,6 +129,8 @@ impl Default for RegistrySettings {
             resolve_timeout: Duration::from_secs(5),
             pull_timeout: Duration::from_secs(120),
             credentials: Credentials::default(),
+            trusted_keys: Vec::new(),
+            require_signatures: false,
         }
     }
 }
@@ -139,8 +149,10 @@ pub struct Pulled {
     pub fetched: bool,
     /// Set when a tag could not be resolved and its last resolved digest was used.
     pub warning: Option<String>,
-    /// Every digest it keeps in use in the store (index, manifest, component).
+    /// Every digest it keeps in use in the store (index, manifest, component, signature).
     pub digests: Vec<Digest>,
+    /// With trusted keys: the key that signed it, or why none did. `None` without keys.
+    pub signature: Option<Result<String, String>>,
 }
 
 /// Resolves references through the content store and the registries.
@@ -306,6 +318,13 @@ impl Registry {
                 (bytes, true)
             }
         };
+        let signature = match self.settings.trusted_keys.is_empty() {
+            true => None,
+            false => Some(
+                self.signature(store, remote, reference, &digest, &mut digests)
+                    .await,
+            ),
+        };
         Ok(Pulled {
             reference: reference.clone(),
             digest,
@@ -314,7 +333,67 @@ impl Registry {
             fetched,
             warning,
             digests,
+            signature,
         })
+    }
+
+    /// Which trusted key signed `digest` (its cosign signature pulled into the store, or
+    /// read from it), or why none did.
+    async fn signature(
+        &self,
+        store: &Store,
+        remote: &Remote,
+        reference: &Reference,
+        digest: &Digest,
+        digests: &mut Vec<Digest>,
+    ) -> Result<String, String> {
+        let tag = trust::signature_tag(digest);
+        let signed = reference.with_tag(&tag);
+        let found = match self.resolve(store, remote, &signed).await {
+            Ok((found, _)) => found,
+            Err(RegistryError::Refused { status: 404, .. }) => {
+                return Err(format!("it is not signed (the registry has no `{tag}`)"));
+            }
+            Err(e) => return Err(format!("its signature cannot be fetched: {e}")),
+        };
+        digests.push(found.clone());
+        let manifest = self
+            .manifest(store, remote, &signed, &found)
+            .await
+            .map_err(|e| format!("its signature cannot be read: {e}"))?;
+        let OciManifest::Image(image) = manifest else {
+            return Err(format!("`{tag}` is an index, not a signature"));
+        };
+        let mut signatures = Vec::new();
+        let layers = image
+            .layers
+            .iter()
+            .filter(|l| l.media_type == trust::PAYLOAD_MEDIA_TYPE);
+        // cosign adds a layer per signature; a few are plenty to find the operator's.
+        for layer in layers.take(16) {
+            let Some(signature) =
+                (layer.annotations.as_ref()).and_then(|a| a.get(trust::SIGNATURE_ANNOTATION))
+            else {
+                continue;
+            };
+            let Ok(payload_digest) = Digest::parse(&layer.digest) else {
+                continue;
+            };
+            let payload = match store.read(&payload_digest, trust::MAX_PAYLOAD_BYTES) {
+                Some(payload) => payload,
+                None => {
+                    let payload = (remote.blob(&signed, layer, trust::MAX_PAYLOAD_BYTES).await)
+                        .map_err(|e| format!("its signature cannot be fetched: {e}"))?;
+                    store
+                        .write(&payload_digest, &payload)
+                        .map_err(|e| e.to_string())?;
+                    payload
+                }
+            };
+            digests.push(payload_digest);
+            signatures.push((payload, signature.clone()));
+        }
+        trust::verify(&self.settings.trusted_keys, digest, &signatures)
     }
 
     /// The digest `reference` names: its own, or its tag's now, or (the registry out of

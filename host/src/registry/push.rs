@@ -1,9 +1,11 @@
 //! `toolhost push`: a component published in the Wasm OCI artifact layout (what `wkg` and
 //! Spin publish and pull): an OCI image manifest, a config of `application/vnd.wasm.config.v0+json`
-//! naming the component's imports and exports, and the component as its one layer.
+//! naming the component's imports and exports, and the component as its one layer; and, with
+//! a key, its cosign signature at the `sha256-<hex>.sig` tag beside it.
 
 use super::reference::{Digest, Reference};
 use super::remote::Remote;
+use super::trust::{self, SigningKey};
 use super::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, RegistryError, RegistrySettings};
 use oci_client::RegistryOperation;
 use oci_client::client::{Config, ImageLayer};
@@ -17,6 +19,8 @@ pub struct Pushed {
     pub manifest: Digest,
     pub component: Digest,
     pub bytes: usize,
+    /// True when its cosign signature was pushed too.
+    pub signed: bool,
 }
 
 /// The config of a Wasm component artifact (the fields wkg reads).
@@ -38,13 +42,14 @@ struct ComponentWorld<'a> {
 }
 
 /// Publishes `component` (its bytes, and the names of what it imports and exports) at
-/// `reference`, which must name a tag.
+/// `reference`, which must name a tag; with `sign`, its cosign signature too.
 pub async fn push(
     settings: &RegistrySettings,
     reference: &Reference,
     component: Vec<u8>,
     imports: &[String],
     exports: &[String],
+    sign: Option<&SigningKey>,
 ) -> Result<Pushed, RegistryError> {
     let Some(tag) = reference.tag() else {
         return Err(RegistryError::Other(format!(
@@ -99,10 +104,52 @@ pub async fn push(
         .manifest(reference, tag, settings.max_manifest_bytes)
         .await?;
     let manifest = Digest::of(&body);
+    if let Some(key) = sign {
+        push_signature(settings, &remote, reference, &manifest, key, &auth).await?;
+    }
     Ok(Pushed {
         reference: reference.at(&manifest).to_string(),
         manifest,
         component: component_digest,
         bytes,
+        signed: sign.is_some(),
     })
+}
+
+/// Publishes the cosign signature of `manifest` (in `reference`'s repository) at its
+/// `sha256-<hex>.sig` tag: one simple-signing payload, its signature in an annotation.
+async fn push_signature(
+    settings: &RegistrySettings,
+    remote: &Remote,
+    reference: &Reference,
+    manifest: &Digest,
+    key: &SigningKey,
+    auth: &oci_client::secrets::RegistryAuth,
+) -> Result<(), RegistryError> {
+    let payload = trust::payload(reference, manifest);
+    let signature = key.sign(&payload).map_err(RegistryError::Other)?;
+    let annotations =
+        std::collections::BTreeMap::from([(trust::SIGNATURE_ANNOTATION.to_string(), signature)]);
+    let layers = [ImageLayer::new(
+        payload,
+        trust::PAYLOAD_MEDIA_TYPE.to_string(),
+        Some(annotations),
+    )];
+    let config = Config::oci_v1(b"{}".to_vec(), None);
+    let mut image = OciImageManifest::build(&layers, &config, None);
+    image.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
+    let target = reference.with_tag(&trust::signature_tag(manifest)).client();
+    let what = format!("pushing the signature of {}", reference.at(manifest));
+    let deadline = settings.pull_timeout;
+    let pushed = remote
+        .client()
+        .push(&target, &layers, config, auth, Some(image));
+    tokio::time::timeout(deadline, pushed)
+        .await
+        .map_err(|_| RegistryError::Timeout {
+            what: what.clone(),
+            after: deadline,
+        })?
+        .map_err(|e| remote.error(reference, &what, e))?;
+    Ok(())
 }

@@ -139,6 +139,15 @@ impl Reference {
         }
     }
 
+    /// The same repository at `tag` (no digest).
+    pub fn with_tag(&self, tag: &str) -> Reference {
+        Reference {
+            tag: Some(tag.to_string()),
+            digest: None,
+            ..self.clone()
+        }
+    }
+
     /// True for a registry on this machine: reached over plain HTTP.
     pub fn is_loopback(&self) -> bool {
         let host = match self.registry.rsplit_once(':') {

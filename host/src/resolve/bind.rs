@@ -99,6 +99,8 @@ pub(super) enum BindError {
     },
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error("refusing {reference}: it must be signed by a trusted key, and {reason}")]
+    Unsigned { reference: String, reason: String },
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
@@ -143,6 +145,11 @@ pub(super) struct Binder<'r> {
     /// For a registry reference (by the key its `ComponentRef` has as path): how it is
     /// shown, `oci://...@sha256:...` with the digest it resolved to.
     shown: HashMap<PathBuf, PathBuf>,
+    /// For a registry reference: the key that signed it or why none did (`None` without
+    /// trusted keys).
+    signatures: HashMap<PathBuf, Option<Result<String, String>>>,
+    /// `[trust] require-signatures`: every registry component must be signed.
+    require_signatures: bool,
 }
 
 impl<'r> Binder<'r> {
@@ -158,7 +165,14 @@ impl<'r> Binder<'r> {
             files: HashMap::new(),
             components: HashMap::new(),
             shown: HashMap::new(),
+            signatures: HashMap::new(),
+            require_signatures: false,
         }
+    }
+
+    /// Requires every registry component to be signed by a trusted key.
+    pub(super) fn require_signatures(&mut self, required: bool) {
+        self.require_signatures = required;
     }
 
     /// What the registry reference `key` came to: its component's bytes (checked against
@@ -177,6 +191,8 @@ impl<'r> Binder<'r> {
             }
             let shown = pulled.reference.at(&pulled.digest).to_string();
             self.shown.insert(key.clone(), PathBuf::from(shown));
+            self.signatures
+                .insert(key.clone(), pulled.signature.clone());
             Ok((ComponentHash::of(&pulled.bytes), pulled.bytes))
         });
         self.files.insert(key, file);
@@ -290,6 +306,7 @@ impl<'r> Binder<'r> {
                 pinned: pin.to_string(),
             }));
         }
+        self.signed(reference).map_err(error)?;
         if !self.components.contains_key(path) {
             self.preload(std::iter::once(reference)).await;
         }
@@ -302,6 +319,39 @@ impl<'r> Binder<'r> {
                 path: path.clone(),
                 reason: format!("{} bytes, not loaded", bytes.len()),
             })),
+        }
+    }
+
+    /// Whether `reference` may be used as far as signatures go: signed by a trusted key when
+    /// its ensemble or the host requires it.
+    fn signed(&self, reference: &ComponentRef) -> Result<(), BindError> {
+        let shown = reference.path.display().to_string();
+        if reference.oci.is_none() {
+            return match reference.require_signature {
+                true => Err(BindError::Unsigned {
+                    reference: shown,
+                    reason: "a file has no signature: name it by an oci:// reference, or drop \
+                             `require-signature`"
+                        .to_string(),
+                }),
+                false => Ok(()),
+            };
+        }
+        if !(reference.require_signature || self.require_signatures) {
+            return Ok(());
+        }
+        match self.signatures.get(&reference.path) {
+            Some(Some(Ok(_))) => Ok(()),
+            Some(Some(Err(reason))) => Err(BindError::Unsigned {
+                reference: shown,
+                reason: reason.clone(),
+            }),
+            _ => Err(BindError::Unsigned {
+                reference: shown,
+                reason: "no key is trusted: name cosign public keys in `[trust] keys` of \
+                         toolhost.toml"
+                    .to_string(),
+            }),
         }
     }
 

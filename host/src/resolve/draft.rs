@@ -48,6 +48,8 @@ struct Context {
     is_mcp: bool,
     /// The file lists `[[invokers]]` (an MCP ensemble without any imports every tool).
     lists_invokers: bool,
+    /// `require-signature` of `[ensemble]`, for the invokers' own components.
+    require_signature: bool,
 }
 
 /// An `[ensemble.mcp]` server: its settings, and where they are written.
@@ -67,6 +69,8 @@ pub(super) struct ComponentRef {
     pub(super) pin: Option<(Blake3Hex, Span)>,
     /// Set when the component is an `oci://` reference rather than a file.
     pub(super) oci: Option<Reference>,
+    /// Its ensemble requires it to be signed by a trusted key.
+    pub(super) require_signature: bool,
 }
 
 impl ComponentRef {
@@ -76,6 +80,7 @@ impl ComponentRef {
         source: &Arc<SourceFile>,
         path: &Spanned<String>,
         pin: Option<&Spanned<Blake3Hex>>,
+        require_signature: bool,
     ) -> Result<Self, Diagnostic> {
         let text = path.get_ref();
         let oci = if text.starts_with(crate::registry::SCHEME) {
@@ -93,6 +98,7 @@ impl ComponentRef {
             at: Span::new(source, path.span()),
             pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(source, pin.span()))),
             oci,
+            require_signature,
         })
     }
 }
@@ -180,12 +186,13 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
         defaults,
         grants,
         component: head.component.and_then(|path| {
-            ComponentRef::new(&source, &path, head.blake3.as_ref())
+            ComponentRef::new(&source, &path, head.blake3.as_ref(), head.require_signature)
                 .map_err(|e| errors.push(e))
                 .ok()
         }),
         is_mcp: mcp.is_some(),
         lists_invokers,
+        require_signature: head.require_signature,
     };
     let invokers = tables
         .into_iter()
@@ -382,9 +389,14 @@ impl Context {
         errors: &mut Vec<Diagnostic>,
     ) -> Option<ComponentRef> {
         match (&section.component, &self.component) {
-            (Some(path), _) => ComponentRef::new(source, path, section.blake3.as_ref())
-                .map_err(|e| errors.push(e))
-                .ok(),
+            (Some(path), _) => ComponentRef::new(
+                source,
+                path,
+                section.blake3.as_ref(),
+                self.require_signature,
+            )
+            .map_err(|e| errors.push(e))
+            .ok(),
             (None, Some(component)) => Some(component.clone()),
             (None, None) => {
                 errors.push(Diagnostic::new(

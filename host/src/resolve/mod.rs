@@ -83,6 +83,8 @@ pub struct PullSummary {
     /// Every digest it keeps in the store.
     #[serde(skip)]
     pub digests: Vec<Digest>,
+    /// With trusted keys: the key that signed it, or why none did.
+    pub signature: Option<Result<String, String>>,
 }
 
 impl From<&Pulled> for PullSummary {
@@ -94,6 +96,7 @@ impl From<&Pulled> for PullSummary {
             fetched: pulled.fetched,
             warning: pulled.warning.clone(),
             digests: pulled.digests.clone(),
+            signature: pulled.signature.clone(),
         }
     }
 }
@@ -250,6 +253,7 @@ impl Resolver {
             components.extend(draft.component());
             components.extend(draft.invokers.iter().filter_map(|i| i.component.as_ref()));
         }
+        binder.require_signatures(self.registry.settings().require_signatures);
         self.pull(&mut binder, &components).await;
         binder.preload(components.into_iter()).await;
         let mut outcomes = Vec::with_capacity(drafts.len());
