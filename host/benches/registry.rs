@@ -13,9 +13,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolhost::catalog::LiveCatalog;
@@ -23,49 +21,6 @@ use toolhost::invoke::{Host, Session};
 use toolhost::registry::{Fetch, Reference, Registry, RegistrySettings};
 use toolhost::resolve::Resolver;
 use toolhost::runtime::{Runtime, RuntimeSettings};
-
-struct LocalRegistry(Child, String);
-
-impl Drop for LocalRegistry {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_registry(dir: &Path) -> LocalRegistry {
-    let config = dir.join("registry.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-             http:\n  addr: 127.0.0.1:0\n  secret: bench\n",
-            dir.join("registry").display()
-        ),
-    )
-    .expect("config");
-    let mut child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("docker-registry (scripts/test-tools.sh installs it)");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let address = loop {
-        let line = lines.next().expect("registry output").expect("line");
-        if let Some(at) = line.find("listening on ") {
-            let rest = &line[at + "listening on ".len()..];
-            break rest
-                .split(|c: char| c == '"' || c.is_whitespace())
-                .next()
-                .expect("address")
-                .to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    LocalRegistry(child, address)
-}
 
 fn ensemble(component: &str) -> String {
     format!(
@@ -104,8 +59,8 @@ async fn first_call(cache: &Path, ensembles: &Path) -> Duration {
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let temp = tempfile::tempdir().expect("temp");
-    let registry = start_registry(temp.path());
-    let reference = format!("oci://{}/bench/echo:1", registry.1);
+    let registry = toolhost_testkit::registry::LocalRegistry::start(temp.path(), None);
+    let reference = registry.reference("bench/echo:1");
     let echo = std::fs::read(toolhost_testkit::ECHO).expect("echo.wasm");
     rt.block_on(toolhost::registry::push(
         &RegistrySettings::default(),

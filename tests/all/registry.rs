@@ -5,17 +5,15 @@
 
 use crate::cli::{stderr, stdout};
 use crate::support::{Fixture, session};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use toolhost::registry::{Credentials, Fetch, Reference, Registry, RegistrySettings};
 
-/// A `docker-registry` on a port the OS picks, storing in a temporary directory; killed
-/// when dropped.
+/// A `docker-registry` storing in a temporary directory of its own; stopped when dropped.
 struct LocalRegistry {
-    child: Child,
+    inner: toolhost_testkit::registry::LocalRegistry,
     address: String,
     _dir: tempfile::TempDir,
 }
@@ -25,77 +23,18 @@ impl LocalRegistry {
         Self::start_with_auth(None)
     }
 
-    /// With `Some((user, password))`, every request needs HTTP basic authentication
-    /// (htpasswd, bcrypt, made by Apache's `htpasswd`).
     fn start_with_auth(auth: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  \
-             delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: toolhost-tests\n",
-            dir.path().join("data").display()
-        );
-        if let Some((user, password)) = auth {
-            let made = Command::new("htpasswd")
-                .args(["-Bbn", user, password])
-                .output()
-                .expect("htpasswd (apache2-utils) runs; scripts/test-tools.sh installs it");
-            assert!(made.status.success(), "{}", stderr(&made));
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd, &made.stdout).expect("write htpasswd");
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: toolhost-tests\n    path: {}\n",
-                htpasswd.display()
-            ));
-        }
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).expect("write registry config");
-        let mut child = Command::new(registry_program())
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("docker-registry runs; scripts/test-tools.sh installs it");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let address = loop {
-            let line = lines
-                .next()
-                .expect("the registry said where it listens")
-                .expect("stderr line");
-            if let Some(at) = line.find("listening on ") {
-                let rest = &line[at + "listening on ".len()..];
-                break rest
-                    .split(|c: char| c == '"' || c.is_whitespace())
-                    .next()
-                    .expect("address")
-                    .to_string();
-            }
-        };
-        std::thread::spawn(move || lines.for_each(drop));
+        let inner = toolhost_testkit::registry::LocalRegistry::start(dir.path(), auth);
         LocalRegistry {
-            child,
-            address,
+            address: inner.address.clone(),
+            inner,
             _dir: dir,
         }
     }
 
     fn reference(&self, repository_and_tag: &str) -> String {
-        format!("oci://{}/{repository_and_tag}", self.address)
-    }
-}
-
-impl Drop for LocalRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn registry_program() -> &'static str {
-    if Path::new("/usr/bin/docker-registry").exists() {
-        "/usr/bin/docker-registry"
-    } else {
-        "docker-registry"
+        self.inner.reference(repository_and_tag)
     }
 }
 
@@ -381,6 +320,8 @@ async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_i
     assert!(!outcome.deduplicated, "the new version ran");
     let (_, pulled) = &reloader.resolver().pulls()[0];
     assert_eq!(pulled.as_ref().expect("pulled").resolved, second);
+    // What `toolhost status` shows: the reference with the digest it resolved to.
+    assert_eq!(reloader.status().ensembles[0].sources, vec![second.clone()]);
 
     // A reference edited to one that cannot be pulled: refused, and the last good version
     // serves on.

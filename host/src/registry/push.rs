@@ -84,21 +84,8 @@ pub async fn push(
         LAYER_MEDIA_TYPE.to_string(),
         None,
     )];
-    let mut manifest = OciImageManifest::build(&layers, &config, None);
-    manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
-    let target = reference.client();
     let what = format!("pushing to {reference}");
-    let deadline = settings.pull_timeout;
-    let pushed = remote
-        .client()
-        .push(&target, &layers, config, &auth, Some(manifest));
-    tokio::time::timeout(deadline, pushed)
-        .await
-        .map_err(|_| RegistryError::Timeout {
-            what: what.clone(),
-            after: deadline,
-        })?
-        .map_err(|e| remote.error(reference, &what, e))?;
+    upload(settings, &remote, reference, &layers, config, &auth, &what).await?;
     // What the tag names now, read back: the digest to pin.
     let body = remote
         .manifest(reference, tag, settings.max_manifest_bytes)
@@ -136,20 +123,35 @@ async fn push_signature(
         Some(annotations),
     )];
     let config = Config::oci_v1(b"{}".to_vec(), None);
-    let mut image = OciImageManifest::build(&layers, &config, None);
-    image.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
-    let target = reference.with_tag(&trust::signature_tag(manifest)).client();
+    let target = reference.with_tag(&trust::signature_tag(manifest));
     let what = format!("pushing the signature of {}", reference.at(manifest));
+    upload(settings, remote, &target, &layers, config, auth, &what).await
+}
+
+/// Pushes `layers` and `config` under an OCI image manifest at `target`, within the pull
+/// deadline.
+async fn upload(
+    settings: &RegistrySettings,
+    remote: &Remote,
+    target: &Reference,
+    layers: &[ImageLayer],
+    config: Config,
+    auth: &oci_client::secrets::RegistryAuth,
+    what: &str,
+) -> Result<(), RegistryError> {
+    let mut manifest = OciImageManifest::build(layers, &config, None);
+    manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
     let deadline = settings.pull_timeout;
+    let client_reference = target.client();
     let pushed = remote
         .client()
-        .push(&target, &layers, config, auth, Some(image));
+        .push(&client_reference, layers, config, auth, Some(manifest));
     tokio::time::timeout(deadline, pushed)
         .await
         .map_err(|_| RegistryError::Timeout {
-            what: what.clone(),
+            what: what.to_string(),
             after: deadline,
         })?
-        .map_err(|e| remote.error(reference, &what, e))?;
+        .map_err(|e| remote.error(target, what, e))?;
     Ok(())
 }

@@ -166,15 +166,7 @@ impl Store {
             let written = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
             unused.push((written, metadata.len(), entry.path()));
         }
-        unused.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
-            if i < keep_unused {
-                pruned.kept += 1;
-            } else if std::fs::remove_file(&path).is_ok() {
-                pruned.removed += 1;
-                pruned.freed_bytes += bytes;
-            }
-        }
+        pruned.remove_all_but_recent(unused, keep_unused);
         for entry in std::fs::read_dir(self.tags())
             .into_iter()
             .flatten()

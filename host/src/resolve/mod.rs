@@ -5,9 +5,11 @@
 //!    defaults, names with their prefix, `[grants]` and each
 //!    invoker's `[capabilities]` ([`grants`]), `[arguments]` schemas ([`schema`]),
 //!    `[ensemble.mcp]` settings.
-//! 2. [`bind`]: the only step that touches the runtime or MCP servers: load the components
-//!    the drafts name (or start the server and list its tools) and look each invoker's tool
-//!    up in what its backend offers; an ensemble without invokers gets one per tool offered.
+//! 2. [`bind`]: the only step that touches the runtime, MCP servers or registries: resolve
+//!    and pull the `oci://` references the drafts name (through [`crate::registry`], all at
+//!    once, before anything is loaded; a signature required is checked here), load the
+//!    components (or start the server and list its tools) and look each invoker's tool up in
+//!    what its backend offers; an ensemble without invokers gets one per tool offered.
 //! 3. [`CatalogBuilder`]: claim tool names across ensembles and build the catalog.
 //!
 //! Errors never stop the walk: every file is read and every problem becomes a [`Diagnostic`]

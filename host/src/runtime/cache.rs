@@ -162,6 +162,26 @@ pub struct Pruned {
     pub kept: usize,
 }
 
+impl Pruned {
+    /// Removes the files of `unused` (when each was last used, its size, its path) but the
+    /// `keep` most recently used, and counts what it removed and kept.
+    pub fn remove_all_but_recent(
+        &mut self,
+        mut unused: Vec<(std::time::SystemTime, u64, PathBuf)>,
+        keep: usize,
+    ) {
+        unused.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
+            if i < keep {
+                self.kept += 1;
+            } else if std::fs::remove_file(&path).is_ok() {
+                self.removed += 1;
+                self.freed_bytes += bytes;
+            }
+        }
+    }
+}
+
 impl ComponentCache {
     /// Removes the entries of components not in `in_use` (and every entry another wasmtime
     /// or code-generation setting made), but the `keep_unused` most recently used of them.
@@ -187,16 +207,7 @@ impl ComponentCache {
             let used = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
             unused.push((used, metadata.len(), entry.path()));
         }
-        // Most recently used first.
-        unused.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
-            if i < keep_unused {
-                pruned.kept += 1;
-            } else if std::fs::remove_file(&path).is_ok() {
-                pruned.removed += 1;
-                pruned.freed_bytes += bytes;
-            }
-        }
+        pruned.remove_all_but_recent(unused, keep_unused);
         pruned
     }
 }
