@@ -152,7 +152,15 @@ pub(crate) async fn push(
         &exports,
         key.as_ref(),
     )
-    .await?;
+    .await;
+    // The registry refused or could not be reached: the work failed (1), not the host.
+    let pushed = match pushed {
+        Ok(pushed) => pushed,
+        Err(e) => {
+            eprintln!("error: {}", safe(&e.to_string()));
+            return Ok(ExitCode::from(1));
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&pushed)?);
     } else {

@@ -161,6 +161,10 @@ pub struct Registry {
     settings: RegistrySettings,
     store: Option<Store>,
     store_error: Option<String>,
+    /// The clients of the last resolve, kept while the registries reached over plain HTTP
+    /// stay the same (building one costs more than a manifest request on loopback; kept,
+    /// they also keep their connections and tokens).
+    remote: std::sync::Mutex<Option<Arc<Remote>>>,
 }
 
 impl Registry {
@@ -176,7 +180,29 @@ impl Registry {
             settings,
             store,
             store_error,
+            remote: std::sync::Mutex::default(),
         }
+    }
+
+    /// Clients for `references`: the last ones, if they reach the same registries over plain
+    /// HTTP, else new ones.
+    fn remote<'a>(
+        &self,
+        references: impl Iterator<Item = &'a Reference> + Clone,
+    ) -> Result<Arc<Remote>, RegistryError> {
+        let mut kept = self
+            .remote
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(remote) = kept
+            .as_ref()
+            .filter(|r| r.serves(&self.settings, references.clone()))
+        {
+            return Ok(Arc::clone(remote));
+        }
+        let remote = Arc::new(Remote::new(&self.settings, references)?);
+        *kept = Some(Arc::clone(&remote));
+        Ok(remote)
     }
 
     pub fn settings(&self) -> &RegistrySettings {
@@ -204,8 +230,8 @@ impl Registry {
         if references.is_empty() {
             return Vec::new();
         }
-        let remote = match Remote::new(&self.settings, references.iter()) {
-            Ok(remote) => Arc::new(remote),
+        let remote = match self.remote(references.iter()) {
+            Ok(remote) => remote,
             Err(e) => {
                 return references
                     .into_iter()
@@ -249,7 +275,7 @@ impl Registry {
         reference: &Reference,
         fetch: Fetch,
     ) -> Result<Pulled, RegistryError> {
-        let remote = Remote::new(&self.settings, std::iter::once(reference))?;
+        let remote = self.remote(std::iter::once(reference))?;
         self.pull_with(&remote, reference, fetch).await
     }
 

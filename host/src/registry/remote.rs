@@ -147,18 +147,47 @@ pub(super) struct Remote {
     insecure: Vec<String>,
 }
 
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("insecure", &self.insecure)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registries reached over plain HTTP for `references`: those listed as insecure, and
+/// those on loopback; sorted, once each.
+fn plain_http<'a>(
+    settings: &RegistrySettings,
+    references: impl Iterator<Item = &'a Reference>,
+) -> Vec<String> {
+    let mut insecure = settings.insecure.clone();
+    insecure.extend(
+        references
+            .filter(|r| r.is_loopback())
+            .map(|r| r.registry().to_string()),
+    );
+    insecure.sort();
+    insecure.dedup();
+    insecure
+}
+
 impl Remote {
+    /// True when these clients reach `references` as new ones would.
+    pub(super) fn serves<'a>(
+        &self,
+        settings: &RegistrySettings,
+        references: impl Iterator<Item = &'a Reference>,
+    ) -> bool {
+        plain_http(settings, references) == self.insecure
+    }
+
     pub(super) fn new<'a>(
         settings: &RegistrySettings,
         references: impl Iterator<Item = &'a Reference>,
     ) -> Result<Self, RegistryError> {
         crate::tls::install_provider();
-        let mut insecure = settings.insecure.clone();
-        insecure.extend(
-            references
-                .filter(|r| r.is_loopback())
-                .map(|r| r.registry().to_string()),
-        );
+        let insecure = plain_http(settings, references);
         let connect = Duration::from_secs(5);
         let read = Duration::from_secs(10);
         let config = ClientConfig {
