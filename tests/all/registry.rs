@@ -257,6 +257,53 @@ fn a_reference_that_is_not_one_is_a_file_line_error() {
     );
 }
 
+#[test]
+fn bad_registry_and_trust_settings_are_file_line_errors() {
+    let fixture = Fixture::new();
+    fixture.write("echo.toml", &echo_ensemble("../echo.wasm"));
+    std::fs::write(fixture.root().join("not-a-key.pub"), "hello").expect("file");
+    for (table, expected) in [
+        (
+            "[trust]\nkeys = [\"missing.pub\"]",
+            "cannot use the key missing.pub",
+        ),
+        (
+            "[trust]\nkeys = [\"not-a-key.pub\"]",
+            "not a public key cosign makes",
+        ),
+        (
+            "[trust]\nrequire-signatures = true",
+            "require-signatures needs the keys",
+        ),
+        (
+            "[registry]\ninsecure = [\"http://x:5000\"]",
+            "is not a registry: write it as host",
+        ),
+        (
+            "[registry]\nmax-blob-mib = 0",
+            "max-blob-mib must be from 1 to 4096; got 0",
+        ),
+        (
+            "[registry]\nresolve-timeout-ms = 10",
+            "resolve-timeout-ms must be from 100",
+        ),
+    ] {
+        std::fs::write(
+            fixture.root().join("toolhost.toml"),
+            format!("schema-version = 1\n\n{table}\n"),
+        )
+        .expect("toolhost.toml");
+        let check = toolhost(&fixture, &["check"], &[]);
+        assert_eq!(check.status.code(), Some(3), "{table}: {}", both(&check));
+        assert!(both(&check).contains(expected), "{table}: {}", both(&check));
+        assert!(
+            both(&check).contains("--> toolhost.toml:4:"),
+            "{table}: {}",
+            both(&check)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_it() {
     let registry = LocalRegistry::start();
