@@ -14,7 +14,9 @@ const WORKSPACES: &[(&str, &[&str])] = &[
     ),
     (
         "plugins",
-        &["echo", "spinner", "sprawl", "testbed", "typed", "verbose"],
+        &[
+            "echo", "spinner", "sprawl", "talker", "testbed", "typed", "verbose",
+        ],
     ),
 ];
 

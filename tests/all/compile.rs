@@ -472,6 +472,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
             toolhost::runtime::Caller {
                 invoker: "shout",
                 session: "test",
+                link: &(std::sync::Arc::new(toolhost::runtime::Unlinked) as _),
             },
             "shout",
             r#"{"text": "hi"}"#,
@@ -480,7 +481,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
         )
         .await
         .expect("shout runs");
-    assert_eq!(text, "HI");
+    assert_eq!(text.text(), "HI");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

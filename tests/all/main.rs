@@ -33,5 +33,6 @@ mod sandbox;
 mod scripted;
 mod service;
 mod support;
+mod talk;
 mod typed;
 mod web;

@@ -54,6 +54,7 @@ pub fn warm_cache() {
                     toolhost_testkit::FILES,
                     toolhost_testkit::FETCH,
                     toolhost_testkit::TYPED,
+                    toolhost_testkit::TALKER,
                 ] {
                     let bytes = std::fs::read(path).expect("read a test component");
                     runtime()
@@ -173,7 +174,7 @@ pub fn fail_ensemble(name: &str) -> String {
 /// The successful text of a call, or a panic that shows the error.
 pub fn ok(outcome: &CallOutcome) -> String {
     match &outcome.result {
-        Ok(text) => text.to_string(),
+        Ok(result) => result.text().into_owned(),
         Err(e) => panic!("call of {} failed: {e}", outcome.tool),
     }
 }
@@ -181,7 +182,7 @@ pub fn ok(outcome: &CallOutcome) -> String {
 /// The error of a call, or a panic that shows the result.
 pub fn err(outcome: &CallOutcome) -> toolhost::invoke::CallError {
     match &outcome.result {
-        Ok(text) => panic!("call of {} succeeded with {text}", outcome.tool),
+        Ok(result) => panic!("call of {} succeeded with {}", outcome.tool, result.text()),
         Err(e) => e.clone(),
     }
 }

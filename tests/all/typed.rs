@@ -457,7 +457,7 @@ mod properties {
             let arguments = given;
             let outcome = host.invoke(&s, "echo_everything", arguments.clone()).await;
             let text = match &outcome.result {
-                Ok(text) => text.to_string(),
+                Ok(result) => result.text().into_owned(),
                 Err(e) => panic!("{arguments} was refused: {e}"),
             };
             let returned: Value = serde_json::from_str(&text).expect("JSON");

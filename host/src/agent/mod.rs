@@ -451,7 +451,7 @@ fn error_step(call: &Invocation, kind: ErrorKind, message: &str) -> Step {
 /// What the model reads: the tool's text, or `<kind>: <message>`.
 fn outcome_result(call: &Invocation, outcome: &CallOutcome) -> ToolResult {
     match &outcome.result {
-        Ok(text) => result(call, text.to_string(), false),
+        Ok(answer) => result(call, answer.text().into_owned(), false),
         Err(e) => result(call, e.to_string(), true),
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{
     Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer, ToolOutput,
+    ToolResult,
 };
 use crate::runtime::{Caller, LoadedComponent, Runtime};
 use std::path::{Path, PathBuf};
@@ -63,7 +64,10 @@ impl std::fmt::Debug for ComponentBackend {
 }
 
 impl Backend for ComponentBackend {
-    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>> {
+    fn call<'a>(
+        &'a self,
+        call: BackendCall<'a>,
+    ) -> BoxFuture<'a, Result<ToolResult, BackendError>> {
         Box::pin(async move {
             self.runtime
                 .call(
@@ -71,6 +75,7 @@ impl Backend for ComponentBackend {
                     Caller {
                         invoker: call.invoker,
                         session: call.session,
+                        link: call.link,
                     },
                     call.tool,
                     &call.arguments.to_string(),

@@ -19,10 +19,11 @@
 
 use super::{
     Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolFailure, ToolHints, ToolOffer,
+    ToolResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ProtocolVersion,
-    ServerNotification, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion, ServerNotification,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
@@ -39,6 +40,7 @@ use std::time::{Duration, Instant};
 use stderr::forward_stderr;
 use tokio::sync::broadcast;
 
+pub mod content;
 mod stderr;
 
 /// The first wait after a failed start; it doubles with each further failure.
@@ -477,14 +479,14 @@ impl McpImport {
         Ok(tools)
     }
 
-    /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its text.
+    /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its items.
     async fn call_tool(
         &self,
         tool: &str,
         arguments: &Value,
         timeout: Duration,
         max_output_bytes: usize,
-    ) -> Result<String, BackendError> {
+    ) -> Result<ToolResult, BackendError> {
         let started = Instant::now();
         let crashed = |message: String| BackendError::Crashed { message };
         let service = tokio::time::timeout(timeout, self.session())
@@ -524,22 +526,29 @@ impl McpImport {
                 )));
             }
         };
-        let text = result_text(&result);
-        if result.is_error == Some(true) {
-            return Err(BackendError::Tool(ToolFailure::Failed(text)));
+        let failed = result.is_error == Some(true);
+        let result = content::from_mcp(result);
+        if failed {
+            return Err(BackendError::Tool(ToolFailure::Failed(
+                result.text().into_owned(),
+            )));
         }
-        if text.len() > max_output_bytes {
+        let bytes = result.bytes();
+        if bytes > max_output_bytes {
             return Err(BackendError::OutputLimit {
-                bytes: text.len(),
+                bytes,
                 limit: max_output_bytes,
             });
         }
-        Ok(text)
+        Ok(result)
     }
 }
 
 impl Backend for McpImport {
-    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>> {
+    fn call<'a>(
+        &'a self,
+        call: BackendCall<'a>,
+    ) -> BoxFuture<'a, Result<ToolResult, BackendError>> {
         Box::pin(self.call_tool(
             call.tool,
             call.arguments,
@@ -622,23 +631,4 @@ fn listen_for_changes(
         }
     });
     Some(AbortOnDrop(task.abort_handle()))
-}
-
-/// The text a model reads: text content as it is, other content and structured results as
-/// JSON.
-fn result_text(result: &CallToolResult) -> String {
-    let mut parts: Vec<String> = result
-        .content
-        .iter()
-        .map(|content| match content.as_text() {
-            Some(text) => text.text.clone(),
-            None => serde_json::to_string(content).unwrap_or_default(),
-        })
-        .collect();
-    if parts.is_empty()
-        && let Some(structured) = &result.structured_content
-    {
-        parts.push(structured.to_string());
-    }
-    parts.join("\n")
 }

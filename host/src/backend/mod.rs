@@ -20,7 +20,10 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 
-pub use crate::runtime::ToolFailure;
+pub use crate::runtime::{
+    CallerLink, Content, EmbeddedResource, Media, ResourceContents, ToolFailure, ToolResult,
+    Unlinked,
+};
 
 /// A boxed future, so that [`Backend`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -58,30 +61,12 @@ pub struct ToolOffer {
     pub hints: ToolHints,
 }
 
-/// The JSON Schema of a tool's result, and how its text becomes an object.
+/// The JSON Schema of a tool's result, and where its object comes from (the result carries
+/// it: see [`ToolResult::structured`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
     pub schema: std::sync::Arc<serde_json::Map<String, Value>>,
     pub shape: crate::runtime::OutputShape,
-}
-
-impl ToolOutput {
-    /// The tool's text as the object its schema describes, if it is one.
-    pub fn structured(&self, text: &str) -> Option<Value> {
-        use crate::runtime::OutputShape;
-        let wrap = |value: Value| {
-            let mut object = serde_json::Map::new();
-            object.insert("result".to_string(), value);
-            Value::Object(object)
-        };
-        match self.shape {
-            OutputShape::Object => serde_json::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object),
-            OutputShape::Wrapped => serde_json::from_str(text).ok().map(wrap),
-            OutputShape::WrappedString => Some(wrap(Value::String(text.to_string()))),
-        }
-    }
 }
 
 /// What a backend says of a tool's effects (an MCP server's annotations; a component says
@@ -93,7 +78,7 @@ pub struct ToolHints {
 }
 
 /// One call as a backend receives it: arguments that already passed the tool's schema.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct BackendCall<'a> {
     /// The invoker's name, to tag log lines and captured output.
     pub invoker: &'a str,
@@ -104,12 +89,15 @@ pub struct BackendCall<'a> {
     pub arguments: &'a Value,
     pub limits: CallLimits,
     pub sandbox: &'a SandboxSpec,
+    /// The way back to the caller: progress reports and questions go there and nowhere else.
+    pub link: &'a std::sync::Arc<dyn CallerLink>,
 }
 
 /// Runs calls of the tools bound to it.
 pub trait Backend: Send + Sync + fmt::Debug {
-    /// Runs one call and returns the tool's text.
-    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<String, BackendError>>;
+    /// Runs one call and returns what the tool returned.
+    fn call<'a>(&'a self, call: BackendCall<'a>)
+    -> BoxFuture<'a, Result<ToolResult, BackendError>>;
 
     /// What this backend runs; a different hash is a different version of every tool on it.
     fn source_hash(&self) -> SourceHash;

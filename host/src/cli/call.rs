@@ -21,8 +21,11 @@ pub(crate) async fn run(
     super::service::close_audit(&host);
     if json {
         let report = match &outcome.result {
-            Ok(text) => serde_json::json!({
-                "tool": outcome.tool, "ok": true, "result": text.as_ref(),
+            // `result` is the text a model would read; `content` every item in MCP's form.
+            Ok(result) => serde_json::json!({
+                "tool": outcome.tool, "ok": true, "result": result.text(),
+                "content": toolhost::backend::mcp::content::to_mcp(result),
+                "structured": result.structured,
                 "deduplicated": outcome.deduplicated, "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
             }),
             Err(error) => serde_json::json!({
@@ -33,9 +36,9 @@ pub(crate) async fn run(
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     match &outcome.result {
-        Ok(text) => {
+        Ok(result) => {
             if !json {
-                println!("{}", safe(text));
+                println!("{}", safe(&result.text()));
             }
             Ok(ExitCode::SUCCESS)
         }

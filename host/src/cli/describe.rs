@@ -32,6 +32,7 @@ pub(crate) async fn run(
             "blake3": inspection.hash.to_string(),
             "world": match &inspection.world {
                 Ok(World::Plugin) => json!("toolhost:plugin@0.1.0"),
+                Ok(World::Plugin2) => json!("toolhost:plugin@0.2.0"),
                 Ok(World::Typed) => json!("typed"),
                 Err(_) => Value::Null,
             },
@@ -69,6 +70,9 @@ fn tool_json(tool: &ToolDescription) -> Value {
 fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
     let world = match &inspection.world {
         Ok(World::Plugin) => "a toolhost:plugin@0.1.0 component (describe() and call())".into(),
+        Ok(World::Plugin2) => "a toolhost:plugin@0.2.0 component (describe() and call(), \
+                               results of content items, progress, sampling, elicitation)"
+            .into(),
         Ok(World::Typed) => {
             "a typed component (any world: each exported function is a tool)".into()
         }

@@ -96,6 +96,10 @@ pub struct Grants {
     pub files: Vec<Spanned<FileGrant>>,
     #[serde(default)]
     pub env: Vec<Spanned<EnvVarName>>,
+    /// Whether invokers may sample the caller's model (`toolhost:plugin@0.2.0`'s `sample`).
+    pub sampling: Option<Spanned<bool>>,
+    /// Whether invokers may ask the person behind the caller (`elicit`).
+    pub elicitation: Option<Spanned<bool>>,
 }
 
 /// One granted directory: `{ host = "data/", guest = "/data", access = "read" }`.
@@ -181,6 +185,14 @@ pub struct Capabilities {
     pub files: Vec<Spanned<FileCapability>>,
     #[serde(default)]
     pub env: Vec<Spanned<EnvVarName>>,
+    /// `host.log` lines reach the host's log and the caller (default true).
+    pub log: Option<bool>,
+    /// Progress reports reach the caller (default true).
+    pub progress: Option<bool>,
+    /// May sample the caller's model; needs the ensemble's grant (default false).
+    pub sampling: Option<Spanned<bool>>,
+    /// May ask the person behind the caller; needs the ensemble's grant (default false).
+    pub elicitation: Option<Spanned<bool>>,
 }
 
 /// A directory the invoker needs, by its guest path: `{ guest = "/data", access = "read" }`.

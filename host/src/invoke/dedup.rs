@@ -8,6 +8,7 @@
 //! own oldest results before it remembers a new one (or does not remember it).
 
 use super::CallError;
+use crate::backend::ToolResult;
 use crate::catalog::VersionHash;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -18,7 +19,7 @@ use tokio::sync::OnceCell;
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;
-/// What one remembered result costs besides its text: key, slot, bookkeeping.
+/// What one remembered result costs besides its items: key, slot, bookkeeping.
 const ENTRY_OVERHEAD: usize = 160;
 /// Defaults of `[host] dedup-session-mib` and `dedup-total-mib`.
 pub const DEFAULT_DEDUP_SESSION_MIB: usize = 64;
@@ -116,7 +117,7 @@ fn write_scalar(value: &Value, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
-type Slot = Arc<OnceCell<Result<Arc<str>, CallError>>>;
+type Slot = Arc<OnceCell<Result<Arc<ToolResult>, CallError>>>;
 
 #[derive(Default)]
 struct Entries {
@@ -173,9 +174,13 @@ impl DedupCache {
 
     /// Runs `call` unless an identical call already succeeded or is in flight, in which case
     /// its result is shared. Returns the result and whether it was deduplicated.
-    pub(crate) async fn run<F>(&self, key: DedupKey, call: F) -> (Result<Arc<str>, CallError>, bool)
+    pub(crate) async fn run<F>(
+        &self,
+        key: DedupKey,
+        call: F,
+    ) -> (Result<Arc<ToolResult>, CallError>, bool)
     where
-        F: Future<Output = Result<Arc<str>, CallError>>,
+        F: Future<Output = Result<Arc<ToolResult>, CallError>>,
     {
         let slot = self.slot(key);
         let mut ran = false;
@@ -188,7 +193,7 @@ impl DedupCache {
             .clone();
         match (&result, ran) {
             (Err(_), true) => self.forget(key, &slot),
-            (Ok(text), true) => self.account(key, &slot, text.len() + ENTRY_OVERHEAD),
+            (Ok(result), true) => self.account(key, &slot, result.bytes() + ENTRY_OVERHEAD),
             _ => {}
         }
         (result, !ran)

@@ -26,7 +26,7 @@ pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
 pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord, OnAuditError};
-use crate::backend::BackendCall;
+use crate::backend::{BackendCall, CallerLink, ToolResult, Unlinked};
 use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::config::DedupMode;
 use crate::metrics::Metrics;
@@ -121,7 +121,8 @@ impl Session {
 #[derive(Debug, Clone)]
 pub struct CallOutcome {
     pub tool: String,
-    pub result: Result<Arc<str>, CallError>,
+    /// What the tool returned (its items; [`ToolResult::text`] for a reader of text alone).
+    pub result: Result<Arc<ToolResult>, CallError>,
     /// True when the result is an earlier identical call's, and the tool did not run.
     pub deduplicated: bool,
     pub duration: Duration,
@@ -247,8 +248,22 @@ impl Host {
         arguments: impl Into<Arguments>,
         cancel: impl Future<Output = ()>,
     ) -> CallOutcome {
+        self.invoke_with(session, tool, arguments, cancel, &unlinked())
+            .await
+    }
+
+    /// [`Host::invoke_until`] for a caller that can be talked back to: the tool's progress
+    /// reports and questions go to `link` (and to no other caller).
+    pub async fn invoke_with(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+        cancel: impl Future<Output = ()>,
+        link: &Arc<dyn CallerLink>,
+    ) -> CallOutcome {
         match self.prepare(session, tool, arguments) {
-            Ok(call) => self.run_until(session, call, cancel).await,
+            Ok(call) => self.run_with(session, call, cancel, link).await,
             Err(outcome) => outcome,
         }
     }
@@ -308,6 +323,18 @@ impl Host {
         call: PreparedCall,
         cancel: impl Future<Output = ()>,
     ) -> CallOutcome {
+        self.run_with(session, call, cancel, &unlinked()).await
+    }
+
+    /// [`Host::run_until`], with the tool's progress reports and questions going to `link`.
+    /// A call answered by dedup does not run, so it reports nothing.
+    pub async fn run_with(
+        &self,
+        session: &Session,
+        call: PreparedCall,
+        cancel: impl Future<Output = ()>,
+        link: &Arc<dyn CallerLink>,
+    ) -> CallOutcome {
         let Some(_in_flight) = self.drain.enter() else {
             let error = CallError::new(
                 ErrorKind::Unavailable,
@@ -329,7 +356,7 @@ impl Host {
         }
         let run = async {
             tokio::select! {
-                result = run_on_backend(&call.tool, &call.arguments, &session.id) => result,
+                result = run_on_backend(&call.tool, &call.arguments, &session.id, link) => result,
                 () = self.drain.cancelled() => {
                     self.drain.count_cancelled();
                     Err(CallError::new(
@@ -400,11 +427,11 @@ impl Host {
         }
         let Some(log) = &self.audit else { return };
         let (outcome_name, error, bytes, summary) = match &outcome.result {
-            Ok(text) => (
+            Ok(result) => (
                 "ok".to_string(),
                 None,
-                text.len(),
-                audit::summarize_result(text),
+                result.bytes(),
+                audit::summarize_result(&result.text()),
             ),
             Err(e) => (
                 e.kind.as_str().to_string(),
@@ -433,6 +460,13 @@ impl Host {
         // A record the file refuses is held and written later; the log says so itself, once.
         let _ = log.append(&record);
     }
+}
+
+/// The link of a caller with nobody to talk back to.
+fn unlinked() -> Arc<dyn CallerLink> {
+    static UNLINKED: std::sync::LazyLock<Arc<dyn CallerLink>> =
+        std::sync::LazyLock::new(|| Arc::new(Unlinked));
+    Arc::clone(&UNLINKED)
 }
 
 /// The enabled tool `name` of `catalog`, if the session may call it.
@@ -470,7 +504,8 @@ async fn run_on_backend(
     tool: &Tool,
     arguments: &Value,
     session: &str,
-) -> Result<Arc<str>, CallError> {
+    link: &Arc<dyn CallerLink>,
+) -> Result<Arc<ToolResult>, CallError> {
     let _turn = tool.gate.enter().await.map_err(|_| {
         CallError::new(
             ErrorKind::Busy,
@@ -487,11 +522,12 @@ async fn run_on_backend(
         arguments,
         limits: tool.limits,
         sandbox: &tool.sandbox,
+        link,
     };
     tool.backend
         .call(call)
         .await
-        .map(Arc::from)
+        .map(Arc::new)
         .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))
 }
 

@@ -18,9 +18,12 @@
 
 pub mod log;
 pub mod scope;
+pub mod talk;
 pub mod tasks;
 pub mod tools;
 
+use crate::backend::CallerLink;
+use crate::backend::mcp::content;
 use crate::invoke::{Host, Session};
 use log::{LogRecord, LogRelay};
 use rmcp::model::{
@@ -194,19 +197,24 @@ async fn call(
     session: Arc<Session>,
     request: CallToolRequestParams,
     cancel: CancellationToken,
+    link: Arc<dyn CallerLink>,
 ) -> CallToolResult {
     let arguments = Value::Object(request.arguments.unwrap_or_default());
-    let output =
-        (host.catalog().snapshot().get(&request.name)).and_then(|tool| tool.output.clone());
     let outcome = host
-        .invoke_until(&session, &request.name, arguments, cancel.cancelled())
+        .invoke_with(
+            &session,
+            &request.name,
+            arguments,
+            cancel.cancelled(),
+            &link,
+        )
         .await;
     match outcome.result {
-        Ok(text) => {
-            let mut result = CallToolResult::success(vec![ContentBlock::text(text.to_string())]);
-            // A typed tool's result also as the object its output schema describes.
-            result.structured_content = output.and_then(|o| o.structured(&text));
-            result
+        Ok(result) => {
+            let mut answer = CallToolResult::success(content::to_mcp(&result));
+            // A tool with an output schema also as the object it describes.
+            answer.structured_content = result.structured.clone();
+            answer
         }
         Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
     }
@@ -268,17 +276,24 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let session = self.session_for(&context)?;
         let cancel = CancellationToken::new();
+        let link: Arc<dyn CallerLink> = Arc::new(talk::McpLink::of(&context));
         let wants_tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
         if !wants_tasks {
-            return Ok(call(self.host.clone(), session, request, cancel)
+            return Ok(call(self.host.clone(), session, request, cancel, link)
                 .await
                 .into());
         }
         // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
         // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
-        let mut running = tokio::spawn(call(self.host.clone(), session, request, cancel.clone()));
+        let mut running = tokio::spawn(call(
+            self.host.clone(),
+            session,
+            request,
+            cancel.clone(),
+            link,
+        ));
         if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
             return joined(result).map(Into::into);
         }

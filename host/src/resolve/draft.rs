@@ -346,7 +346,11 @@ impl Context {
         let sandbox = if self.is_mcp {
             if !(capabilities.files.is_empty()
                 && capabilities.env.is_empty()
-                && capabilities.network.is_empty())
+                && capabilities.network.is_empty()
+                && capabilities.log.is_none()
+                && capabilities.progress.is_none()
+                && capabilities.sampling.is_none()
+                && capabilities.elicitation.is_none())
             {
                 errors.push(Diagnostic::new(
                     source.at(section.name.span()),

@@ -15,6 +15,8 @@ pub(super) struct Grants {
     network: Vec<(NetPattern, Spanned<String>)>,
     files: Vec<(PathBuf, Spanned<v1::FileGrant>)>,
     env: Vec<Spanned<EnvVarName>>,
+    sampling: Option<Spanned<bool>>,
+    elicitation: Option<Spanned<bool>>,
 }
 
 impl Grants {
@@ -59,12 +61,18 @@ impl Grants {
             network,
             files,
             env: grants.env,
+            sampling: grants.sampling,
+            elicitation: grants.elicitation,
         }
     }
 
     /// True when the ensemble grants nothing at all.
     pub(super) fn is_empty(&self) -> bool {
-        self.network.is_empty() && self.files.is_empty() && self.env.is_empty()
+        self.network.is_empty()
+            && self.files.is_empty()
+            && self.env.is_empty()
+            && self.sampling.is_none()
+            && self.elicitation.is_none()
     }
 
     /// A capability the ensemble does not grant, at `span` of `source`, with a note: where
@@ -93,6 +101,38 @@ impl Grants {
             }
         };
         Diagnostic::new(source.at(span), message).with_note(location, note)
+    }
+
+    /// Whether invoker `name` gets `what` (sampling or elicitation): it asks for it and the
+    /// ensemble grants it. Asked for and not granted is a diagnostic at the ask.
+    fn ask(
+        &self,
+        source: &SourceFile,
+        name: &str,
+        wanted: &Option<Spanned<bool>>,
+        granted: &Option<Spanned<bool>>,
+        what: &str,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let Some(wanted) = wanted.as_ref().filter(|w| *w.get_ref()) else {
+            return false;
+        };
+        if granted.as_ref().is_some_and(|g| *g.get_ref()) {
+            return true;
+        }
+        let ensemble = &self.ensemble;
+        diagnostics.push(self.not_granted(
+            source,
+            wanted.span(),
+            format!(
+                "invoker `{name}` asks for {what}, which ensemble `{ensemble}` does not grant \
+                 (add `{what} = true` to its [grants])"
+            ),
+            None,
+            &[],
+            what,
+        ));
+        false
     }
 
     /// The sandbox of invoker `name` (written in `source`) with `capabilities`, or `None`
@@ -135,6 +175,26 @@ impl Grants {
             network.push(pattern);
         }
         spec.network = network.into();
+        spec.talk = crate::sandbox::TalkGrants {
+            log: capabilities.log.unwrap_or(true),
+            progress: capabilities.progress.unwrap_or(true),
+            sampling: self.ask(
+                source,
+                name,
+                &capabilities.sampling,
+                &self.sampling,
+                "sampling",
+                diagnostics,
+            ),
+            elicitation: self.ask(
+                source,
+                name,
+                &capabilities.elicitation,
+                &self.elicitation,
+                "elicitation",
+                diagnostics,
+            ),
+        };
         for capability in &capabilities.files {
             let wanted = capability.get_ref();
             let guest = wanted.guest.as_str();

@@ -24,6 +24,8 @@ pub struct Inspection {
 pub enum World {
     /// `toolhost:plugin@0.1.0`: `describe()` and `call()`.
     Plugin,
+    /// `toolhost:plugin@0.2.0`: results of content items, and a call that talks back.
+    Plugin2,
     /// Any other world: each exported function is a tool.
     Typed,
 }
@@ -73,7 +75,7 @@ pub(super) fn provided(name: &str) -> bool {
     let (interface, version) = name.split_once('@').unwrap_or((name, ""));
     match interface.strip_prefix("wasi:") {
         Some(wasi) => version.starts_with("0.2.") && WASI.contains(&wasi),
-        None => interface == "toolhost:plugin/host" && version == typed::PLUGIN_VERSION,
+        None => interface == "toolhost:plugin/host" && typed::PLUGIN_VERSIONS.contains(&version),
     }
 }
 
@@ -105,6 +107,7 @@ impl Runtime {
             .collect();
         let world = typed::kind(&component, &self.engine).map(|kind| match kind {
             typed::Kind::Plugin => World::Plugin,
+            typed::Kind::Plugin2 => World::Plugin2,
             typed::Kind::Typed => World::Typed,
         });
         let tools = self
@@ -131,7 +134,8 @@ mod tests {
         assert!(provided("toolhost:plugin/host@0.1.0"));
         assert!(!provided("wasi:io/streams@0.3.0"));
         assert!(!provided("wasi:keyvalue/store@0.2.0"));
-        assert!(!provided("toolhost:plugin/host@0.2.0"));
+        assert!(provided("toolhost:plugin/host@0.2.0"));
+        assert!(!provided("toolhost:plugin/host@0.3.0"));
         assert!(!provided("example:thing/api"));
     }
 }

@@ -8,6 +8,7 @@
 //! same bytes wait for each other instead of compiling twice.
 
 use super::bindings::since_v0_1_0::PluginPre;
+use super::bindings::since_v0_2_0;
 use super::compile::{self, CompileError, CompileSettings};
 use super::outcome::not_a_component;
 use super::{
@@ -413,6 +414,13 @@ impl Runtime {
                 let tools = self.describe(path, &pre).await?;
                 (pre, tools)
             }
+            typed::Kind::Plugin2 => {
+                let pre = Instantiable::Plugin2(
+                    since_v0_2_0::PluginPre::new(instance_pre).map_err(link_error)?,
+                );
+                let tools = self.describe(path, &pre).await?;
+                (pre, tools)
+            }
             typed::Kind::Typed => {
                 let (funcs, tools) =
                     typed::exports(component, &self.engine, bytes).map_err(not_tools)?;
@@ -472,11 +480,13 @@ impl Runtime {
         self.counters.described.fetch_add(1, Ordering::Relaxed);
         let label = path.display().to_string();
         // A load runs for no session: nobody's log relay sees its lines.
+        let nobody: Arc<dyn super::CallerLink> = Arc::new(super::Unlinked);
         let caller = super::Caller {
             invoker: &label,
             session: "",
+            link: &nobody,
         };
-        let specs = match self
+        let tools: Vec<ToolDescription> = match self
             .execute(
                 pre,
                 caller,
@@ -486,20 +496,43 @@ impl Runtime {
             )
             .await
         {
-            Ok(Exported::Specs(specs)) => specs,
-            Ok(Exported::Call(_) | Exported::Typed(_)) => {
+            Ok(Exported::Specs(specs)) => specs
+                .into_iter()
+                .map(|s| ToolDescription {
+                    name: s.name,
+                    default_name: None,
+                    description: s.description,
+                    input_schema: s.input_schema,
+                    output: None,
+                })
+                .collect(),
+            Ok(Exported::Specs2(specs)) => specs
+                .into_iter()
+                .map(|s| ToolDescription {
+                    name: s.name,
+                    default_name: None,
+                    description: s.description,
+                    input_schema: s.input_schema,
+                    output: s.output_schema.map(|schema| super::OutputSchema {
+                        schema,
+                        shape: super::OutputShape::Declared,
+                    }),
+                })
+                .collect(),
+            Ok(Exported::Call(_) | Exported::Call2(_) | Exported::Typed(_)) => {
                 return Err(describe_error("unexpected result".into()));
             }
             Err(e) => return Err(describe_error(e.to_string())),
         };
-        if specs.len() > MAX_DESCRIBED_TOOLS {
+        if tools.len() > MAX_DESCRIBED_TOOLS {
             return Err(describe_error(format!(
                 "it describes {} tools; a component may describe at most {MAX_DESCRIBED_TOOLS}",
-                specs.len()
+                tools.len()
             )));
         }
-        let bytes = specs.iter().fold(0usize, |sum, s| {
-            sum.saturating_add(s.name.len() + s.description.len() + s.input_schema.len())
+        let bytes = tools.iter().fold(0usize, |sum, t| {
+            let output = t.output.as_ref().map_or(0, |o| o.schema.len());
+            sum.saturating_add(t.name.len() + t.description.len() + t.input_schema.len() + output)
         });
         if bytes > MAX_DESCRIBED_BYTES {
             return Err(describe_error(format!(
@@ -508,16 +541,19 @@ impl Runtime {
                 MAX_DESCRIBED_BYTES >> 20
             )));
         }
-        Ok(specs
-            .into_iter()
-            .map(|s| ToolDescription {
-                name: s.name,
-                default_name: None,
-                description: s.description,
-                input_schema: s.input_schema,
-                output: None,
-            })
-            .collect())
+        for tool in &tools {
+            let Some(output) = &tool.output else { continue };
+            match serde_json::from_str::<serde_json::Value>(&output.schema) {
+                Ok(schema) if schema.is_object() => {}
+                _ => {
+                    return Err(describe_error(format!(
+                        "the output schema of tool `{}` is not a JSON object",
+                        tool.name
+                    )));
+                }
+            }
+        }
+        Ok(tools)
     }
 
     pub(super) fn loaded_component(&self, hash: &ComponentHash) -> Option<Arc<LoadedComponent>> {
@@ -536,7 +572,7 @@ const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
 /// What the host links, for messages about what a component imports.
 const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:io, wasi:random, \
      wasi:sockets, wasi:http/outgoing-handler; each denied unless granted) and \
-     toolhost:plugin/host@0.1.0";
+     toolhost:plugin/host@0.1.0 and @0.2.0";
 
 /// A linker failure in plain words: which import the host lacks, and what it provides. The
 /// import is the first name wasmtime quotes in its message, which follows.
@@ -559,7 +595,7 @@ fn explain_link(error: &wasmtime::Error) -> String {
         format!(
             "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
              toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",
-            typed::PLUGIN_VERSION
+            typed::PLUGIN_VERSIONS.join(" and @")
         )
     } else if name.starts_with("wasi:") && !version.is_empty() && !version.starts_with("0.2.") {
         format!(

@@ -10,11 +10,13 @@
 mod bindings;
 mod cache;
 mod compile;
+mod content;
 mod engine;
 mod inspect;
 mod load;
 mod outcome;
 mod state;
+mod talk;
 mod typed;
 
 pub use cache::{CacheError, Pruned};
@@ -23,13 +25,20 @@ pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
+pub use content::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
+pub use talk::{
+    ANSWER_BYTES, AskError, CallerLink, ELICIT_SCHEMA_BYTES, ELICITATIONS_PER_CALL, ElicitAnswer,
+    MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role, SAMPLE_MAX_TOKENS, SAMPLE_REQUEST_BYTES,
+    SAMPLES_PER_CALL, SamplingRequest, SamplingResponse, TalkGrants, Unlinked,
+};
 
 use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
+use bindings::since_v0_2_0 as v2;
 use cache::ComponentCache;
 use engine::EpochTicker;
 use outcome::classify;
@@ -40,6 +49,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use talk::TalkBudget;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Linker, Val};
 use wasmtime::{Engine, Store, UpdateDeadline};
@@ -121,12 +131,14 @@ impl fmt::Debug for ComponentHash {
     }
 }
 
-/// Who a call is for: the invoker that tags its log lines, and the session (an MCP session, a
-/// conversation) that alone may see them. Loads run for nobody: `session` is empty.
-#[derive(Debug, Clone, Copy)]
+/// Who a call is for: the invoker that tags its log lines, the session (an MCP session, a
+/// conversation) that alone may see them, and the way back to whoever made the call (its
+/// progress reports and questions). Loads run for nobody: `session` is empty.
+#[derive(Clone, Copy)]
 pub struct Caller<'a> {
     pub invoker: &'a str,
     pub session: &'a str,
+    pub link: &'a Arc<dyn CallerLink>,
 }
 
 /// The limits of one call.
@@ -173,12 +185,38 @@ pub enum OutputShape {
     Wrapped,
     /// The text is a returned string as it is: `{"result": "<the text>"}`.
     WrappedString,
+    /// A `toolhost:plugin@0.2.0` tool's declared `output-schema`: its results carry the
+    /// object themselves.
+    Declared,
+}
+
+impl OutputShape {
+    /// A typed tool's text as the object its schema describes, if it is one; `None` for a
+    /// declared schema (the result carries its object).
+    pub fn structured(self, text: &str) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        let wrap = |value: Value| {
+            let mut object = serde_json::Map::new();
+            object.insert("result".to_string(), value);
+            Value::Object(object)
+        };
+        match self {
+            OutputShape::Object => serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object),
+            OutputShape::Wrapped => serde_json::from_str(text).ok().map(wrap),
+            OutputShape::WrappedString => Some(wrap(Value::String(text.to_string()))),
+            OutputShape::Declared => None,
+        }
+    }
 }
 
 /// A compiled component linked with the host's imports, of either world.
 enum Instantiable {
-    /// The `toolhost:plugin` world: `describe()` and `call()`.
+    /// The `toolhost:plugin@0.1.0` world: `describe()` and `call()`.
     Plugin(PluginPre<CallState>),
+    /// The `toolhost:plugin@0.2.0` world: results of content items, a call that talks back.
+    Plugin2(v2::PluginPre<CallState>),
     /// Any other component: each exported function is a tool, by its id.
     Typed {
         pre: wasmtime::component::InstancePre<CallState>,
@@ -274,6 +312,11 @@ impl Runtime {
             state
         })
         .map_err(engine_error)?;
+        v2::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(engine_error)?;
         let cache = match &settings.cache_dir {
             Some(dir) => Some(Arc::new(ComponentCache::open(dir, &engine)?)),
             None => None,
@@ -346,7 +389,8 @@ impl Runtime {
     }
 
     /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance, for
-    /// `caller` (whose session alone sees the plugin's log lines).
+    /// `caller` (whose session alone sees the plugin's log lines, and whose link alone gets
+    /// its progress and questions).
     pub async fn call(
         &self,
         component: &LoadedComponent,
@@ -355,9 +399,9 @@ impl Runtime {
         arguments: &str,
         limits: CallLimits,
         sandbox: &SandboxSpec,
-    ) -> Result<String, RunError> {
+    ) -> Result<ToolResult, RunError> {
         let exported = match &component.pre {
-            Instantiable::Plugin(_) => {
+            Instantiable::Plugin(_) | Instantiable::Plugin2(_) => {
                 let export = Export::Call { tool, arguments };
                 self.execute(&component.pre, caller, limits, sandbox, export)
                     .await?
@@ -377,36 +421,55 @@ impl Runtime {
                     .await?
             }
         };
-        let text = match exported {
-            Exported::Call(Ok(text)) => text,
-            Exported::Call(Err(ToolError::InvalidArguments(m))) => {
+        let failed = |m| Err(RunError::Tool(ToolFailure::Failed(m)));
+        let result = match exported {
+            Exported::Call(Ok(text)) => ToolResult::text_only(text),
+            Exported::Call(Err(ToolError::InvalidArguments(m)))
+            | Exported::Call2(Err(v2::ToolError::InvalidArguments(m))) => {
                 return Err(RunError::Tool(ToolFailure::InvalidArguments(m)));
             }
-            Exported::Call(Err(ToolError::Failed(m))) => {
-                return Err(RunError::Tool(ToolFailure::Failed(m)));
+            Exported::Call(Err(ToolError::Failed(m)))
+            | Exported::Call2(Err(v2::ToolError::Failed(m))) => return failed(m),
+            Exported::Call2(Ok(result)) => {
+                let declared = component
+                    .tools
+                    .iter()
+                    .any(|t| t.name == tool && t.output.is_some());
+                match v2::result(result, declared) {
+                    Ok(result) => result,
+                    Err(message) => return failed(message),
+                }
             }
             Exported::Typed(result) => match typed::outcome(result) {
-                Ok(Ok(text)) => text,
-                Ok(Err(error)) => return Err(RunError::Tool(ToolFailure::Failed(error))),
+                Ok(Ok(text)) => {
+                    let shape = match &component.pre {
+                        Instantiable::Typed { funcs, .. } => funcs.get(tool).and_then(|f| f.shape),
+                        _ => None,
+                    };
+                    ToolResult {
+                        structured: shape.and_then(|shape| shape.structured(&text)),
+                        content: vec![Content::Text(text)],
+                    }
+                }
+                Ok(Err(error)) => return failed(error),
                 Err(e) => {
-                    return Err(RunError::Tool(ToolFailure::Failed(format!(
-                        "the tool returned a value JSON cannot hold at {e}"
-                    ))));
+                    return failed(format!("the tool returned a value JSON cannot hold at {e}"));
                 }
             },
-            Exported::Specs(_) => {
+            Exported::Specs(_) | Exported::Specs2(_) => {
                 return Err(RunError::Crashed {
                     message: "unexpected result".into(),
                 });
             }
         };
-        if text.len() > limits.max_output_bytes {
+        let bytes = result.bytes();
+        if bytes > limits.max_output_bytes {
             return Err(RunError::OutputLimit {
-                bytes: text.len(),
+                bytes,
                 limit: limits.max_output_bytes,
             });
         }
-        Ok(text)
+        Ok(result)
     }
 
     /// Instantiates `pre` in a new store and runs one export under `limits` and `sandbox`.
@@ -431,7 +494,8 @@ impl Runtime {
             wasi,
             table,
             limiter: CallLimiter::new(limits.memory_bytes),
-            log: LogBudget::new(caller),
+            log: LogBudget::new(caller, sandbox.talk.log),
+            talk: TalkBudget::new(sandbox.talk, Arc::clone(caller.link)),
             http,
             network: NetworkGuard::new(
                 Arc::clone(&sandbox.network),
@@ -460,6 +524,15 @@ impl Runtime {
             // copied once per pointer). Twice the bound leaves the post-check to say which
             // bound was passed, in every case but that one.
             Export::Describe => store.set_hostcall_fuel(DESCRIBE_FUEL),
+            // A 0.2.0 result is bounded like a typed one: its items are lists of bytes that
+            // wasmtime lifts before the host can count them.
+            Export::Call { .. } if matches!(pre, Instantiable::Plugin2(_)) => store
+                .set_hostcall_fuel(
+                    limits
+                        .max_output_bytes
+                        .saturating_mul(TYPED_RESULT_FUEL_PER_BYTE)
+                        .saturating_add(1 << 20),
+                ),
             // A typed result is lifted into values of some 40 bytes each before it becomes
             // JSON: what the guest can make the host hold stays a fixed multiple of what the
             // call may return.
@@ -482,6 +555,16 @@ impl Runtime {
                     let plugin = pre.instantiate_async(&mut store).await?;
                     let call = plugin.toolhost_plugin_tool();
                     Exported::Call(call.call_call(&mut store, tool, arguments).await?)
+                }
+                (Instantiable::Plugin2(pre), Export::Describe) => {
+                    let plugin = pre.instantiate_async(&mut store).await?;
+                    let tool = plugin.toolhost_plugin_tool();
+                    Exported::Specs2(tool.call_describe(&mut store).await?)
+                }
+                (Instantiable::Plugin2(pre), Export::Call { tool, arguments }) => {
+                    let plugin = pre.instantiate_async(&mut store).await?;
+                    let call = plugin.toolhost_plugin_tool();
+                    Exported::Call2(call.call_call(&mut store, tool, arguments).await?)
                 }
                 (Instantiable::Typed { pre, .. }, Export::Typed { func, params }) => {
                     let instance = pre.instantiate_async(&mut store).await?;
@@ -507,11 +590,16 @@ impl Runtime {
             &err,
             err_dropped,
             store.data().log.dropped,
+            store.data().talk.progress_dropped,
         );
         let refused = store.data().network.refused();
         match outcome {
             // A call that failed after a request was refused failed for want of the grant.
-            Ok(Ok(Exported::Call(Err(_)) | Exported::Typed(Some(Val::Result(Err(_))))))
+            Ok(Ok(
+                Exported::Call(Err(_))
+                | Exported::Call2(Err(_))
+                | Exported::Typed(Some(Val::Result(Err(_)))),
+            ))
             | Ok(Err(_))
                 if !refused.is_empty() =>
             {
@@ -547,7 +635,9 @@ pub(super) enum Export<'a> {
 
 pub(super) enum Exported {
     Specs(Vec<bindings::since_v0_1_0::ToolSpec>),
+    Specs2(Vec<v2::ToolSpec>),
     Call(Result<String, ToolError>),
+    Call2(Result<v2::ToolResult, v2::ToolError>),
     Typed(Option<Val>),
 }
 
@@ -558,6 +648,7 @@ fn report_output(
     err: &str,
     err_dropped: u64,
     logs_dropped: u32,
+    progress_dropped: u32,
 ) {
     if !out.is_empty() {
         tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, stream = "stdout", dropped = out_dropped, "{out}");
@@ -567,5 +658,8 @@ fn report_output(
     }
     if logs_dropped > 0 {
         tracing::warn!(target: "plugin", invoker = caller.invoker, session = caller.session, "dropped {logs_dropped} log messages over the per-call limit");
+    }
+    if progress_dropped > 0 {
+        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, "dropped {progress_dropped} progress reports (not granted, or over the per-call limit of {PROGRESS_PER_CALL})");
     }
 }

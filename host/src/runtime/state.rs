@@ -1,7 +1,10 @@
 //! `CallState`: what one call's `Store` holds — the WASI context of its capabilities, the
-//! memory limiter, and the budget of `host.log` messages — and the `host` import.
+//! memory limiter, the budget of `host.log` messages and of talking back to the caller — and
+//! the `host` import of both plugin versions.
 
 use super::bindings::since_v0_1_0::{Host, LogLevel, TypesHost};
+use super::bindings::since_v0_2_0::host as v2;
+use super::talk::{self, AskError, ElicitAnswer, Progress, Role, SamplingRequest, TalkBudget};
 use crate::sandbox::NetworkGuard;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
@@ -17,6 +20,8 @@ pub(crate) struct CallState {
     pub(crate) table: ResourceTable,
     pub(crate) limiter: CallLimiter,
     pub(crate) log: LogBudget,
+    /// What is left of the call's progress reports and questions, and the way to its caller.
+    pub(crate) talk: TalkBudget,
     pub(crate) http: WasiHttpCtx,
     /// Checks and sends the call's outgoing HTTP requests.
     pub(crate) network: NetworkGuard,
@@ -98,18 +103,26 @@ pub(crate) struct LogBudget {
 }
 
 impl LogBudget {
-    pub(crate) fn new(caller: super::Caller<'_>) -> Self {
+    /// The budget of a call for `caller`; none at all when the invoker's `log` is taken away.
+    pub(crate) fn new(caller: super::Caller<'_>, granted: bool) -> Self {
         LogBudget {
             invoker: caller.invoker.to_string(),
             session: caller.session.to_string(),
-            remaining: LOG_MESSAGES_PER_CALL,
+            remaining: if granted { LOG_MESSAGES_PER_CALL } else { 0 },
             dropped: 0,
         }
     }
 }
 
 impl Host for CallState {
-    fn log(&mut self, level: LogLevel, mut message: String) {
+    fn log(&mut self, level: LogLevel, message: String) {
+        self.write_log(level, message);
+    }
+}
+
+impl CallState {
+    /// One `host.log` line of either plugin version, within the call's budget.
+    fn write_log(&mut self, level: LogLevel, mut message: String) {
         let budget = &mut self.log;
         if budget.remaining == 0 {
             budget.dropped = budget.dropped.saturating_add(1);
@@ -133,6 +146,107 @@ impl Host for CallState {
 
 /// The `types` interface has no functions; the bindings still want it implemented.
 impl TypesHost for CallState {}
+impl super::bindings::since_v0_2_0::types::Host for CallState {}
+
+impl v2::Host for CallState {
+    async fn log(&mut self, level: v2::LogLevel, message: String) {
+        let level = match level {
+            v2::LogLevel::Trace => LogLevel::Trace,
+            v2::LogLevel::Debug => LogLevel::Debug,
+            v2::LogLevel::Info => LogLevel::Info,
+            v2::LogLevel::Warn => LogLevel::Warn,
+            v2::LogLevel::Error => LogLevel::Error,
+        };
+        self.write_log(level, message);
+    }
+
+    async fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) {
+        let report = Progress {
+            done,
+            total,
+            message,
+        };
+        if let Some(report) = self.talk.progress(report) {
+            self.talk.link.progress(report).await;
+        }
+    }
+
+    async fn sample(
+        &mut self,
+        request: v2::SamplingRequest,
+    ) -> Result<v2::SamplingResponse, v2::AskError> {
+        let request = SamplingRequest {
+            messages: request
+                .messages
+                .into_iter()
+                .map(|m| {
+                    let role = match m.role {
+                        v2::Role::User => Role::User,
+                        v2::Role::Assistant => Role::Assistant,
+                    };
+                    (role, m.text)
+                })
+                .collect(),
+            system_prompt: request.system_prompt,
+            max_tokens: request.max_tokens,
+            temperature: request.temperature,
+            model_hints: request.model_hints,
+        };
+        let request = self.talk.sample(request).map_err(ask_error)?;
+        let mut answer = self.talk.link.sample(request).await.map_err(ask_error)?;
+        talk::cut(&mut answer.text, talk::ANSWER_BYTES);
+        talk::cut(&mut answer.model, talk::MESSAGE_BYTES);
+        Ok(v2::SamplingResponse {
+            text: answer.text,
+            model: answer.model,
+            stop_reason: answer.stop_reason.map(|mut reason| {
+                talk::cut(&mut reason, talk::MESSAGE_BYTES);
+                reason
+            }),
+        })
+    }
+
+    async fn elicit(
+        &mut self,
+        message: String,
+        requested_schema: String,
+    ) -> Result<v2::ElicitAnswer, v2::AskError> {
+        let (message, schema) = self
+            .talk
+            .elicit(message, &requested_schema)
+            .map_err(ask_error)?;
+        match self
+            .talk
+            .link
+            .elicit(message, schema)
+            .await
+            .map_err(ask_error)?
+        {
+            ElicitAnswer::Accept(value) => {
+                let text = value.to_string();
+                if text.len() > talk::ANSWER_BYTES {
+                    return Err(v2::AskError::LimitReached(format!(
+                        "the answer has {} bytes, more than the {} a call is given",
+                        text.len(),
+                        talk::ANSWER_BYTES
+                    )));
+                }
+                Ok(v2::ElicitAnswer::Accept(text))
+            }
+            ElicitAnswer::Decline => Ok(v2::ElicitAnswer::Decline),
+            ElicitAnswer::Cancel => Ok(v2::ElicitAnswer::Cancel),
+        }
+    }
+}
+
+fn ask_error(error: AskError) -> v2::AskError {
+    match error {
+        AskError::NotGranted(m) => v2::AskError::NotGranted(m),
+        AskError::Unsupported(m) => v2::AskError::Unsupported(m),
+        AskError::LimitReached(m) => v2::AskError::LimitReached(m),
+        AskError::Failed(m) => v2::AskError::Failed(m),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -40,6 +40,30 @@ pub struct SandboxSpec {
     pub env: Vec<(String, String)>,
     /// Where outgoing HTTP may go; shared with every call's checks, never copied per call.
     pub network: Arc<[NetPattern]>,
+    /// What the call may ask of its caller (`toolhost:plugin@0.2.0`'s `host` functions).
+    pub talk: TalkGrants,
+}
+
+/// What an invoker may use of whoever calls it, granted by the operator: `log` and
+/// `progress` unless taken away, `sampling` (the caller's model) and `elicitation` (asking
+/// the person) only when given. The runtime bounds how much of each one call uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct TalkGrants {
+    pub log: bool,
+    pub progress: bool,
+    pub sampling: bool,
+    pub elicitation: bool,
+}
+
+impl Default for TalkGrants {
+    fn default() -> Self {
+        TalkGrants {
+            log: true,
+            progress: true,
+            sampling: false,
+            elicitation: false,
+        }
+    }
 }
 
 /// Why a sandbox could not be built.

@@ -19,8 +19,10 @@ use wasmtime::component::{Component, ComponentExportIndex, Val};
 
 pub(crate) use convert::ConvertError;
 
-/// The version of the `toolhost:plugin` world this host speaks.
-pub(super) const PLUGIN_VERSION: &str = "0.1.0";
+/// The versions of the `toolhost:plugin` world this host speaks, oldest first.
+pub(super) const PLUGIN_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+/// The newest of them, which new plugins are built against.
+pub(super) const PLUGIN_VERSION: &str = "0.2.0";
 const PLUGIN_TOOL: &str = "toolhost:plugin/tool";
 
 /// One exported function, ready to be called as a tool.
@@ -31,11 +33,16 @@ pub(crate) struct TypedFunc {
     /// Parameters by their WIT names, in order.
     pub params: Vec<(String, Type)>,
     pub result: Option<Type>,
+    /// How its result becomes structured content, when it returns anything.
+    pub shape: Option<super::OutputShape>,
 }
 
 /// Which world a component is built for, from its exports.
 pub(super) enum Kind {
+    /// `toolhost:plugin@0.1.0`.
     Plugin,
+    /// `toolhost:plugin@0.2.0`.
+    Plugin2,
     Typed,
 }
 
@@ -51,15 +58,17 @@ pub(super) fn kind(component: &Component, engine: &Engine) -> Result<Kind, Strin
             continue;
         };
         return match rest.strip_prefix('@') {
-            Some(PLUGIN_VERSION) => Ok(Kind::Plugin),
+            Some("0.1.0") => Ok(Kind::Plugin),
+            Some("0.2.0") => Ok(Kind::Plugin2),
             Some(version) => Err(format!(
                 "it is built for toolhost:plugin@{version}; this host speaks \
-                 toolhost:plugin@{PLUGIN_VERSION} (rebuild it against the WIT in the host's \
-                 `wit/` folder)"
+                 toolhost:plugin@{} (rebuild it against the WIT in the host's `wit/` folder)",
+                PLUGIN_VERSIONS.join(" and @")
             )),
             None => Err(format!(
                 "it exports {PLUGIN_TOOL} without a version; this host speaks \
-                 toolhost:plugin@{PLUGIN_VERSION}"
+                 toolhost:plugin@{}",
+                PLUGIN_VERSIONS.join(" and @")
             )),
         };
     }
@@ -173,12 +182,14 @@ pub(super) fn exports(
                 super::load::MAX_DESCRIBED_BYTES >> 20
             ));
         }
+        let shape = tool.output.as_ref().map(|o| o.shape);
         tools.push(tool);
         funcs.push(TypedFunc {
             id,
             index,
             params,
             result,
+            shape,
         });
     }
     Ok((funcs, tools))

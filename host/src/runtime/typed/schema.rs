@@ -76,7 +76,7 @@ pub(super) fn output(
         _ => OutputShape::Wrapped,
     };
     let schema = match shape {
-        OutputShape::Object => schema,
+        OutputShape::Object | OutputShape::Declared => schema,
         OutputShape::Wrapped | OutputShape::WrappedString => json!({
             "type": "object",
             "properties": { "result": schema },

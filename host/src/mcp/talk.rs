@@ -1,0 +1,183 @@
+//! The way back from a running tool to the MCP client whose `tools/call` started it: the
+//! [`CallerLink`] of one request.
+//!
+//! Progress goes out as `notifications/progress` with the token the request carried (none
+//! without one); sampling as `sampling/createMessage` and elicitation as `elicitation/create`,
+//! sent from inside the request's handler so that rmcp delivers them on that request's own
+//! stream (SEP-2260). Nothing of one request's link reaches another session. A client that
+//! did not declare the capability, or a request at 2026-07-28 (which forbids requests from
+//! server to client mid-call), gets `unsupported` at once rather than a request that would
+//! never be answered.
+
+// Sampling is deprecated from 2026-07-28 on (SEP-2577); it is how the revisions before it,
+// which this server speaks, let a tool use the client's model.
+#![allow(deprecated)]
+
+use crate::runtime::{
+    AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
+};
+use rmcp::RoleServer;
+use rmcp::model::{
+    CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    ModelHint, ModelPreferences, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    SamplingMessage,
+};
+use rmcp::service::{Peer, RequestContext};
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+
+/// One `tools/call` request's way back to its client.
+pub(crate) struct McpLink {
+    peer: Peer<RoleServer>,
+    progress_token: Option<ProgressToken>,
+    /// Why this client cannot be asked for a completion, if it cannot.
+    no_sampling: Option<&'static str>,
+    /// Why this client cannot be asked for input, if it cannot.
+    no_elicitation: Option<&'static str>,
+}
+
+const STATELESS: &str = "the client speaks MCP 2026-07-28, which does not let a server send \
+     requests to the client during a call; toolhost cannot ask it yet";
+
+impl McpLink {
+    /// The link of the request of `context`.
+    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let capabilities = context.client_capabilities();
+        let no_sampling = if stateless {
+            Some(STATELESS)
+        } else if capabilities.as_ref().is_none_or(|c| c.sampling.is_none()) {
+            Some("the client did not declare the sampling capability")
+        } else {
+            None
+        };
+        let elicitation = capabilities.as_ref().and_then(|c| c.elicitation.as_ref());
+        let no_elicitation = if stateless {
+            Some(STATELESS)
+        } else {
+            match elicitation {
+                None => Some("the client did not declare the elicitation capability"),
+                // A client that names only `url` mode cannot show a form.
+                Some(e) if e.form.is_none() && e.url.is_some() => {
+                    Some("the client takes only URL elicitation, not a form")
+                }
+                Some(_) => None,
+            }
+        };
+        McpLink {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            no_sampling,
+            no_elicitation,
+        }
+    }
+}
+
+impl CallerLink for McpLink {
+    fn progress(&self, progress: Progress) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let Some(token) = self.progress_token.clone() else {
+            return Box::pin(std::future::ready(()));
+        };
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let mut param = ProgressNotificationParam::new(token, progress.done);
+            param.total = progress.total;
+            param.message = progress.message;
+            // A client that has gone away ends the call by its own means; a report is lost.
+            let _ = peer.notify_progress(param).await;
+        })
+    }
+
+    fn sample(
+        &self,
+        request: SamplingRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<SamplingResponse, AskError>> + Send>> {
+        if let Some(why) = self.no_sampling {
+            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
+        }
+        let messages = request
+            .messages
+            .into_iter()
+            .map(|(role, text)| match role {
+                Role::User => SamplingMessage::user_text(text),
+                Role::Assistant => SamplingMessage::assistant_text(text),
+            })
+            .collect();
+        let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
+        params.system_prompt = request.system_prompt;
+        params.temperature = request.temperature;
+        if !request.model_hints.is_empty() {
+            params.model_preferences = Some(
+                ModelPreferences::new().with_hints(
+                    request
+                        .model_hints
+                        .into_iter()
+                        .map(ModelHint::new)
+                        .collect(),
+                ),
+            );
+        }
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let answer = peer
+                .create_message(params)
+                .await
+                .map_err(|e| AskError::Failed(format!("the client's model failed: {e}")))?;
+            let text = answer
+                .message
+                .content
+                .iter()
+                .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok(SamplingResponse {
+                text,
+                model: answer.model,
+                stop_reason: answer.stop_reason,
+            })
+        })
+    }
+
+    fn elicit(
+        &self,
+        message: String,
+        schema: Value,
+    ) -> Pin<Box<dyn Future<Output = Result<ElicitAnswer, AskError>> + Send>> {
+        if let Some(why) = self.no_elicitation {
+            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
+        }
+        let requested_schema: ElicitationSchema = match serde_json::from_value(schema) {
+            Ok(schema) => schema,
+            Err(e) => {
+                return Box::pin(std::future::ready(Err(AskError::Failed(format!(
+                    "the requested schema is not one MCP elicitation allows (an object of \
+                     string, number, boolean or enum properties): {e}"
+                )))));
+            }
+        };
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema,
+        };
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let answer = peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| AskError::Failed(format!("the client failed to ask: {e}")))?;
+            Ok(match answer.action {
+                ElicitationAction::Accept => ElicitAnswer::Accept(
+                    answer
+                        .content
+                        .unwrap_or_else(|| Value::Object(Default::default())),
+                ),
+                ElicitationAction::Decline => ElicitAnswer::Decline,
+                _ => ElicitAnswer::Cancel,
+            })
+        })
+    }
+}
