@@ -116,6 +116,9 @@ pub struct Tool {
     pub schema: Arc<Schema>,
     /// The schema of its result, where the backend knows it (a typed component's export).
     pub output: Option<crate::backend::ToolOutput>,
+    /// The compiled output schema a `toolhost:plugin@0.2.0` tool declared: every structured
+    /// result it returns is checked against it before a caller sees it.
+    pub output_check: Option<Arc<Schema>>,
     pub limits: CallLimits,
     pub dedup: DedupMode,
     /// Needs a yes before it runs (the invoker's `destructive`, or its server's hint).

@@ -115,6 +115,7 @@ fn fixture(grants: &str) -> Fixture {
         [[invokers]]\nname = \"report\"\n\n\
         [[invokers]]\nname = \"flood\"\nlimits = { timeout-ms = 20000 }\n\n\
         [[invokers]]\nname = \"wrong_structure\"\n\n\
+        [[invokers]]\nname = \"bad_structure\"\n\n\
         [[invokers]]\nname = \"quiet\"\ntool = \"report\"\ncapabilities = { progress = false }\n\n\
         [[invokers]]\nname = \"ask_model\"\ncapabilities = { sampling = true }\n\n\
         [[invokers]]\nname = \"ask_model_ungranted\"\ntool = \"ask_model\"\n\n\
@@ -220,6 +221,14 @@ async fn content_items_and_a_structured_result_reach_the_client() {
         "{}",
         text(&wrong)
     );
+    let bad = call(&client, "bad_structure", json!({})).await;
+    assert_eq!(bad.is_error, Some(true));
+    assert!(
+        text(&bad).starts_with("tool-error: tool `bad_structure` returned a structured result that does not match the output schema it declares"),
+        "{}",
+        text(&bad)
+    );
+    assert!(text(&bad).contains("/items"), "{}", text(&bad));
     client.cancel().await.expect("close");
 
     // `toolhost call --json` shows every item in MCP's form, and the text a model reads.

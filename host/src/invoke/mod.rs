@@ -524,11 +524,25 @@ async fn run_on_backend(
         sandbox: &tool.sandbox,
         link,
     };
-    tool.backend
+    let result = tool
+        .backend
         .call(call)
         .await
-        .map(Arc::new)
-        .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))
+        .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))?;
+    if let (Some(check), Some(structured)) = (&tool.output_check, &result.structured)
+        && let Some(error) = check.validator.iter_errors(structured).next()
+    {
+        return Err(CallError::new(
+            ErrorKind::ToolError,
+            format!(
+                "tool `{}` returned a structured result that does not match the output schema \
+                 it declares: {error} (at `{}`)",
+                tool.name,
+                error.instance_path()
+            ),
+        ));
+    }
+    Ok(Arc::new(result))
 }
 
 /// Parses text arguments; a value is taken as it is. Malformed JSON is never run as `{}`.

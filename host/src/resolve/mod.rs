@@ -461,6 +461,25 @@ impl Resolver {
                 vec![Diagnostic::new(bound.at.location(), message)]
             })?,
         };
+        let output_check = match &offer.output {
+            Some(output) if output.shape == crate::runtime::OutputShape::Declared => Some(
+                self.schemas
+                    .of_value(serde_json::Value::Object((*output.schema).clone()))
+                    .map_err(|e| {
+                        let reason = match e {
+                            SchemaError::NotJson(reason) | SchemaError::Unusable(reason) => reason,
+                        };
+                        vec![Diagnostic::new(
+                            bound.at.location(),
+                            format!(
+                                "the output schema the component declares for tool `{tool_name}` \
+                                 is not a usable JSON Schema: {reason}"
+                            ),
+                        )]
+                    })?,
+            ),
+            _ => None,
+        };
         let sandbox = invoker.sandbox.clone().ok_or_else(Vec::new)?;
         let settings = invoker.settings;
         let description = match &invoker.section.description {
@@ -483,6 +502,7 @@ impl Resolver {
             description,
             schema,
             output: offer.output.clone(),
+            output_check,
             limits: settings.limits,
             dedup: settings.dedup,
             destructive,

@@ -58,6 +58,8 @@ impl Guest for Talker {
             spec("flood", "Reports progress and logs `steps` times each.", steps, None),
             spec("wrong_structure", "Declares an output schema and returns no structured result.", json!({"type": "object"}),
                 Some(json!({"type": "object"}))),
+            spec("bad_structure", "Returns a structured result its own output schema refuses.", json!({"type": "object"}),
+                Some(json!({"type": "object", "properties": {"items": {"type": "integer"}}}))),
         ]
     }
 
@@ -144,6 +146,10 @@ impl Guest for Talker {
                 text(format!("flooded {steps}"))
             }
             "wrong_structure" => text("no structure"),
+            "bad_structure" => Ok(ToolResult {
+                content: vec![Content::Text("four".into())],
+                structured: Some(json!({"items": "four"}).to_string()),
+            }),
             other => Err(ToolError::Failed(format!("no tool {other}"))),
         }
     }
