@@ -415,3 +415,83 @@ async fn asking_for_sampling_or_elicitation_the_ensemble_does_not_grant_is_a_fil
     assert!(stderr.contains("talker.toml:"), "{stderr}");
     assert!(stderr.contains("asks for elicitation"), "{stderr}");
 }
+
+/// Answers every elicitation of a chat with a fixed name.
+struct Person;
+
+impl toolhost::agent::Approver for Person {
+    fn approve<'a>(
+        &'a self,
+        _request: &'a toolhost::agent::ApprovalRequest,
+    ) -> toolhost::provider::BoxFuture<'a, toolhost::agent::Approval> {
+        Box::pin(std::future::ready(toolhost::agent::Approval::Approved))
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        request: &'a toolhost::agent::ElicitRequest,
+    ) -> toolhost::provider::BoxFuture<
+        'a,
+        Result<toolhost::runtime::ElicitAnswer, toolhost::runtime::AskError>,
+    > {
+        assert_eq!(request.tool, "ask_person");
+        assert_eq!(request.schema["required"], json!(["name"]));
+        Box::pin(std::future::ready(Ok(
+            toolhost::runtime::ElicitAnswer::Accept(json!({"name": "Grace"})),
+        )))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_chat_sampling_uses_the_chats_model_and_elicitation_asks_the_person() {
+    use crate::scripted::{Scripted, openai};
+    use toolhost::agent::{Agent, AgentOptions};
+    use toolhost::provider::conversation::{Conversation, Message};
+    use toolhost::provider::{ProviderKind, ProviderSettings};
+
+    let fixture = fixture(GRANTS);
+    let server = Scripted::start(vec![
+        openai::stream("", &[("m", "ask_model", r#"{"prompt": "a haiku"}"#)]),
+        // The tool's own request: the chat's model, asked without tools.
+        openai::text("five seven five"),
+        openai::stream("", &[("p", "ask_person", "{}")]),
+        openai::text("all done"),
+    ]);
+    let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "scripted-model");
+    settings.base_url = server.base_url.clone();
+    settings.api_key = Some("test-key".into());
+    let provider = settings.build().expect("provider");
+    let host = Arc::new(fixture.host().await);
+    let agent = Agent::new(
+        host,
+        Arc::from(provider),
+        Arc::new(Person),
+        AgentOptions::default(),
+    );
+    let session = Arc::new(toolhost::invoke::Session::new("chat-talk"));
+    let mut conversation = Conversation::new(Some("You are a test.".into()));
+    conversation.push_user("go");
+    let outcome = agent
+        .run(&mut conversation, &session, &|_| {})
+        .await
+        .expect("the run ends");
+    assert_eq!(outcome.text, "all done");
+
+    let results: Vec<String> = conversation
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Results { results } => Some(results[0].content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        ["five seven five (openai)", r#"accepted: {"name":"Grace"}"#]
+    );
+    let requests = server.requests();
+    let sampled = &requests[1].body;
+    assert!(sampled.get("tools").is_none(), "{sampled}");
+    assert_eq!(sampled["messages"][0]["content"], "Answer briefly.");
+    assert_eq!(sampled["messages"][1]["content"], "a haiku");
+}

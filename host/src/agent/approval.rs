@@ -1,9 +1,11 @@
 //! Approvals: `destructive` invokers run only when an [`Approver`] says yes. The CLI asks the
 //! person at the terminal; a non-interactive caller uses an [`ApprovalPolicy`].
 
+use super::talk::ElicitRequest;
 use crate::catalog::VersionHash;
 use crate::invoke::CallPolicy;
 use crate::provider::BoxFuture;
+use crate::runtime::{AskError, ElicitAnswer};
 use serde_json::Value;
 
 /// A call that needs a yes before it runs. What is approved is exactly what runs: this
@@ -28,9 +30,21 @@ pub enum Approval {
     Refused(String),
 }
 
-/// Decides whether a destructive call may run. Called once per call, one at a time.
+/// Decides whether a destructive call may run. Called once per call, one at a time. Also the
+/// one who asks the person when a tool asks for input during a call (elicitation).
 pub trait Approver: Send + Sync {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval>;
+
+    /// Asks the person what a tool wants to know. By default nobody can be asked.
+    fn elicit<'a>(
+        &'a self,
+        request: &'a ElicitRequest,
+    ) -> BoxFuture<'a, Result<ElicitAnswer, AskError>> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(AskError::Unsupported(
+            "this chat has nobody to ask".into(),
+        ))))
+    }
 }
 
 /// A fixed answer for callers that cannot ask anyone: approve the tools that `approved`

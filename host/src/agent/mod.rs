@@ -18,9 +18,11 @@
 mod approval;
 mod builtin;
 mod event;
+mod talk;
 
 pub use approval::{Approval, ApprovalPolicy, ApprovalRequest, Approver};
 pub use event::{Ending, Event, EventSink};
+pub use talk::ElicitRequest;
 
 use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session};
 use crate::provider::conversation::{Conversation, Invocation, Message, ToolResult};
@@ -305,11 +307,17 @@ impl Agent {
                     let session = Arc::clone(session);
                     let limit = Arc::clone(&limit);
                     let cancel = cancel.clone();
+                    // The tool's questions go to this run's model and person.
+                    let link: Arc<dyn crate::runtime::CallerLink> = Arc::new(talk::AgentLink {
+                        provider: Arc::clone(&self.provider),
+                        approver: Arc::clone(&self.approver),
+                        tool: prepared.tool().name.clone(),
+                    });
                     running.spawn(async move {
                         // The semaphore is never closed; without a permit the call still runs.
                         let _permit = limit.acquire_owned().await.ok();
                         let outcome = host
-                            .run_until(&session, prepared, cancel.cancelled_owned())
+                            .run_with(&session, prepared, cancel.cancelled_owned(), &link)
                             .await;
                         (index, outcome)
                     });

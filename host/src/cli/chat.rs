@@ -11,17 +11,20 @@
 use super::settings::Settings;
 use super::terminal::safe;
 use anyhow::{Context, bail};
+use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolhost::agent::{
-    Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending, Event,
+    Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
+    Ending, Event,
 };
 use toolhost::invoke::CallPolicy;
 use toolhost::provider::conversation::Conversation;
 use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
+use toolhost::runtime::{AskError, ElicitAnswer};
 
 /// The command line's `chat` options.
 #[derive(Debug, clap::Args)]
@@ -310,6 +313,105 @@ impl Approver for Prompter {
             }
         })
     }
+
+    /// Asks at the terminal, one property of the requested schema at a time.
+    fn elicit<'a>(
+        &'a self,
+        request: &'a ElicitRequest,
+    ) -> BoxFuture<'a, Result<ElicitAnswer, AskError>> {
+        let request = request.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || ask_form(&request, &mut std::io::stdin().lock()))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(AskError::Failed(format!("the terminal prompt failed: {e}")))
+                })
+        })
+    }
+}
+
+/// Asks the person at the terminal what a tool wants to know: answer (each property in
+/// turn, its default on an empty line), decline, or cancel.
+fn ask_form(
+    request: &ElicitRequest,
+    input: &mut dyn std::io::BufRead,
+) -> Result<ElicitAnswer, AskError> {
+    let mut read = |prompt: &str| -> Option<String> {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line.trim().to_string()),
+        }
+    };
+    let choice = read(&format!(
+        "\n`{}` asks: {}\nAnswer? [y = answer, n = decline, Enter = cancel] ",
+        request.tool,
+        safe(&request.message)
+    ));
+    match choice.as_deref() {
+        Some("y" | "Y" | "yes") => {}
+        Some("n" | "N" | "no") => return Ok(ElicitAnswer::Decline),
+        _ => return Ok(ElicitAnswer::Cancel),
+    }
+    let empty = serde_json::Map::new();
+    let properties = request
+        .schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let mut answer = serde_json::Map::new();
+    for (name, property) in properties {
+        let kind = property
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("string");
+        let label = property
+            .get("title")
+            .or_else(|| property.get("description"))
+            .and_then(Value::as_str)
+            .unwrap_or(name);
+        let default = property.get("default");
+        let hint = default.map_or(String::new(), |d| format!(", default {d}"));
+        let mut value = None;
+        for _ in 0..3 {
+            let Some(line) = read(&format!("  {} ({kind}{hint}): ", safe(label))) else {
+                return Ok(ElicitAnswer::Cancel);
+            };
+            value = match (line.as_str(), default) {
+                ("", Some(default)) => Some(default.clone()),
+                ("", None) => Some(Value::Null),
+                (text, _) => typed_answer(kind, text),
+            };
+            if value.is_some() {
+                break;
+            }
+            eprintln!("  that is not a {kind}");
+        }
+        match value {
+            Some(Value::Null) => {}
+            Some(value) => {
+                answer.insert(name.clone(), value);
+            }
+            None => return Ok(ElicitAnswer::Cancel),
+        }
+    }
+    Ok(ElicitAnswer::Accept(Value::Object(answer)))
+}
+
+/// The person's text as a value of the property's type, if it is one.
+fn typed_answer(kind: &str, text: &str) -> Option<Value> {
+    match kind {
+        "number" => text.parse::<f64>().ok().map(Value::from),
+        "integer" => text.parse::<i64>().ok().map(Value::from),
+        "boolean" => match text {
+            "y" | "yes" | "true" => Some(Value::Bool(true)),
+            "n" | "no" | "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        _ => Some(Value::String(text.to_string())),
+    }
 }
 
 /// Shows events as they come: for a person, or as JSON lines.
@@ -406,5 +508,45 @@ fn one_line(text: &str, limit: usize) -> String {
     } else {
         let cut: String = flat.chars().take(limit).collect();
         format!("{cut}...")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_is_asked_property_by_property_with_defaults_and_retries() {
+        let request = ElicitRequest {
+            tool: "signup".into(),
+            message: "Who are you?".into(),
+            schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "age": {"type": "integer", "default": 30},
+                    "member": {"type": "boolean"}
+                }
+            }),
+        };
+        let mut typed = "y\nAda\n\nmaybe\nyes\n".as_bytes();
+        let answer = ask_form(&request, &mut typed).unwrap();
+        assert_eq!(
+            answer,
+            ElicitAnswer::Accept(serde_json::json!({"name": "Ada", "age": 30, "member": true}))
+        );
+        assert_eq!(
+            ask_form(&request, &mut "n\n".as_bytes()).unwrap(),
+            ElicitAnswer::Decline
+        );
+        assert_eq!(
+            ask_form(&request, &mut "\n".as_bytes()).unwrap(),
+            ElicitAnswer::Cancel
+        );
+        // The input ends mid-form: cancelled, not half an answer.
+        assert_eq!(
+            ask_form(&request, &mut "y\nAda\n".as_bytes()).unwrap(),
+            ElicitAnswer::Cancel
+        );
     }
 }

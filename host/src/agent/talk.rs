@@ -1,0 +1,84 @@
+//! The way back from a tool to the agent loop that called it: sampling goes to the run's own
+//! provider (the model the conversation uses, without tools, with the request's messages
+//! alone: nothing of the conversation is shared with the tool), and elicitation to the
+//! run's [`Approver`], which asks the person (`toolhost chat` at the terminal). Progress
+//! reports are not shown in a chat.
+
+use super::Approver;
+use crate::provider::conversation::Message;
+use crate::provider::{ModelRequest, Provider, ToolChoice};
+use crate::runtime::{
+    Answer, AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
+};
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// The link of one call the agent loop runs.
+pub(super) struct AgentLink {
+    pub(super) provider: Arc<dyn Provider>,
+    pub(super) approver: Arc<dyn Approver>,
+    /// The tool, named to the person when it asks.
+    pub(super) tool: String,
+}
+
+impl CallerLink for AgentLink {
+    fn progress(&self, _progress: Progress) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn sample(&self, request: SamplingRequest) -> Answer<SamplingResponse> {
+        let provider = Arc::clone(&self.provider);
+        Box::pin(async move {
+            let messages: Vec<Message> = request
+                .messages
+                .into_iter()
+                .map(|(role, text)| match role {
+                    Role::User => Message::User { text },
+                    Role::Assistant => Message::Assistant {
+                        text,
+                        calls: Vec::new(),
+                    },
+                })
+                .collect();
+            let model_request = ModelRequest {
+                system: request.system_prompt.as_deref(),
+                messages: &messages,
+                tools: &[],
+                tool_choice: &ToolChoice::None,
+            };
+            let turn = provider
+                .complete(model_request, &|_| {})
+                .await
+                .map_err(|e| AskError::Failed(format!("the chat's model failed: {e}")))?;
+            Ok(SamplingResponse {
+                text: turn.text,
+                model: provider.name().to_string(),
+                stop_reason: turn.stop_reason,
+            })
+        })
+    }
+
+    fn elicit(&self, message: String, schema: Value) -> Answer<ElicitAnswer> {
+        let approver = Arc::clone(&self.approver);
+        let tool = self.tool.clone();
+        Box::pin(async move {
+            let request = ElicitRequest {
+                tool,
+                message,
+                schema,
+            };
+            approver.elicit(&request).await
+        })
+    }
+}
+
+/// What a tool asks the person during a chat.
+#[derive(Debug, Clone)]
+pub struct ElicitRequest {
+    pub tool: String,
+    pub message: String,
+    /// The requested schema: an object of flat properties.
+    pub schema: Value,
+}
