@@ -115,6 +115,18 @@ pub fn python_components() -> (PathBuf, PathBuf) {
     (plugin, typed)
 }
 
+/// The Python `toolhost:plugin@0.2.0` component of the README: `countdown` (progress) and
+/// `confirm` (elicitation).
+pub fn python_talker() -> PathBuf {
+    let repo = Path::new(REPO_ROOT);
+    python(
+        "python-talker",
+        &repo.join("tests/plugins/python-talker"),
+        &repo.join("wit/toolhost-plugin-0.2.0"),
+        "plugin",
+    )
+}
+
 /// The JavaScript test components, as [`python_components`].
 pub fn javascript_components() -> (PathBuf, PathBuf) {
     let repo = Path::new(REPO_ROOT);

@@ -95,6 +95,10 @@ impl ClientHandler for Talker {
                 Ok(ElicitResult::new(ElicitationAction::Accept)
                     .with_content(json!({"name": "Ada"})))
             }
+            Answer::Accept if message.contains("Delete") => Ok(ElicitResult::new(
+                ElicitationAction::Accept,
+            )
+            .with_content(json!({"sure": true}))),
             Answer::Accept => {
                 Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"n": 1})))
             }
@@ -414,6 +418,45 @@ async fn asking_for_sampling_or_elicitation_the_ensemble_does_not_grant_is_a_fil
     );
     assert!(stderr.contains("talker.toml:"), "{stderr}");
     assert!(stderr.contains("asks for elicitation"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_reports_progress_and_asks_the_person_as_the_readme_shows() {
+    let fixture = Fixture::new();
+    let wasm = toolhost_testkit::languages::python_talker();
+    std::fs::copy(&wasm, fixture.root().join("py.wasm")).expect("copy");
+    fixture.write(
+        "py.toml",
+        &ensemble(
+            "py",
+            "py",
+            "[grants]\nelicitation = true\n\n[[invokers]]\nname = \"countdown\"\n\n\
+             [[invokers]]\nname = \"confirm\"\ncapabilities = { elicitation = true }\n",
+        ),
+    );
+    // Compiled once here, so that `serve` finds it in the shared cache at once.
+    crate::support::runtime()
+        .load(&wasm, std::fs::read(&wasm).expect("read"))
+        .await
+        .expect("the Python component loads");
+    let talker = Talker::default();
+    let reports = talker.progress.clone();
+    let client = start(&fixture, talker).await;
+    assert_eq!(
+        text(&call(&client, "countdown", json!({"from": 3})).await),
+        "liftoff"
+    );
+    wait_for(&reports, 3).await;
+    let mut messages: Vec<String> = reports
+        .lock()
+        .expect("reports")
+        .iter()
+        .filter_map(|p| p.message.clone())
+        .collect();
+    messages.sort();
+    assert_eq!(messages, ["0 to go", "1 to go", "2 to go"]);
+    assert_eq!(text(&call(&client, "confirm", json!({})).await), "deleted");
+    client.cancel().await.expect("close");
 }
 
 /// Answers every elicitation of a chat with a fixed name.
