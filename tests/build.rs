@@ -10,7 +10,14 @@ use std::process::Command;
 const WORKSPACES: &[(&str, &[&str])] = &[
     (
         "../plugins",
-        &["calculator", "text", "json", "files", "fetch"],
+        &[
+            "calculator",
+            "text",
+            "json",
+            "files",
+            "fetch",
+            "conformance",
+        ],
     ),
     (
         "plugins",

@@ -6,6 +6,7 @@ mod chat;
 mod cli;
 mod compile;
 mod config_golden;
+mod conformance;
 mod dedup;
 mod fake_model;
 mod fleet;

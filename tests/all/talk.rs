@@ -459,6 +459,43 @@ async fn a_python_plugin_reports_progress_and_asks_the_person_as_the_readme_show
     client.cancel().await.expect("close");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_2026_07_28_progress_flows_and_asking_the_client_is_unsupported_at_once() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let fixture = fixture(GRANTS);
+    let talker = Talker::default();
+    let reports = talker.progress.clone();
+    let sampled = talker.sampled.clone();
+    let client = talker
+        .serve_with_lifecycle(
+            stdio_serve(&fixture),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a 2026-07-28 connection");
+    assert_eq!(
+        client.peer_info().expect("discovered").protocol_version,
+        ProtocolVersion::V_2026_07_28
+    );
+    assert_eq!(
+        text(&call(&client, "report", json!({"steps": 2})).await),
+        "reported 2"
+    );
+    wait_for(&reports, 2).await;
+    for tool in ["ask_model", "ask_person"] {
+        let refused = call(&client, tool, json!({})).await;
+        assert!(
+            text(&refused).starts_with("unsupported: the client speaks MCP 2026-07-28"),
+            "{}",
+            text(&refused)
+        );
+    }
+    assert_eq!(sampled.load(Ordering::SeqCst), 0);
+    client.cancel().await.expect("close");
+}
+
 /// Answers every elicitation of a chat with a fixed name.
 struct Person;
 
