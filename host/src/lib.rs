@@ -16,9 +16,10 @@
 //!           2026-07-28 (session-less) and the handshake revisions; paged tools/list with
 //!           cache hints; list_changed and subscriptions/listen from the live catalog's
 //!           subscription; dedup scopes without sessions (scope); long calls as tasks; the
-//!           log relay
+//!           log relay; a call's progress and questions back to its own request (talk)
 //! agent     the agent loop: a model calls tools over several steps through invoke
-//!           (prepare -> approve -> run); built-in loop-breaking tools, approvals, events
+//!           (prepare -> approve -> run); built-in loop-breaking tools, approvals, events;
+//!           a tool's sampling to the chat's model and its questions to the person (talk)
 //! reload    watch -> debounce -> resolve -> keep the last good version of what failed -> swap
 //! resolve   raw descriptors -> a Catalog, split along its data: draft (files read, every
 //!           check that needs no engine: limits, grants, capabilities, schemas, names), bind
@@ -33,11 +34,13 @@
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
 //! backend   one trait for every kind of tool: component (a sandboxed instance per call,
 //!           of the toolhost:plugin world or typed), mcp (an imported MCP server, as a
-//!           client); typed BackendError
+//!           client; content items between MCP and the host); typed BackendError
 //! runtime   the wasmtime Engine, the compiled-component cache (authenticated, pruned),
 //!           admission to the instance pool, a fresh Store per call with limits, an epoch
-//!           deadline and captured stdio; typed components (JSON Schema from WIT types,
-//!           values both ways); inspecting a component for `describe`
+//!           deadline and captured stdio; both plugin versions (0.1.0, 0.2.0) adapted to one
+//!           result of content items (content); a call talking back to its caller through
+//!           the link the caller gave it, bounded per call (talk); typed components (JSON
+//!           Schema from WIT types, values both ways); inspecting a component for `describe`
 //! sandbox   capabilities -> WASI context and wasi:http checks (host:port grants, no SSRF
 //!           through DNS); bounded capture of a plugin's stdout/stderr; deny by default
 //! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),

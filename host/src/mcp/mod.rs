@@ -7,7 +7,8 @@
 //! every caller. After each swap of the live catalog that changes the tools, every session
 //! is sent `notifications/tools/list_changed`, and so is every open `subscriptions/listen`
 //! stream that asked for tool list changes; sessions also get the host's own log messages as
-//! `notifications/message` (see [`log`]).
+//! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
+//! to the request that called it ([`talk`]).
 //!
 //! The other direction, external MCP servers whose tools join the catalog, is a backend:
 //! [`crate::backend::mcp`].

@@ -1,6 +1,8 @@
 //! runtime: one wasmtime `Engine` per process, components compiled once (and cached on disk by
 //! blake3), an `InstancePre` per component, and every call in a fresh `Store` with its memory
-//! limit, epoch deadline and captured stdout/stderr.
+//! limit, epoch deadline and captured stdout/stderr. A call returns a [`ToolResult`] of content
+//! items ([`content`]) whichever kind of component ran it, and may talk back to its caller
+//! through the [`CallerLink`] the caller passed in, within per-call bounds ([`talk`]).
 //!
 //! The runtime knows nothing of TOML or tool names as the model sees them: it loads component
 //! files and runs an export under a [`SandboxSpec`] and [`CallLimits`]. It also owns admission
@@ -17,6 +19,7 @@ mod load;
 mod outcome;
 mod state;
 mod talk;
+mod tools;
 mod typed;
 
 pub use cache::{CacheError, Pruned};
@@ -30,6 +33,7 @@ pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
+pub use tools::{OutputSchema, OutputShape, ToolDescription};
 pub use talk::{
     ANSWER_BYTES, Answer, AskError, CallerLink, ELICIT_SCHEMA_BYTES, ELICITATIONS_PER_CALL,
     ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role, SAMPLE_MAX_TOKENS,
@@ -150,66 +154,6 @@ pub struct CallLimits {
     pub max_output_bytes: usize,
     /// The largest HTTP response body a call may read (`max-response-bytes`).
     pub max_response_bytes: u64,
-}
-
-/// One tool as a component offers it: what its `describe()` reports, or what the host made
-/// of a typed export.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolDescription {
-    /// What the component calls the tool: an invoker's `tool`. For a typed export, `function`
-    /// or `interface/function`.
-    pub name: String,
-    /// The name a typed export's tool goes by unless an invoker names it (the function's
-    /// name with `-` turned into `_`, prefixed by its interface only where two would collide).
-    /// `None`: the tool goes by `name`.
-    pub default_name: Option<String>,
-    pub description: String,
-    pub input_schema: String,
-    /// What a typed export's result looks like as JSON.
-    pub output: Option<OutputSchema>,
-}
-
-/// The JSON Schema of what a typed export returns, and how its text becomes the structured
-/// content MCP clients get (an object).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputSchema {
-    pub schema: String,
-    pub shape: OutputShape,
-}
-
-/// How a typed tool's text becomes an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputShape {
-    /// The text is a JSON object (a record): the object itself.
-    Object,
-    /// The text is JSON of another kind: `{"result": <it>}`.
-    Wrapped,
-    /// The text is a returned string as it is: `{"result": "<the text>"}`.
-    WrappedString,
-    /// A `toolhost:plugin@0.2.0` tool's declared `output-schema`: its results carry the
-    /// object themselves.
-    Declared,
-}
-
-impl OutputShape {
-    /// A typed tool's text as the object its schema describes, if it is one; `None` for a
-    /// declared schema (the result carries its object).
-    pub fn structured(self, text: &str) -> Option<serde_json::Value> {
-        use serde_json::Value;
-        let wrap = |value: Value| {
-            let mut object = serde_json::Map::new();
-            object.insert("result".to_string(), value);
-            Value::Object(object)
-        };
-        match self {
-            OutputShape::Object => serde_json::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object),
-            OutputShape::Wrapped => serde_json::from_str(text).ok().map(wrap),
-            OutputShape::WrappedString => Some(wrap(Value::String(text.to_string()))),
-            OutputShape::Declared => None,
-        }
-    }
 }
 
 /// A compiled component linked with the host's imports, of either world.
