@@ -334,6 +334,13 @@ fn out_of_memory(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether a wasmtime error is memory running out: its own `OutOfMemory` (an allocation it
+/// refused without aborting, reported as "out of memory (failed to allocate N bytes)"), or
+/// an OS error of that kind anywhere in its chain.
+fn wasmtime_out_of_memory(error: &wasmtime::Error) -> bool {
+    error.is::<wasmtime::OutOfMemory>() || out_of_memory(error.as_ref())
+}
+
 /// The worker's side: sets its limits, compiles stdin, writes the artifact to stdout. Returns
 /// the process's exit code. Called by the `toolhost compile-worker` command.
 pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
@@ -387,7 +394,7 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
     }
     let engine = match Engine::new(&compile_config()) {
         Ok(engine) => engine,
-        Err(e) if out_of_memory(e.as_ref()) => {
+        Err(e) if wasmtime_out_of_memory(&e) => {
             eprintln!("out of memory: {e:#}");
             return EXIT_OUT_OF_MEMORY;
         }
@@ -404,7 +411,7 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
                 3
             }
         },
-        Err(e) if out_of_memory(e.as_ref()) => {
+        Err(e) if wasmtime_out_of_memory(&e) => {
             eprintln!("out of memory: {e:#}");
             EXIT_OUT_OF_MEMORY
         }

@@ -33,13 +33,13 @@ pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
-pub use tools::{OutputSchema, OutputShape, ToolDescription};
 pub use talk::{
     ANSWER_BYTES, Answer, AskError, CallerLink, ELICIT_SCHEMA_BYTES, ELICITATIONS_PER_CALL,
     ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role, SAMPLE_MAX_TOKENS,
     SAMPLE_REQUEST_BYTES, SAMPLES_PER_CALL, SamplingRequest, SamplingResponse, TalkGrants,
     Unlinked,
 };
+pub use tools::{OutputSchema, OutputShape, ToolDescription};
 
 use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
