@@ -153,13 +153,13 @@ pub(crate) async fn chat(url: &str, body: Value) -> Events {
     }
 }
 
-async fn get(url: &str) -> (u16, Value) {
+pub(crate) async fn get(url: &str) -> (u16, Value) {
     let response = reqwest::get(url).await.expect("GET");
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn post_json(url: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn post_json(url: &str, body: Value) -> (u16, Value) {
     let response = reqwest::Client::new()
         .post(url)
         .json(&body)
@@ -816,7 +816,8 @@ async fn fifty_conversations_at_once_lose_and_misroute_no_event() {
 /// The page in headless Chromium (Debian's, through its chromedriver, driven by
 /// `tests/clients/webchat.py`): two tool calls and their results inline in order with the final
 /// text; an approval granted on the page runs the call; a denied one reaches the model as
-/// refused; a stored conversation reads back; the catalog view follows a reload (a new tool,
+/// refused; a tool's question is answered in a form on the page; a stored conversation reads
+/// back; the catalog view follows a reload (a new tool,
 /// a refused file with its file:line) without the page reloading. The screenshot of the chat
 /// with its tool calls expanded is left in `target/test-artifacts/webchat.png`.
 #[test]
@@ -835,9 +836,12 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
             openai::text("Said it."),
             say("d1", "second"),
             openai::text("Not allowed."),
+            openai::stream("", &[("p1", "ask_person", "{}")]),
+            openai::text("Hello, Grace."),
         ],
         "",
     );
+    crate::talk::add_ask_person(&fixture);
     let pending = fixture.root().join("pending");
     std::fs::create_dir_all(&pending).expect("pending dir");
     std::fs::write(
@@ -888,7 +892,7 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
     assert!(screenshot.is_file(), "no screenshot");
     // The denied call reached the model as a refusal.
     let requests = model.requests();
-    assert_eq!(requests.len(), 7, "every scripted answer was asked for");
+    assert_eq!(requests.len(), 9, "every scripted answer was asked for");
     let denied = requests[6].body.to_string();
     assert!(denied.contains("refused to run `say`"), "{denied}");
 }
@@ -1012,6 +1016,15 @@ fn json_of(yaml: &yaml_rust2::Yaml) -> Value {
 
 /// docs/chat-api.openapi.yaml describes every route the chat API has, and the events a real
 /// run streams match its `Event` schema.
+/// The `Event` schema of docs/chat-api.openapi.yaml, compiled.
+pub(crate) fn event_validator() -> jsonschema::Validator {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("docs/chat-api.openapi.yaml")).expect("yaml");
+    let document = json_of(&yaml_rust2::YamlLoader::load_from_str(&text).expect("YAML")[0]);
+    jsonschema::validator_for(&document["components"]["schemas"]["Event"])
+        .expect("the Event schema compiles")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openapi_description_covers_every_route_and_every_event() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -1049,8 +1062,7 @@ async fn the_openapi_description_covers_every_route_and_every_event() {
     let events = chat(&api, json!({"message": "1 + 1?"})).await.rest().await;
     let id = events[0]["id"].as_str().expect("id");
     let (_, kept) = get(&format!("{api}/{id}")).await;
-    let schema = &document["components"]["schemas"]["Event"];
-    let validator = jsonschema::validator_for(schema).expect("the Event schema compiles");
+    let validator = event_validator();
     for event in events.iter().chain(kept["log"].as_array().expect("log")) {
         let errors: Vec<String> = validator
             .iter_errors(event)

@@ -7,7 +7,8 @@ Run by `web::the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_
 
 The host serves `calculate` and a destructive `say`; its model answers, in order: a call c1 of
 calculate (40 + 2), a call c2 of calculate (2 * 21), "Both are 42.", a call a1 of say
-("hello from say"), "Said it.", a call d1 of say ("second"), "Not allowed.". PENDING holds
+("hello from say"), "Said it.", a call d1 of say ("second"), "Not allowed.", a call p1 of
+ask_person (a tool that asks the person's name, granted elicitation), "Hello, Grace.". PENDING holds
 extra.toml (an ensemble with a tool `sleep`) and broken.toml (an invalid ensemble), which the
 catalog step moves into ENSEMBLES.
 
@@ -180,6 +181,25 @@ def run(driver, args):
     idle(driver, "the third run to end")
     print("C: a denied call is shown as denied", flush=True)
 
+    # C2. A tool asks the person: a form under its call, answered on the page.
+    send(driver, "Who am I?")
+    form = wait(driver, "the tool's question", lambda d: call(d, "p1").find_elements(By.CSS_SELECTOR, '[data-testid="elicitation"]'))[0]
+    if "What is your name?" not in form.text:
+        fail(f"the question is not shown: {form.text!r}")
+    name = form.find_element(By.CSS_SELECTOR, 'input[name="name"]')
+    name.send_keys("Grace")
+    form.find_element(By.CSS_SELECTOR, '[data-testid="elicit-accept"]').click()
+    block = status_of(driver, "p1", "ok")
+    expand(driver, block)
+    result = block.find_element(By.CSS_SELECTOR, '[data-testid="tool-result"]').text
+    if "Grace" not in result:
+        fail(f"the tool did not get the answer: {result!r}")
+    wait(driver, "the answer marked on the form",
+         lambda d: "accept" in " ".join(a.text for a in call(d, "p1").find_elements(By.CSS_SELECTOR, '[data-testid="elicitation-answer"]')))
+    wait(driver, "the text after the question", lambda d: text_after(d, "Hello, Grace.", block))
+    idle(driver, "the fourth run to end")
+    print("C2: a tool's question was answered in a form on the page", flush=True)
+
     # D. A reload of the page: the conversation reads back from the host.
     driver.get(args.url)
     wait(driver, "the page", lambda d: testid(d, "composer"))
@@ -189,6 +209,8 @@ def run(driver, args):
     status_of(driver, "a1", "ok")
     status_of(driver, "d1", "denied")
     wait(driver, "the stored texts", lambda d: text_after(d, "Not allowed.", call(d, "d1")))
+    wait(driver, "the stored question and its answer",
+         lambda d: call(d, "p1").find_elements(By.CSS_SELECTOR, '[data-testid="elicitation-answer"]'))
     print("D: a stored conversation reads back with its calls and outcomes", flush=True)
 
     # E. The catalog follows a reload without the page reloading.

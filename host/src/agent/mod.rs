@@ -312,6 +312,7 @@ impl Agent {
                         provider: Arc::clone(&self.provider),
                         approver: Arc::clone(&self.approver),
                         tool: prepared.tool().name.clone(),
+                        call_id: calls[index].id.clone(),
                     });
                     running.spawn(async move {
                         // The semaphore is never closed; without a permit the call still runs.

@@ -1,7 +1,7 @@
 //! The way back from a tool to the agent loop that called it: sampling goes to the run's own
 //! provider (the model the conversation uses, without tools, with the request's messages
 //! alone: nothing of the conversation is shared with the tool), and elicitation to the
-//! run's [`Approver`], which asks the person (`toolhost chat` at the terminal). Progress
+//! run's [`Approver`], which asks the person (at the terminal, or on the web chat's page). Progress
 //! reports are not shown in a chat.
 
 use super::Approver;
@@ -21,6 +21,8 @@ pub(super) struct AgentLink {
     pub(super) approver: Arc<dyn Approver>,
     /// The tool, named to the person when it asks.
     pub(super) tool: String,
+    /// The model's id of the call.
+    pub(super) call_id: String,
 }
 
 impl CallerLink for AgentLink {
@@ -62,9 +64,10 @@ impl CallerLink for AgentLink {
 
     fn elicit(&self, message: String, schema: Value) -> Answer<ElicitAnswer> {
         let approver = Arc::clone(&self.approver);
-        let tool = self.tool.clone();
+        let (tool, call_id) = (self.tool.clone(), self.call_id.clone());
         Box::pin(async move {
             let request = ElicitRequest {
+                call_id,
                 tool,
                 message,
                 schema,
@@ -77,6 +80,8 @@ impl CallerLink for AgentLink {
 /// What a tool asks the person during a chat.
 #[derive(Debug, Clone)]
 pub struct ElicitRequest {
+    /// The model's id of the call that asks.
+    pub call_id: String,
     pub tool: String,
     pub message: String,
     /// The requested schema: an object of flat properties.

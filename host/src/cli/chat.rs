@@ -518,6 +518,7 @@ mod tests {
     #[test]
     fn a_form_is_asked_property_by_property_with_defaults_and_retries() {
         let request = ElicitRequest {
+            call_id: "c1".into(),
             tool: "signup".into(),
             message: "Who are you?".into(),
             schema: serde_json::json!({

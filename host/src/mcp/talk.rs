@@ -149,12 +149,12 @@ impl CallerLink for McpLink {
         if let Some(why) = self.no_elicitation {
             return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
         }
+        // The runtime passed it through the same type: this cannot fail.
         let requested_schema: ElicitationSchema = match serde_json::from_value(schema) {
             Ok(schema) => schema,
             Err(e) => {
                 return Box::pin(std::future::ready(Err(AskError::Failed(format!(
-                    "the requested schema is not one MCP elicitation allows (an object of \
-                     string, number, boolean or enum properties): {e}"
+                    "the requested schema is not one MCP elicitation allows: {e}"
                 )))));
             }
         };

@@ -228,15 +228,28 @@ impl TalkBudget {
         }
         let schema: Value = serde_json::from_str(schema)
             .map_err(|e| AskError::Failed(format!("the requested schema is not JSON: {e}")))?;
-        if !schema.is_object() {
-            return Err(AskError::Failed(
-                "the requested schema must be a JSON object".into(),
-            ));
-        }
+        let schema = form_schema(schema)?;
         self.elicitations -= 1;
         cut(&mut message, MESSAGE_BYTES);
         Ok((message, schema))
     }
+}
+
+/// The schema of a question as every caller can ask it: one MCP elicitation allows (an object
+/// of string, number, boolean or enum properties, rmcp's `ElicitationSchema`), written anew
+/// from what was understood. Nothing else the tool wrote goes on: no `$ref` or `$schema` a
+/// validator might try to fetch, no keyword a form would not show.
+fn form_schema(schema: Value) -> Result<Value, AskError> {
+    let refused = |e: &dyn std::fmt::Display| {
+        AskError::Failed(format!(
+            "the requested schema is not one MCP elicitation allows (an object of string, \
+             number, boolean or enum properties): {e}"
+        ))
+    };
+    let mut form: rmcp::model::ElicitationSchema =
+        serde_json::from_value(schema).map_err(|e| refused(&e))?;
+    form.schema = None;
+    serde_json::to_value(form).map_err(|e| refused(&e))
 }
 
 /// Cuts `text` to at most `bytes`, on a character boundary.
@@ -287,8 +300,9 @@ mod tests {
             all.sample(request),
             Err(AskError::LimitReached(_))
         ));
+        let form = r#"{"type":"object","properties":{"n":{"type":"string"}}}"#;
         for _ in 0..ELICITATIONS_PER_CALL {
-            all.elicit("?".into(), r#"{"type":"object"}"#).unwrap();
+            all.elicit("?".into(), form).unwrap();
         }
         assert!(matches!(
             all.elicit("?".into(), "{}"),
@@ -308,5 +322,39 @@ mod tests {
         }
         assert!(all.progress(report).is_none());
         assert_eq!(all.progress_dropped, 1);
+    }
+
+    #[test]
+    fn a_question_goes_on_as_a_form_and_nothing_else() {
+        let written = serde_json::json!({
+            "$schema": "https://evil.example/meta",
+            "$ref": "https://evil.example/schema",
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "title": "Name", "x-script": "alert(1)"},
+                "age": {"type": "integer", "minimum": 0}
+            },
+            "required": ["name"]
+        });
+        let form = form_schema(written).unwrap();
+        assert_eq!(
+            form,
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "age": {"type": "integer", "minimum": 0},
+                    "name": {"type": "string", "title": "Name"}
+                },
+                "required": ["name"]
+            })
+        );
+        let nested = serde_json::json!({
+            "type": "object",
+            "properties": {"address": {"type": "object"}}
+        });
+        let Err(AskError::Failed(why)) = form_schema(nested) else {
+            panic!("a nested object was taken")
+        };
+        assert!(why.contains("not one MCP elicitation allows"), "{why}");
     }
 }

@@ -1,7 +1,8 @@
 //! The chat endpoints: conversations listed, read, started, continued and deleted; a run's
-//! events streamed while it goes on; approvals answered. docs/chat-api.md is their reference.
+//! events streamed while it goes on; approvals and tools' questions answered. docs/chat-api.md is
+//! their reference.
 
-use super::runs::{Busy, Decision, RunSlot, WebApprover, event_json};
+use super::runs::{Busy, Decision, RunSlot, Unanswered, WebApprover, event_json};
 use super::sse::{EventStream, frame};
 use super::store::{RunRecord, Store, StoreError, Stored};
 use super::{ChatSettings, Web};
@@ -324,6 +325,21 @@ pub(super) async fn decide(
     }
 }
 
+pub(super) async fn answer(
+    State(web): State<Arc<Web>>,
+    Path((id, question)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match web.runs.answer(&id, &question, from_json(&body)?) {
+        Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(Unanswered::Invalid(message)) => Err(error(StatusCode::BAD_REQUEST, message)),
+        Err(Unanswered::NotPending) => Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no question `{question}` is pending in conversation `{id}`"),
+        )),
+    }
+}
+
 pub(super) async fn start_conversation(
     State(web): State<Arc<Web>>,
     body: Bytes,
@@ -523,6 +539,7 @@ async fn run(
                 timeout: web.chat.approval_timeout,
                 cancel: slot.cancel.clone(),
                 events: emit.clone(),
+                asked: Default::default(),
             };
             let agent = Agent::new(
                 web.host.clone(),

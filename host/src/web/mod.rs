@@ -137,6 +137,10 @@ pub fn router(web: Arc<Web>, page: bool) -> axum::Router {
             "/api/conversations/{id}/approvals/{call}",
             post(api::decide),
         )
+        .route(
+            "/api/conversations/{id}/elicitations/{question}",
+            post(api::answer),
+        )
         .route("/api/catalog", get(catalog::catalog))
         .route("/api/catalog/events", get(catalog::events))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))

@@ -1,11 +1,14 @@
 //! The runs going on: one per conversation at most, `[chat] max-runs` in all; each with the
-//! token that cancels it and the approvals it waits for. The approver of a run asks the person
-//! through the run's own event stream and waits, bounded by a timeout and by the run's token.
+//! token that cancels it, the approvals it waits for and the questions its tools ask
+//! (elicitation). The approver of a run asks the person through the run's own event stream
+//! and waits, bounded by a timeout and by the run's token.
 
-use crate::agent::{Approval, ApprovalPolicy, ApprovalRequest, Approver, Event};
+use crate::agent::{Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest, Event};
 use crate::provider::BoxFuture;
+use crate::runtime::{AskError, ElicitAnswer};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -40,9 +43,35 @@ pub enum Busy {
     Host(usize),
 }
 
+/// A person's answer to a tool's question, as the API takes it:
+/// `{"action": "accept", "content": {...}}`, `{"action": "decline"}` or `{"action": "cancel"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Reply {
+    Accept { content: Value },
+    Decline,
+    Cancel,
+}
+
+/// Why an answer to a question was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// No such question is pending (never asked, answered already, or its call ended).
+    NotPending,
+    /// The content does not match the question's schema (the question stays pending).
+    Invalid(String),
+}
+
+/// A question waiting for the person: its schema, and where the answer goes.
+struct Question {
+    schema: Value,
+    answer: oneshot::Sender<ElicitAnswer>,
+}
+
 struct Active {
     cancel: CancellationToken,
     approvals: HashMap<String, oneshot::Sender<Decision>>,
+    questions: HashMap<String, Question>,
 }
 
 /// Every run going on.
@@ -94,6 +123,7 @@ impl Runs {
             Active {
                 cancel: cancel.clone(),
                 approvals: HashMap::new(),
+                questions: HashMap::new(),
             },
         );
         Ok(RunSlot {
@@ -138,6 +168,95 @@ impl Runs {
             active.approvals.remove(call);
         }
     }
+
+    /// Hands a person's answer to the question `id` waiting for it. Accepted content is
+    /// checked against the question's schema first: refused, the question stays pending, and
+    /// the error names the property (a JSON pointer).
+    pub fn answer(&self, conversation: &str, id: &str, reply: Reply) -> Result<(), Unanswered> {
+        let schema = self
+            .lock()
+            .get(conversation)
+            .and_then(|active| active.questions.get(id))
+            .map(|question| question.schema.clone())
+            .ok_or(Unanswered::NotPending)?;
+        let answer = match reply {
+            Reply::Accept { content } => {
+                // The schema passed the runtime's check: flat properties, 16 KiB at most.
+                let validator = jsonschema::validator_for(&schema)
+                    .map_err(|e| Unanswered::Invalid(format!("the question's schema: {e}")))?;
+                if let Some(e) = validator.iter_errors(&content).next() {
+                    return Err(Unanswered::Invalid(format!(
+                        "/content{}: {e}",
+                        e.instance_path()
+                    )));
+                }
+                ElicitAnswer::Accept(content)
+            }
+            Reply::Decline => ElicitAnswer::Decline,
+            Reply::Cancel => ElicitAnswer::Cancel,
+        };
+        let question = self
+            .lock()
+            .get_mut(conversation)
+            .and_then(|active| active.questions.remove(id))
+            .ok_or(Unanswered::NotPending)?;
+        question
+            .answer
+            .send(answer)
+            .map_err(|_| Unanswered::NotPending)
+    }
+
+    fn pose(
+        &self,
+        conversation: &str,
+        id: &str,
+        schema: Value,
+    ) -> Option<oneshot::Receiver<ElicitAnswer>> {
+        let (answer, receiver) = oneshot::channel();
+        self.lock()
+            .get_mut(conversation)?
+            .questions
+            .insert(id.to_string(), Question { schema, answer });
+        Some(receiver)
+    }
+}
+
+/// A question asked: forgotten when its wait ends, however it ends. One whose call ended
+/// first (the call's timeout, or its cancellation) is reported as `ended`.
+struct Asked<'a> {
+    approver: &'a WebApprover,
+    id: String,
+    request: &'a ElicitRequest,
+    settled: bool,
+}
+
+impl Asked<'_> {
+    fn settle(&mut self, action: &str) {
+        self.settled = true;
+        (self.approver.events)(json!({
+            "type": "elicitation",
+            "id": self.id,
+            "call_id": self.request.call_id,
+            "tool": self.request.tool,
+            "action": action,
+        }));
+    }
+}
+
+impl Drop for Asked<'_> {
+    fn drop(&mut self) {
+        if let Some(active) = self
+            .approver
+            .runs
+            .lock()
+            .get_mut(&self.approver.conversation)
+        {
+            active.questions.remove(&self.id);
+        }
+        if !self.settled {
+            self.settle("ended");
+        }
+    }
 }
 
 /// Asks the person about each destructive call of one run, through the run's events.
@@ -150,8 +269,11 @@ pub struct WebApprover {
     pub allowed: Arc<Mutex<HashSet<String>>>,
     pub timeout: Duration,
     pub cancel: CancellationToken,
-    /// Where the run's events go (the `approval_request` and `approval` events, here).
+    /// Where the run's events go (the `approval_request` and `approval` events, here, and
+    /// `elicitation_request` and `elicitation`).
     pub events: Arc<dyn Fn(Value) + Send + Sync>,
+    /// Questions asked in this run so far: their ids are `CALL-ask-N`.
+    pub asked: AtomicU32,
 }
 
 impl WebApprover {
@@ -232,6 +354,63 @@ impl WebApprover {
     }
 }
 
+impl WebApprover {
+    /// Asks the person a tool's question through the run's events and waits for the answer
+    /// (`POST .../elicitations/{id}`), at most `[chat] approval-timeout-s`, and no longer than
+    /// the run or the call lasts.
+    async fn question(&self, request: &ElicitRequest) -> Result<ElicitAnswer, AskError> {
+        let number = self.asked.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("{}-ask-{number}", request.call_id);
+        let Some(answer) = self
+            .runs
+            .pose(&self.conversation, &id, request.schema.clone())
+        else {
+            return Err(AskError::Failed(
+                "the run ended before the person was asked".into(),
+            ));
+        };
+        let mut asked = Asked {
+            approver: self,
+            id,
+            request,
+            settled: false,
+        };
+        (self.events)(json!({
+            "type": "elicitation_request",
+            "id": asked.id,
+            "call_id": request.call_id,
+            "tool": request.tool,
+            "message": request.message,
+            "schema": request.schema,
+        }));
+        let answer = tokio::select! {
+            answer = answer => answer.ok(),
+            () = tokio::time::sleep(self.timeout) => {
+                asked.settle("timeout");
+                return Err(AskError::Failed(format!(
+                    "nobody answered within {} s ([chat] approval-timeout-s)",
+                    self.timeout.as_secs()
+                )));
+            }
+            () = self.cancel.cancelled() => None,
+        };
+        match answer {
+            Some(answer) => {
+                asked.settle(match answer {
+                    ElicitAnswer::Accept(_) => "accept",
+                    ElicitAnswer::Decline => "decline",
+                    ElicitAnswer::Cancel => "cancel",
+                });
+                Ok(answer)
+            }
+            None => {
+                asked.settle("gone");
+                Err(AskError::Failed("the person left before answering".into()))
+            }
+        }
+    }
+}
+
 fn refused(request: &ApprovalRequest, why: &str) -> Approval {
     Approval::Refused(format!(
         "`{}` was not approved: {why}; do not retry it",
@@ -242,6 +421,13 @@ fn refused(request: &ApprovalRequest, why: &str) -> Approval {
 impl Approver for WebApprover {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
         Box::pin(self.ask(request))
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        request: &'a ElicitRequest,
+    ) -> BoxFuture<'a, Result<ElicitAnswer, AskError>> {
+        Box::pin(self.question(request))
     }
 }
 

@@ -10,6 +10,7 @@ const state = {
   replyTo: null,      // the question the next message answers
   assistant: null,    // the bubble the model's text goes to
   calls: new Map(),   // call id -> its block
+  questions: new Map(), // question id -> its form
 };
 
 function el(tag, props = {}, ...children) {
@@ -181,6 +182,98 @@ function approvalDecided(event) {
   block.approval.append(el("div", { class: "muted", text: `decision: ${event.decision}` }));
 }
 
+// A tool's question (elicitation): a form from the requested schema, whose properties are
+// strings (an enum is a choice), numbers, integers or booleans.
+function field(name, property, required) {
+  const label = property.title || name;
+  const choices = property.enum || (property.oneOf || []).map((o) => o.const);
+  const names = property.enumNames || (property.oneOf || []).map((o) => o.title || o.const);
+  let input;
+  if (property.type === "array") {
+    const items = property.items || {};
+    const values = items.enum || (items.anyOf || []).map((o) => o.const);
+    const titles = items.enum || (items.anyOf || []).map((o) => o.title || o.const);
+    const chosen = new Set(property.default || []);
+    input = el("select", { multiple: true },
+      ...values.map((v, i) => el("option", { value: v, text: titles[i], selected: chosen.has(v) })));
+  } else if (property.type === "boolean") {
+    input = el("input", { type: "checkbox", checked: property.default === true });
+  } else if (choices.length) {
+    input = el("select", {}, ...(required ? [] : [el("option", { value: "", text: "" })]),
+      ...choices.map((c, i) => el("option", { value: c, text: names[i] || c, selected: property.default === c })));
+  } else {
+    const kinds = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" };
+    const number = property.type === "number" || property.type === "integer";
+    input = el("input", { type: number ? "number" : kinds[property.format] || "text", required });
+    if (property.type === "integer") input.step = "1";
+    if (property.type === "number") input.step = "any";
+    if (property.minimum != null) input.min = property.minimum;
+    if (property.maximum != null) input.max = property.maximum;
+    if (property.default != null) input.value = property.default;
+  }
+  input.name = name;
+  input.dataset.kind = property.type || "string";
+  return el("label", { class: "field" }, el("span", { text: label + (required ? " *" : "") }), input,
+    property.description && property.title ? el("span", { class: "muted", text: property.description }) : null);
+}
+
+function formValues(form) {
+  const content = {};
+  for (const input of form.querySelectorAll("input, select")) {
+    const kind = input.dataset.kind;
+    if (kind === "boolean") content[input.name] = input.checked;
+    else if (kind === "array") content[input.name] = [...input.selectedOptions].map((o) => o.value);
+    else if (input.value === "") continue;
+    else if (kind === "number" || kind === "integer") content[input.name] = Number(input.value);
+    else content[input.name] = input.value;
+  }
+  return content;
+}
+
+function elicitationRequest(event, live) {
+  const block = state.calls.get(event.call_id) || callBlock(event.call_id, event.tool, "");
+  const schema = event.schema || {};
+  const required = new Set(schema.required || []);
+  const form = el("form", { class: "elicitation", "data-testid": "elicitation", "data-question": event.id },
+    el("div", { text: `${event.tool} asks: ${event.message}` }),
+    ...Object.entries(schema.properties || {}).map(([name, p]) => field(name, p, required.has(name))));
+  if (live) {
+    const conversation = state.conversation;
+    const buttons = el("div", { class: "buttons" });
+    const reply = (action) => async (e) => {
+      if (e) e.preventDefault();
+      const body = action === "accept" ? { action, content: formValues(form) } : { action };
+      for (const b of buttons.children) b.disabled = true;
+      const response = await api(`/api/conversations/${conversation}/elicitations/${encodeURIComponent(event.id)}`,
+        { method: "POST", body: JSON.stringify(body) });
+      if (!response.ok) {
+        notice(await failure(response));
+        for (const b of buttons.children) b.disabled = false;
+      }
+    };
+    form.onsubmit = reply("accept");
+    buttons.append(
+      el("button", { type: "submit", class: "primary", text: "Send", "data-testid": "elicit-accept" }),
+      el("button", { type: "button", text: "Decline", "data-testid": "elicit-decline", onclick: reply("decline") }),
+      el("button", { type: "button", text: "Cancel", "data-testid": "elicit-cancel", onclick: reply("cancel") }));
+    form.append(buttons);
+  } else {
+    for (const input of form.querySelectorAll("input, select")) input.disabled = true;
+  }
+  state.questions.set(event.id, form);
+  block.querySelector(".body").before(form);
+  block.open = true;
+  block.status.textContent = "waiting for an answer";
+  if (live) (form.querySelector("input, select") || form.querySelector("button")).focus();
+}
+
+function elicitationAnswered(event) {
+  const form = state.questions.get(event.id);
+  if (!form) return;
+  for (const input of form.querySelectorAll("input, select, button")) input.disabled = true;
+  form.append(el("div", { class: "muted", text: `answer: ${event.action}`, "data-testid": "elicitation-answer" }));
+}
+
 const ENDINGS = { "iteration-limit": 1, error: 1, cancelled: 1, "shut-down": 1 };
 
 function show(event, live) {
@@ -191,6 +284,8 @@ function show(event, live) {
     case "tool_result": callResult(event); break;
     case "approval_request": approvalRequest(event, live); break;
     case "approval": approvalDecided(event); break;
+    case "elicitation_request": elicitationRequest(event, live); break;
+    case "elicitation": elicitationAnswered(event); break;
     case "question":
       state.assistant = null;
       item(el("div", { class: "assistant question", text: event.text, "data-testid": "question" }));
@@ -213,6 +308,7 @@ function clearChat() {
   $("messages").replaceChildren();
   $("notices").replaceChildren();
   state.calls.clear();
+  state.questions.clear();
   state.assistant = null;
   state.replyTo = null;
 }
