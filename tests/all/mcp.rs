@@ -122,8 +122,9 @@ fn text(result: &CallToolResult) -> String {
         .collect()
 }
 
-async fn call(
-    client: &RunningService<RoleClient, Client>,
+/// Calls `tool` with `arguments` (a JSON object) through any test client.
+pub(crate) async fn call<H: rmcp::ClientHandler>(
+    client: &RunningService<RoleClient, H>,
     tool: &str,
     arguments: Value,
 ) -> CallToolResult {

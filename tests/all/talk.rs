@@ -6,12 +6,12 @@
 // Sampling: deprecated at 2026-07-28, part of the revisions toolhost serves.
 #![allow(deprecated)]
 
-use crate::mcp::{configure, stdio_serve};
+use crate::mcp::{call, configure, stdio_serve};
 use crate::support::{Fixture, ensemble};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    ElicitationAction, ErrorData, ProgressNotificationParam, ProtocolVersion, SamplingMessage,
+    CallToolResult, ClientCapabilities, ClientConfig, ContentBlock, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
+    ProgressNotificationParam, ProtocolVersion, SamplingMessage,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -134,20 +134,6 @@ fn fixture(grants: &str) -> Fixture {
 }
 
 const GRANTS: &str = "[grants]\nsampling = true\nelicitation = true\n";
-
-async fn call(
-    client: &RunningService<RoleClient, Talker>,
-    tool: &str,
-    arguments: Value,
-) -> CallToolResult {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments must be an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
-        .await
-        .expect("tools/call")
-}
 
 /// Waits until `reports` holds `count` reports (a failure deadline, not a timing check).
 async fn wait_for(reports: &Mutex<Vec<ProgressNotificationParam>>, count: usize) {

@@ -82,7 +82,7 @@ impl ToolResult {
     /// `max-output-bytes` bounds and what dedup memory counts.
     pub fn bytes(&self) -> usize {
         let items: usize = self.content.iter().map(Content::bytes).sum();
-        items + self.structured.as_ref().map_or(0, json_len)
+        items + self.structured.as_ref().map_or(0, crate::audit::json_len)
     }
 
     /// The result as text, for a reader of text alone (a model, a terminal): the text items
@@ -139,23 +139,6 @@ impl ToolResult {
         }
         Cow::Owned(out)
     }
-}
-
-/// The length of a value's compact JSON, without keeping the text.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 #[cfg(test)]

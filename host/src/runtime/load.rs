@@ -498,25 +498,17 @@ impl Runtime {
         {
             Ok(Exported::Specs(specs)) => specs
                 .into_iter()
-                .map(|s| ToolDescription {
-                    name: s.name,
-                    default_name: None,
-                    description: s.description,
-                    input_schema: s.input_schema,
-                    output: None,
-                })
+                .map(|s| ToolDescription::declared(s.name, s.description, s.input_schema, None))
                 .collect(),
             Ok(Exported::Specs2(specs)) => specs
                 .into_iter()
-                .map(|s| ToolDescription {
-                    name: s.name,
-                    default_name: None,
-                    description: s.description,
-                    input_schema: s.input_schema,
-                    output: s.output_schema.map(|schema| super::OutputSchema {
-                        schema,
-                        shape: super::OutputShape::Declared,
-                    }),
+                .map(|s| {
+                    ToolDescription::declared(
+                        s.name,
+                        s.description,
+                        s.input_schema,
+                        s.output_schema,
+                    )
                 })
                 .collect(),
             Ok(Exported::Call(_) | Exported::Call2(_) | Exported::Typed(_)) => {

@@ -18,6 +18,28 @@ pub struct ToolDescription {
     pub output: Option<OutputSchema>,
 }
 
+impl ToolDescription {
+    /// A tool of our own world, as its `describe` declares it (with an output schema from
+    /// 0.2.0 on).
+    pub(crate) fn declared(
+        name: String,
+        description: String,
+        input_schema: String,
+        output_schema: Option<String>,
+    ) -> Self {
+        ToolDescription {
+            name,
+            default_name: None,
+            description,
+            input_schema,
+            output: output_schema.map(|schema| OutputSchema {
+                schema,
+                shape: OutputShape::Declared,
+            }),
+        }
+    }
+}
+
 /// The JSON Schema of what a typed export returns, and how its text becomes the structured
 /// content MCP clients get (an object).
 #[derive(Debug, Clone, PartialEq, Eq)]
