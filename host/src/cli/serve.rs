@@ -219,7 +219,9 @@ async fn serve_stdio(
     service::notify(&[sd_notify::NotifyState::Ready]);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
     let started = tokio::select! {
-        started = server.serve(rmcp::transport::stdio()) => started,
+        // Pipes (as MCP clients start servers) are read and written on the reactor, not
+        // through the blocking pool: no hand-off between threads per message.
+        started = server.serve(rmcp::transport::stdio_pipes()) => started,
         report = &mut drain => return Ok(service::exit_code(report)),
     };
     let service = match started {
