@@ -298,6 +298,10 @@ async fn a_huge_result_is_refused_before_the_host_holds_it() {
         .await);
     assert_eq!(error.kind, ErrorKind::Crashed, "{}", error.message);
     assert!(error.message.contains("hostcall"), "{}", error.message);
+    // Within max-output-bytes as JSON, though not twice over: its structured result is the
+    // same JSON, and is not counted again.
+    let most = ok(&host.invoke(&s, "bytes", json!({"count": 20_000})).await);
+    assert_eq!(most.len(), 40_001);
     // Within the share but past max-output-bytes as JSON: the output limit.
     let error = err(&host.invoke(&s, "bytes", json!({"count": 35_000})).await);
     assert_eq!(error.kind, ErrorKind::ResourceLimit, "{}", error.message);

@@ -188,6 +188,15 @@ impl fmt::Debug for LoadedComponent {
     }
 }
 
+/// Which kind of export a result came from, for what its output limit counts.
+#[derive(Clone, Copy)]
+enum ResultKind {
+    /// Our own world: every item and the structured result the tool returned.
+    Plugin,
+    /// A typed export: its text (the structured result is that text parsed again).
+    Typed,
+}
+
 /// Counters that tests and `toolhost check` read.
 #[derive(Debug, Default)]
 struct Counters {
@@ -367,6 +376,10 @@ impl Runtime {
             }
         };
         let failed = |m| Err(RunError::Tool(ToolFailure::Failed(m)));
+        let exported_kind = match exported {
+            Exported::Typed(_) => ResultKind::Typed,
+            _ => ResultKind::Plugin,
+        };
         let result = match exported {
             Exported::Call(Ok(text)) => ToolResult::text_only(text),
             Exported::Call(Err(ToolError::InvalidArguments(m)))
@@ -376,6 +389,14 @@ impl Runtime {
             Exported::Call(Err(ToolError::Failed(m)))
             | Exported::Call2(Err(v2::ToolError::Failed(m))) => return failed(m),
             Exported::Call2(Ok(result)) => {
+                // Before parsing: parsed JSON takes many times its text's memory.
+                let structured = result.structured.as_ref().map_or(0, String::len);
+                if structured > limits.max_output_bytes {
+                    return Err(RunError::OutputLimit {
+                        bytes: structured,
+                        limit: limits.max_output_bytes,
+                    });
+                }
                 let declared = component
                     .tools
                     .iter()
@@ -407,7 +428,11 @@ impl Runtime {
                 });
             }
         };
-        let bytes = result.bytes();
+        // A typed tool's structured result is its text parsed again: the text is what counts.
+        let bytes = match exported_kind {
+            ResultKind::Typed => result.content.iter().map(Content::bytes).sum(),
+            ResultKind::Plugin => result.bytes(),
+        };
         if bytes > limits.max_output_bytes {
             return Err(RunError::OutputLimit {
                 bytes,

@@ -176,10 +176,12 @@ impl TalkBudget {
                 "a call may sample at most {SAMPLES_PER_CALL} times"
             )));
         }
+        request.model_hints.truncate(8);
         let bytes: usize = request
             .messages
             .iter()
             .map(|(_, text)| text.len())
+            .chain(request.model_hints.iter().map(String::len))
             .sum::<usize>()
             + request.system_prompt.as_ref().map_or(0, String::len);
         if bytes > SAMPLE_REQUEST_BYTES {
@@ -196,7 +198,6 @@ impl TalkBudget {
         self.samples -= 1;
         request.max_tokens = request.max_tokens.clamp(1, SAMPLE_MAX_TOKENS);
         request.temperature = request.temperature.filter(|t| t.is_finite());
-        request.model_hints.truncate(8);
         Ok(request)
     }
 
@@ -291,6 +292,12 @@ mod tests {
             elicitation: true,
             ..TalkGrants::default()
         });
+        // Model hints count toward the request's bytes too.
+        let hinted = SamplingRequest {
+            model_hints: vec!["h".repeat(SAMPLE_REQUEST_BYTES)],
+            ..request.clone()
+        };
+        assert!(matches!(all.sample(hinted), Err(AskError::LimitReached(_))));
         for _ in 0..SAMPLES_PER_CALL {
             let sent = all.sample(request.clone()).unwrap();
             assert_eq!(sent.max_tokens, SAMPLE_MAX_TOKENS);

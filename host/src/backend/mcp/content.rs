@@ -43,9 +43,14 @@ fn block(item: &Content) -> ContentBlock {
 
 /// An imported server's result as the host's: each item kept as what it is; media whose
 /// base64 does not decode, and links to resources (which toolhost does not fetch), as their
-/// JSON text.
+/// JSON text. A result with a structured value and no item is that value's JSON text.
 pub fn from_mcp(result: mcp::CallToolResult) -> ToolResult {
-    let content = result.content.into_iter().map(item).collect();
+    let mut content: Vec<Content> = result.content.into_iter().map(item).collect();
+    if content.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        content.push(Content::Text(structured.to_string()));
+    }
     ToolResult {
         content,
         structured: None,
@@ -104,6 +109,13 @@ fn item(block: ContentBlock) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_structured_result_without_items_is_its_json_text() {
+        let mut structured = mcp::CallToolResult::structured(serde_json::json!({"n": 1}));
+        structured.content.clear();
+        assert_eq!(from_mcp(structured).text(), r#"{"n":1}"#);
+    }
 
     #[test]
     fn items_cross_both_ways_unchanged() {
