@@ -13,6 +13,11 @@
 //! dedup hit and every call runs the tool. The client is rmcp's, on a tokio runtime of 2
 //! workers in this process.
 //!
+//! Two more cells say where a stdio call's time goes: the direct calls again with the worker
+//! asleep for 150 µs between them (a server's worker sleeps while each response and the next
+//! request travel), and stdio at 2026-07-28 from a client without an MCP library (a line
+//! per request, responses matched by id).
+//!
 //! Prints a Markdown table on stdout; problems the servers logged on stderr are repeated at the
 //! end.
 //!
@@ -24,12 +29,15 @@ use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::json;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{Host, Session};
 use toolhost::runtime::{Runtime, RuntimeSettings};
@@ -44,6 +52,13 @@ const READY_DEADLINE: Duration = Duration::from_secs(120);
 const CONCURRENCIES: [usize; 2] = [1, 16];
 /// The baseline's name in the table.
 const DIRECT: &str = "invoke direct";
+/// The baseline again with its worker asleep between calls, [`PAUSE`] each time, as a
+/// server's worker is while a response and the next request travel: what a call costs on
+/// caches and a core that went idle.
+const PAUSE: Duration = Duration::from_micros(150);
+const PACED: &str = "invoke direct, 150 µs apart";
+/// stdio at 2026-07-28 from [`Lines`], a client without an MCP library.
+const LINES: &str = "stdio 2026-07-28, line client";
 
 /// How many calls each cell makes.
 struct Counts {
@@ -216,6 +231,99 @@ impl Mcp {
 
     async fn close(self) {
         self.0.cancel().await.expect("the client closes");
+    }
+}
+
+/// Responses a [`Lines`] client waits for, by request id.
+type Waiting = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<serde_json::Value>>>>;
+
+/// A JSON-RPC client of `toolhost serve` over stdio at 2026-07-28 without an MCP library:
+/// each request one line out, and one task matching each response line to its request by id.
+/// Its cells beside rmcp's show what the client's side costs.
+struct Lines {
+    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    waiting: Waiting,
+    /// Killed when the client is dropped.
+    _server: tokio::process::Child,
+}
+
+impl Caller for Lines {
+    async fn call(&self, tool: &'static str, n: u64) {
+        let params = json!({"name": tool, "arguments": {"i": n}});
+        let response = self.request(n, "tools/call", params).await;
+        let failed =
+            response.get("error").is_some() || response["result"]["isError"] == json!(true);
+        assert_eq!(failed, tool == MISSING, "call {n} of {tool}: {response}");
+    }
+}
+
+impl Lines {
+    async fn start(setup: &Setup, label: &str) -> Lines {
+        let stderr = std::fs::File::create(setup.path(&format!("stderr-{label}.txt")))
+            .expect("a file for the server's stderr");
+        let mut server = tokio::process::Command::from(setup.serve(label))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("serve starts");
+        let stdout = server.stdout.take().expect("the server's stdout");
+        let waiting = Waiting::default();
+        let pending = waiting.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let message: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+                let sender = (message["id"].as_u64())
+                    .and_then(|id| pending.lock().expect("waiting").remove(&id));
+                if let Some(sender) = sender {
+                    let _ = sender.send(message);
+                }
+            }
+        });
+        let stdin = server.stdin.take().expect("the server's stdin");
+        let lines = Lines {
+            stdin: tokio::sync::Mutex::new(stdin),
+            waiting,
+            _server: server,
+        };
+        // Until the tool is listed (a component the server finds uncompiled joins later).
+        let started = Instant::now();
+        // Ids past any call's `n` (JSON-RPC ids are i64 to rmcp).
+        for attempt in 1 << 40.. {
+            let listed = lines.request(attempt, "tools/list", json!({})).await;
+            if (listed["result"]["tools"].as_array().into_iter().flatten())
+                .any(|t| t["name"] == TOOL)
+            {
+                return lines;
+            }
+            assert!(started.elapsed() < READY_DEADLINE, "never listed: {listed}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        unreachable!("the deadline ends the loop first")
+    }
+
+    /// Sends request `id` with the `_meta` a 2026-07-28 request carries, and waits for its
+    /// response.
+    async fn request(
+        &self,
+        id: u64,
+        method: &str,
+        mut params: serde_json::Value,
+    ) -> serde_json::Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "protocol-bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut line = serde_json::to_vec(&request).expect("a request");
+        line.push(b'\n');
+        let (sender, response) = oneshot::channel();
+        self.waiting.lock().expect("waiting").insert(id, sender);
+        (self.stdin.lock().await.write_all(&line).await).expect("a request written");
+        response.await.expect("a response")
     }
 }
 
@@ -432,6 +540,7 @@ async fn run<C: Caller>(
     tool: &'static str,
     concurrency: usize,
     calls: usize,
+    pause: Duration,
 ) -> (Duration, Vec<Duration>) {
     let per_task = calls.div_ceil(concurrency);
     let started = Instant::now();
@@ -445,6 +554,11 @@ async fn run<C: Caller>(
                     let call = Instant::now();
                     caller.call(tool, n).await;
                     latencies.push(call.elapsed());
+                    if !pause.is_zero() {
+                        // Blocks the worker on purpose: it sleeps between calls, as a server's
+                        // worker does while the next request is on its way.
+                        std::thread::sleep(pause);
+                    }
                 }
                 latencies
             })
@@ -462,27 +576,41 @@ async fn run<C: Caller>(
 /// Both concurrencies of one mode, each after its warm-up; then calls of [`MISSING`] at
 /// concurrency 1.
 async fn measure<C: Caller>(
-    (mode, label): (&'static str, &'static str),
+    mode: (&'static str, &'static str),
     caller: &Arc<C>,
     counts: &Counts,
     next: &Arc<AtomicU64>,
 ) -> Vec<Cell> {
-    let mut cells = Vec::new();
     let plan = CONCURRENCIES
         .iter()
         .map(|&c| (TOOL, c, counts.at(c)))
         .chain([(MISSING, 1, counts.single)]);
+    measure_plan(mode, caller, plan, counts.warm_up, Duration::ZERO, next).await
+}
+
+/// One cell for each `(tool, concurrency, calls)` of `plan`, each after a warm-up of
+/// `warm_up` calls, every calling task sleeping `pause` after each of its calls.
+async fn measure_plan<C: Caller>(
+    (mode, label): (&'static str, &'static str),
+    caller: &Arc<C>,
+    plan: impl IntoIterator<Item = (&'static str, usize, usize)>,
+    warm_up: usize,
+    pause: Duration,
+    next: &Arc<AtomicU64>,
+) -> Vec<Cell> {
+    let mut cells = Vec::new();
     for (tool, concurrency, calls) in plan {
         run(
             caller,
             next,
             tool,
             concurrency,
-            counts.warm_up.max(concurrency),
+            warm_up.max(concurrency),
+            pause,
         )
         .await;
         let first = next.load(Ordering::Relaxed);
-        let (wall, latencies) = run(caller, next, tool, concurrency, calls).await;
+        let (wall, latencies) = run(caller, next, tool, concurrency, calls, pause).await;
         let cell = Cell {
             mode,
             label,
@@ -580,6 +708,18 @@ fn main() {
     let mut cells = rt.block_on(async {
         let direct = Arc::new(setup.direct().await);
         let mut cells = measure((DIRECT, "direct"), &direct, &counts, &next).await;
+        let paced = [(TOOL, 1, counts.single)];
+        cells.extend(
+            measure_plan(
+                (PACED, "direct"),
+                &direct,
+                paced,
+                counts.warm_up,
+                PAUSE,
+                &next,
+            )
+            .await,
+        );
         let stdio = [
             ("stdio 2025-11-25", "stdio-2025", Revision::Handshake),
             ("stdio 2026-07-28", "stdio-2026", Revision::Stateless),
@@ -592,6 +732,9 @@ fn main() {
                 .close()
                 .await;
         }
+        let lines = Arc::new(Lines::start(&setup, "stdio-lines").await);
+        cells.extend(measure((LINES, "stdio-lines"), &lines, &counts, &next).await);
+        drop(lines);
         let http = [
             ("HTTP 2025-11-25", "http-2025", Revision::Handshake),
             ("HTTP 2026-07-28", "http-2026", Revision::Stateless),
