@@ -27,6 +27,8 @@ enum Answer {
     #[default]
     Accept,
     Decline,
+    /// Accepts with content the form did not ask for (a number for the name).
+    Misfit,
     /// Never answers: the call must end at its own timeout.
     Never,
 }
@@ -101,6 +103,9 @@ impl ClientHandler for Talker {
             .with_content(json!({"sure": true}))),
             Answer::Accept => {
                 Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"n": 1})))
+            }
+            Answer::Misfit => {
+                Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": 7})))
             }
             Answer::Decline => Ok(ElicitResult::new(ElicitationAction::Decline)),
             Answer::Never => {
@@ -369,6 +374,19 @@ async fn elicitation_asks_the_person_with_a_form_and_a_silent_person_ends_at_the
     assert_eq!(
         text(&call(&client, "ask_person", json!({})).await),
         "declined"
+    );
+    client.cancel().await.expect("close");
+
+    // A client's answer is checked against the form it was sent: the tool gets `failed`.
+    let misfit = Talker {
+        answer: Answer::Misfit,
+        ..Talker::default()
+    };
+    let client = start(&fixture, misfit).await;
+    let refused = text(&call(&client, "ask_person", json!({})).await);
+    assert!(
+        refused.starts_with("failed: the answer does not fit the requested schema at /name:"),
+        "{refused}"
     );
     client.cancel().await.expect("close");
 

@@ -218,7 +218,7 @@ impl v2::Host for CallState {
         match self
             .talk
             .link
-            .elicit(message, schema)
+            .elicit(message, schema.clone())
             .await
             .map_err(ask_error)?
         {
@@ -231,6 +231,7 @@ impl v2::Host for CallState {
                         talk::ANSWER_BYTES
                     )));
                 }
+                talk::check_answer(&schema, &value).map_err(ask_error)?;
                 Ok(v2::ElicitAnswer::Accept(text))
             }
             ElicitAnswer::Decline => Ok(v2::ElicitAnswer::Decline),

@@ -253,6 +253,25 @@ fn form_schema(schema: Value) -> Result<Value, AskError> {
     serde_json::to_value(form).map_err(|e| refused(&e))
 }
 
+/// Checks an accepted answer against the schema its question went out with: whoever answered
+/// (an MCP client, a terminal, the web chat), the tool gets only the form it asked for, or
+/// `failed` naming the property that did not fit (a JSON pointer).
+pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskError> {
+    // The schema is one `form_schema` wrote: flat properties, 16 KiB at most.
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| AskError::Failed(format!("the requested schema: {e}")))?;
+    match validator.iter_errors(answer).next() {
+        None => Ok(()),
+        Some(e) => {
+            let at = e.instance_path().to_string();
+            Err(AskError::Failed(format!(
+                "the answer does not fit the requested schema at {}: {e}",
+                if at.is_empty() { "/" } else { &at }
+            )))
+        }
+    }
+}
+
 /// Cuts `text` to at most `bytes`, on a character boundary.
 pub(crate) fn cut(text: &mut String, bytes: usize) {
     if text.len() > bytes {
@@ -266,6 +285,29 @@ mod tests {
 
     fn budget(grants: TalkGrants) -> TalkBudget {
         TalkBudget::new(grants, Arc::new(Unlinked))
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_its_form_is_refused_with_its_pointer() {
+        let schema = form_schema(serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name"]
+        }))
+        .unwrap();
+        check_answer(&schema, &serde_json::json!({"name": "Ada", "age": 36})).unwrap();
+        let Err(AskError::Failed(wrong)) = check_answer(&schema, &serde_json::json!({"name": 7}))
+        else {
+            panic!("a number for a string is refused")
+        };
+        assert!(wrong.contains("at /name:"), "{wrong}");
+        let Err(AskError::Failed(missing)) = check_answer(&schema, &serde_json::json!({})) else {
+            panic!("a missing required property is refused")
+        };
+        assert!(
+            missing.contains("at /:") && missing.contains("name"),
+            "{missing}"
+        );
     }
 
     #[test]
