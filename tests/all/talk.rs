@@ -9,9 +9,9 @@
 use crate::mcp::{call, configure, stdio_serve};
 use crate::support::{Fixture, ensemble};
 use rmcp::model::{
-    CallToolResult, ClientCapabilities, ClientConfig, ContentBlock, CreateMessageRequestParams,
-    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
-    ProgressNotificationParam, ProtocolVersion, SamplingMessage,
+    CallToolResult, CancelledNotificationParam, ClientCapabilities, ClientConfig, ContentBlock,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ErrorData, ProgressNotificationParam, ProtocolVersion, SamplingMessage,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -34,13 +34,14 @@ enum Answer {
 }
 
 /// A client that declares sampling and elicitation (unless `plain`), answers them, and
-/// counts the progress reports it gets.
+/// counts the progress reports it gets and the requests the server cancels.
 #[derive(Clone, Default)]
 struct Talker {
     plain: bool,
     answer: Answer,
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     sampled: Arc<AtomicUsize>,
+    cancelled: Arc<Mutex<Vec<CancelledNotificationParam>>>,
 }
 
 impl ClientHandler for Talker {
@@ -54,6 +55,14 @@ impl ClientHandler for Talker {
                 .build();
         }
         config
+    }
+
+    async fn on_cancelled(
+        &self,
+        params: CancelledNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.cancelled.lock().expect("cancelled").push(params);
     }
 
     async fn on_progress(
@@ -403,6 +412,25 @@ async fn elicitation_asks_the_person_with_a_form_and_a_silent_person_ends_at_the
     .expect("the call ends by itself");
     assert_eq!(waited.is_error, Some(true));
     assert!(text(&waited).starts_with("timeout:"), "{}", text(&waited));
+    // The question the timeout abandoned is withdrawn at the client, not left open.
+    let withdrawn = async {
+        loop {
+            if let Some(param) = client
+                .service()
+                .cancelled
+                .lock()
+                .expect("cancelled")
+                .first()
+            {
+                return param.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let param = tokio::time::timeout(Duration::from_secs(30), withdrawn)
+        .await
+        .expect("notifications/cancelled for the abandoned question");
+    assert!(param.request_id.is_some(), "{param:?}");
     client.cancel().await.expect("close");
 }
 

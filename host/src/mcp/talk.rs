@@ -4,7 +4,8 @@
 //! Progress goes out as `notifications/progress` with the token the request carried (none
 //! without one); sampling as `sampling/createMessage` and elicitation as `elicitation/create`,
 //! sent from inside the request's handler so that rmcp delivers them on that request's own
-//! stream (SEP-2260). Nothing of one request's link reaches another session. A client that
+//! stream (SEP-2260); a request the call stops waiting for is withdrawn with
+//! `notifications/cancelled`. Nothing of one request's link reaches another session. A client that
 //! did not declare the capability, or a request at 2026-07-28 (which forbids requests from
 //! server to client mid-call), gets `unsupported` at once rather than a request that would
 //! never be answered.
@@ -18,11 +19,12 @@ use crate::runtime::{
 };
 use rmcp::RoleServer;
 use rmcp::model::{
-    CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, ElicitationSchema,
-    ModelHint, ModelPreferences, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    SamplingMessage,
+    CancelledNotificationParam, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ModelHint,
+    ModelPreferences, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
+    SamplingMessage, ServerRequest,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{Peer, PeerRequestOptions, RequestContext, ServiceError};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
@@ -120,12 +122,21 @@ impl CallerLink for McpLink {
                 ),
             );
         }
+        if let Err(e) = params.validate() {
+            return Box::pin(std::future::ready(Err(AskError::Failed(format!(
+                "the sampling request is not one MCP allows: {e}"
+            )))));
+        }
         let peer = self.peer.clone();
         Box::pin(async move {
-            let answer = peer
-                .create_message(params)
-                .await
-                .map_err(|e| AskError::Failed(format!("the client's model failed: {e}")))?;
+            let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+            let failed = |e: &dyn std::fmt::Display| {
+                AskError::Failed(format!("the client's model failed: {e}"))
+            };
+            let answer = match ask(peer, request).await.map_err(|e| failed(&e))? {
+                ClientResult::CreateMessageResult(answer) => answer,
+                _ => return Err(failed(&"it answered something else")),
+            };
             let text = answer
                 .message
                 .content
@@ -165,10 +176,14 @@ impl CallerLink for McpLink {
         };
         let peer = self.peer.clone();
         Box::pin(async move {
-            let answer = peer
-                .create_elicitation(params)
-                .await
-                .map_err(|e| AskError::Failed(format!("the client failed to ask: {e}")))?;
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            let failed = |e: &dyn std::fmt::Display| {
+                AskError::Failed(format!("the client failed to ask: {e}"))
+            };
+            let answer = match ask(peer, request).await.map_err(|e| failed(&e))? {
+                ClientResult::ElicitResult(answer) => answer,
+                _ => return Err(failed(&"it answered something else")),
+            };
             Ok(match answer.action {
                 ElicitationAction::Accept => ElicitAnswer::Accept(
                     answer
@@ -179,5 +194,41 @@ impl CallerLink for McpLink {
                 _ => ElicitAnswer::Cancel,
             })
         })
+    }
+}
+
+/// Sends `request` to the client and waits for its result. A wait the call abandons (its
+/// timeout, or the call cancelled) drops this future: the client is then sent
+/// `notifications/cancelled` for the request, so a form or a model request it holds open is
+/// closed, and rmcp forgets the request instead of keeping it for an answer that never comes.
+async fn ask(peer: Peer<RoleServer>, request: ServerRequest) -> Result<ClientResult, ServiceError> {
+    let handle = peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await?;
+    let mut abandoned = Abandoned(Some((peer, handle.id.clone())));
+    let result = handle.await_response().await;
+    abandoned.0 = None;
+    result
+}
+
+/// A request to the client whose answer nobody waits for any more, until it is disarmed.
+struct Abandoned(Option<(Peer<RoleServer>, RequestId)>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some((peer, id)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let param = CancelledNotificationParam::new(
+                Some(id),
+                Some("the tool's call ended before the answer came".into()),
+            );
+            // A client that has gone away needs no notice.
+            let _ = peer.notify_cancelled(param).await;
+        });
     }
 }
