@@ -24,7 +24,7 @@ use rmcp::model::{
     ModelPreferences, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
     SamplingMessage, ServerRequest,
 };
-use rmcp::service::{Peer, PeerRequestOptions, RequestContext, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
@@ -130,13 +130,16 @@ impl CallerLink for McpLink {
         let peer = self.peer.clone();
         Box::pin(async move {
             let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-            let failed = |e: &dyn std::fmt::Display| {
-                AskError::Failed(format!("the client's model failed: {e}"))
-            };
-            let answer = match ask(peer, request).await.map_err(|e| failed(&e))? {
-                ClientResult::CreateMessageResult(answer) => answer,
-                _ => return Err(failed(&"it answered something else")),
-            };
+            let answer = ask(
+                peer,
+                request,
+                "the client's model failed",
+                |result| match result {
+                    ClientResult::CreateMessageResult(answer) => Some(answer),
+                    _ => None,
+                },
+            )
+            .await?;
             let text = answer
                 .message
                 .content
@@ -177,13 +180,16 @@ impl CallerLink for McpLink {
         let peer = self.peer.clone();
         Box::pin(async move {
             let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-            let failed = |e: &dyn std::fmt::Display| {
-                AskError::Failed(format!("the client failed to ask: {e}"))
-            };
-            let answer = match ask(peer, request).await.map_err(|e| failed(&e))? {
-                ClientResult::ElicitResult(answer) => answer,
-                _ => return Err(failed(&"it answered something else")),
-            };
+            let answer = ask(
+                peer,
+                request,
+                "the client failed to ask",
+                |result| match result {
+                    ClientResult::ElicitResult(answer) => Some(answer),
+                    _ => None,
+                },
+            )
+            .await?;
             Ok(match answer.action {
                 ElicitationAction::Accept => ElicitAnswer::Accept(
                     answer
@@ -197,18 +203,26 @@ impl CallerLink for McpLink {
     }
 }
 
-/// Sends `request` to the client and waits for its result. A wait the call abandons (its
+/// Sends `request` to the client and waits for its result, the kind `expected` picks out;
+/// anything else is `failed`, `failure` saying what failed. A wait the call abandons (its
 /// timeout, or the call cancelled) drops this future: the client is then sent
 /// `notifications/cancelled` for the request, so a form or a model request it holds open is
 /// closed, and rmcp forgets the request instead of keeping it for an answer that never comes.
-async fn ask(peer: Peer<RoleServer>, request: ServerRequest) -> Result<ClientResult, ServiceError> {
+async fn ask<T>(
+    peer: Peer<RoleServer>,
+    request: ServerRequest,
+    failure: &str,
+    expected: impl FnOnce(ClientResult) -> Option<T>,
+) -> Result<T, AskError> {
+    let failed = |e: &dyn std::fmt::Display| AskError::Failed(format!("{failure}: {e}"));
     let handle = peer
         .send_cancellable_request(request, PeerRequestOptions::no_options())
-        .await?;
+        .await
+        .map_err(|e| failed(&e))?;
     let mut abandoned = Abandoned(Some((peer, handle.id.clone())));
     let result = handle.await_response().await;
     abandoned.0 = None;
-    result
+    expected(result.map_err(|e| failed(&e))?).ok_or_else(|| failed(&"it answered something else"))
 }
 
 /// A request to the client whose answer nobody waits for any more, until it is disarmed.
