@@ -29,6 +29,8 @@ enum Answer {
     Decline,
     /// Accepts with content the form did not ask for (a number for the name).
     Misfit,
+    /// Accepts the form's property with others beside it that the form never asked for.
+    Extra,
     /// Never answers: the call must end at its own timeout.
     Never,
 }
@@ -116,6 +118,9 @@ impl ClientHandler for Talker {
             Answer::Misfit => {
                 Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": 7})))
             }
+            Answer::Extra => Ok(ElicitResult::new(ElicitationAction::Accept).with_content(
+                json!({"name": "Ada", "isAdmin": true, "__proto__": {"polluted": 1}}),
+            )),
             Answer::Decline => Ok(ElicitResult::new(ElicitationAction::Decline)),
             Answer::Never => {
                 std::future::pending::<()>().await;
@@ -399,6 +404,21 @@ async fn elicitation_asks_the_person_with_a_form_and_a_silent_person_ends_at_the
     );
     client.cancel().await.expect("close");
 
+    // Properties the form did not ask for never reach the tool, named in the failure.
+    let extra = Talker {
+        answer: Answer::Extra,
+        ..Talker::default()
+    };
+    let client = start(&fixture, extra).await;
+    let refused = text(&call(&client, "ask_person", json!({})).await);
+    assert!(
+        refused.starts_with(
+            "failed: the answer does not fit the requested schema at /isAdmin: the form did not ask"
+        ),
+        "{refused}"
+    );
+    client.cancel().await.expect("close");
+
     let silent = Talker {
         answer: Answer::Never,
         ..Talker::default()
@@ -668,6 +688,17 @@ async fn in_the_web_chat_a_tools_question_is_answered_by_a_request_naming_it() {
     assert_eq!(status, 400, "{refused}");
     let refused = refused["error"].as_str().expect("error");
     assert!(refused.starts_with("/content/name: "), "{refused}");
+    for extra in ["extra", "isAdmin", "__proto__"] {
+        let mut content = json!({"name": "Grace"});
+        content[extra] = json!(true);
+        let (status, refused) =
+            answer("p1-ask-1", json!({"action": "accept", "content": content})).await;
+        assert_eq!(status, 400, "{extra}: {refused}");
+        assert_eq!(
+            refused["error"],
+            format!("/content/{extra}: the form did not ask for this property"),
+        );
+    }
     assert_eq!(answer("p1-ask-1", json!({"action": "maybe"})).await.0, 400);
     assert_eq!(
         answer("p1-ask-1", json!({"action": "accept"})).await.0,

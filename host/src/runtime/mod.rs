@@ -34,10 +34,10 @@ pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::{LoadError, RunError, ToolFailure};
 pub use talk::{
-    ANSWER_BYTES, Answer, AskError, CallerLink, ELICIT_SCHEMA_BYTES, ELICITATIONS_PER_CALL,
-    ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role, SAMPLE_MAX_TOKENS,
-    SAMPLE_REQUEST_BYTES, SAMPLES_PER_CALL, SamplingRequest, SamplingResponse, TalkGrants,
-    Unlinked,
+    ANSWER_BYTES, Answer, AnswerRefused, AskError, CallerLink, ELICIT_SCHEMA_BYTES,
+    ELICITATIONS_PER_CALL, ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role,
+    SAMPLE_MAX_TOKENS, SAMPLE_REQUEST_BYTES, SAMPLES_PER_CALL, SamplingRequest, SamplingResponse,
+    TalkGrants, Unlinked, fit_answer,
 };
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 

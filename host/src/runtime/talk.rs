@@ -253,23 +253,64 @@ fn form_schema(schema: Value) -> Result<Value, AskError> {
     serde_json::to_value(form).map_err(|e| refused(&e))
 }
 
-/// Checks an accepted answer against the schema its question went out with: whoever answered
-/// (an MCP client, a terminal, the web chat), the tool gets only the form it asked for, or
-/// `failed` naming the property that did not fit (a JSON pointer).
-pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskError> {
+/// Why an accepted answer was refused: where in the answer (a JSON pointer, `""` for the
+/// whole) and what was wrong there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerRefused {
+    pub pointer: String,
+    pub reason: String,
+}
+
+/// Checks an accepted answer against the form its question went out with: an object holding
+/// only the properties the form asked for, each as the form describes it. The first property
+/// that does not fit is named (a form's own schema may leave `additionalProperties` open, so
+/// properties it did not ask for are refused here, before any validator runs).
+pub fn fit_answer(schema: &Value, answer: &Value) -> Result<(), AnswerRefused> {
+    let Some(object) = answer.as_object() else {
+        return Err(AnswerRefused {
+            pointer: String::new(),
+            reason: "the answer is not an object of the form's properties".into(),
+        });
+    };
+    let asked = schema.get("properties").and_then(Value::as_object);
+    if let Some(extra) = object
+        .keys()
+        .find(|key| !asked.is_some_and(|asked| asked.contains_key(key.as_str())))
+    {
+        return Err(AnswerRefused {
+            pointer: format!("/{}", extra.replace('~', "~0").replace('/', "~1")),
+            reason: "the form did not ask for this property".into(),
+        });
+    }
     // The schema is one `form_schema` wrote: flat properties, 16 KiB at most.
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| AskError::Failed(format!("the requested schema: {e}")))?;
+    let validator = jsonschema::validator_for(schema).map_err(|e| AnswerRefused {
+        pointer: String::new(),
+        reason: format!("the requested schema: {e}"),
+    })?;
     match validator.iter_errors(answer).next() {
         None => Ok(()),
-        Some(e) => {
-            let at = e.instance_path().to_string();
-            Err(AskError::Failed(format!(
-                "the answer does not fit the requested schema at {}: {e}",
-                if at.is_empty() { "/" } else { &at }
-            )))
-        }
+        Some(e) => Err(AnswerRefused {
+            pointer: e.instance_path().to_string(),
+            reason: e.to_string(),
+        }),
     }
+}
+
+/// [`fit_answer`] as the tool hears it: whoever answered (an MCP client, a terminal, the web
+/// chat), the tool gets only the form it asked for, or `failed` naming the property that did
+/// not fit (a JSON pointer).
+pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskError> {
+    fit_answer(schema, answer).map_err(|refused| {
+        AskError::Failed(format!(
+            "the answer does not fit the requested schema at {}: {}",
+            if refused.pointer.is_empty() {
+                "/"
+            } else {
+                &refused.pointer
+            },
+            refused.reason
+        ))
+    })
 }
 
 /// Cuts `text` to at most `bytes`, on a character boundary.
@@ -308,6 +349,23 @@ mod tests {
             missing.contains("at /:") && missing.contains("name"),
             "{missing}"
         );
+        for extra in ["isAdmin", "__proto__", "a/b"] {
+            let mut answer = serde_json::json!({"name": "Ada"});
+            answer[extra] = serde_json::json!(true);
+            let Err(AskError::Failed(refused)) = check_answer(&schema, &answer) else {
+                panic!("a property the form did not ask for is refused: {extra}")
+            };
+            let pointer = extra.replace('/', "~1");
+            assert!(
+                refused.contains(&format!("at /{pointer}: the form did not ask")),
+                "{refused}"
+            );
+        }
+        let Err(AskError::Failed(not_object)) = check_answer(&schema, &serde_json::json!([1]))
+        else {
+            panic!("an answer that is not an object is refused")
+        };
+        assert!(not_object.contains("not an object"), "{not_object}");
     }
 
     #[test]

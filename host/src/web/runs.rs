@@ -5,7 +5,7 @@
 
 use crate::agent::{Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest, Event};
 use crate::provider::BoxFuture;
-use crate::runtime::{AskError, ElicitAnswer};
+use crate::runtime::{AskError, ElicitAnswer, fit_answer};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -181,15 +181,11 @@ impl Runs {
             .ok_or(Unanswered::NotPending)?;
         let answer = match reply {
             Reply::Accept { content } => {
-                // The schema passed the runtime's check: flat properties, 16 KiB at most.
-                let validator = jsonschema::validator_for(&schema)
-                    .map_err(|e| Unanswered::Invalid(format!("the question's schema: {e}")))?;
-                if let Some(e) = validator.iter_errors(&content).next() {
-                    return Err(Unanswered::Invalid(format!(
-                        "/content{}: {e}",
-                        e.instance_path()
-                    )));
-                }
+                // The same check the runtime makes again for the tool: only the properties
+                // the form asked for, each as it describes it.
+                fit_answer(&schema, &content).map_err(|refused| {
+                    Unanswered::Invalid(format!("/content{}: {}", refused.pointer, refused.reason))
+                })?;
                 ElicitAnswer::Accept(content)
             }
             Reply::Decline => ElicitAnswer::Decline,
