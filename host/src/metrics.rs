@@ -36,6 +36,7 @@ pub struct Metrics {
     pub refused_ensembles: IntGauge,
     pub audit_held: IntGauge,
     pub audit_lost: IntGauge,
+    pub audit_reopen_failures: IntGauge,
     pub draining: IntGauge,
 }
 
@@ -131,6 +132,10 @@ impl Metrics {
             audit_lost: gauge(
                 "toolhost_audit_records_lost",
                 "Audit records lost since start: the file refused them past the memory bound.",
+            )?,
+            audit_reopen_failures: gauge(
+                "toolhost_audit_reopen_failures",
+                "Reopens of the audit log (SIGHUP) that failed since start; the old file stayed in use.",
             )?,
             draining: gauge(
                 "toolhost_draining",

@@ -387,6 +387,114 @@ fn sighup_reloads_without_watching_and_reopens_the_moved_audit_log() {
     assert_eq!(served.exit().code(), Some(0));
 }
 
+/// Waits until `tools/list` names `tool`: a reload happened.
+fn wait_for_tool(served: &mut Served, tool: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let list = served.request("tools/list", json!({}));
+        let tools = served.response(list)["result"]["tools"].to_string();
+        if tools.contains(&format!("\"{tool}\"")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reload brought {tool}: {tools}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_fifo_or_a_link_at_the_audit_path_is_refused_at_reopen_and_sighup_keeps_reloading() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = fixture("");
+    let mut served = Served::start(&fixture, &["--no-watch"], &[]);
+    served.initialize();
+    let log = fixture.root().join("audit.jsonl");
+    let moved = fixture.root().join("audit.jsonl.1");
+    let first = served.call("echo", json!({"n": 1}));
+    assert!(!result_text(&served.response(first)).1);
+    std::fs::rename(&log, &moved).expect("move the audit log");
+
+    // A FIFO where the log was: the reopen fails at once (a blocking open would wait for a
+    // reader for ever, and every later SIGHUP with it), the reload still happens.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &log,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    fixture.write("more.toml", &crate::support::fail_ensemble("more"));
+    served.signal(Signal::HUP);
+    wait_for_tool(&mut served, "fail");
+    wait_until("the refused reopen", || {
+        served.stderr().contains("cannot reopen the audit log")
+    });
+    assert!(served.stderr().contains("FIFO"), "{}", served.stderr());
+    let second = served.call("echo", json!({"n": 2}));
+    assert!(!result_text(&served.response(second)).1);
+
+    // A link to another file: never followed; its target is neither written nor narrowed.
+    std::fs::remove_file(&log).expect("remove the FIFO");
+    let target = fixture.root().join("elsewhere.txt");
+    std::fs::write(&target, "").expect("target");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).expect("mode");
+    std::os::unix::fs::symlink(&target, &log).expect("link");
+    fixture.write(
+        "again.toml",
+        &ensemble(
+            "again",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"again\", tool = \"fail\" }\n",
+        ),
+    );
+    served.signal(Signal::HUP);
+    wait_for_tool(&mut served, "again");
+    wait_until("the second refused reopen", || {
+        served
+            .stderr()
+            .matches("cannot reopen the audit log")
+            .count()
+            == 2
+    });
+    assert!(
+        served.stderr().contains("symbolic link"),
+        "{}",
+        served.stderr()
+    );
+    let third = served.call("echo", json!({"n": 3}));
+    assert!(!result_text(&served.response(third)).1);
+    let target_meta = std::fs::metadata(&target).expect("target");
+    assert_eq!(target_meta.len(), 0, "a record went through the link");
+    assert_eq!(target_meta.permissions().mode() & 0o777, 0o644);
+    // Every record is in the file that was open all along, none lost.
+    let kept: Vec<Value> = audit_at(&moved)
+        .into_iter()
+        .filter(|r| r["tool"] == "echo")
+        .map(|r| r["arguments"]["n"].clone())
+        .collect();
+    assert_eq!(kept, [json!(1), json!(2), json!(3)]);
+    // `status` says the last reopen failed, and how often.
+    wait_until("the status to show the failed reopen", || {
+        std::fs::read_to_string(fixture.root().join("status.json"))
+            .is_ok_and(|s| s.contains("\"reopen_failures\": 2") && s.contains("symbolic link"))
+    });
+
+    // A regular file again: taken at the next SIGHUP.
+    std::fs::remove_file(&log).expect("remove the link");
+    served.signal(Signal::HUP);
+    wait_until("the reopen", || {
+        served.stderr().contains("reopened the audit log")
+    });
+    let fourth = served.call("echo", json!({"n": 4}));
+    assert!(!result_text(&served.response(fourth)).1);
+    assert_eq!(audit_at(&log).len(), 1);
+    drop(served.stdin.take());
+    assert_eq!(served.exit().code(), Some(0));
+}
+
 /// Debian's logrotate, which `scripts/test-tools.sh` installs.
 fn logrotate() -> PathBuf {
     let found = [

@@ -8,6 +8,14 @@
 //! bound records are counted as lost. What the host does meanwhile is the operator's policy,
 //! [`OnAuditError`]: refuse calls (the default) or go on serving. [`AuditLog::reopen`] opens
 //! the path anew after `logrotate` moved the file.
+//!
+//! The first open takes the path as the operator configured it (a link to a device or to
+//! `/dev/stdout` included). A reopen happens later, after others (logrotate, anyone who can
+//! write the directory) changed it, so it trusts nothing there: it never follows a link and
+//! never waits (`O_NOFOLLOW | O_NONBLOCK`: a FIFO planted at the path fails at once instead
+//! of blocking the open), takes only a regular file (checked on the opened descriptor), and
+//! narrows the mode through that descriptor alone. A reopen that fails keeps the old file in
+//! use and is counted in [`AuditHealth`] (`status`, `/metrics`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -50,6 +58,16 @@ pub struct AuditHealth {
     /// The last write error, while the file refuses writes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Reopens that failed since the host started (the old file stayed in use).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reopen_failures: u64,
+    /// Why the last reopen failed, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reopen_error: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An append-only JSONL file.
@@ -73,6 +91,8 @@ struct Inner {
     unsynced: bool,
     /// A regular file: only those are synced (a FIFO or a device cannot be).
     regular: bool,
+    reopen_failures: u64,
+    reopen_error: Option<String>,
 }
 
 impl AuditLog {
@@ -94,6 +114,8 @@ impl AuditLog {
                 torn: false,
                 unsynced: false,
                 regular,
+                reopen_failures: 0,
+                reopen_error: None,
             }),
         })
     }
@@ -145,18 +167,33 @@ impl AuditLog {
     }
 
     /// Opens the path anew (after `logrotate` moved the file) and writes the held records
-    /// there. On failure the old file stays in use.
+    /// there: a regular file only, never through a link, never waiting (see the module
+    /// docs). On failure the old file stays in use, and the failure is counted. A file that
+    /// is not a regular one (a device, `/dev/stdout`) and that the path still names is kept
+    /// as it is: nothing rotates it.
     pub fn reopen(&self) -> Result<(), AuditError> {
         let error = |source| AuditError {
             path: self.path.clone(),
             source,
         };
-        let (file, regular) = open_file(&self.path).map_err(error)?;
+        if self.names_the_open_device() {
+            return Ok(());
+        }
+        let file = match reopen_file(&self.path) {
+            Ok(file) => file,
+            Err(source) => {
+                let mut inner = self.lock();
+                inner.reopen_failures += 1;
+                inner.reopen_error = Some(source.to_string());
+                return Err(error(source));
+            }
+        };
         let (old, unsynced) = {
             let mut inner = self.lock();
+            inner.reopen_error = None;
             let old = std::mem::replace(&mut inner.file, file);
             let unsynced = std::mem::replace(&mut inner.unsynced, false) && inner.regular;
-            inner.regular = regular;
+            inner.regular = true;
             inner.torn = false;
             if !inner.held.is_empty() {
                 self.write_held(&mut inner)?;
@@ -169,6 +206,20 @@ impl AuditLog {
             let _ = old.sync_data();
         }
         Ok(())
+    }
+
+    /// True when the open file is not a regular one and the path (links followed, as at the
+    /// first open) still names it.
+    fn names_the_open_device(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let inner = self.lock();
+        if inner.regular {
+            return false;
+        }
+        let (Ok(open), Ok(named)) = (inner.file.metadata(), std::fs::metadata(&self.path)) else {
+            return false;
+        };
+        open.dev() == named.dev() && open.ino() == named.ino()
     }
 
     /// Makes what was written durable (`fdatasync`), if anything was written since the last
@@ -196,6 +247,8 @@ impl AuditLog {
             held: inner.held.len(),
             lost: inner.lost,
             error: inner.error.clone(),
+            reopen_failures: inner.reopen_failures,
+            reopen_error: inner.reopen_error.clone(),
         }
     }
 
@@ -333,6 +386,64 @@ fn open_file(path: &Path) -> std::io::Result<(File, bool)> {
     Ok((file, metadata.is_file()))
 }
 
+/// Opens `path` again for appending: never through a link (`O_NOFOLLOW`), never waiting for a
+/// FIFO's reader (`O_NONBLOCK`), and only a regular file, checked on the opened descriptor;
+/// created 0600, and an existing one narrowed to 0600 through that descriptor (`fchmod`).
+fn reopen_file(path: &Path) -> std::io::Result<File> {
+    use rustix::fs::OFlags;
+    use rustix::io::Errno;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC).bits() as i32)
+        .open(path)
+        .map_err(|e| match e.raw_os_error().map(Errno::from_raw_os_error) {
+            Some(Errno::LOOP) => std::io::Error::new(
+                e.kind(),
+                "the path is a symbolic link now, which a reopen never follows",
+            ),
+            Some(Errno::NXIO) => std::io::Error::new(
+                e.kind(),
+                "the path is a FIFO now, which a reopen never takes",
+            ),
+            _ => e,
+        })?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the path is not a regular file now ({}), which a reopen never takes",
+                kind_of(&metadata)
+            ),
+        ));
+    }
+    if metadata.permissions().mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+fn kind_of(metadata: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = metadata.file_type();
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,5 +506,67 @@ mod tests {
             std::fs::metadata("/dev/null").expect("meta").permissions(),
             before
         );
+    }
+
+    #[test]
+    fn a_reopen_never_follows_a_link_never_waits_on_a_fifo_and_keeps_the_old_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, OnAuditError::Refuse).expect("open");
+        log.append_line(b"first\n".to_vec()).expect("first");
+        let first = std::fs::metadata(&path).expect("meta").ino();
+
+        // A link to another file: refused; the target is neither written nor narrowed.
+        let target = dir.path().join("target");
+        std::fs::write(&target, "").expect("target");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).expect("mode");
+        std::fs::rename(&path, dir.path().join("audit.jsonl.1")).expect("rotate");
+        std::os::unix::fs::symlink(&target, &path).expect("link");
+        let refused = log.reopen().expect_err("a link").to_string();
+        assert!(refused.contains("symbolic link"), "{refused}");
+        log.append_line(b"second\n".to_vec())
+            .expect("to the old file");
+        let target_meta = std::fs::metadata(&target).expect("target");
+        assert_eq!(target_meta.len(), 0);
+        assert_eq!(target_meta.permissions().mode() & 0o777, 0o644);
+
+        // A FIFO: refused at once (a blocking open would wait for a reader for ever).
+        std::fs::remove_file(&path).expect("unlink");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("mkfifo");
+        let refused = log.reopen().expect_err("a FIFO").to_string();
+        assert!(refused.contains("FIFO"), "{refused}");
+
+        // A directory: refused, named.
+        std::fs::remove_file(&path).expect("unlink");
+        std::fs::create_dir(&path).expect("dir");
+        let refused = log.reopen().expect_err("a directory").to_string();
+        assert!(
+            refused.contains("Is a directory") || refused.contains("directory"),
+            "{refused}"
+        );
+        let health = log.health();
+        assert_eq!(health.reopen_failures, 3);
+        assert!(health.reopen_error.is_some());
+
+        // A regular file again: taken, and the failures stop showing as the current error.
+        std::fs::remove_dir(&path).expect("rmdir");
+        log.reopen().expect("a regular file");
+        log.append_line(b"third\n".to_vec()).expect("third");
+        assert_eq!(lines(&path), ["third"]);
+        assert_eq!(
+            lines(&dir.path().join("audit.jsonl.1")),
+            ["first", "second"]
+        );
+        assert_ne!(std::fs::metadata(&path).expect("meta").ino(), first);
+        let health = log.health();
+        assert_eq!((health.reopen_failures, health.reopen_error), (3, None));
     }
 }

@@ -303,6 +303,9 @@ impl Scrape {
             let health = log.health();
             metrics.audit_held.set(health.held as i64);
             metrics.audit_lost.set(health.lost as i64);
+            metrics
+                .audit_reopen_failures
+                .set(health.reopen_failures as i64);
         }
         metrics.draining.set(i64::from(self.host.is_draining()));
         metrics.render()

@@ -164,28 +164,16 @@ pub(crate) fn reload_on_hangup(
     reloader: Arc<Reloader>,
     host: Arc<Host>,
 ) -> AbortOnDrop {
+    // A reopen whose open(2) hangs (a stuck network file system) is left to finish on its own
+    // thread; SIGHUP goes on reloading, and starts no second reopen meanwhile.
+    let reopening = Arc::new(std::sync::atomic::AtomicBool::new(false));
     AbortOnDrop(tokio::spawn(async move {
         while hangup.recv().await.is_some() {
             notify(&[
                 NotifyState::Reloading,
                 NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Status("reloading")),
             ]);
-            if let Some(log) = host.audit_log() {
-                let path = log.path().display().to_string();
-                // Opening and syncing touch the disk: off the async threads.
-                let reopening = host.clone();
-                let reopened = tokio::task::spawn_blocking(move || {
-                    reopening.audit_log().map_or(Ok(()), |log| log.reopen())
-                })
-                .await;
-                match reopened {
-                    Ok(Ok(())) => tracing::info!("SIGHUP: reopened the audit log {path}"),
-                    Ok(Err(e)) => tracing::error!(
-                        "SIGHUP: cannot reopen the audit log, still writing to the old file: {e}"
-                    ),
-                    Err(e) => tracing::error!("SIGHUP: reopening the audit log failed: {e}"),
-                }
-            }
+            reopen_audit(&host, &reopening).await;
             let change = reloader.reload().await;
             tracing::info!(
                 generation = change.generation,
@@ -195,6 +183,42 @@ pub(crate) fn reload_on_hangup(
             notify(&[NotifyState::Ready]);
         }
     }))
+}
+
+/// How long a SIGHUP waits for the audit log's reopen before it reloads anyway.
+const REOPEN_WAIT: Duration = Duration::from_secs(5);
+
+/// Reopens the audit log off the async threads (opening and syncing touch the disk), waiting
+/// at most [`REOPEN_WAIT`]; every outcome is logged, a failure counted in the log's health.
+async fn reopen_audit(host: &Arc<Host>, reopening: &Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    let Some(log) = host.audit_log() else {
+        return;
+    };
+    let path = log.path().display().to_string();
+    if reopening.swap(true, Ordering::SeqCst) {
+        tracing::error!(
+            "SIGHUP: the last reopen of the audit log {path} has not finished; still writing to the old file"
+        );
+        return;
+    }
+    let (host, flag) = (host.clone(), reopening.clone());
+    let reopened = tokio::task::spawn_blocking(move || {
+        let reopened = host.audit_log().map_or(Ok(()), |log| log.reopen());
+        flag.store(false, Ordering::SeqCst);
+        reopened
+    });
+    match tokio::time::timeout(REOPEN_WAIT, reopened).await {
+        Ok(Ok(Ok(()))) => tracing::info!("SIGHUP: reopened the audit log {path}"),
+        Ok(Ok(Err(e))) => tracing::error!(
+            "SIGHUP: cannot reopen the audit log, still writing to the old file: {e}"
+        ),
+        Ok(Err(e)) => tracing::error!("SIGHUP: reopening the audit log failed: {e}"),
+        Err(_) => tracing::error!(
+            "SIGHUP: reopening the audit log {path} did not finish within {} s; still writing to the old file",
+            REOPEN_WAIT.as_secs()
+        ),
+    }
 }
 
 /// Aborts its task when dropped.

@@ -208,6 +208,14 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                     health.lost
                 ),
             }
+            if let Some(error) = &health.reopen_error {
+                println!(
+                    "audit log {}: the last reopen failed ({}); still writing to the file opened before ({} failed reopen(s))",
+                    audit.path.display(),
+                    super::terminal::safe(error),
+                    health.reopen_failures
+                );
+            }
         }
         for refused in &status.refused {
             let what = if refused.kept_previous {
