@@ -3,6 +3,7 @@
 mod agent;
 mod agent_loop;
 mod chat;
+mod chat_bounds;
 mod cli;
 mod compile;
 mod config_golden;

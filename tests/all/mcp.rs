@@ -366,6 +366,8 @@ fn stdio_serve_exits_cleanly_when_stdin_closes() {
 pub(crate) struct HttpServer {
     pub(crate) child: Child,
     pub(crate) url: String,
+    /// What the server wrote to stderr after its address line (the last 1 MiB of it).
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl HttpServer {
@@ -394,9 +396,27 @@ impl HttpServer {
                 break url.to_string();
             }
         };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        HttpServer { child, url }
+        // Keep draining stderr so the server never blocks on a full pipe; keep its tail.
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let kept = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut kept = kept.lock().expect("stderr");
+                kept.push_str(&line);
+                kept.push('\n');
+                if kept.len() > 1 << 20 {
+                    let cut = kept.len() - (1 << 19);
+                    let cut = kept.ceil_char_boundary(cut);
+                    kept.drain(..cut);
+                }
+            }
+        });
+        HttpServer { child, url, stderr }
+    }
+
+    /// What the server wrote to stderr so far (its last 1 MiB).
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr").clone()
     }
 }
 

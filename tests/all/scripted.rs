@@ -275,6 +275,16 @@ pub mod openai {
         stream(text, &[])
     }
 
+    /// A 200 whose stream stops part-way through `text`: no `finish_reason`, no `[DONE]`
+    /// (llama-cpp-python's server does this when its handler fails mid-answer).
+    pub fn cut_short(text: &str) -> Reply {
+        let mut body = chunk(json!({"role": "assistant", "content": ""}), None);
+        for piece in pieces(text, 4) {
+            body.push_str(&chunk(json!({ "content": piece }), None));
+        }
+        Reply::sse(body)
+    }
+
     /// A whole (non-streamed) answer with `calls` (id, name, arguments as given: a string
     /// or an object).
     pub fn whole(text: &str, calls: &[(&str, &str, Value)]) -> Reply {
@@ -372,5 +382,12 @@ pub mod anthropic {
     /// A streamed text answer.
     pub fn text(text: &str) -> Reply {
         stream(text, &[])
+    }
+
+    /// A 200 whose stream stops part-way through `text`, without `message_stop`.
+    pub fn cut_short(text: &str) -> Reply {
+        let Reply { body, .. } = stream(text, &[]);
+        let end = body.find("event: content_block_stop").unwrap_or(body.len());
+        Reply::sse(body[..end].to_string())
     }
 }

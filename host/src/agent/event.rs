@@ -26,6 +26,14 @@ pub enum Event {
         duration_ms: f64,
         deduplicated: bool,
     },
+    /// The model's answer broke off part-way (its stream ended before the answer did): the
+    /// text that streamed since the last tool call or result is void, and the model is asked
+    /// again. `attempt` is the try about to start, of `attempts` in all.
+    Retry {
+        attempt: u32,
+        attempts: u32,
+        reason: String,
+    },
     /// The model asked the person something (`ask_question`); the run ends with it, and the
     /// reply is the conversation's next message.
     Question { id: String, text: String },
@@ -52,6 +60,8 @@ pub enum Ending {
     Converse,
     /// `max-iterations` model calls were made without an answer.
     IterationLimit,
+    /// The conversation grew past `max-conversation-mib`: it is kept, and cannot go on.
+    SizeLimit,
     /// The provider failed (after its retries).
     Error,
     /// The host began shutting down (a signal): no further model call was made.

@@ -11,6 +11,11 @@
 //! (`builtin`), reaches the iteration limit, or its provider fails after its retries; the
 //! conversation keeps everything said so far in each case, so it can be continued.
 //!
+//! What one run may hold and send is bounded whatever the model answers ([`limits`]): calls
+//! per answer, bytes of results per run, the size of each request and of the conversation.
+//! An answer whose stream breaks off is asked for again (the provider's retry policy), after
+//! a [`Event::Retry`] that tells the person the text so far is void.
+//!
 //! Decisions the design leaves open: a turn that mixes a loop-breaking built-in with other
 //! calls runs the other calls first (their results are kept), then ends; empty argument text
 //! (`""`) means no arguments; a tool whose name a built-in takes is hidden from the model.
@@ -18,10 +23,12 @@
 mod approval;
 mod builtin;
 mod event;
+pub mod limits;
 mod talk;
 
 pub use approval::{Approval, ApprovalPolicy, ApprovalRequest, Approver};
 pub use event::{Ending, Event, EventSink};
+pub use limits::RunLimits;
 pub use talk::ElicitRequest;
 
 use crate::invoke::{Arguments, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session};
@@ -47,6 +54,8 @@ pub struct AgentOptions {
     /// Whether the first model call of a run may, must or must not call a tool; later calls
     /// use [`ToolChoice::after_first`].
     pub tool_choice: ToolChoice,
+    /// What one run may hold and send.
+    pub limits: RunLimits,
 }
 
 impl Default for AgentOptions {
@@ -56,6 +65,7 @@ impl Default for AgentOptions {
             max_parallel_calls: 4,
             builtins: true,
             tool_choice: ToolChoice::Auto,
+            limits: RunLimits::default(),
         }
     }
 }
@@ -76,6 +86,9 @@ pub struct RunOutcome {
 pub enum AgentError {
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// The conversation cannot be sent within `max-request-mib`.
+    #[error("{0}")]
+    Request(String),
 }
 
 /// The loop: a host, a model, and who approves destructive calls.
@@ -154,8 +167,11 @@ impl Agent {
         events: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<RunOutcome, AgentError> {
+        let limits = self.options.limits;
         let mut usage = Usage::default();
         let mut iterations = 0;
+        // Bytes of tool results this run kept so far ([`RunLimits::max_run_result_bytes`]).
+        let mut results_kept = 0usize;
         let outcome = loop {
             if iterations >= self.options.max_iterations {
                 break RunOutcome {
@@ -180,6 +196,21 @@ impl Agent {
             if cancel.is_cancelled() {
                 break cancelled(iterations, usage);
             }
+            let held = limits::conversation_bytes(conversation);
+            if held > limits.max_conversation_bytes {
+                break RunOutcome {
+                    ending: Ending::SizeLimit,
+                    text: format!(
+                        "the conversation holds {}, more than a conversation may ([chat] \
+                         max-conversation-mib, {}); it is kept, but cannot go on: start a new \
+                         one",
+                        limits::size(held),
+                        limits::size(limits.max_conversation_bytes)
+                    ),
+                    iterations,
+                    usage,
+                };
+            }
             iterations += 1;
             let tools = self.tools(session);
             let tool_choice = if iterations == 1 {
@@ -187,19 +218,32 @@ impl Agent {
             } else {
                 self.options.tool_choice.after_first()
             };
+            let Some(messages) = limits::fit_request(
+                conversation.system.as_deref(),
+                &conversation.messages,
+                limits.max_request_bytes,
+            ) else {
+                let text = format!(
+                    "the conversation cannot be sent within [chat] max-request-mib ({}), even \
+                     with every earlier part cut short; start a new conversation",
+                    limits::size(limits.max_request_bytes)
+                );
+                events(Event::Done {
+                    ending: Ending::Error,
+                    text: text.clone(),
+                    iterations,
+                    usage,
+                });
+                return Err(AgentError::Request(text));
+            };
             let request = ModelRequest {
                 system: conversation.system.as_deref(),
-                messages: &conversation.messages,
+                messages: &messages,
                 tools: &tools,
                 tool_choice: &tool_choice,
             };
-            let on_text = |text: &str| {
-                events(Event::TextDelta {
-                    text: text.to_string(),
-                })
-            };
             let answer = tokio::select! {
-                answer = self.provider.complete(request, &on_text) => answer,
+                answer = self.complete(request, events) => answer,
                 () = cancel.cancelled() => break cancelled(iterations, usage),
             };
             let turn = match answer {
@@ -215,7 +259,8 @@ impl Agent {
                 }
             };
             usage += turn.usage.unwrap_or_default();
-            let calls = name_calls(turn.calls, conversation, iterations);
+            let (calls, dropped) =
+                at_most(name_calls(turn.calls, conversation, iterations), &limits);
             conversation.messages.push(Message::Assistant {
                 text: turn.text.clone(),
                 calls: calls.clone(),
@@ -228,7 +273,9 @@ impl Agent {
                     usage,
                 };
             }
-            let (results, ending) = self.run_calls(&calls, session, events, cancel).await;
+            let (results, ending) = self
+                .run_calls(&calls, dropped, session, events, cancel, &mut results_kept)
+                .await;
             conversation.messages.push(Message::Results { results });
             if let Some((ending, text)) = ending {
                 break RunOutcome {
@@ -248,24 +295,83 @@ impl Agent {
         Ok(outcome)
     }
 
+    /// One model call, asked again when its answer broke off part-way, as the provider's
+    /// retry policy allows: the person is told first ([`Event::Retry`]), since the text that
+    /// streamed is void.
+    async fn complete(
+        &self,
+        request: ModelRequest<'_>,
+        events: EventSink<'_>,
+    ) -> Result<crate::provider::ModelTurn, ProviderError> {
+        let on_text = |text: &str| {
+            events(Event::TextDelta {
+                text: text.to_string(),
+            })
+        };
+        let policy = self.provider.retry();
+        let attempts = policy.attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            match self.provider.complete(request, &on_text).await {
+                Err(e @ ProviderError::CutShort { .. }) if attempt < attempts => {
+                    let delay = policy.delay(attempt, None);
+                    tracing::warn!("{e}; asking again in {} ms", delay.as_millis());
+                    attempt += 1;
+                    events(Event::Retry {
+                        attempt,
+                        attempts,
+                        reason: e.to_string(),
+                    });
+                    tokio::time::sleep(delay).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     /// Runs one turn's calls; returns their results in the calls' order, and the ending the
     /// first valid loop-breaking built-in asks for.
+    /// `dropped` calls of the answer were left out past the per-answer bound: the last of
+    /// `calls` stands for them and is refused. `results_kept` counts the run's result bytes.
     async fn run_calls(
         &self,
         calls: &[Invocation],
+        dropped: usize,
         session: &Arc<Session>,
         events: EventSink<'_>,
         cancel: &CancellationToken,
+        results_kept: &mut usize,
     ) -> (Vec<ToolResult>, Option<(Ending, String)>) {
+        let limits = self.options.limits;
+        let budget_spent = *results_kept >= limits.max_run_result_bytes;
         let mut ending = None;
         let mut steps = Vec::with_capacity(calls.len());
-        for call in calls {
+        for (index, call) in calls.iter().enumerate() {
             events(Event::ToolCall {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             });
-            let step = if let Some(problem) = &call.problem {
+            let step = if dropped > 0 && index + 1 == calls.len() {
+                let message = format!(
+                    "not run: this answer asked for {} tool calls, and at most {} run per \
+                     answer ([chat] max-calls-per-answer); this call and the {} after it were \
+                     not run and are left out of the conversation. Ask for the ones you still \
+                     need in your next answer",
+                    index + dropped,
+                    limits.max_calls_per_answer,
+                    dropped - 1
+                );
+                error_step(call, ErrorKind::ResourceLimit, &message)
+            } else if budget_spent && self.builtin(&call.name).is_none() {
+                let message = format!(
+                    "not run: this run's tool results already reached [chat] \
+                     max-run-result-mib ({}); answer with what you have, or ask the user to \
+                     continue in a new message",
+                    limits::size(limits.max_run_result_bytes)
+                );
+                error_step(call, ErrorKind::ResourceLimit, &message)
+            } else if let Some(problem) = &call.problem {
                 error_step(call, ErrorKind::InvalidArguments, problem)
             } else if let Some(builtin) = self.builtin(&call.name) {
                 match builtin.text(&call.arguments) {
@@ -298,6 +404,7 @@ impl Agent {
         let mut running = JoinSet::new();
         for (index, step) in steps.into_iter().enumerate() {
             match step {
+                // Answered without running (refusals, built-ins): short texts of the host's own.
                 Step::Answered(answer, outcome) => {
                     events(result_event(&answer, outcome, Duration::ZERO, false));
                     results[index] = Some(answer);
@@ -329,7 +436,9 @@ impl Agent {
             let Ok((index, outcome)) = joined else {
                 continue;
             };
-            let answer = outcome_result(&calls[index], &outcome);
+            let mut answer = outcome_result(&calls[index], &outcome);
+            // Cut as each result arrives: the run holds no more than its budget.
+            keep_within(&mut answer, results_kept, &limits);
             events(result_event(
                 &answer,
                 outcome_kind(&outcome),
@@ -431,6 +540,38 @@ fn name_calls(
             call
         })
         .collect()
+}
+
+/// The calls of one answer that the loop takes: at most `max_calls_per_answer`, and one more
+/// that stands for all the others (it is refused, saying how many were left out). Returns
+/// them with the number of calls the last one stands for (0 when none were left out).
+fn at_most(mut calls: Vec<Invocation>, limits: &RunLimits) -> (Vec<Invocation>, usize) {
+    let max = limits.max_calls_per_answer.max(1);
+    if calls.len() <= max {
+        return (calls, 0);
+    }
+    let dropped = calls.len() - max;
+    tracing::warn!(
+        "a model answer asked for {} tool calls; {max} run ([chat] max-calls-per-answer), the \
+         other {dropped} are refused",
+        calls.len()
+    );
+    calls.truncate(max + 1);
+    (calls, dropped)
+}
+
+/// Counts `answer` against the run's result budget, cut with a marker where it passes it.
+fn keep_within(answer: &mut ToolResult, kept: &mut usize, limits: &RunLimits) {
+    let room = limits.max_run_result_bytes.saturating_sub(*kept);
+    limits::cut_with_marker(
+        &mut answer.content,
+        room,
+        &format!(
+            "this run's tool results reached [chat] max-run-result-mib ({})",
+            limits::size(limits.max_run_result_bytes)
+        ),
+    );
+    *kept += answer.content.len();
 }
 
 /// The arguments as `invoke` takes them: an object as it is, text to be parsed there (empty

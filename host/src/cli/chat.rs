@@ -5,8 +5,9 @@
 //! With `--json`, every event is one JSON line on stdout. When the model asks a question (or
 //! converses) and stdin is a terminal, the reply is read and the run goes on.
 //!
-//! Exit codes: 0 an answer (or a question / a message for the user); 1 the iteration limit or a
-//! provider failure; 3 setup (no model, no key, a bad provider name).
+//! Exit codes: 0 an answer (or a question / a message for the user); 1 the iteration limit,
+//! the conversation's size limit, or a provider failure (an answer that broke off included,
+//! once its retries are spent); 3 setup (no model, no key, a bad provider name).
 
 use super::settings::Settings;
 use super::terminal::safe;
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
-    Ending, Event,
+    Ending, Event, RunLimits,
 };
 use toolhost::invoke::CallPolicy;
 use toolhost::provider::conversation::Conversation;
@@ -102,6 +103,7 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
             .clone()
             .or(chat.tool_choice.clone())
             .unwrap_or_default(),
+        limits: run_limits(chat),
     };
     if agent_options.max_iterations == 0 {
         bail!("max-iterations must be at least 1");
@@ -154,7 +156,9 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
                         }
                         conversation.push_user(reply);
                     }
-                    Ending::IterationLimit | Ending::Error => break Ok(ExitCode::from(1)),
+                    Ending::IterationLimit | Ending::SizeLimit | Ending::Error => {
+                        break Ok(ExitCode::from(1));
+                    }
                     _ => break Ok(ExitCode::SUCCESS),
                 },
             }
@@ -224,6 +228,22 @@ fn provider_settings(
     Ok(provider)
 }
 
+/// What one run may hold and send: `[chat]`'s bounds over the defaults.
+fn run_limits(chat: &toolhost::config::v1::ChatSection) -> RunLimits {
+    let defaults = RunLimits::default();
+    let mib = |value: Option<toolhost::config::ChatMib>, default: usize| {
+        value.map_or(default, |v| (v.get() as usize) << 20)
+    };
+    RunLimits {
+        max_calls_per_answer: chat
+            .max_calls_per_answer
+            .map_or(defaults.max_calls_per_answer, |n| n.get() as usize),
+        max_run_result_bytes: mib(chat.max_run_result_mib, defaults.max_run_result_bytes),
+        max_request_bytes: mib(chat.max_request_mib, defaults.max_request_bytes),
+        max_conversation_bytes: mib(chat.max_conversation_mib, defaults.max_conversation_bytes),
+    }
+}
+
 /// What `[chat]` permits the HTTP chat API, and its model (or why there is none).
 pub(crate) fn web_settings(settings: &Settings) -> toolhost::web::ChatSettings {
     let chat = &settings.chat;
@@ -262,6 +282,7 @@ pub(crate) fn web_settings(settings: &Settings) -> toolhost::web::ChatSettings {
             .max_runs
             .map_or(defaults.max_runs, |n| n.get() as usize),
         system: chat.system.clone(),
+        limits: run_limits(chat),
     }
 }
 
@@ -485,13 +506,24 @@ impl Renderer {
             }
             // The question is printed with the run's end.
             Event::Question { .. } => {}
+            Event::Retry {
+                attempt,
+                attempts,
+                reason,
+            } => {
+                self.end_line();
+                eprintln!(
+                    "  [{}; the text above is void, asking again: try {attempt} of {attempts}]",
+                    safe(&reason)
+                );
+            }
             Event::Done { ending, text, .. } => {
                 self.end_line();
                 match ending {
                     Ending::Answer => {}
                     Ending::Completed | Ending::Converse => self.out(&format!("{}\n", safe(&text))),
                     Ending::Question => self.out(&format!("? {}\n", safe(&text))),
-                    Ending::IterationLimit => eprintln!("error: {text}"),
+                    Ending::IterationLimit | Ending::SizeLimit => eprintln!("error: {text}"),
                     Ending::ShutDown | Ending::Cancelled => eprintln!("{text}"),
                     Ending::Error => {}
                 }

@@ -12,7 +12,7 @@ pub use diagnostic::{Diagnostic, Location, Note};
 
 use diagnostic::LineIndex;
 pub use names::{
-    Access, Blake3Hex, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
+    Access, Blake3Hex, ChatMib, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
     MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, TimeoutMs, ToolName,
 };
 

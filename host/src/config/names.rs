@@ -294,6 +294,15 @@ bounded!(
     RetryDelayMs, "retry-delay-ms", 0, 600_000
 );
 bounded!(
+    /// `[chat] max-calls-per-answer`: tool calls of one model answer that run, 1 to 10,000.
+    MaxCallsPerAnswer, "max-calls-per-answer", 1, 10_000
+);
+bounded!(
+    /// `[chat] max-run-result-mib`, `max-request-mib` and `max-conversation-mib`: 1 MiB to
+    /// 4 GiB.
+    ChatMib, "max-run-result-mib, max-request-mib and max-conversation-mib", 1, 4096
+);
+bounded!(
     /// `[chat] max-runs`: runs of the HTTP chat API at once, 1 to 10,000.
     MaxRuns, "max-runs", 1, 10_000
 );

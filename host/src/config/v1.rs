@@ -2,14 +2,14 @@
 //! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
 
 use super::names::{
-    Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep,
+    Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep, ChatMib,
     CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
     DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
-    MaxAttempts, MaxBlobMib, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxConversations,
-    MaxHttpConnections, MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes,
-    MaxParallelCalls, MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns,
-    MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS,
-    ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
+    MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
+    MaxConcurrentCalls, MaxConversations, MaxHttpConnections, MaxIterations, MaxManifestKib,
+    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
+    MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
+    PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -322,6 +322,14 @@ pub struct ChatSection {
     pub request_timeout_s: Option<RequestTimeoutS>,
     /// The most one model answer may bring, streamed or whole, in MiB (default 16).
     pub max_response_mib: Option<MaxResponseMib>,
+    /// Tool calls of one model answer that run; the rest are refused (default 32).
+    pub max_calls_per_answer: Option<MaxCallsPerAnswer>,
+    /// Bytes of tool results one run keeps, in MiB; past them results are cut (default 8).
+    pub max_run_result_mib: Option<ChatMib>,
+    /// The largest request sent to the model, in MiB; older parts are cut to fit (default 8).
+    pub max_request_mib: Option<ChatMib>,
+    /// The largest a conversation may grow, in MiB; past it, it cannot go on (default 16).
+    pub max_conversation_mib: Option<ChatMib>,
     pub max_attempts: Option<MaxAttempts>,
     pub retry_delay_ms: Option<RetryDelayMs>,
     pub system: Option<String>,

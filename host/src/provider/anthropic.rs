@@ -50,6 +50,10 @@ impl Provider for Anthropic {
         NAME
     }
 
+    fn retry(&self) -> super::RetryPolicy {
+        self.settings.retry
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,
@@ -97,7 +101,7 @@ impl Provider for Anthropic {
                 self.transport
                     .events(NAME, response, |event| turn.event(&event.data, on_text))
                     .await?;
-                Ok(turn.finish())
+                turn.finish()
             } else {
                 let value = self.transport.json(NAME, response).await?;
                 let turn = whole_turn(&value)?;
@@ -202,6 +206,8 @@ struct StreamedTurn {
     calls: BTreeMap<u64, PartialCall>,
     usage: Usage,
     stop_reason: Option<String>,
+    /// `message_stop` arrived: the answer is whole.
+    stopped: bool,
 }
 
 #[derive(Debug, Default)]
@@ -267,13 +273,22 @@ impl StreamedTurn {
                 }
                 self.usage.output_tokens += event["usage"]["output_tokens"].as_u64().unwrap_or(0);
             }
+            "message_stop" => self.stopped = true,
             "error" => return Err(api_error(NAME, &event["error"])),
             _ => {}
         }
         Ok(())
     }
 
-    fn finish(self) -> ModelTurn {
+    /// The answer, once the stream said it ended (`message_stop`, or a `message_delta` with
+    /// its `stop_reason`): a body that just stops is not a whole answer.
+    fn finish(self) -> Result<ModelTurn, ProviderError> {
+        if !self.stopped && self.stop_reason.is_none() {
+            return Err(ProviderError::CutShort {
+                provider: NAME,
+                message: "the stream ended without `message_stop` or a `stop_reason`".into(),
+            });
+        }
         let calls = self
             .calls
             .into_values()
@@ -290,12 +305,12 @@ impl StreamedTurn {
                 Invocation::new(c.id, c.name, arguments)
             })
             .collect();
-        ModelTurn {
+        Ok(ModelTurn {
             text: self.text,
             calls,
             usage: Some(self.usage),
             stop_reason: self.stop_reason,
-        }
+        })
     }
 }
 
@@ -363,7 +378,7 @@ mod tests {
         for e in events {
             turn.event(e, &|_| {}).unwrap();
         }
-        let turn = turn.finish();
+        let turn = turn.finish().unwrap();
         assert_eq!(turn.text, "Sure.");
         assert_eq!(turn.calls[0].arguments, json!({"expression": "1+1"}));
         assert_eq!(turn.calls[1].arguments, json!("{oops"));
@@ -376,5 +391,18 @@ mod tests {
                 output_tokens: 31
             })
         );
+    }
+
+    #[test]
+    fn a_stream_without_its_stop_is_cut_short() {
+        let mut turn = StreamedTurn::default();
+        for e in [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":2}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hal"}}"#,
+        ] {
+            turn.event(e, &|_| {}).unwrap();
+        }
+        let error = turn.finish().expect_err("no message_stop");
+        assert!(matches!(error, ProviderError::CutShort { .. }), "{error}");
     }
 }

@@ -149,6 +149,14 @@ pub trait Provider: Send + Sync {
     /// `openai`, `anthropic` or `prompted`: in messages and events.
     fn name(&self) -> &'static str;
 
+    /// How a model call that failed part-way ([`ProviderError::CutShort`]) is retried by the
+    /// agent loop: its text may already have reached the person, so the loop says so
+    /// before it asks again. (Failures before an answer starts are retried inside
+    /// [`Provider::complete`].)
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy::default()
+    }
+
     /// Runs one model call; streamed text goes to `on_text` as it arrives.
     fn complete<'a>(
         &'a self,
@@ -176,6 +184,14 @@ pub enum ProviderError {
     },
     #[error("{provider}: the response could not be read: {message}")]
     Protocol {
+        provider: &'static str,
+        message: String,
+    },
+    /// The answer's stream ended before the answer did: the connection broke off, or the
+    /// body ended without the format's last word (`[DONE]` or a `finish_reason`; Anthropic's
+    /// `message_stop`). Retried like an unreachable server.
+    #[error("{provider}: the answer broke off: {message}")]
+    CutShort {
         provider: &'static str,
         message: String,
     },
@@ -321,7 +337,8 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 }
 
 impl RetryPolicy {
-    fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    /// The wait before try `attempt + 1`, after `attempt` tries failed.
+    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let exponential = self
             .base_delay
             .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
@@ -487,7 +504,7 @@ impl Transport {
             let chunk = response
                 .chunk()
                 .await
-                .map_err(|e| ProviderError::Protocol {
+                .map_err(|e| ProviderError::CutShort {
                     provider,
                     message: format!("the stream broke off: {}", error_chain(&e)),
                 })?;

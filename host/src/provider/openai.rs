@@ -75,7 +75,7 @@ impl OpenAi {
                     turn.event(provider, &event.data, on_text)
                 })
                 .await?;
-            Ok(turn.finish())
+            turn.finish(provider)
         } else {
             let value = self.transport.json(provider, response).await?;
             let turn = whole_turn(provider, &value)?;
@@ -90,6 +90,10 @@ impl OpenAi {
 impl Provider for OpenAi {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn retry(&self) -> super::RetryPolicy {
+        self.settings.retry
     }
 
     fn complete<'a>(
@@ -298,8 +302,16 @@ impl StreamedTurn {
         Ok(())
     }
 
-    fn finish(self) -> ModelTurn {
-        ModelTurn {
+    /// The answer, once the stream said it ended (`[DONE]` or a `finish_reason`): a body that
+    /// just stops (a server whose handler failed mid-answer) is not a whole answer.
+    fn finish(self, provider: &'static str) -> Result<ModelTurn, ProviderError> {
+        if !self.done && self.stop_reason.is_none() {
+            return Err(ProviderError::CutShort {
+                provider,
+                message: "the stream ended without `[DONE]` or a `finish_reason`".into(),
+            });
+        }
+        Ok(ModelTurn {
             text: self.text,
             calls: self
                 .calls
@@ -308,7 +320,7 @@ impl StreamedTurn {
                 .collect(),
             usage: self.usage,
             stop_reason: self.stop_reason,
-        }
+        })
     }
 }
 
@@ -336,7 +348,7 @@ mod tests {
         for chunk in chunks {
             turn.event(NAME, chunk, &sink).unwrap();
         }
-        let turn = turn.finish();
+        let turn = turn.finish(NAME).unwrap();
         assert_eq!(*seen.lock().unwrap(), "Let me check.");
         assert_eq!(turn.text, "Let me check.");
         assert_eq!(
@@ -382,5 +394,24 @@ mod tests {
             "{\"x\":1}"
         );
         assert_eq!(wire[2]["content"], "");
+    }
+
+    #[test]
+    fn a_stream_that_just_stops_is_cut_short_and_either_ending_completes_it() {
+        let text = r#"{"choices":[{"index":0,"delta":{"content":"Half an ans"}}]}"#;
+        let mut cut = StreamedTurn::default();
+        cut.event(NAME, text, &|_| {}).unwrap();
+        let error = cut.finish(NAME).expect_err("no ending");
+        assert!(matches!(error, ProviderError::CutShort { .. }), "{error}");
+        assert!(error.to_string().contains("without `[DONE]`"), "{error}");
+        let mut done = StreamedTurn::default();
+        done.event(NAME, text, &|_| {}).unwrap();
+        done.event(NAME, "[DONE]", &|_| {}).unwrap();
+        assert_eq!(done.finish(NAME).unwrap().text, "Half an ans");
+        let mut finished = StreamedTurn::default();
+        finished.event(NAME, text, &|_| {}).unwrap();
+        let stop = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        finished.event(NAME, stop, &|_| {}).unwrap();
+        assert_eq!(finished.finish(NAME).unwrap().text, "Half an ans");
     }
 }

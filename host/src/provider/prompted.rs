@@ -35,6 +35,10 @@ impl Provider for Prompted {
         NAME
     }
 
+    fn retry(&self) -> super::RetryPolicy {
+        self.inner.retry()
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,

@@ -3,10 +3,10 @@
 //! their reference.
 
 use super::runs::{Busy, Decision, RunSlot, Unanswered, WebApprover, event_json};
-use super::sse::{EventStream, frame};
+use super::sse::{self, EventStream, frame};
 use super::store::{RunRecord, Store, StoreError, Stored};
 use super::{ChatSettings, Web};
-use crate::agent::{Agent, AgentOptions, ApprovalPolicy, Ending, Event};
+use crate::agent::{Agent, AgentOptions, ApprovalPolicy, Ending, Event, limits};
 use crate::invoke::CallPolicy;
 use crate::provider::ToolChoice;
 use crate::provider::conversation::Conversation;
@@ -18,7 +18,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
 
 /// The longest message a request may carry.
 const MAX_MESSAGE: usize = 256 << 10;
@@ -181,6 +180,7 @@ fn plan(web: &Web, request: &ChatRequest) -> Result<Plan, ApiError> {
             max_parallel_calls: chat.max_parallel_calls,
             builtins: request.tools,
             tool_choice,
+            limits: chat.limits,
         },
         provider,
         policy,
@@ -204,6 +204,10 @@ async fn blocking<T: Send + 'static>(
             StatusCode::INSUFFICIENT_STORAGE,
             StoreError::Full(max).to_string(),
         )),
+        // Logged by the store once, when it happened.
+        Ok(Err(e @ StoreError::Detached { .. })) => {
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+        }
         Ok(Err(e)) => {
             tracing::error!("{e}");
             Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
@@ -394,6 +398,20 @@ pub(super) async fn continue_conversation(
             format!("/reply_to: the conversation is not waiting for an answer to `{call}`"),
         ));
     }
+    let limit = web.chat.limits.max_conversation_bytes;
+    let held = limits::conversation_bytes(&stored.conversation);
+    if held > limit {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "conversation `{id}` holds {}, more than a conversation may ([chat] \
+                 max-conversation-mib, {}): it is kept and can be read, but not continued; \
+                 start a new one",
+                limits::size(held),
+                limits::size(limit)
+            ),
+        ));
+    }
     Ok(start_run(
         web,
         slot,
@@ -431,10 +449,13 @@ fn title_of(message: &str) -> String {
     title
 }
 
-/// A run's log, as it is kept: text deltas joined into `text` events.
+/// A run's log, as it is kept: text deltas joined into `text` events (in one growing
+/// string, so a model streaming in tiny pieces costs time linear in its text).
 #[derive(Default)]
 struct Log {
     events: Vec<Value>,
+    /// The text streaming now, not yet in `events`.
+    text: Option<String>,
     question: Option<String>,
 }
 
@@ -442,20 +463,26 @@ impl Log {
     fn push(&mut self, event: &Value) {
         if event["type"] == "text_delta" {
             let piece = event["text"].as_str().unwrap_or_default();
-            if let Some(last) = self.events.last_mut()
-                && last["type"] == "text"
-            {
-                let joined = format!("{}{piece}", last["text"].as_str().unwrap_or_default());
-                last["text"] = json!(joined);
-                return;
-            }
-            self.events.push(json!({ "type": "text", "text": piece }));
+            self.text.get_or_insert_with(String::new).push_str(piece);
             return;
         }
+        self.end_text();
         if event["type"] == "question" {
             self.question = event["id"].as_str().map(str::to_string);
         }
         self.events.push(event.clone());
+    }
+
+    fn end_text(&mut self) {
+        if let Some(text) = self.text.take() {
+            self.events.push(json!({ "type": "text", "text": text }));
+        }
+    }
+
+    /// Every event, the streaming text ended.
+    fn take(&mut self) -> (Vec<Value>, Option<String>) {
+        self.end_text();
+        (std::mem::take(&mut self.events), self.question.take())
     }
 }
 
@@ -470,9 +497,11 @@ fn start_run(
     plan: Plan,
     first: Option<Value>,
 ) -> Response {
-    let (sender, frames) = mpsc::unbounded_channel();
+    // A client that leaves MAX_UNREAD bytes of events unread ends its run, as one that went
+    // away does.
+    let (sender, frames) = sse::channel(sse::MAX_UNREAD, slot.cancel.clone());
     if let Some(first) = &first {
-        let _ = sender.send(frame(first));
+        sender.send(frame(first));
     }
     let stream = EventStream::new(frames, Some(slot.cancel.clone()));
     tokio::spawn(run(
@@ -494,7 +523,7 @@ async fn run(
     mut conversation: Conversation,
     allowed_tools: Vec<String>,
     plan: Plan,
-    sender: mpsc::UnboundedSender<Bytes>,
+    sender: sse::FrameSender,
 ) {
     let log = Arc::new(Mutex::new(Log::default()));
     let user = json!({ "type": "user", "text": plan.message });
@@ -515,7 +544,7 @@ async fn run(
                     *done = Some(event);
                 }
             } else {
-                let _ = sender.send(frame(&event));
+                sender.send(frame(&event));
             }
         })
     };
@@ -555,8 +584,23 @@ async fn run(
                 .await;
         }
     }
+    if sender.overflowed() {
+        tracing::warn!(
+            "conversation {id}: the client left {} of events unread; its run was ended",
+            limits::size(sse::MAX_UNREAD)
+        );
+        if let Ok(mut done) = done.lock()
+            && let Some(done) = done.as_mut()
+        {
+            done["text"] = json!(format!(
+                "the run was ended: its client left {} of events unread; the conversation so \
+                 far is kept",
+                limits::size(sse::MAX_UNREAD)
+            ));
+        }
+    }
     let (events, question) = match log.lock() {
-        Ok(mut log) => (std::mem::take(&mut log.events), log.question.take()),
+        Ok(mut log) => log.take(),
         Err(_) => (Vec::new(), None),
     };
     let ended_with_question = done
@@ -594,14 +638,14 @@ async fn run(
                 "type": "error",
                 "message": format!("the conversation could not be saved: {problem}"),
             });
-            let _ = sender.send(frame(&event));
+            sender.send_last(frame(&event));
         }
     }
     // The slot is free before `done` goes out: a client may continue at once.
     drop(slot);
     let done = done.lock().ok().and_then(|mut d| d.take());
     if let Some(done) = done {
-        let _ = sender.send(frame(&done));
+        sender.send_last(frame(&done));
     }
 }
 
@@ -616,9 +660,10 @@ mod tests {
         log.push(&json!({"type": "text_delta", "text": "is 42."}));
         log.push(&json!({"type": "question", "id": "q", "text": "?"}));
         log.push(&json!({"type": "text_delta", "text": "More"}));
-        assert_eq!(log.events[0], json!({"type": "text", "text": "It is 42."}));
-        assert_eq!(log.events[2], json!({"type": "text", "text": "More"}));
-        assert_eq!(log.question.as_deref(), Some("q"));
+        let (events, question) = log.take();
+        assert_eq!(events[0], json!({"type": "text", "text": "It is 42."}));
+        assert_eq!(events[2], json!({"type": "text", "text": "More"}));
+        assert_eq!(question.as_deref(), Some("q"));
     }
 
     #[test]

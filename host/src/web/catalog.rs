@@ -3,7 +3,7 @@
 //! JSON, and as a stream that sends it again after every reload.
 
 use super::Web;
-use super::sse::{EventStream, frame};
+use super::sse::{self, EventStream, frame};
 use crate::reload::Reloader;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The catalog and its reload status, as one JSON value (`"type": "catalog"`).
 pub(super) fn describe(reloader: &Reloader) -> Value {
@@ -93,7 +93,8 @@ pub(super) async fn catalog(State(web): State<Arc<Web>>) -> Response {
 /// The catalog now, then again after every reload, until the client goes away or the host
 /// stops.
 pub(super) async fn events(State(web): State<Arc<Web>>) -> Response {
-    let (sender, frames) = mpsc::unbounded_channel();
+    // A client that reads none of the catalogs sent has its stream closed.
+    let (sender, frames) = sse::channel(sse::MAX_UNREAD, CancellationToken::new());
     let mut changes = web.reloader.subscribe();
     let _ = sender.send(frame(&web.described.get(&web.reloader)));
     let host = web.host.clone();
@@ -108,10 +109,7 @@ pub(super) async fn events(State(web): State<Arc<Web>>) -> Response {
                 () = sender.closed() => return,
                 () = host.stopping() => return,
             }
-            if sender
-                .send(frame(&web.described.get(&web.reloader)))
-                .is_err()
-            {
+            if !sender.send(frame(&web.described.get(&web.reloader))) {
                 return;
             }
         }

@@ -20,6 +20,7 @@ pub mod runs;
 mod sse;
 pub mod store;
 
+use crate::agent::RunLimits;
 use crate::invoke::{CallPolicy, Host};
 use crate::provider::{ProviderSettings, ToolChoice};
 use crate::reload::Reloader;
@@ -47,6 +48,8 @@ pub struct ChatSettings {
     pub approval_timeout: Duration,
     pub max_runs: usize,
     pub system: Option<String>,
+    /// What one run may hold and send; `max_conversation_bytes` also refuses a continuation.
+    pub limits: RunLimits,
 }
 
 impl Default for ChatSettings {
@@ -62,6 +65,7 @@ impl Default for ChatSettings {
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             max_runs: DEFAULT_MAX_RUNS,
             system: None,
+            limits: RunLimits::default(),
         }
     }
 }

@@ -34,6 +34,13 @@ pub enum StoreError {
          delete some first"
     )]
     Full(usize),
+    /// The path no longer names the file the host opened: what is written would be lost.
+    #[error(
+        "the chat database {path} is not the file this host opened: {what} while the host ran, \
+         so nothing written now would be kept; put the file back, or restart the host to \
+         start a new database"
+    )]
+    Detached { path: PathBuf, what: String },
 }
 
 /// A conversation as the list shows it.
@@ -70,6 +77,10 @@ pub struct Store {
     path: PathBuf,
     connection: Mutex<Connection>,
     max_conversations: usize,
+    /// The file opened (device and inode): the path must still name it.
+    identity: (u64, u64),
+    /// Set while the path names another file or none, so that it is logged once.
+    detached: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Store {
@@ -130,11 +141,51 @@ impl Store {
             .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
             .and_then(|()| connection.execute_batch(SCHEMA))
             .map_err(|e| fail(e.to_string()))?;
+        let identity = identity(path).map_err(|e| fail(e.to_string()))?;
         Ok(Store {
             path: path.to_path_buf(),
             connection: Mutex::new(connection),
             max_conversations,
+            identity,
+            detached: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Ok while the path names the file that was opened. A database deleted, moved away or
+    /// replaced (by another file, a directory) while the host runs would take writes that no
+    /// restart finds: refused instead, logged once when it happens and once when the file is
+    /// back.
+    fn check_attached(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        let what = match identity(&self.path) {
+            Ok(found) if found == self.identity => None,
+            Ok(_) => Some("it was replaced by another file".to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some("it was deleted or moved away".to_string())
+            }
+            Err(e) => Some(format!("it cannot be looked at ({e})")),
+        };
+        match what {
+            None => {
+                if self.detached.swap(false, Ordering::SeqCst) {
+                    tracing::warn!(
+                        "the chat database {} is back; the chat keeps conversations again",
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+            Some(what) => {
+                let error = StoreError::Detached {
+                    path: self.path.clone(),
+                    what,
+                };
+                if !self.detached.swap(true, Ordering::SeqCst) {
+                    tracing::error!("{error}; the chat answers 503 until then");
+                }
+                Err(error)
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -145,6 +196,7 @@ impl Store {
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.check_attached()?;
         // A panic while the lock was held cannot leave SQLite half-written (transactions roll
         // back when dropped): the connection is still good.
         let mut connection = self
@@ -305,6 +357,17 @@ impl Store {
     }
 }
 
+/// The device and inode `path` names (links followed, as SQLite opens it); a directory is
+/// not a database.
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    if !metadata.is_file() {
+        return Ok((u64::MAX, u64::MAX));
+    }
+    Ok((metadata.dev(), metadata.ino()))
+}
+
 /// A number that grows with time, to order conversations by their last update.
 fn order() -> i64 {
     std::time::SystemTime::now()
@@ -392,5 +455,31 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("chat.sqlite3"), "{text}");
         assert!(text.contains("not a database"), "{text}");
+    }
+
+    #[test]
+    fn a_database_deleted_or_replaced_while_open_is_refused_until_it_is_back() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = store(&dir, 10);
+        let conversation = Conversation::default();
+        store.create("a", "first", &conversation).expect("a");
+        let path = store.path().to_path_buf();
+        let aside = dir.path().join("aside.sqlite3");
+        std::fs::rename(&path, &aside).expect("move away");
+        let refused = store
+            .create("b", "second", &conversation)
+            .expect_err("gone");
+        assert!(matches!(refused, StoreError::Detached { .. }), "{refused}");
+        assert!(
+            refused.to_string().contains("deleted or moved away"),
+            "{refused}"
+        );
+        assert!(store.list().is_err(), "a read is refused too");
+        std::fs::create_dir(&path).expect("a directory where it was");
+        let refused = store.get("a").expect_err("a directory");
+        assert!(refused.to_string().contains("replaced"), "{refused}");
+        std::fs::remove_dir(&path).expect("rmdir");
+        std::fs::rename(&aside, &path).expect("back");
+        assert_eq!(store.list().expect("back").len(), 1);
     }
 }

@@ -1,0 +1,610 @@
+//! What a model, a chat client or the file system can make the chat hold, send or lose
+//! (issue #29's first, third, eighth and ninth findings): one answer asking for thousands of
+//! calls, results of a megabyte each, a conversation that only grows, a client that never
+//! reads its stream, an answer whose stream breaks off, and the chat database deleted while
+//! the host runs. Each test asserts the bound itself, not only that the host lives.
+
+use crate::cli::{stderr, toolhost_with_stdin};
+use crate::scripted::{Reply, Scripted, anthropic, openai};
+use crate::support::{Fixture, cache_dir, ensemble, peak_kib};
+use crate::web::{base, chat, get, post_json, serve};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolhost::agent::{Agent, AgentOptions, ApprovalPolicy, Ending, Event, RunLimits};
+use toolhost::invoke::Session;
+use toolhost::provider::conversation::{Conversation, Message};
+use toolhost::provider::{ProviderKind, ProviderSettings};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// `big_output` (a string of `bytes` bytes) from the testbed, results remembered per session.
+fn fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write(
+        "testbed.toml",
+        &ensemble(
+            "testbed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"big_output\" }\n",
+        ),
+    );
+    fixture
+}
+
+/// `count` calls of `big_output`, each of `bytes` bytes and each with other arguments (so
+/// dedup cannot answer them), as (id, name, arguments text).
+fn big_calls(count: usize, bytes: usize) -> Vec<(String, String, String)> {
+    (0..count)
+        .map(|n| {
+            (
+                format!("call_{n}"),
+                "big_output".to_string(),
+                json!({"bytes": bytes, "n": n}).to_string(),
+            )
+        })
+        .collect()
+}
+
+fn borrowed(calls: &[(String, String, String)]) -> Vec<(&str, &str, &str)> {
+    calls
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect()
+}
+
+/// Collects a run's events.
+#[derive(Default)]
+struct Collected(Mutex<Vec<Event>>);
+
+impl Collected {
+    fn results(&self) -> Vec<(String, String)> {
+        self.0
+            .lock()
+            .expect("events")
+            .iter()
+            .filter_map(|e| match e {
+                Event::ToolResult {
+                    outcome, content, ..
+                } => Some((outcome.clone(), content.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Runs one conversation in process against `replies`, with `limits`.
+async fn run(
+    kind: ProviderKind,
+    replies: Vec<Reply>,
+    limits: RunLimits,
+    conversation: &mut Conversation,
+) -> (
+    Scripted,
+    Collected,
+    Result<toolhost::agent::RunOutcome, String>,
+) {
+    let fixture = fixture();
+    let server = Scripted::start(replies);
+    let mut settings = ProviderSettings::new(kind, "scripted-model");
+    settings.base_url = server.base_url.clone();
+    settings.api_key = Some("k".into());
+    settings.retry.base_delay = Duration::from_millis(5);
+    let host = Arc::new(fixture.host().await);
+    let agent = Agent::new(
+        host,
+        Arc::from(settings.build().expect("provider")),
+        Arc::new(ApprovalPolicy::refuse_all()),
+        AgentOptions {
+            limits,
+            ..AgentOptions::default()
+        },
+    );
+    let events = Collected::default();
+    let sink = |e: Event| events.0.lock().expect("events").push(e);
+    let session = Arc::new(Session::new("bounds"));
+    let outcome = agent
+        .run(conversation, &session, &sink)
+        .await
+        .map_err(|e| e.to_string());
+    (server, events, outcome)
+}
+
+/// The size of the JSON body the host sent in request `n`.
+fn request_bytes(server: &Scripted, n: usize) -> usize {
+    server.requests()[n].body.to_string().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_answer_asking_for_thousands_of_calls_runs_the_bound_and_refuses_the_rest_once() {
+    let calls = big_calls(3000, 100);
+    let mut conversation = Conversation::default();
+    conversation.push_user("go");
+    let (server, events, outcome) = run(
+        ProviderKind::OpenAi,
+        vec![openai::stream("", &borrowed(&calls)), openai::text("done")],
+        RunLimits::default(),
+        &mut conversation,
+    )
+    .await;
+    assert_eq!(outcome.expect("the run ends").ending, Ending::Answer);
+    assert_eq!(events.results().len(), 33);
+    // 32 ran, and one refusal stands for the 2,968 others (in the calls' order here; events
+    // come as calls end).
+    let Message::Results { results } = &conversation.messages[2] else {
+        panic!("the results")
+    };
+    assert_eq!(results.len(), 33);
+    assert!(
+        results[..32]
+            .iter()
+            .all(|r| !r.is_error && r.content.len() == 100),
+        "{:?}",
+        &results[..32]
+    );
+    let refusal = &results[32].content;
+    assert!(
+        refusal.starts_with("resource-limit: not run: this answer asked for 3000 tool calls, and at most 32 run per answer")
+            && refusal.contains("this call and the 2967 after it were not run"),
+        "{refusal}"
+    );
+    // The conversation and the next request carry those 33 calls and results, not 3,000.
+    let Message::Assistant { calls, .. } = &conversation.messages[1] else {
+        panic!("the answer")
+    };
+    assert_eq!(calls.len(), 33);
+    let sent = &server.requests()[1].body["messages"];
+    let tool_messages = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    assert_eq!(tool_messages, 33);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_results_stop_at_its_budget_and_later_calls_are_not_run() {
+    // Three answers of 4 calls of 300 KB: the budget of 1 MiB is reached in the first.
+    let replies = (0..3)
+        .map(|turn| {
+            let calls: Vec<(String, String, String)> = big_calls(4, 300_000)
+                .into_iter()
+                .map(|(id, name, args)| {
+                    (
+                        format!("{id}_{turn}"),
+                        name,
+                        args.replace('}', &format!(",\"turn\":{turn}}}")),
+                    )
+                })
+                .collect();
+            openai::stream("", &borrowed(&calls))
+        })
+        .chain([openai::text("done")])
+        .collect();
+    let limits = RunLimits {
+        max_run_result_bytes: 1 << 20,
+        ..RunLimits::default()
+    };
+    let mut conversation = Conversation::default();
+    conversation.push_user("go");
+    let (server, events, outcome) =
+        run(ProviderKind::OpenAi, replies, limits, &mut conversation).await;
+    assert_eq!(outcome.expect("the run ends").ending, Ending::Answer);
+    let results = events.results();
+    assert_eq!(results.len(), 12);
+    let kept: usize = results.iter().map(|(_, content)| content.len()).sum();
+    // The budget, and the markers that say where it cut.
+    assert!(kept <= (1 << 20) + 12 * 300, "{kept} bytes of results kept");
+    let cut = results
+        .iter()
+        .filter(|(_, c)| {
+            c.contains("this run's tool results reached [chat] max-run-result-mib (1 MiB)")
+        })
+        .count();
+    assert!(cut >= 1, "a result cut with its marker");
+    // Once the budget is spent, the calls of later answers are refused without running.
+    let refused: Vec<&String> = results[4..].iter().map(|(_, c)| c).collect();
+    assert!(
+        refused
+            .iter()
+            .all(|c| c.contains("not run: this run's tool results already reached")),
+        "{refused:?}"
+    );
+    for n in 1..4 {
+        assert!(request_bytes(&server, n) < (1 << 20) + (64 << 10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_budget_is_cut_oldest_first_and_says_so() {
+    // Earlier turns left 3 results of 600 KB; the request may be 1 MiB.
+    let mut conversation = Conversation::default();
+    for turn in 0..3 {
+        conversation.push_user(format!("turn {turn}"));
+        conversation.messages.push(Message::Assistant {
+            text: String::new(),
+            calls: vec![toolhost::provider::conversation::Invocation::new(
+                format!("c{turn}"),
+                "big_output",
+                json!({"bytes": 600_000}),
+            )],
+        });
+        conversation.messages.push(Message::Results {
+            results: vec![toolhost::provider::conversation::ToolResult {
+                call_id: format!("c{turn}"),
+                name: "big_output".into(),
+                content: format!("{turn}").repeat(600_000),
+                is_error: false,
+            }],
+        });
+    }
+    conversation.push_user("and now?");
+    let limits = RunLimits {
+        max_request_bytes: 1 << 20,
+        ..RunLimits::default()
+    };
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let reply = match kind {
+            ProviderKind::Anthropic => anthropic::text("ok"),
+            _ => openai::text("ok"),
+        };
+        let mut conversation = conversation.clone();
+        let (server, _, outcome) = run(kind, vec![reply], limits, &mut conversation).await;
+        assert_eq!(outcome.expect("answered").ending, Ending::Answer);
+        let body = server.requests()[0].body.to_string();
+        assert!(
+            body.len() < (1 << 20) + (64 << 10),
+            "{kind}: {} bytes",
+            body.len()
+        );
+        // The oldest results are cut to their start with the marker, the newest is whole.
+        assert!(body.contains("left out here: the conversation is larger than a request"));
+        assert!(
+            body.contains(&"2".repeat(600_000)),
+            "{kind}: the newest result is whole"
+        );
+        assert!(
+            !body.contains(&"0".repeat(2000)),
+            "{kind}: the oldest is cut"
+        );
+        // The conversation itself keeps every result whole.
+        let Message::Results { results } = &conversation.messages[2] else {
+            panic!("results")
+        };
+        assert_eq!(results[0].content.len(), 600_000);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_breaks_off_is_asked_again_then_ends_in_an_error() {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let (cut, whole) = match kind {
+            ProviderKind::Anthropic => (
+                anthropic::cut_short("Half an ans"),
+                anthropic::text("Whole."),
+            ),
+            _ => (openai::cut_short("Half an ans"), openai::text("Whole.")),
+        };
+        // Cut once, then whole: the answer is the whole one, after a `retry` event.
+        let mut conversation = Conversation::default();
+        conversation.push_user("hi");
+        let (_, events, outcome) = run(
+            kind,
+            vec![cut.clone(), whole],
+            RunLimits::default(),
+            &mut conversation,
+        )
+        .await;
+        let outcome = outcome.expect("answered on the second try");
+        assert_eq!(
+            (outcome.ending, outcome.text.as_str()),
+            (Ending::Answer, "Whole.")
+        );
+        let retries: Vec<Event> = events
+            .0
+            .lock()
+            .expect("events")
+            .iter()
+            .filter(|e| matches!(e, Event::Retry { .. }))
+            .cloned()
+            .collect();
+        let [
+            Event::Retry {
+                attempt: 2,
+                attempts: 3,
+                reason,
+            },
+        ] = retries.as_slice()
+        else {
+            panic!("{kind}: one retry event: {retries:?}")
+        };
+        assert!(reason.contains("broke off"), "{reason}");
+        assert_eq!(
+            conversation.messages.len(),
+            2,
+            "only the whole answer is kept"
+        );
+        // Cut every time: an error once the tries are spent, never a partial answer.
+        let mut conversation = Conversation::default();
+        conversation.push_user("hi");
+        let (server, _, outcome) = run(
+            kind,
+            vec![cut.clone(), cut.clone(), cut],
+            RunLimits::default(),
+            &mut conversation,
+        )
+        .await;
+        let error = outcome.expect_err("no whole answer");
+        assert!(error.contains("the answer broke off"), "{kind}: {error}");
+        assert_eq!(server.requests().len(), 3);
+        assert_eq!(
+            conversation.messages.len(),
+            1,
+            "nothing of the partial answers kept"
+        );
+    }
+}
+
+#[test]
+fn toolhost_chat_exits_1_when_every_answer_breaks_off() {
+    let fixture = fixture();
+    let server = Scripted::start(vec![
+        openai::cut_short("Half"),
+        openai::cut_short("Half"),
+        openai::cut_short("Half"),
+    ]);
+    let cache = cache_dir();
+    let output = toolhost_with_stdin(
+        &fixture,
+        &[
+            "--cache-dir",
+            cache.to_str().expect("path"),
+            "chat",
+            "hi",
+            "--model",
+            "scripted-model",
+            "--base-url",
+            &server.base_url,
+        ],
+        None,
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("the answer broke off"), "{err}");
+    assert!(err.contains("asking again: try 2 of 3"), "{err}");
+}
+
+/// A web-chat host over [`fixture`]'s tools with `chat` in its `[chat]`.
+fn web_host(
+    replies: Vec<Reply>,
+    chat: &str,
+) -> (Scripted, Fixture, crate::mcp::HttpServer, String) {
+    let model = Scripted::start(replies);
+    let fixture = fixture();
+    let config = format!(
+        "schema-version = 1\n\n[chat]\nmodel = \"scripted-model\"\nbase-url = \"{}\"\n\
+         api-key-env = \"SCRIPTED_KEY\"\n{chat}\n",
+        model.base_url
+    );
+    std::fs::write(fixture.root().join("toolhost.toml"), config).expect("config");
+    let server = serve(&fixture, &[]);
+    let api = format!("{}/api/conversations", base(&server));
+    (model, fixture, server, api)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_calls_of_a_megabyte_in_one_answer_leave_the_web_chat_small() {
+    let calls = big_calls(3000, 1_000_000);
+    let (model, _fixture, server, api) = web_host(
+        vec![openai::stream("", &borrowed(&calls)), openai::text("done")],
+        "",
+    );
+    let mut events = chat(&api, json!({"message": "go"})).await;
+    let all = tokio::time::timeout(DEADLINE, events.rest())
+        .await
+        .expect("the run ended");
+    let results: Vec<&Value> = all.iter().filter(|e| e["type"] == "tool_result").collect();
+    assert_eq!(results.len(), 33);
+    let kept: usize = results
+        .iter()
+        .map(|e| e["content"].as_str().unwrap_or_default().len())
+        .sum();
+    assert!(kept <= (8 << 20) + 33 * 300, "{kept} bytes of results");
+    assert_eq!(all.last().expect("done")["ending"], "answer");
+    // The request sent back to the model stays within max-request-mib (8), tools included.
+    let sent = model.requests()[1].body.to_string().len();
+    assert!(
+        sent < (8 << 20) + (64 << 10),
+        "{sent} bytes sent to the model"
+    );
+    let peak = peak_kib(server.child.id());
+    eprintln!("peak RSS of serve: {} MiB", peak >> 10);
+    assert!(peak < 400 << 10, "serve peaked at {} MiB", peak >> 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_stream_ends_its_run_at_the_unread_bound() {
+    // Results are not cut here (a generous budget): only the unread bound stops the run.
+    let mut replies: Vec<Reply> = (0..6)
+        .map(|turn| {
+            let calls: Vec<(String, String, String)> = big_calls(24, 1_000_000)
+                .into_iter()
+                .map(|(id, name, args)| {
+                    (
+                        format!("{id}_{turn}"),
+                        name,
+                        args.replace('}', &format!(",\"t\":{turn}}}")),
+                    )
+                })
+                .collect();
+            openai::stream("", &borrowed(&calls))
+        })
+        .collect();
+    replies.push(openai::text("done"));
+    let (_model, _fixture, server, api) = web_host(
+        replies,
+        "max-run-result-mib = 1024\nmax-request-mib = 1024\nmax-conversation-mib = 1024",
+    );
+    let response = reqwest::Client::new()
+        .post(&api)
+        .json(&json!({"message": "go"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 200);
+    // The first event names the conversation; nothing after it is read.
+    let mut response = response;
+    let first = response
+        .chunk()
+        .await
+        .expect("read")
+        .expect("a first chunk");
+    let first = String::from_utf8_lossy(&first);
+    let id = first
+        .split("\"id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the conversation's id")
+        .to_string();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let kept = loop {
+        let (_, kept) = get(&format!("{api}/{id}")).await;
+        if kept["running"] == false && kept["log"].as_array().is_some_and(|l| !l.is_empty()) {
+            break kept;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let done = kept["log"]
+        .as_array()
+        .and_then(|log| log.iter().rev().find(|e| e["type"] == "done"))
+        .cloned();
+    let ran = kept["log"].as_array().map_or(0, |log| {
+        log.iter().filter(|e| e["type"] == "tool_result").count()
+    });
+    drop(response);
+    // Ended long before its 144 calls: the stream held 16 MiB unread at most.
+    assert!(ran < 144, "{ran} calls ran");
+    let stored_done = done.expect("the stored run has its done event");
+    assert_eq!(stored_done["ending"], "cancelled", "{stored_done}");
+    let peak = peak_kib(server.child.id());
+    eprintln!(
+        "peak RSS of serve with a client that never reads: {} MiB",
+        peak >> 10
+    );
+    assert!(peak < 600 << 10, "serve peaked at {} MiB", peak >> 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_past_its_budget_ends_its_run_and_is_not_continued() {
+    // Answers of 700 KB of text; the conversation may hold 2 MiB, a request 1 MiB.
+    let answer = |n: usize| {
+        let mut reply = openai::whole(&format!("{n}").repeat(700_000), &[]);
+        reply.headers.push(("x-answer".into(), n.to_string()));
+        reply
+    };
+    let (model, _fixture, _server, api) = web_host(
+        (0..6).map(answer).collect(),
+        "stream = false\nmax-conversation-mib = 2\nmax-request-mib = 1",
+    );
+    let mut events = chat(&api, json!({"message": "first"})).await;
+    let first = events.rest().await;
+    let id = first[0]["id"].as_str().expect("id").to_string();
+    let mut statuses = Vec::new();
+    for turn in 1..6 {
+        let (status, refused) = post_json(
+            &format!("{api}/{id}/messages"),
+            json!({"message": format!("turn {turn}")}),
+        )
+        .await;
+        if status == 200 || refused.is_null() {
+            statuses.push(200);
+            continue;
+        }
+        statuses.push(status);
+        assert_eq!(status, 413, "{refused}");
+        let message = refused["error"].as_str().expect("error");
+        assert!(
+            message.contains("more than a conversation may ([chat] max-conversation-mib, 2 MiB)"),
+            "{message}"
+        );
+        break;
+    }
+    assert_eq!(statuses.last(), Some(&413), "{statuses:?}");
+    // No request to the model passed its budget (cut oldest first), and what a GET answers
+    // stays within three times what the conversation may hold and one turn (the messages, the
+    // log's text events, and each run's final answer in its `done` event).
+    for request in model.requests() {
+        let sent = request.body.to_string().len();
+        assert!(sent < (1 << 20) + (64 << 10), "{sent} bytes sent");
+    }
+    let response = reqwest::get(format!("{api}/{id}")).await.expect("GET");
+    let read = response.bytes().await.expect("body").len();
+    assert!(read < 3 * ((2 << 20) + 800_000), "{read} bytes in a GET");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_database_deleted_or_replaced_while_serving_is_refused_not_pretended() {
+    let (_model, fixture, server, api) = web_host(
+        vec![
+            openai::text("one"),
+            openai::text("two"),
+            openai::text("three"),
+        ],
+        "database = \"state/chat.sqlite3\"",
+    );
+    let mut events = chat(&api, json!({"message": "kept"})).await;
+    let first = events.rest().await;
+    let id = first[0]["id"].as_str().expect("id").to_string();
+    let database = fixture.root().join("state/chat.sqlite3");
+    let aside = fixture.root().join("state/aside.sqlite3");
+
+    // Deleted (moved away): nothing is acknowledged that a restart would not find.
+    std::fs::rename(&database, &aside).expect("move the database away");
+    let refused = reqwest::Client::new()
+        .post(&api)
+        .json(&json!({"message": "lost?"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(refused.status(), 503);
+    let message = refused.text().await.expect("body");
+    assert!(
+        message.contains("is not the file this host opened: it was deleted or moved away"),
+        "{message}"
+    );
+    let (status, _) = get(&api).await;
+    assert_eq!(status, 503, "the list is refused too");
+    // A directory in its place: refused the same way.
+    std::fs::create_dir(&database).expect("a directory");
+    let (status, body) = get(&format!("{api}/{id}")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("replaced")),
+        "{body}"
+    );
+    // Said once in the log, however many requests were refused.
+    let said = server
+        .stderr()
+        .matches("is not the file this host opened")
+        .count();
+    assert_eq!(said, 1, "{}", server.stderr());
+
+    // Put back: the chat serves again, and the conversation is there.
+    std::fs::remove_dir(&database).expect("rmdir");
+    std::fs::rename(&aside, &database).expect("back");
+    let (status, listed) = get(&api).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["conversations"].as_array().map(Vec::len), Some(1));
+    let mut events = chat(&api, json!({"message": "after"})).await;
+    assert_eq!(
+        events.rest().await.last().expect("done")["ending"],
+        "answer"
+    );
+}
