@@ -29,6 +29,7 @@ mod network;
 mod plugins;
 mod props;
 mod registry;
+mod registry_hostile;
 mod reload;
 mod runtime;
 mod sandbox;

@@ -8,9 +8,9 @@
 //!
 //! The layout is the CNCF Wasm OCI artifact (what wkg, Spin and Wassette use): an image
 //! manifest whose config is `application/vnd.wasm.config.v0+json` and whose one layer is
-//! `application/wasm`; an image index picks its `wasm`/`wasip2` entry. The distribution
-//! protocol is oci-client's ([`remote`]), but for the manifest request, which toolhost makes
-//! itself so that its size is bounded and a redirect is not followed.
+//! `application/wasm`; an image index picks its `wasm`/`wasip2` entry. Every request of the
+//! distribution protocol is toolhost's own ([`remote`]), so that every response a registry
+//! sends (tokens and error bodies included) is read no further than a bound.
 
 mod push;
 mod reference;

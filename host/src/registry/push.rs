@@ -4,10 +4,9 @@
 //! a key, its cosign signature at the `sha256-<hex>.sig` tag beside it.
 
 use super::reference::{Digest, Reference};
-use super::remote::Remote;
+use super::remote::{Operation, Remote};
 use super::trust::{self, SigningKey};
 use super::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, RegistryError, RegistrySettings};
-use oci_client::RegistryOperation;
 use oci_client::client::{Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 
@@ -63,7 +62,7 @@ pub async fn push(
         )));
     }
     let remote = Remote::new(settings, std::iter::once(reference))?;
-    let (auth, _) = remote.authorize(reference, RegistryOperation::Push).await?;
+    let auth = remote.authorize(reference, Operation::Push).await?;
     let component_digest = Digest::of(&component);
     let config = WasmConfig {
         created: crate::audit::now_rfc3339(),
@@ -85,14 +84,31 @@ pub async fn push(
         None,
     )];
     let what = format!("pushing to {reference}");
-    upload(settings, &remote, reference, &layers, config, &auth, &what).await?;
+    upload(
+        settings,
+        &remote,
+        reference,
+        &layers,
+        config,
+        auth.as_deref(),
+        &what,
+    )
+    .await?;
     // What the tag names now, read back: the digest to pin.
     let body = remote
         .manifest(reference, tag, settings.max_manifest_bytes)
         .await?;
     let manifest = Digest::of(&body);
     if let Some(key) = sign {
-        push_signature(settings, &remote, reference, &manifest, key, &auth).await?;
+        push_signature(
+            settings,
+            &remote,
+            reference,
+            &manifest,
+            key,
+            auth.as_deref(),
+        )
+        .await?;
     }
     Ok(Pushed {
         reference: reference.at(&manifest).to_string(),
@@ -111,7 +127,7 @@ async fn push_signature(
     reference: &Reference,
     manifest: &Digest,
     key: &SigningKey,
-    auth: &oci_client::secrets::RegistryAuth,
+    auth: Option<&str>,
 ) -> Result<(), RegistryError> {
     let payload = trust::payload(reference, manifest);
     let signature = key.sign(&payload).map_err(RegistryError::Other)?;
@@ -128,30 +144,45 @@ async fn push_signature(
     upload(settings, remote, &target, &layers, config, auth, &what).await
 }
 
-/// Pushes `layers` and `config` under an OCI image manifest at `target`, within the pull
-/// deadline.
+/// Pushes `layers` and `config` under an OCI image manifest at `target`'s tag, within the
+/// pull deadline: each blob the registry does not have yet, then the manifest.
 async fn upload(
     settings: &RegistrySettings,
     remote: &Remote,
     target: &Reference,
     layers: &[ImageLayer],
     config: Config,
-    auth: &oci_client::secrets::RegistryAuth,
+    auth: Option<&str>,
     what: &str,
 ) -> Result<(), RegistryError> {
     let mut manifest = OciImageManifest::build(layers, &config, None);
-    manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
+    manifest.media_type = Some(MANIFEST_MEDIA_TYPE.to_string());
+    let tag = target.tag().unwrap_or("latest").to_string();
+    let blobs = layers
+        .iter()
+        .map(|layer| layer.data.clone())
+        .chain(std::iter::once(config.data.clone()));
+    let work = async {
+        for bytes in blobs {
+            let digest = Digest::of(&bytes);
+            if !remote.has_blob(target, &digest, auth).await? {
+                remote.upload_blob(target, &digest, bytes, auth).await?;
+            }
+        }
+        let body =
+            serde_json::to_vec(&manifest).map_err(|e| RegistryError::Other(e.to_string()))?;
+        remote
+            .put_manifest(target, &tag, body, MANIFEST_MEDIA_TYPE, auth)
+            .await
+    };
     let deadline = settings.pull_timeout;
-    let client_reference = target.client();
-    let pushed = remote
-        .client()
-        .push(&client_reference, layers, config, auth, Some(manifest));
-    tokio::time::timeout(deadline, pushed)
+    tokio::time::timeout(deadline, work)
         .await
         .map_err(|_| RegistryError::Timeout {
             what: what.to_string(),
             after: deadline,
         })?
-        .map_err(|e| remote.error(target, what, e))?;
-    Ok(())
 }
+
+/// The media type of the manifests a push writes.
+const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

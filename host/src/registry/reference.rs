@@ -160,28 +160,6 @@ impl Reference {
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
     }
-
-    /// The reference as oci-client names it (no scheme).
-    pub(super) fn client(&self) -> oci_client::Reference {
-        match (&self.tag, &self.digest) {
-            (Some(tag), Some(digest)) => oci_client::Reference::with_tag_and_digest(
-                self.registry.clone(),
-                self.repository.clone(),
-                tag.clone(),
-                digest.to_string(),
-            ),
-            (_, Some(digest)) => oci_client::Reference::with_digest(
-                self.registry.clone(),
-                self.repository.clone(),
-                digest.to_string(),
-            ),
-            (tag, None) => oci_client::Reference::with_tag(
-                self.registry.clone(),
-                self.repository.clone(),
-                tag.clone().unwrap_or_default(),
-            ),
-        }
-    }
 }
 
 impl fmt::Display for Reference {
