@@ -366,8 +366,9 @@ fn stdio_serve_exits_cleanly_when_stdin_closes() {
 pub(crate) struct HttpServer {
     pub(crate) child: Child,
     pub(crate) url: String,
-    /// What the server wrote to stderr after its address line (the last 1 MiB of it).
-    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// What the server wrote to stderr after its address line (the last 1 MiB of it), and
+    /// how many bytes in all.
+    stderr: std::sync::Arc<std::sync::Mutex<(String, usize)>>,
 }
 
 impl HttpServer {
@@ -397,17 +398,18 @@ impl HttpServer {
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe; keep its tail.
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new((String::new(), 0)));
         let kept = stderr.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 let mut kept = kept.lock().expect("stderr");
-                kept.push_str(&line);
-                kept.push('\n');
-                if kept.len() > 1 << 20 {
-                    let cut = kept.len() - (1 << 19);
-                    let cut = kept.ceil_char_boundary(cut);
-                    kept.drain(..cut);
+                let (text, total) = &mut *kept;
+                *total += line.len() + 1;
+                text.push_str(&line);
+                text.push('\n');
+                if text.len() > 1 << 20 {
+                    let cut = text.ceil_char_boundary(text.len() - (1 << 19));
+                    text.drain(..cut);
                 }
             }
         });
@@ -416,7 +418,12 @@ impl HttpServer {
 
     /// What the server wrote to stderr so far (its last 1 MiB).
     pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().expect("stderr").clone()
+        self.stderr.lock().expect("stderr").0.clone()
+    }
+
+    /// How many bytes the server wrote to stderr so far.
+    pub(crate) fn stderr_bytes(&self) -> usize {
+        self.stderr.lock().expect("stderr").1
     }
 }
 

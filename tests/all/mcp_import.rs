@@ -483,6 +483,8 @@ fn announces_tool_changes() -> rmcp::model::ServerConfig {
 #[derive(Clone)]
 struct Flooder {
     times: usize,
+    /// Notifications sent so far, over every session.
+    sent: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl rmcp::ServerHandler for Flooder {
@@ -510,11 +512,13 @@ impl rmcp::ServerHandler for Flooder {
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<rmcp::RoleServer>) {
         let times = self.times;
+        let sent = self.sent.clone();
         tokio::spawn(async move {
             for _ in 0..times {
                 if context.peer.notify_tool_list_changed().await.is_err() {
                     return;
                 }
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         });
     }
@@ -522,7 +526,11 @@ impl rmcp::ServerHandler for Flooder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
-    let (port, server) = serve_over_http(Flooder { times: 20_000 }).await;
+    let (port, server) = serve_over_http(Flooder {
+        times: 20_000,
+        sent: Arc::default(),
+    })
+    .await;
 
     let outer = Fixture::new();
     outer.write(
@@ -553,6 +561,45 @@ async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
     assert!(reloads >= 1, "the announcements were not heard");
     assert!(reloads <= 5, "{reloads} reloads in three seconds");
     assert!(reloader.catalog().snapshot().get("steady").is_some());
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_list_changed_writes_little_to_the_log_even_at_v() {
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flooder = Flooder {
+        times: 200_000,
+        sent: sent.clone(),
+    };
+    let (port, server) = serve_over_http(flooder).await;
+    let outer = Fixture::new();
+    outer.write(
+        "flood.toml",
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"flood\"\n\n[ensemble.mcp]\n\
+             url = \"http://127.0.0.1:{port}/mcp\"\n"
+        ),
+    );
+    for verbosity in ["-v", "-vv"] {
+        let before = sent.load(std::sync::atomic::Ordering::Relaxed);
+        let host = crate::mcp::HttpServer::start(&outer, &[verbosity], &[]);
+        // Six seconds of flood: rmcp logs each notification at info, which at -v used to
+        // write 120 to 340 MB.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let written = host.stderr_bytes();
+        assert!(
+            written < 256 << 10,
+            "{verbosity}: {written} bytes of log in six seconds:\n{}",
+            &host.stderr()[..host.stderr().len().min(2000)]
+        );
+        // The flood was real: thousands of notifications reached the host meanwhile.
+        let flooded = sent.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(
+            flooded > 1000,
+            "{verbosity}: only {flooded} notifications were sent"
+        );
+        eprintln!("{verbosity}: {flooded} notifications, {written} bytes of log");
+    }
     server.abort();
 }
 

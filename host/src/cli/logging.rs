@@ -27,15 +27,24 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+/// The filter of each verbosity: `-v` and `-vv` raise toolhost's own lines and its plugins'
+/// (target `plugin`, bounded per call) only. Other crates stay at warnings until `-vvv`: their info lines are per message (rmcp logs every
+/// notification it receives), so an imported server's flood would otherwise write what it
+/// sends to the log, 120 to 340 MB in seconds at `-v`. `TOOLHOST_LOG` replaces the filter.
+fn default_filter(verbose: u8) -> &'static str {
+    match verbose {
+        0 => "warn,toolhost::runtime=info",
+        1 => "warn,toolhost=info,plugin=info",
+        2 => "warn,toolhost=debug,plugin=debug",
+        _ => "debug,cranelift=info,wasmtime=info",
+    }
+}
+
 /// Installs the stderr logger and returns the relay for MCP sessions.
 pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let default = match verbose {
-        0 => "warn,toolhost::runtime=info",
-        1 => "info",
-        _ => "debug,cranelift=info,wasmtime=info",
-    };
+    let default = default_filter(verbose);
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
@@ -67,13 +76,15 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
         ),
     };
     let relay = LogRelay::default();
-    // The relay sees host and plugin events down to info; each session filters further. No
-    // spans: it does not read them, and a call's span then costs nothing unless a log line
-    // shows it.
+    // The relay sees host and plugin events down to info, and no other crate's; each session
+    // filters further. No spans: it does not read them, and a call's span then costs nothing
+    // unless a log line shows it.
     let relayed = relay
         .clone()
         .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
-            metadata.is_event() && *metadata.level() <= tracing::Level::INFO
+            metadata.is_event()
+                && *metadata.level() <= tracing::Level::INFO
+                && (metadata.target().starts_with("toolhost") || metadata.target() == "plugin")
         }));
     tracing_subscriber::registry()
         .with(text)

@@ -57,7 +57,8 @@ pub(crate) struct Cli {
     /// Where `serve` publishes its status for `toolhost status` (overrides [host] status-file).
     #[arg(long, global = true, env = "TOOLHOST_STATUS_FILE", value_name = "FILE")]
     status_file: Option<PathBuf>,
-    /// More log output on stderr (-v: info, -vv: debug, including plugins' stdout/stderr).
+    /// More log output on stderr (-v: info, -vv: debug, including plugins' stdout/stderr;
+    /// -vvv: debug from the libraries too).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// How log lines on stderr are written: text, or one JSON object per line.
