@@ -35,6 +35,7 @@ mod runtime;
 mod sandbox;
 mod scripted;
 mod service;
+mod stdio_limits;
 mod support;
 mod talk;
 mod typed;

@@ -220,8 +220,12 @@ async fn serve_stdio(
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
     let started = tokio::select! {
         // Pipes (as MCP clients start servers) are read and written on the reactor, not
-        // through the blocking pool: no hand-off between threads per message.
-        started = server.serve(rmcp::transport::stdio_pipes()) => started,
+        // through the blocking pool: no hand-off between threads per message. A message too
+        // large or too deep is answered with an error (rmcp's own transport drops it).
+        started = {
+            let (stdin, stdout) = rmcp::transport::stdio_pipes();
+            server.serve(toolhost::mcp::stdio::BoundedStdio::new(stdin, stdout))
+        } => started,
         report = &mut drain => return Ok(service::exit_code(report)),
     };
     let service = match started {

@@ -10,6 +10,9 @@
 //! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
 //! to the request that called it ([`talk`]).
 //!
+//! Over stdio the messages are read and written by [`stdio`]: a request too large or too
+//! deep to read is answered with an error instead of dropped.
+//!
 //! The other direction, external MCP servers whose tools join the catalog, is a backend:
 //! [`crate::backend::mcp`].
 
@@ -19,6 +22,7 @@
 
 pub mod log;
 pub mod scope;
+pub mod stdio;
 pub mod talk;
 pub mod tasks;
 pub mod tools;
