@@ -366,28 +366,35 @@ fn stdio_serve_exits_cleanly_when_stdin_closes() {
 pub(crate) struct HttpServer {
     pub(crate) child: Child,
     pub(crate) url: String,
-    /// What the server wrote to stderr after its address line (the last 1 MiB of it), and
-    /// how many bytes in all.
+    /// What the server wrote to stderr but its address line (the last 1 MiB of it), and how
+    /// many bytes in all.
     stderr: std::sync::Arc<std::sync::Mutex<(String, usize)>>,
 }
 
 impl HttpServer {
     pub(crate) fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Self::start_command(command, fixture, extra)
+    }
+
+    /// [`HttpServer::start`] with a command of the caller's that runs `toolhost` (under
+    /// `prlimit`, say).
+    pub(crate) fn start_command(mut command: Command, fixture: &Fixture, extra: &[&str]) -> Self {
         // The tests' own HTTP clients (rmcp over reqwest) need the host's TLS provider.
         toolhost::tls::install_provider();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
         configure(&mut command, fixture);
         command
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .stderr(Stdio::piped())
             .stdout(Stdio::null());
-        for (key, value) in env {
-            command.env(key, value);
-        }
         let mut child = command.spawn().expect("serve --http");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
+        let mut before = String::new();
         let url = loop {
             let line = lines
                 .next()
@@ -396,9 +403,12 @@ impl HttpServer {
             if let Some(url) = line.strip_prefix("toolhost: serving MCP on ") {
                 break url.to_string();
             }
+            before.push_str(&line);
+            before.push('\n');
         };
         // Keep draining stderr so the server never blocks on a full pipe; keep its tail.
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new((String::new(), 0)));
+        let written = before.len();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new((before, written)));
         let kept = stderr.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {

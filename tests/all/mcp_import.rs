@@ -374,6 +374,66 @@ fn toolhost_call_and_serve_reach_an_imported_tool() {
     );
 }
 
+/// Waits until `client`'s tool list names `name`.
+async fn wait_for_tool(client: &rmcp::service::RunningService<rmcp::RoleClient, ()>, name: &str) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let tools = client.list_all_tools().await.expect("tools/list");
+        if tools.iter().any(|t| t.name == name) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_initialize_delays_nothing_serve_has() {
+    use rmcp::ServiceExt;
+    let outer = Fixture::new();
+    outer.write_echo();
+    // A "server" that reads its stdin and never says a word.
+    outer.write(
+        "silent.toml",
+        "schema-version = 1\n\n[ensemble]\nname = \"silent\"\n\n[ensemble.mcp]\n\
+         command = \"sleep\"\nargs = [\"600\"]\nstartup-timeout-ms = 3000\n",
+    );
+    let status = outer.root().join("status.json");
+    let client = ().serve(crate::mcp::stdio_serve(&outer)).await.expect("MCP session");
+    // Serving before the silent server's start timeout: what is loaded answers, and the
+    // status says what the rest waits for.
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
+    assert_eq!(names, ["echo"]);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let published = std::fs::read_to_string(&status).unwrap_or_default();
+        if published.contains("\"servers\"") && published.contains("sleep 600") {
+            break;
+        }
+        // Before its 3 s timeout, the status says what the ensemble waits for.
+        assert!(
+            !published.contains("did not start within"),
+            "the start was waited for: {published}"
+        );
+        assert!(std::time::Instant::now() < deadline, "{published}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // At its timeout the ensemble is refused, with the reason; echo served throughout.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let published = std::fs::read_to_string(&status).unwrap_or_default();
+        if published.contains("did not start within 3000 ms") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{published}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result = crate::mcp::call(&client, "echo", json!({"still": "here"})).await;
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    client.cancel().await.expect("close");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_of_serve_reaches_an_imported_tool() {
     use rmcp::ServiceExt;
@@ -382,8 +442,8 @@ async fn an_mcp_client_of_serve_reaches_an_imported_tool() {
     let outer = Fixture::new();
     outer.write("inner.toml", &import_ensemble(&inner, ""));
     let client = ().serve(crate::mcp::stdio_serve(&outer)).await.expect("MCP session");
-    let tools = client.list_all_tools().await.expect("tools/list");
-    assert!(tools.iter().any(|t| t.name == "in_echo"));
+    // The imported server starts in the background: its tools join the list when it is up.
+    wait_for_tool(&client, "in_echo").await;
     let serde_json::Value::Object(arguments) = json!({"through": "two hosts"}) else {
         unreachable!()
     };

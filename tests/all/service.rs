@@ -408,7 +408,7 @@ fn wait_for_tool(served: &mut Served, tool: &str) {
 fn a_fifo_or_a_link_at_the_audit_path_is_refused_at_reopen_and_sighup_keeps_reloading() {
     use std::os::unix::fs::PermissionsExt;
     let fixture = fixture("");
-    let mut served = Served::start(&fixture, &["--no-watch"], &[]);
+    let mut served = Served::start(&fixture, &["--no-watch", "-v"], &[]);
     served.initialize();
     let log = fixture.root().join("audit.jsonl");
     let moved = fixture.root().join("audit.jsonl.1");

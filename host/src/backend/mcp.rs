@@ -87,7 +87,8 @@ impl McpSpec {
     /// Identifies every setting of the import, its bounds included: an import is reused only
     /// when this is the same, so a changed `max-tools` or `startup-timeout-ms` takes effect
     /// at the reload that reads it (with a new server process).
-    fn key(&self) -> [u8; 32] {
+    /// What makes two imports the same server (its hash, and the bounds of its start).
+    pub fn key(&self) -> [u8; 32] {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.hash().0);
         hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
@@ -184,6 +185,10 @@ pub struct McpImport {
     up: std::sync::atomic::AtomicBool,
     /// Where its `tools/list_changed` notifications go.
     changes: broadcast::Sender<String>,
+    /// True while a start in the background is under way.
+    starting: std::sync::atomic::AtomicBool,
+    /// Told (its description) when a start in the background ended, however it ended.
+    started: broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for McpImport {
@@ -201,6 +206,10 @@ impl std::fmt::Debug for McpImport {
 pub struct ImportedServers {
     servers: Mutex<HashMap<[u8; 32], Weak<McpImport>>>,
     changes: broadcast::Sender<String>,
+    started: broadcast::Sender<String>,
+    /// Servers started in the background, kept (their session, or their failure and its
+    /// backoff) while the ensembles name them, whether or not a catalog holds them yet.
+    kept: Mutex<HashMap<[u8; 32], Arc<McpImport>>>,
 }
 
 impl Default for ImportedServers {
@@ -208,8 +217,21 @@ impl Default for ImportedServers {
         ImportedServers {
             servers: Mutex::default(),
             changes: broadcast::channel(64).0,
+            started: broadcast::channel(64).0,
+            kept: Mutex::default(),
         }
     }
+}
+
+/// Where a server started in the background stands.
+#[derive(Debug)]
+pub enum Background {
+    /// Its session is open: its tools can be listed now.
+    Running,
+    /// Its start is under way.
+    Starting,
+    /// Its start failed, and the next try waits for its backoff: why, and when.
+    Failed(McpError),
 }
 
 /// What the catalog takes of a server's tool.
@@ -246,6 +268,8 @@ impl ImportedServers {
             connection: tokio::sync::Mutex::default(),
             up: std::sync::atomic::AtomicBool::new(false),
             changes: self.changes.clone(),
+            starting: std::sync::atomic::AtomicBool::new(false),
+            started: self.started.clone(),
         });
         servers.insert(key, Arc::downgrade(&server));
         // Servers no catalog uses any more are forgotten when the map has doubled: each
@@ -259,6 +283,67 @@ impl ImportedServers {
     /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
     pub fn changes(&self) -> broadcast::Receiver<String> {
         self.changes.subscribe()
+    }
+
+    /// The servers whose start in the background ended (up, or failed), by server.
+    pub fn started(&self) -> broadcast::Receiver<String> {
+        self.started.subscribe()
+    }
+
+    /// Where `server` stands, started in the background (its session and a first tool list)
+    /// unless it runs, is starting, or waits out a failed start's backoff. A server that never
+    /// answers thus delays nothing that is already loaded; [`ImportedServers::started`] says
+    /// when a start ended. The server is kept until [`ImportedServers::keep_only`] lets it go.
+    pub fn background(&self, server: &Arc<McpImport>) -> Background {
+        use std::sync::atomic::Ordering;
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(server.spec.key(), Arc::clone(server));
+        if server.starting.load(Ordering::SeqCst) {
+            return Background::Starting;
+        }
+        // A connection in use (a call starting it inline) is as good as starting.
+        let Ok(connection) = server.connection.try_lock() else {
+            return Background::Starting;
+        };
+        if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
+            return Background::Running;
+        }
+        if let Some(at) = connection.retry_at
+            && Instant::now() < at
+        {
+            return Background::Failed(server.error(format!(
+                "{}; the next try is in {} s (at a reload)",
+                connection
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("failed to start"),
+                at.saturating_duration_since(Instant::now()).as_secs().max(1)
+            )));
+        }
+        drop(connection);
+        if server.starting.swap(true, Ordering::SeqCst) {
+            return Background::Starting;
+        }
+        let started = Arc::clone(server);
+        tokio::spawn(async move {
+            if let Err(e) = started.tools().await {
+                tracing::warn!("{e}");
+            }
+            started.starting.store(false, Ordering::SeqCst);
+            let _ = started.started.send(started.spec.describe());
+        });
+        Background::Starting
+    }
+
+    /// Lets go of the servers started in the background that no ensemble names any more
+    /// (`named`: the servers a resolve imported).
+    pub fn keep_only(&self, named: &std::collections::HashSet<[u8; 32]>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| named.contains(key));
     }
 }
 

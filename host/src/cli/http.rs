@@ -1,38 +1,218 @@
 //! The HTTP server of `serve --http`: an accept loop over hyper with the bounds that
 //! `axum::serve` does not have. A connection must send each request's headers within the
 //! header timeout (`[host] http-header-timeout-ms`, [`DEFAULT_HEADER_TIMEOUT`]), so half-open
-//! connections do not pile up; at most `max_connections` are open at once, and a connection
-//! past that is closed at once (the others are served).
+//! connections do not pile up, and at most `max_connections` are open at once.
+//!
+//! What happens past that cap is chosen so that a client holding connections cannot shut
+//! others out: a new connection takes the place of the one that has been idle longest (no
+//! request in progress: half-open, or between keep-alive requests), which is closed; when
+//! every connection is busy, a new one is still served for the probes alone (`/healthz`,
+//! `/readyz`; anything else is a 503 that says why), [`PROBE_RESERVE`] at a time, one request
+//! each. Long-lived responses are capped apart (`max-http-streams`, at most half the
+//! connections), so streams never hold every connection. The process's open-file limit is
+//! raised to its hard limit at start, and the connection cap lowered (with a warning) when
+//! even that cannot hold it beside the host's own files.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use toolhost::invoke::{OwnedCounted, Tally};
 
 /// How long a connection may take to send a request's headers.
 pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once, at most (`[host] max-http-connections`).
 pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Event streams open at once, at most (`[host] max-http-streams`).
+pub(crate) const DEFAULT_MAX_STREAMS: usize = 256;
 /// MCP sessions open at once, at most (`[host] max-mcp-sessions`).
 pub(crate) const DEFAULT_MAX_SESSIONS: usize = 1000;
 /// An MCP session idle this long is closed (`[host] mcp-session-idle-s`).
 pub(crate) const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+/// Connections past the cap served for the probes alone, at most, when none can be let go.
+pub(crate) const PROBE_RESERVE: usize = 16;
+/// Open files kept for the host's own use (components, caches, the audit log, compile
+/// workers' pipes, imported servers) when the connection cap is fitted to the file limit.
+const FILES_FOR_THE_HOST: u64 = 256;
 
 /// How long open connections get to finish their answers once `shutdown` completed.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
+/// Raises the soft open-file limit to the hard one, and returns the connection cap that fits
+/// within it beside the host's own files and the probe reserve (`wanted`, unless the limit
+/// is lower: then a warning says so).
+pub(crate) fn fit_to_open_files(wanted: usize) -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let mut files = limit.current;
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => files = limit.maximum,
+            Err(e) => tracing::debug!("cannot raise the open-file limit: {e}"),
+        }
+    }
+    let Some(files) = files else {
+        return wanted;
+    };
+    let usable = files
+        .saturating_sub(FILES_FOR_THE_HOST + PROBE_RESERVE as u64)
+        .max(1);
+    if wanted as u64 > usable {
+        tracing::warn!(
+            "max-http-connections lowered from {wanted} to {usable}: the process may open {files} \
+             files (ulimit -n), and keeps {} for its own use and the probes",
+            FILES_FOR_THE_HOST + PROBE_RESERVE as u64
+        );
+        return usable as usize;
+    }
+    wanted
+}
+
+/// One open connection, as the accept loop sees it.
+struct Connection {
+    /// Requests in progress (their response bodies not yet ended).
+    busy: AtomicUsize,
+    /// When it last became idle, in milliseconds since the loop started.
+    idle_since: AtomicU64,
+    /// Cancelled to close it (it was idle longest when a new one needed its place).
+    close: CancellationToken,
+}
+
+/// The open connections.
+struct Open {
+    started: Instant,
+    connections: std::sync::Mutex<std::collections::HashMap<u64, Arc<Connection>>>,
+    next: AtomicU64,
+    max: usize,
+}
+
+impl Open {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Arc<Connection>>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A place for a new connection: a free one, or that of the connection idle longest,
+    /// which is closed. `None` when every connection is busy.
+    fn admit(self: &Arc<Self>) -> Option<Admitted> {
+        let mut connections = self.lock();
+        if connections.len() >= self.max {
+            let (&oldest, _) = connections
+                .iter()
+                .filter(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
+                .min_by_key(|(_, c)| c.idle_since.load(Ordering::SeqCst))?;
+            if let Some(evicted) = connections.remove(&oldest) {
+                evicted.close.cancel();
+            }
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let connection = Arc::new(Connection {
+            busy: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(self.now()),
+            close: CancellationToken::new(),
+        });
+        connections.insert(id, Arc::clone(&connection));
+        Some(Admitted {
+            open: Arc::clone(self),
+            id,
+            connection,
+        })
+    }
+}
+
+/// A connection's place among the open ones, given back when it is dropped.
+struct Admitted {
+    open: Arc<Open>,
+    id: u64,
+    connection: Arc<Connection>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.open.lock().remove(&self.id);
+    }
+}
+
+/// A request in progress on a connection, until its response body ends or is dropped.
+struct Busy {
+    open: Arc<Open>,
+    connection: Arc<Connection>,
+}
+
+impl Busy {
+    fn enter(open: &Arc<Open>, connection: &Arc<Connection>) -> Self {
+        connection.busy.fetch_add(1, Ordering::SeqCst);
+        Busy {
+            open: Arc::clone(open),
+            connection: Arc::clone(connection),
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.connection
+            .idle_since
+            .store(self.open.now(), Ordering::SeqCst);
+        self.connection.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection busy until it ends.
+struct BusyBody {
+    body: axum::body::Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for BusyBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then closes the connections:
 /// idle ones at once, the others when their answer is written (at most [`CLOSE_GRACE`]).
+/// `probes` answers the connections past the cap that no idle one could make room for.
 pub(crate) async fn serve<T>(
     listener: TcpListener,
     router: axum::Router,
+    probes: axum::Router,
     max_connections: usize,
     header_timeout: Duration,
     shutdown: impl Future<Output = T>,
 ) -> std::io::Result<T> {
-    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let open = Arc::new(Open {
+        started: Instant::now(),
+        connections: std::sync::Mutex::default(),
+        next: AtomicU64::new(0),
+        max: max_connections.max(1),
+    });
+    let probing = Arc::new(AtomicUsize::new(0));
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut warned = false;
     tokio::pin!(shutdown);
@@ -53,29 +233,61 @@ pub(crate) async fn serve<T>(
                 return Ok(done);
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let _ = stream.set_nodelay(true);
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let Some(admitted) = open.admit() else {
+            // Every connection is busy (streams, long calls): the probes still answer.
+            if probing.fetch_add(1, Ordering::SeqCst) >= PROBE_RESERVE {
+                probing.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
             if !warned {
                 tracing::warn!(
-                    "{max_connections} HTTP connections are open (max-http-connections); new ones are closed until some end"
+                    "{max_connections} HTTP connections are open and busy (max-http-connections); \
+                     new ones are answered for the probes alone until some end"
                 );
                 warned = true;
             }
-            drop(stream);
+            let service = hyper_util::service::TowerToHyperService::new(probes.clone());
+            let probing = Arc::clone(&probing);
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .keep_alive(false)
+                    .serve_connection(io, service);
+                let _ = connection.await;
+                probing.fetch_sub(1, Ordering::SeqCst);
+            });
             continue;
         };
         warned = false;
-        let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let inner = hyper_util::service::TowerToHyperService::new(router.clone());
+        let (state, connection_state) = (Arc::clone(&open), Arc::clone(&admitted.connection));
+        let service = hyper::service::service_fn(move |request| {
+            let busy = Busy::enter(&state, &connection_state);
+            let answered = hyper::service::Service::call(&inner, request);
+            async move {
+                let response = answered.await?;
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| axum::body::Body::new(BusyBody { body, _busy: busy })),
+                )
+            }
+        });
         let watcher = connections.watcher();
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                .serve_connection(io, service);
             let connection = watcher.watch(connection);
-            // A connection's failure (a client gone, a timeout) is the connection's alone.
-            let _ = connection.await;
-            drop(slot);
+            // A connection's failure (a client gone, a timeout) is the connection's alone;
+            // one closed to make room ends here, its place already given to another.
+            tokio::select! {
+                _ = connection => {}
+                () = admitted.connection.close.cancelled() => {}
+            }
+            drop(admitted);
         });
     }
 }

@@ -336,6 +336,13 @@ async fn serve_http(
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
+    // Connections within the open-file limit (raised to its hard limit), streams within half
+    // of them, so that calls and probes always find a connection.
+    let max_connections = super::http::fit_to_open_files(limits.max_connections);
+    let streams = Arc::new(Streams {
+        open: AtomicUsize::new(0),
+        max: limits.max_streams.min(max_connections / 2).max(1),
+    });
     let local = listener.local_addr()?;
     // rmcp takes loopback names in the Host header; add the listening address and the
     // names operators list (`allowed-hosts`: a Service's, a load balancer's).
@@ -399,6 +406,13 @@ async fn serve_http(
                 }
             }),
         )
+        // Inside the guard: only requests it lets through take a stream's place.
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let streams = streams.clone();
+                async move { limit_streams(&streams, request, next).await }
+            },
+        ))
         .layer(axum::middleware::from_fn(move |request, next| {
             let guard_state = guard_state.clone();
             async move { guard(&guard_state, request, next).await }
@@ -415,20 +429,15 @@ async fn serve_http(
                 }
             },
         ))
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let answer = if ready.host.is_draining() {
-                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-                } else if ready.loaded() {
-                    (StatusCode::OK, "ready\n")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
-                };
-                async move { answer }
-            }),
-        );
+        .merge(probes(ready.clone()));
+    // Past the connection cap with every connection busy, a new one is answered by this.
+    let probes_alone = probes(ready).fallback(|| async {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "every HTTP connection this host keeps is busy (max-http-connections); only \
+             /healthz and /readyz are answered now, try again later",
+        )
+    });
     // Tests and scripts read this line to learn the port when they asked for port 0.
     eprintln!("toolhost: serving MCP on http://{local}/mcp");
     if page {
@@ -447,13 +456,96 @@ async fn serve_http(
     let report = super::http::serve(
         listener,
         router,
-        limits.max_connections,
+        probes_alone,
+        max_connections,
         limits.header_timeout,
         shutdown,
     )
     .await
     .context("the HTTP server failed")?;
     Ok(service::exit_code(report))
+}
+
+/// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
+/// token), saying nothing but whether this host serves.
+fn probes(ready: Arc<Scrape>) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let answer = if ready.host.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                } else if ready.loaded() {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+                };
+                async move { answer }
+            }),
+        )
+}
+
+/// Long-lived responses open at once, and their cap (`max-http-streams`).
+struct Streams {
+    open: AtomicUsize,
+    max: usize,
+}
+
+/// One stream counted in [`Streams`] until its response body ends or is dropped.
+struct Streaming(Arc<Streams>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
+/// GET of /mcp) and `subscriptions/listen` (named by `Mcp-Method` at the revisions that have
+/// it, which rmcp holds to the body), a chat run, the catalog's stream.
+fn is_stream(request: &Request) -> bool {
+    let path = request.uri().path();
+    let method = request.method();
+    if method == axum::http::Method::GET {
+        return path == "/mcp" || path == "/api/catalog/events";
+    }
+    if method != axum::http::Method::POST {
+        return false;
+    }
+    (path == "/mcp"
+        && request
+            .headers()
+            .get_all("mcp-method")
+            .iter()
+            .any(|m| m == "subscriptions/listen"))
+        || path == "/api/conversations"
+        || (path.starts_with("/api/conversations/") && path.ends_with("/messages"))
+}
+
+/// Refuses a stream past `max-http-streams` with a 503 before anything is started, and counts
+/// the others until their answer ends.
+async fn limit_streams(streams: &Arc<Streams>, request: Request, next: Next) -> Response {
+    if !is_stream(&request) {
+        return next.run(request).await;
+    }
+    if streams.open.fetch_add(1, Ordering::SeqCst) >= streams.max {
+        streams.open.fetch_sub(1, Ordering::SeqCst);
+        let message = format!(
+            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
+             close one or try again later",
+            streams.max
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
+    let counted = Streaming(Arc::clone(streams));
+    let response = next.run(request).await;
+    response.map(|body| {
+        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+            let _ = &counted;
+            frame
+        }))
+    })
 }
 
 /// What every HTTP request is checked against.

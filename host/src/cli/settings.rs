@@ -20,6 +20,9 @@ pub(crate) struct HttpLimits {
     pub(crate) max_sessions: usize,
     pub(crate) session_idle: std::time::Duration,
     pub(crate) max_connections: usize,
+    /// Event streams open at once: at most half of `max_connections`, so that calls and
+    /// probes always have connections left.
+    pub(crate) max_streams: usize,
     pub(crate) header_timeout: std::time::Duration,
 }
 
@@ -87,6 +90,20 @@ impl Settings {
                         format!(
                             "`{}` is not a registry: write it as host or host:port",
                             bad.get_ref()
+                        ),
+                    );
+                    bail!("\n{diagnostic}");
+                }
+                let connections = (file.host.max_http_connections)
+                    .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize);
+                if let Some(streams) = &file.host.max_http_streams
+                    && streams.get_ref().get() as usize > connections / 2
+                {
+                    let diagnostic = Diagnostic::new(
+                        source.at(streams.span()),
+                        format!(
+                            "max-http-streams ({}) must be at most half of max-http-connections                              ({connections}): streams that fill every connection leave none for                              calls and probes",
+                            streams.get_ref().get()
                         ),
                     );
                     bail!("\n{diagnostic}");
@@ -177,6 +194,14 @@ impl Settings {
             max_connections: host
                 .max_http_connections
                 .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize),
+            max_streams: host.max_http_streams.as_ref().map_or_else(
+                || {
+                    let connections = (host.max_http_connections)
+                        .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize);
+                    super::http::DEFAULT_MAX_STREAMS.min(connections / 2).max(1)
+                },
+                |v| v.get_ref().get() as usize,
+            ),
             header_timeout: host
                 .http_header_timeout_ms
                 .map_or(super::http::DEFAULT_HEADER_TIMEOUT, |v| {

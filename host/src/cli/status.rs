@@ -181,15 +181,23 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             );
         }
         for loading in &status.loading {
-            println!(
-                "loading: {} (waits for {} to compile; its previous version, if any, serves)",
-                loading.file.display(),
-                loading
-                    .components
-                    .iter()
+            let mut waits = Vec::new();
+            if !loading.components.is_empty() {
+                let components: Vec<String> = (loading.components.iter())
                     .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                    .collect();
+                waits.push(format!("{} to compile", components.join(", ")));
+            }
+            for server in &loading.servers {
+                waits.push(format!(
+                    "MCP server `{}` to start",
+                    super::terminal::safe(server)
+                ));
+            }
+            println!(
+                "loading: {} (waits for {}; its previous version, if any, serves)",
+                loading.file.display(),
+                waits.join(" and ")
             );
         }
         if let Some(audit) = &published.audit {

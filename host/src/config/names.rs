@@ -258,6 +258,11 @@ bounded!(
     MaxHttpConnections, "max-http-connections", 1, 1_000_000
 );
 bounded!(
+    /// `[host] max-http-streams`: long-lived responses open at once (event streams), 1 to
+    /// 500,000; at most half of `max-http-connections`.
+    MaxHttpStreams, "max-http-streams", 1, 500_000
+);
+bounded!(
     /// `[host] http-header-timeout-ms`: the wait for a request's headers, 1 ms to 10 minutes.
     HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000
 );

@@ -6,10 +6,10 @@ use super::names::{
     CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
     DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
     MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
-    MaxConcurrentCalls, MaxConversations, MaxHttpConnections, MaxIterations, MaxManifestKib,
-    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxQueue,
-    MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib,
-    PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
+    MaxConcurrentCalls, MaxConversations, MaxHttpConnections, MaxHttpStreams, MaxIterations,
+    MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles,
+    MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools, McpSessionIdleS,
+    MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -288,6 +288,10 @@ pub struct HostSection {
     pub mcp_session_idle_s: Option<McpSessionIdleS>,
     /// HTTP connections open at once (default 1024).
     pub max_http_connections: Option<MaxHttpConnections>,
+    /// Long-lived responses (event streams: MCP's GET streams and `subscriptions/listen`,
+    /// chat runs, the catalog's stream) open at once; at most half of the connections
+    /// (default 256, or half of `max-http-connections` if that is less).
+    pub max_http_streams: Option<Spanned<MaxHttpStreams>>,
     /// How long a connection may take to send a request's headers (default 10000).
     pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
     /// Host names `/mcp` answers besides loopback and the address it listens on (the name

@@ -73,12 +73,15 @@ pub struct EnsembleStatus {
     pub tools: Vec<String>,
 }
 
-/// An ensemble waiting for its components to compile (its previous version, if it had one,
-/// serves meanwhile).
+/// An ensemble waiting for its components to compile, or its MCP server to start (its
+/// previous version, if it had one, serves meanwhile).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadingEnsemble {
     pub file: PathBuf,
     pub components: Vec<PathBuf>,
+    /// The imported MCP server it waits for (its command line or URL).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
 }
 
 /// What the host serves, and what failed, as of the last reload.
@@ -263,18 +266,25 @@ impl Reloader {
         &self.resolver
     }
 
-    /// Reloads when a component compiled in the background is ready (or failed), without
-    /// watching the file system. Stops when the handle is dropped.
+    /// Reloads when a component compiled in the background, or an imported MCP server
+    /// started in the background, is ready (or failed), without watching the file system.
+    /// Stops when the handle is dropped.
     pub fn follow_compiles(self: &Arc<Self>) -> WatchHandle {
         let mut compiled = self.compiles_finished();
+        let mut started = self.resolver.servers().started();
         let reloader = self.clone();
         let task = tokio::spawn(async move {
             loop {
-                match compiled.recv().await {
+                let ended = tokio::select! {
+                    ended = compiled.recv() => ended.map(|_| ()),
+                    ended = started.recv() => ended.map(|_| ()),
+                };
+                match ended {
                     Err(broadcast::error::RecvError::Closed) => return,
-                    // Every compile that ended meanwhile is answered by this one reload.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Every compile or start that ended meanwhile is answered by this reload.
+                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
                         while compiled.try_recv().is_ok() {}
+                        while started.try_recv().is_ok() {}
                         reloader.reload().await;
                     }
                 }
@@ -379,6 +389,7 @@ impl Reloader {
         let reloader = self.clone();
         let task_watcher = watcher.clone();
         let mut servers = self.resolver.servers().changes();
+        let mut started = self.resolver.servers().started();
         let mut compiled = self.compiles_finished();
         let task = tokio::spawn(async move {
             // Reloads that imported servers ask for come at most once a second, however
@@ -397,6 +408,11 @@ impl Reloader {
                             }
                         }
                         finished = compiled.recv() => {
+                            if !matches!(finished, Err(broadcast::error::RecvError::Closed)) {
+                                break;
+                            }
+                        }
+                        finished = started.recv() => {
                             if !matches!(finished, Err(broadcast::error::RecvError::Closed)) {
                                 break;
                             }
@@ -491,6 +507,7 @@ fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> (Resolved, Vec<
         file,
         result,
         compiling,
+        starting,
         ..
     } in outcomes
     {
@@ -500,10 +517,11 @@ fn keep_last_good(outcomes: Vec<Outcome>, previous: &Catalog) -> (Resolved, Vec<
         let kept_previous = previous
             .ensemble_of_file(&file)
             .is_some_and(|old| builder.add(Arc::clone(old)).is_ok());
-        if !compiling.is_empty() {
+        if !compiling.is_empty() || !starting.is_empty() {
             loading.push(LoadingEnsemble {
                 file: file.clone(),
                 components: compiling,
+                servers: starting,
             });
         }
         if !diagnostics.is_empty() {

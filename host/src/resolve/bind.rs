@@ -6,7 +6,7 @@
 use super::draft::{ComponentRef, McpDraft};
 use super::schema::{SchemaCache, SchemaError};
 use crate::backend::component::ComponentBackend;
-use crate::backend::mcp::{ImportedServers, McpError, McpSpec};
+use crate::backend::mcp::{Background, ImportedServers, McpError, McpSpec};
 use crate::backend::{Backend, ToolOffer};
 use crate::catalog::Schema;
 use crate::config::{Diagnostic, Span};
@@ -122,6 +122,8 @@ pub(super) enum Unbound {
     Error(Diagnostic),
     /// Its component is compiling in the background.
     Compiling(PathBuf),
+    /// Its MCP server is starting in the background (named by its command line or URL).
+    Starting(String),
 }
 
 /// A component file's hash and bytes, as read once per resolve.
@@ -150,6 +152,8 @@ pub(super) struct Binder<'r> {
     signatures: HashMap<PathBuf, Option<Result<String, String>>>,
     /// `[trust] require-signatures`: every registry component must be signed.
     require_signatures: bool,
+    /// The imported servers this resolve named (by [`McpSpec::key`]).
+    imported: std::collections::HashSet<[u8; 32]>,
 }
 
 impl<'r> Binder<'r> {
@@ -167,7 +171,13 @@ impl<'r> Binder<'r> {
             shown: HashMap::new(),
             signatures: HashMap::new(),
             require_signatures: false,
+            imported: std::collections::HashSet::new(),
         }
+    }
+
+    /// The imported servers this resolve named.
+    pub(super) fn imported(&self) -> &std::collections::HashSet<[u8; 32]> {
+        &self.imported
     }
 
     /// Requires every registry component to be signed by a trusted key.
@@ -355,13 +365,28 @@ impl<'r> Binder<'r> {
         }
     }
 
-    /// Starts (or reuses) the server of `[ensemble.mcp]` and lists its tools.
+    /// Starts (or reuses) the server of `[ensemble.mcp]` and lists its tools; when binding
+    /// in the background (`serve`), a server that is not running yet is started in a task of
+    /// its own and the ensemble waits for it, as it would for a compile.
     pub(super) async fn server(
         &mut self,
         spec: &McpSpec,
         draft: &McpDraft,
-    ) -> Result<Arc<Bound>, Diagnostic> {
+    ) -> Result<Arc<Bound>, Unbound> {
         let server = self.servers.import(spec.clone());
+        self.imported.insert(spec.key());
+        if self.compiles == Compiles::InBackground {
+            match self.servers.background(&server) {
+                Background::Running => {}
+                Background::Starting => return Err(Unbound::Starting(spec.describe())),
+                Background::Failed(e) => {
+                    return Err(Unbound::Error(Diagnostic::new(
+                        draft.at.location(),
+                        BindError::from(e).to_string(),
+                    )));
+                }
+            }
+        }
         match server.tools().await {
             Ok(offers) => Ok(Arc::new(Bound {
                 origin: format!("MCP server `{}`", spec.describe()),
@@ -369,10 +394,10 @@ impl<'r> Binder<'r> {
                 offers: Offers::new(offers),
                 at: draft.at.clone(),
             })),
-            Err(e) => Err(Diagnostic::new(
+            Err(e) => Err(Unbound::Error(Diagnostic::new(
                 draft.at.location(),
                 BindError::from(e).to_string(),
-            )),
+            ))),
         }
     }
 }

@@ -139,6 +139,8 @@ pub struct Outcome {
     pub result: Result<Arc<Ensemble>, Vec<Diagnostic>>,
     /// The components it waits for, compiling in the background.
     pub compiling: Vec<PathBuf>,
+    /// The MCP server it waits for, starting in the background (its command line or URL).
+    pub starting: Vec<String>,
     /// Every component file its invokers name, loaded or not: what a reloader watches, so
     /// that a missing or broken component put right is seen.
     pub components: Vec<PathBuf>,
@@ -266,12 +268,14 @@ impl Resolver {
                     file: file.clone(),
                     result: Err(vec![diagnostic]),
                     compiling: Vec::new(),
+                    starting: Vec::new(),
                     components: Vec::new(),
                 },
             };
             outcomes.push(outcome);
         }
         self.runtime.release_ready(ready_mark);
+        self.servers.keep_only(binder.imported());
         *self
             .named_hashes
             .lock()
@@ -349,11 +353,15 @@ impl Resolver {
                 Ok(bound) => draft.draft_offers(&bound.offers.list, &self.schemas),
                 Err(Unbound::Error(diagnostic)) => draft.errors.push(diagnostic),
                 Err(Unbound::Compiling(path)) => waiting = Some(path),
+                Err(Unbound::Starting(_)) => {}
             }
         }
         let mut diagnostics = std::mem::take(&mut draft.errors);
-        if let Some(Err(diagnostic)) = &server {
-            diagnostics.push(diagnostic.clone());
+        let mut starting = Vec::new();
+        match &server {
+            Some(Err(Unbound::Error(diagnostic))) => diagnostics.push(diagnostic.clone()),
+            Some(Err(Unbound::Starting(server))) => starting.push(server.clone()),
+            Some(Err(Unbound::Compiling(_))) | Some(Ok(_)) | None => {}
         }
         let shared = Shared {
             name: Arc::from(draft.name.as_str()),
@@ -395,6 +403,7 @@ impl Resolver {
                     }
                     None
                 }
+                Err(Unbound::Starting(_)) => None,
             };
             errors.extend(invoker.errors.iter().cloned());
             match tool {
@@ -403,7 +412,7 @@ impl Resolver {
             }
         }
         diagnostics.extend(draft.duplicates());
-        let result = if diagnostics.is_empty() && compiling.is_empty() {
+        let result = if diagnostics.is_empty() && compiling.is_empty() && starting.is_empty() {
             Ok(Arc::new(Ensemble {
                 name: draft.name,
                 file: file.to_path_buf(),
@@ -418,6 +427,7 @@ impl Resolver {
             file: file.to_path_buf(),
             result,
             compiling,
+            starting,
             components,
         }
     }
