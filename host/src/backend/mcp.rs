@@ -4,8 +4,8 @@
 //! An [`McpImport`] is one server: a child process (`command`, `args`, `env`) or a streamable
 //! HTTP endpoint (`url`). It is started when it is first needed (when the catalog lists its
 //! tools, or a call finds it down), shared by every catalog version that names the same
-//! server ([`ImportedServers`], owned by whoever builds catalogs), and dropped with the last
-//! of them. A server that dies (or cannot be started) makes only its own tools fail, with
+//! server ([`ImportedServers`], in [`servers`], owned by whoever builds catalogs), and dropped
+//! with the last of them; `serve` starts it in the background. A server that dies (or cannot be started) makes only its own tools fail, with
 //! `crashed`; the next call starts it again, right away after a crash, then with a doubling
 //! backoff (1 s up to 60 s) while starting keeps failing. A server at either MCP revision is
 //! taken: `server/discover` first (2026-07-28), the `initialize` handshake for one that does
@@ -32,16 +32,18 @@ use rmcp::service::{
 use rmcp::{ClientHandler, RoleClient};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use stderr::forward_stderr;
 use tokio::sync::broadcast;
 
 pub mod content;
+mod servers;
 mod stderr;
+
+pub use servers::{Background, ImportedServers};
 
 /// The first wait after a failed start; it doubles with each further failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -199,41 +201,6 @@ impl std::fmt::Debug for McpImport {
     }
 }
 
-/// The MCP servers the catalogs of one host use, by their settings, so that a reload with
-/// unchanged settings keeps the running server. Held by whoever builds catalogs (the
-/// reloader, or a command that loads once); a server is stopped when no catalog uses it.
-#[derive(Debug)]
-pub struct ImportedServers {
-    servers: Mutex<HashMap<[u8; 32], Weak<McpImport>>>,
-    changes: broadcast::Sender<String>,
-    started: broadcast::Sender<String>,
-    /// Servers started in the background, kept (their session, or their failure and its
-    /// backoff) while the ensembles name them, whether or not a catalog holds them yet.
-    kept: Mutex<HashMap<[u8; 32], Arc<McpImport>>>,
-}
-
-impl Default for ImportedServers {
-    fn default() -> Self {
-        ImportedServers {
-            servers: Mutex::default(),
-            changes: broadcast::channel(64).0,
-            started: broadcast::channel(64).0,
-            kept: Mutex::default(),
-        }
-    }
-}
-
-/// Where a server started in the background stands.
-#[derive(Debug)]
-pub enum Background {
-    /// Its session is open: its tools can be listed now.
-    Running,
-    /// Its start is under way.
-    Starting,
-    /// Its start failed, and the next try waits for its backoff: why, and when.
-    Failed(McpError),
-}
-
 /// What the catalog takes of a server's tool.
 fn offer(tool: rmcp::model::Tool) -> ToolOffer {
     let annotations = tool.annotations.as_ref();
@@ -250,100 +217,6 @@ fn offer(tool: rmcp::model::Tool) -> ToolOffer {
         description: tool.description.as_deref().unwrap_or_default().into(),
         input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
         hints,
-    }
-}
-
-impl ImportedServers {
-    /// The server for `spec`: the one already in use, or a new one (not started yet).
-    pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
-        let hash = spec.hash();
-        let key = spec.key();
-        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(server) = servers.get(&key).and_then(Weak::upgrade) {
-            return server;
-        }
-        let server = Arc::new(McpImport {
-            spec,
-            hash,
-            connection: tokio::sync::Mutex::default(),
-            up: std::sync::atomic::AtomicBool::new(false),
-            changes: self.changes.clone(),
-            starting: std::sync::atomic::AtomicBool::new(false),
-            started: self.started.clone(),
-        });
-        servers.insert(key, Arc::downgrade(&server));
-        // Servers no catalog uses any more are forgotten when the map has doubled: each
-        // import pays a constant share, however many come and go.
-        if servers.len().is_power_of_two() {
-            servers.retain(|_, server| server.strong_count() > 0);
-        }
-        server
-    }
-
-    /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
-    pub fn changes(&self) -> broadcast::Receiver<String> {
-        self.changes.subscribe()
-    }
-
-    /// The servers whose start in the background ended (up, or failed), by server.
-    pub fn started(&self) -> broadcast::Receiver<String> {
-        self.started.subscribe()
-    }
-
-    /// Where `server` stands, started in the background (its session and a first tool list)
-    /// unless it runs, is starting, or waits out a failed start's backoff. A server that never
-    /// answers thus delays nothing that is already loaded; [`ImportedServers::started`] says
-    /// when a start ended. The server is kept until [`ImportedServers::keep_only`] lets it go.
-    pub fn background(&self, server: &Arc<McpImport>) -> Background {
-        use std::sync::atomic::Ordering;
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(server.spec.key(), Arc::clone(server));
-        if server.starting.load(Ordering::SeqCst) {
-            return Background::Starting;
-        }
-        // A connection in use (a call starting it inline) is as good as starting.
-        let Ok(connection) = server.connection.try_lock() else {
-            return Background::Starting;
-        };
-        if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
-            return Background::Running;
-        }
-        if let Some(at) = connection.retry_at
-            && Instant::now() < at
-        {
-            return Background::Failed(server.error(format!(
-                "{}; the next try is in {} s (at a reload)",
-                connection
-                    .last_error
-                    .as_deref()
-                    .unwrap_or("failed to start"),
-                at.saturating_duration_since(Instant::now()).as_secs().max(1)
-            )));
-        }
-        drop(connection);
-        if server.starting.swap(true, Ordering::SeqCst) {
-            return Background::Starting;
-        }
-        let started = Arc::clone(server);
-        tokio::spawn(async move {
-            if let Err(e) = started.tools().await {
-                tracing::warn!("{e}");
-            }
-            started.starting.store(false, Ordering::SeqCst);
-            let _ = started.started.send(started.spec.describe());
-        });
-        Background::Starting
-    }
-
-    /// Lets go of the servers started in the background that no ensemble names any more
-    /// (`named`: the servers a resolve imported).
-    pub fn keep_only(&self, named: &std::collections::HashSet<[u8; 32]>) {
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|key, _| named.contains(key));
     }
 }
 

@@ -292,6 +292,82 @@ pub(crate) async fn serve<T>(
     }
 }
 
+/// Long-lived responses open at once, and their cap (`max-http-streams`).
+pub(crate) struct Streams {
+    open: AtomicUsize,
+    max: usize,
+}
+
+impl Streams {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Streams {
+            open: AtomicUsize::new(0),
+            max: max.max(1),
+        })
+    }
+}
+
+/// One stream counted in [`Streams`] until its response body ends or is dropped.
+struct Streaming(Arc<Streams>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
+/// GET of /mcp) and `subscriptions/listen` (named by `Mcp-Method` at the revisions that have
+/// it, which rmcp holds to the body), a chat run, the catalog's stream.
+fn is_stream(request: &axum::extract::Request) -> bool {
+    let path = request.uri().path();
+    let method = request.method();
+    if method == axum::http::Method::GET {
+        return path == "/mcp" || path == "/api/catalog/events";
+    }
+    if method != axum::http::Method::POST {
+        return false;
+    }
+    (path == "/mcp"
+        && request
+            .headers()
+            .get_all("mcp-method")
+            .iter()
+            .any(|m| m == "subscriptions/listen"))
+        || path == "/api/conversations"
+        || (path.starts_with("/api/conversations/") && path.ends_with("/messages"))
+}
+
+/// Refuses a stream past `max-http-streams` with a 503 before anything is started, and counts
+/// the others until their answer ends.
+pub(crate) async fn limit_streams(
+    streams: &Arc<Streams>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !is_stream(&request) {
+        return next.run(request).await;
+    }
+    if streams.open.fetch_add(1, Ordering::SeqCst) >= streams.max {
+        streams.open.fetch_sub(1, Ordering::SeqCst);
+        let message = format!(
+            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
+             close one or try again later",
+            streams.max
+        );
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
+    let counted = Streaming(Arc::clone(streams));
+    let response = next.run(request).await;
+    response.map(|body| {
+        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+            let _ = &counted;
+            frame
+        }))
+    })
+}
+
 /// Middleware: counts `request` in `answering` from its arrival until its response body
 /// ends (or is dropped), so that a shutdown can let the last answers go out before it closes
 /// the MCP sessions.

@@ -124,9 +124,9 @@ async fn web(
         return toolhost::web::Web::new(host, reloader, chat, store);
     }
     let path = settings.chat_database.clone();
-    let max = settings.max_conversations;
+    let limits = settings.chat_store;
     let store = tokio::task::spawn_blocking(move || match path {
-        Some(path) => toolhost::web::Store::open(&path, max),
+        Some(path) => toolhost::web::Store::open(&path, limits),
         None => Err(toolhost::web::StoreError::Open {
             path: "chat.sqlite3".into(),
             message: "no state directory: set [chat] database in toolhost.toml".into(),
@@ -339,10 +339,7 @@ async fn serve_http(
     // Connections within the open-file limit (raised to its hard limit), streams within half
     // of them, so that calls and probes always find a connection.
     let max_connections = super::http::fit_to_open_files(limits.max_connections);
-    let streams = Arc::new(Streams {
-        open: AtomicUsize::new(0),
-        max: limits.max_streams.min(max_connections / 2).max(1),
-    });
+    let streams = super::http::Streams::new(limits.max_streams.min(max_connections / 2));
     let local = listener.local_addr()?;
     // rmcp takes loopback names in the Host header; add the listening address and the
     // names operators list (`allowed-hosts`: a Service's, a load balancer's).
@@ -410,7 +407,7 @@ async fn serve_http(
         .layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
                 let streams = streams.clone();
-                async move { limit_streams(&streams, request, next).await }
+                async move { super::http::limit_streams(&streams, request, next).await }
             },
         ))
         .layer(axum::middleware::from_fn(move |request, next| {
@@ -484,68 +481,6 @@ fn probes(ready: Arc<Scrape>) -> axum::Router {
                 async move { answer }
             }),
         )
-}
-
-/// Long-lived responses open at once, and their cap (`max-http-streams`).
-struct Streams {
-    open: AtomicUsize,
-    max: usize,
-}
-
-/// One stream counted in [`Streams`] until its response body ends or is dropped.
-struct Streaming(Arc<Streams>);
-
-impl Drop for Streaming {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
-/// GET of /mcp) and `subscriptions/listen` (named by `Mcp-Method` at the revisions that have
-/// it, which rmcp holds to the body), a chat run, the catalog's stream.
-fn is_stream(request: &Request) -> bool {
-    let path = request.uri().path();
-    let method = request.method();
-    if method == axum::http::Method::GET {
-        return path == "/mcp" || path == "/api/catalog/events";
-    }
-    if method != axum::http::Method::POST {
-        return false;
-    }
-    (path == "/mcp"
-        && request
-            .headers()
-            .get_all("mcp-method")
-            .iter()
-            .any(|m| m == "subscriptions/listen"))
-        || path == "/api/conversations"
-        || (path.starts_with("/api/conversations/") && path.ends_with("/messages"))
-}
-
-/// Refuses a stream past `max-http-streams` with a 503 before anything is started, and counts
-/// the others until their answer ends.
-async fn limit_streams(streams: &Arc<Streams>, request: Request, next: Next) -> Response {
-    if !is_stream(&request) {
-        return next.run(request).await;
-    }
-    if streams.open.fetch_add(1, Ordering::SeqCst) >= streams.max {
-        streams.open.fetch_sub(1, Ordering::SeqCst);
-        let message = format!(
-            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
-             close one or try again later",
-            streams.max
-        );
-        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    }
-    let counted = Streaming(Arc::clone(streams));
-    let response = next.run(request).await;
-    response.map(|body| {
-        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
-            let _ = &counted;
-            frame
-        }))
-    })
 }
 
 /// What every HTTP request is checked against.

@@ -12,15 +12,16 @@
 //! distribution protocol is toolhost's own ([`remote`]), so that every response a registry
 //! sends (tokens and error bodies included) is read no further than a bound.
 
+mod credentials;
 mod push;
 mod reference;
 mod remote;
 mod store;
 pub mod trust;
 
+pub use credentials::Credentials;
 pub use push::push;
 pub use reference::{Digest, Reference, SCHEME};
-pub use remote::Credentials;
 pub use store::{Store, TagRecord};
 pub use trust::{SigningKey, TrustedKey};
 

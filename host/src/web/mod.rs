@@ -1,9 +1,9 @@
 //! web: the host's agent loop over HTTP, and the page that shows it. `toolhost serve --http`
 //! mounts [`router`] beside `/mcp`, behind the same guard (token, Origin, Host).
 //!
-//! A chat request starts a run ([`api`]): the agent loop over one conversation, its events
-//! streamed back as Server-Sent Events ([`sse`]) while the run goes on, and the conversation
-//! with its log saved when it ends ([`store`], SQLite). A destructive call waits for the
+//! A chat request starts a run ([`api`], [`chat_run`]): the agent loop over one
+//! conversation, its events streamed back as Server-Sent Events ([`sse`]) while the run goes
+//! on, and the conversation with its log saved when it ends ([`store`], SQLite). A destructive call waits for the
 //! person's decision, which comes back by another request naming the call ([`runs`]); the
 //! catalog and its reload status are served as JSON and as a stream that follows every reload
 //! ([`catalog`]); the page's assets are in the binary ([`page`]).
@@ -15,6 +15,7 @@
 
 mod api;
 mod catalog;
+mod chat_run;
 mod page;
 pub mod runs;
 mod sse;
@@ -28,7 +29,7 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use store::{Store, StoreError};
+pub use store::{Store, StoreError, StoreLimits};
 
 /// What `[chat]` permits a chat request, and the model it talks to.
 #[derive(Debug, Clone)]
@@ -76,6 +77,8 @@ pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_MAX_RUNS: usize = 16;
 /// Conversations kept, by default.
 pub const DEFAULT_MAX_CONVERSATIONS: usize = 10_000;
+/// The chat database's size in use, at most, by default (MiB).
+pub const DEFAULT_MAX_DATABASE_MIB: u64 = 1024;
 
 /// Everything the chat API serves from.
 pub struct Web {

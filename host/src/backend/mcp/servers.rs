@@ -1,0 +1,139 @@
+//! The imported servers of one host, by their settings: shared by every catalog version that
+//! names the same server, started in the background when `serve` asks (kept, with their
+//! session or their failure's backoff, while the ensembles name them), and the broadcasts
+//! that tell the reloader a server's tools changed or its start ended.
+
+use super::{McpError, McpImport, McpSpec, alive};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
+use tokio::sync::broadcast;
+
+/// The MCP servers the catalogs of one host use, by their settings, so that a reload with
+/// unchanged settings keeps the running server. Held by whoever builds catalogs (the
+/// reloader, or a command that loads once); a server is stopped when no catalog uses it.
+#[derive(Debug)]
+pub struct ImportedServers {
+    servers: Mutex<HashMap<[u8; 32], Weak<McpImport>>>,
+    changes: broadcast::Sender<String>,
+    started: broadcast::Sender<String>,
+    /// Servers started in the background, kept (their session, or their failure and its
+    /// backoff) while the ensembles name them, whether or not a catalog holds them yet.
+    kept: Mutex<HashMap<[u8; 32], Arc<McpImport>>>,
+}
+
+impl Default for ImportedServers {
+    fn default() -> Self {
+        ImportedServers {
+            servers: Mutex::default(),
+            changes: broadcast::channel(64).0,
+            started: broadcast::channel(64).0,
+            kept: Mutex::default(),
+        }
+    }
+}
+
+/// Where a server started in the background stands.
+#[derive(Debug)]
+pub enum Background {
+    /// Its session is open: its tools can be listed now.
+    Running,
+    /// Its start is under way.
+    Starting,
+    /// Its start failed, and the next try waits for its backoff: why, and when.
+    Failed(McpError),
+}
+
+impl ImportedServers {
+    /// The server for `spec`: the one already in use, or a new one (not started yet).
+    pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
+        let hash = spec.hash();
+        let key = spec.key();
+        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(server) = servers.get(&key).and_then(Weak::upgrade) {
+            return server;
+        }
+        let server = Arc::new(McpImport {
+            spec,
+            hash,
+            connection: tokio::sync::Mutex::default(),
+            up: std::sync::atomic::AtomicBool::new(false),
+            changes: self.changes.clone(),
+            starting: std::sync::atomic::AtomicBool::new(false),
+            started: self.started.clone(),
+        });
+        servers.insert(key, Arc::downgrade(&server));
+        // Servers no catalog uses any more are forgotten when the map has doubled: each
+        // import pays a constant share, however many come and go.
+        if servers.len().is_power_of_two() {
+            servers.retain(|_, server| server.strong_count() > 0);
+        }
+        server
+    }
+
+    /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
+    pub fn changes(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// The servers whose start in the background ended (up, or failed), by server.
+    pub fn started(&self) -> broadcast::Receiver<String> {
+        self.started.subscribe()
+    }
+
+    /// Where `server` stands, started in the background (its session and a first tool list)
+    /// unless it runs, is starting, or waits out a failed start's backoff. A server that never
+    /// answers thus delays nothing that is already loaded; [`ImportedServers::started`] says
+    /// when a start ended. The server is kept until [`ImportedServers::keep_only`] lets it go.
+    pub fn background(&self, server: &Arc<McpImport>) -> Background {
+        use std::sync::atomic::Ordering;
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(server.spec.key(), Arc::clone(server));
+        if server.starting.load(Ordering::SeqCst) {
+            return Background::Starting;
+        }
+        // A connection in use (a call starting it inline) is as good as starting.
+        let Ok(connection) = server.connection.try_lock() else {
+            return Background::Starting;
+        };
+        if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
+            return Background::Running;
+        }
+        if let Some(at) = connection.retry_at
+            && Instant::now() < at
+        {
+            return Background::Failed(server.error(format!(
+                "{}; the next try is in {} s (at a reload)",
+                connection
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("failed to start"),
+                at.saturating_duration_since(Instant::now()).as_secs().max(1)
+            )));
+        }
+        drop(connection);
+        if server.starting.swap(true, Ordering::SeqCst) {
+            return Background::Starting;
+        }
+        let started = Arc::clone(server);
+        tokio::spawn(async move {
+            if let Err(e) = started.tools().await {
+                tracing::warn!("{e}");
+            }
+            started.starting.store(false, Ordering::SeqCst);
+            let _ = started.started.send(started.spec.describe());
+        });
+        Background::Starting
+    }
+
+    /// Lets go of the servers started in the background that no ensemble names any more
+    /// (`named`: the servers a resolve imported).
+    pub fn keep_only(&self, named: &std::collections::HashSet<[u8; 32]>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| named.contains(key));
+    }
+}
