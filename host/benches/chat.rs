@@ -184,7 +184,11 @@ fn main() {
             max_runs: 64,
             ..ChatSettings::default()
         };
-        let store = Store::open(&dir.path().join("chat.sqlite3"), 100_000);
+        let limits = toolhost::web::StoreLimits {
+            max_conversations: 100_000,
+            ..Default::default()
+        };
+        let store = Store::open(&dir.path().join("chat.sqlite3"), limits);
         let web = Web::new(host, reloader, chat, store);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

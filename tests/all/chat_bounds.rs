@@ -608,3 +608,103 @@ async fn a_chat_database_deleted_or_replaced_while_serving_is_refused_not_preten
         "answer"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_or_a_body_past_its_bound_is_refused_before_anything_runs() {
+    let (model, _fixture, _server, api) = web_host(vec![openai::text("never")], "");
+    let (status, refused) = post_json(&api, json!({"message": "x".repeat(300 << 10)})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("/message: 307200 bytes, more than the 262144")),
+        "{refused}"
+    );
+    // A body past 1 MiB is refused while it is read.
+    let response = reqwest::Client::new()
+        .post(&api)
+        .header("content-type", "application/json")
+        .body(format!("{{\"message\": \"{}\"}}", "x".repeat(2 << 20)))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 413);
+    assert!(model.requests().is_empty(), "the model was asked");
+}
+
+#[test]
+fn toolhost_chat_runs_32_of_20000_calls_in_one_answer_and_stays_small() {
+    let fixture = fixture();
+    let calls: Vec<(String, String, Value)> = (0..20_000)
+        .map(|n| {
+            (
+                format!("c{n}"),
+                "big_output".to_string(),
+                json!(json!({"bytes": 10, "n": n}).to_string()),
+            )
+        })
+        .collect();
+    let calls: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, name, args)| (id.as_str(), name.as_str(), args.clone()))
+        .collect();
+    let server = Scripted::start(vec![openai::whole("", &calls), openai::whole("done", &[])]);
+    let cache = cache_dir();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let child = command
+        .args([
+            "--cache-dir",
+            cache.to_str().expect("path"),
+            "chat",
+            "go",
+            "--json",
+            "--no-stream",
+            "--model",
+            "scripted-model",
+            "--base-url",
+            &server.base_url,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolhost chat");
+    let pid = child.id();
+    let peak = std::thread::spawn(move || {
+        let mut peak = 0;
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            peak = peak.max(peak_kib(pid));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        peak
+    });
+    let output = child.wait_with_output().expect("chat ends");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON event"))
+        .collect();
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 33, "32 ran and one refusal");
+    assert_eq!(results.iter().filter(|r| r["outcome"] == "ok").count(), 32);
+    // The request back to the model carries 33 results, not 20,000.
+    let sent = &server.requests()[1].body["messages"];
+    let tools = sent
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    assert_eq!(tools, 33);
+    let peak = peak.join().expect("peak");
+    eprintln!("peak RSS of toolhost chat: {} MiB", peak >> 10);
+    assert!(
+        peak < 300 << 10,
+        "toolhost chat peaked at {} MiB",
+        peak >> 10
+    );
+}

@@ -266,6 +266,7 @@ async fn with_a_low_file_limit_the_cap_fits_it_and_a_client_with_1100_streams_sh
         command,
         &fixture,
         &["--config", config.to_str().expect("path")],
+        &[],
     );
     let address = address(&server.url);
     let head = format!("GET /api/catalog/events HTTP/1.1\r\nHost: {address}\r\n\r\n");

@@ -373,19 +373,25 @@ pub(crate) struct HttpServer {
 
 impl HttpServer {
     pub(crate) fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        Self::start_command(command, fixture, extra)
+        let command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        Self::start_command(command, fixture, extra, env)
     }
 
     /// [`HttpServer::start`] with a command of the caller's that runs `toolhost` (under
     /// `prlimit`, say).
-    pub(crate) fn start_command(mut command: Command, fixture: &Fixture, extra: &[&str]) -> Self {
+    pub(crate) fn start_command(
+        mut command: Command,
+        fixture: &Fixture,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         // The tests' own HTTP clients (rmcp over reqwest) need the host's TLS provider.
         toolhost::tls::install_provider();
         configure(&mut command, fixture);
+        // After `configure`, so that a test's own settings win.
+        for (key, value) in env {
+            command.env(key, value);
+        }
         command
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)

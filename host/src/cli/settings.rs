@@ -41,8 +41,8 @@ pub(crate) struct Settings {
     pub(crate) status_file: Option<PathBuf>,
     /// The chat database of `serve --http`.
     pub(crate) chat_database: Option<PathBuf>,
-    /// Conversations it keeps.
-    pub(crate) max_conversations: usize,
+    /// What it keeps: conversations, and bytes.
+    pub(crate) chat_store: toolhost::web::StoreLimits,
     pub(crate) max_instances: u32,
     /// How components are compiled and bounded, and how long `describe()` may take.
     pub(crate) compile: CompileSettings,
@@ -146,11 +146,17 @@ impl Settings {
             .or_else(default_status_file);
         let chat_database =
             from_file(&chat.database).or_else(|| state_dir().map(|d| d.join("chat.sqlite3")));
-        let max_conversations = chat
-            .max_conversations
-            .map_or(toolhost::web::DEFAULT_MAX_CONVERSATIONS, |n| {
-                n.get() as usize
-            });
+        let chat_store = toolhost::web::StoreLimits {
+            max_conversations: chat
+                .max_conversations
+                .map_or(toolhost::web::DEFAULT_MAX_CONVERSATIONS, |n| {
+                    n.get() as usize
+                }),
+            max_bytes: chat
+                .max_database_mib
+                .map_or(toolhost::web::DEFAULT_MAX_DATABASE_MIB, |n| n.get())
+                << 20,
+        };
         // Every number was range-checked while `toolhost.toml` was read (file:line on error).
         let max_instances = host
             .max_concurrent_calls
@@ -239,7 +245,7 @@ impl Settings {
             audit,
             status_file,
             chat_database,
-            max_conversations,
+            chat_store,
             max_instances,
             compile,
             describe_timeout,

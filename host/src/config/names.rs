@@ -316,6 +316,10 @@ bounded!(
     MaxConversations, "max-conversations", 1, 10_000_000
 );
 bounded!(
+    /// `[chat] max-database-mib`: the chat database's size in use, 1 MiB to 1 TiB.
+    MaxDatabaseMib, "max-database-mib", 1, 1 << 20
+);
+bounded!(
     /// `[chat] approval-timeout-s`: how long a destructive call waits for a person's answer
     /// in the HTTP chat API, 1 s to a day.
     ApprovalTimeoutS, "approval-timeout-s", 1, 86_400

@@ -6,10 +6,11 @@ use super::names::{
     CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
     DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
     MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
-    MaxConcurrentCalls, MaxConversations, MaxHttpConnections, MaxHttpStreams, MaxIterations,
-    MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles,
-    MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools, McpSessionIdleS,
-    MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
+    MaxConcurrentCalls, MaxConversations, MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams,
+    MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
+    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
+    McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs,
+    TimeoutMs, ToolName,
 };
 use serde::Deserialize;
 use toml::Spanned;
@@ -356,6 +357,9 @@ pub struct ChatSection {
     pub max_runs: Option<MaxRuns>,
     /// Conversations the database keeps (default 10000).
     pub max_conversations: Option<MaxConversations>,
+    /// MiB the database may use (default 1024): past it, no conversation starts or goes on
+    /// until some are deleted.
+    pub max_database_mib: Option<MaxDatabaseMib>,
     /// How long a destructive call waits for a person's answer in the HTTP chat API
     /// (default 300).
     pub approval_timeout_s: Option<ApprovalTimeoutS>,

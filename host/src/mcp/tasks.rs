@@ -100,3 +100,31 @@ impl Tasks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn past_the_cap_a_long_call_is_given_back_to_hold_its_request() {
+        let tasks = Tasks::default();
+        let pending = || tokio::spawn(std::future::pending::<CallToolResult>());
+        for _ in 0..MAX_TASKS {
+            assert!(
+                tasks
+                    .start([1; 32], pending(), CancellationToken::new())
+                    .is_ok()
+            );
+        }
+        let given_back = tasks.start([1; 32], pending(), CancellationToken::new());
+        assert!(given_back.is_err(), "a task past the cap of {MAX_TASKS}");
+        assert_eq!(
+            tasks
+                .owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len(),
+            MAX_TASKS
+        );
+    }
+}

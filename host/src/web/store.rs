@@ -34,6 +34,13 @@ pub enum StoreError {
          delete some first"
     )]
     Full(usize),
+    #[error(
+        "the chat database holds {} MiB, the most this host keeps ([chat] max-database-mib, \
+         {} MiB); delete conversations first",
+        used >> 20,
+        max >> 20
+    )]
+    DatabaseFull { used: u64, max: u64 },
     /// The path no longer names the file the host opened: what is written would be lost.
     #[error(
         "the chat database {path} is not the file this host opened: {what} while the host ran, \
@@ -72,11 +79,31 @@ pub struct RunRecord<'a> {
     pub pending_question: Option<&'a str>,
 }
 
+/// What the database may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreLimits {
+    /// Conversations kept (`[chat] max-conversations`).
+    pub max_conversations: usize,
+    /// Bytes of the database in use (`[chat] max-database-mib`): past them, no conversation
+    /// is started or continued until some are deleted.
+    pub max_bytes: u64,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_conversations: super::DEFAULT_MAX_CONVERSATIONS,
+            max_bytes: super::DEFAULT_MAX_DATABASE_MIB << 20,
+        }
+    }
+}
+
 /// The open database.
 pub struct Store {
     path: PathBuf,
     connection: Mutex<Connection>,
     max_conversations: usize,
+    max_bytes: u64,
     /// The file opened (device and inode): the path must still name it.
     identity: (u64, u64),
     /// Set while the path names another file or none, so that it is logged once.
@@ -113,7 +140,7 @@ impl Store {
     /// Opens (or creates) the database at `path`, its directory too (0700: conversations are
     /// the operator's). A file that is not a database, or one locked by another program past
     /// the busy timeout, is an error naming the path.
-    pub fn open(path: &Path, max_conversations: usize) -> Result<Store, StoreError> {
+    pub fn open(path: &Path, limits: StoreLimits) -> Result<Store, StoreError> {
         let fail = |message: String| StoreError::Open {
             path: path.to_path_buf(),
             message,
@@ -145,7 +172,8 @@ impl Store {
         Ok(Store {
             path: path.to_path_buf(),
             connection: Mutex::new(connection),
-            max_conversations,
+            max_conversations: limits.max_conversations,
+            max_bytes: limits.max_bytes,
             identity,
             detached: std::sync::atomic::AtomicBool::new(false),
         })
@@ -225,7 +253,32 @@ impl Store {
         })
     }
 
-    /// Adds a conversation; refused when `max_conversations` are kept.
+    /// Ok while the database uses no more than its bound (pages in use, freed ones not
+    /// counted: a deletion makes room at once, without a VACUUM).
+    pub fn has_room(&self) -> Result<(), StoreError> {
+        self.with(|c| self.room(c))
+    }
+
+    fn room(&self, connection: &Connection) -> Result<(), StoreError> {
+        let used: i64 = connection.query_row(
+            "SELECT (SELECT page_count FROM pragma_page_count()) - \
+             (SELECT freelist_count FROM pragma_freelist_count())",
+            [],
+            |r| r.get(0),
+        )?;
+        let page: i64 = connection.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let used = (used.max(0) as u64).saturating_mul(page.max(0) as u64);
+        if used > self.max_bytes {
+            return Err(StoreError::DatabaseFull {
+                used,
+                max: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a conversation; refused when `max_conversations` are kept, or the database uses
+    /// more than its bound.
     pub fn create(
         &self,
         id: &str,
@@ -234,6 +287,7 @@ impl Store {
     ) -> Result<Summary, StoreError> {
         let text = serde_json::to_string(conversation)?;
         self.with(|c| {
+            self.room(c)?;
             let transaction = c.transaction()?;
             let count: i64 =
                 transaction.query_row("SELECT count(*) FROM conversations", [], |r| r.get(0))?;
@@ -381,7 +435,11 @@ mod tests {
     use serde_json::json;
 
     fn store(dir: &tempfile::TempDir, max: usize) -> Store {
-        Store::open(&dir.path().join("state/chat.sqlite3"), max).expect("open")
+        let limits = StoreLimits {
+            max_conversations: max,
+            ..StoreLimits::default()
+        };
+        Store::open(&dir.path().join("state/chat.sqlite3"), limits).expect("open")
     }
 
     #[test]
@@ -451,7 +509,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("chat.sqlite3");
         std::fs::write(&path, vec![b'x'; 8192]).expect("write");
-        let error = Store::open(&path, 10).expect_err("corrupt");
+        let error = Store::open(&path, StoreLimits::default()).expect_err("corrupt");
         let text = error.to_string();
         assert!(text.contains("chat.sqlite3"), "{text}");
         assert!(text.contains("not a database"), "{text}");
@@ -481,5 +539,26 @@ mod tests {
         std::fs::remove_dir(&path).expect("rmdir");
         std::fs::rename(&aside, &path).expect("back");
         assert_eq!(store.list().expect("back").len(), 1);
+    }
+
+    #[test]
+    fn a_database_past_its_size_bound_takes_no_new_conversation_until_some_are_deleted() {
+        let dir = tempfile::tempdir().expect("dir");
+        let limits = StoreLimits {
+            max_conversations: 100,
+            max_bytes: 1 << 20,
+        };
+        let store = Store::open(&dir.path().join("chat.sqlite3"), limits).expect("open");
+        let mut big = Conversation::default();
+        big.push_user("x".repeat(600_000));
+        store.create("a", "a", &big).expect("a");
+        store.create("b", "b", &big).expect("b: 600 KB in use");
+        let full = store.create("c", "c", &big).expect_err("past 1 MiB");
+        assert!(matches!(full, StoreError::DatabaseFull { .. }), "{full}");
+        assert!(full.to_string().contains("max-database-mib"), "{full}");
+        assert!(store.has_room().is_err());
+        assert!(store.delete("a").expect("delete"));
+        store.has_room().expect("room again after a deletion");
+        store.create("c", "c", &big).expect("c");
     }
 }

@@ -274,7 +274,7 @@ function elicitationAnswered(event) {
   form.append(el("div", { class: "muted", text: `answer: ${event.action}`, "data-testid": "elicitation-answer" }));
 }
 
-const ENDINGS = { "iteration-limit": 1, error: 1, cancelled: 1, "shut-down": 1 };
+const ENDINGS = { "iteration-limit": 1, "size-limit": 1, error: 1, cancelled: 1, "shut-down": 1 };
 
 function show(event, live) {
   switch (event.type) {
@@ -300,6 +300,12 @@ function show(event, live) {
       if (event.ending !== "question") state.replyTo = null;
       break;
     }
+    case "retry":
+      // The text that streamed since the last call is void: marked, and a new answer begins.
+      if (state.assistant) state.assistant.classList.add("void");
+      state.assistant = null;
+      item(el("div", { class: "end bad", text: `${event.reason}; asking again (try ${event.attempt} of ${event.attempts})` }));
+      break;
     case "error": notice(event.message); break;
   }
 }
