@@ -152,6 +152,32 @@ async fn two_thousand_half_open_connections_do_not_shut_out_a_call() {
     drop(half_open);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_arrives_frees_its_connection_at_the_body_deadline() {
+    let (_fixture, server) = server("max-http-connections = 1\nhttp-body-timeout-s = 1");
+    let address = address(&server.url);
+    let mut slow = TcpStream::connect(&address).expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: 1000000\r\n\r\n{{"
+    );
+    slow.write_all(head.as_bytes()).expect("a request started");
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    // Answered (or closed) at its body's deadline, long before it could have sent 1 MB at
+    // this pace; the one connection is free again.
+    assert!(
+        closed_by_server(&mut slow),
+        "the slow body held its connection"
+    );
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(30), post(&server.url, &[]))
+            .await
+            .expect("answered"),
+        200
+    );
+}
+
 /// The status of one HTTP/1.1 request written on a new connection to `address`, and the
 /// connection (kept open: a stream's answer goes on).
 fn request(address: &str, head: &str) -> (u16, TcpStream) {
@@ -188,8 +214,10 @@ fn rest(mut stream: TcpStream) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_are_capped_apart_and_with_every_connection_busy_the_probes_still_answer() {
-    let (_fixture, server) =
-        server("max-http-connections = 4\nmax-http-streams = 2\nhttp-header-timeout-ms = 60000");
+    let (_fixture, server) = server(
+        "max-http-connections = 4\nmax-http-streams = 2\nhttp-header-timeout-ms = 60000\n\
+         http-body-timeout-s = 600",
+    );
     let address = address(&server.url);
     let get =
         |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
@@ -204,16 +232,30 @@ async fn streams_are_capped_apart_and_with_every_connection_busy_the_probes_stil
     let (status, refused) = request(&address, &get("/api/catalog/events"));
     assert_eq!(status, 503);
     assert!(rest(refused).contains("max-http-streams"));
-    // So is a `subscriptions/listen` stream, before it reaches the MCP layer.
+    // So is a `subscriptions/listen` stream, counted by the MCP server itself (by its body,
+    // whatever its headers say).
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"toolsListChanged": true},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string();
     let listen = format!(
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\
          content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
          mcp-protocol-version: 2026-07-28\r\nmcp-method: subscriptions/listen\r\n\
-         content-length: 2\r\n\r\n{{}}"
+         content-length: {}\r\n\r\n{body}",
+        body.len()
     );
     let (status, refused) = request(&address, &listen);
-    assert_eq!(status, 503);
-    assert!(rest(refused).contains("max-http-streams"));
+    let refused = rest(refused);
+    assert!(refused.contains("max-http-streams"), "{status}: {refused}");
     // Two requests whose bodies never come keep the other connections busy.
     let slow: Vec<TcpStream> = (0..2)
         .map(|_| {

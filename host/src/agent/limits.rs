@@ -66,10 +66,23 @@ pub fn size(bytes: usize) -> String {
     }
 }
 
-/// What a conversation weighs: the bytes of its texts, names, arguments and results, about
+/// What a conversation weighs: the bytes of its texts, names, arguments and results as JSON
+/// strings carry them (escapes included: a control character is six bytes on the wire), about
 /// what it takes in memory and on the wire.
 pub fn conversation_bytes(conversation: &Conversation) -> usize {
-    conversation.system.as_ref().map_or(0, String::len) + messages_bytes(&conversation.messages)
+    conversation.system.as_deref().map_or(0, json_len) + messages_bytes(&conversation.messages)
+}
+
+/// The bytes `text` takes inside a JSON string: `"` and `\` and the short escapes two, other
+/// control characters six (`\u00XX`), everything else as it is.
+pub fn json_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 fn messages_bytes(messages: &[Message]) -> usize {
@@ -78,23 +91,24 @@ fn messages_bytes(messages: &[Message]) -> usize {
 
 fn message_bytes(message: &Message) -> usize {
     match message {
-        Message::User { text } => text.len(),
+        Message::User { text } => json_len(text),
         Message::Assistant { text, calls } => {
-            text.len() + calls.iter().map(invocation_bytes).sum::<usize>()
+            json_len(text) + calls.iter().map(invocation_bytes).sum::<usize>()
         }
         Message::Results { results } => results
             .iter()
-            .map(|r| r.call_id.len() + r.name.len() + r.content.len())
+            .map(|r| json_len(&r.call_id) + json_len(&r.name) + json_len(&r.content))
             .sum(),
     }
 }
 
 fn invocation_bytes(call: &Invocation) -> usize {
+    // OpenAI carries the arguments as a JSON string of JSON text: escaped once more.
     let arguments = match &call.arguments {
-        serde_json::Value::String(text) => text.len(),
-        other => other.to_string().len(),
+        serde_json::Value::String(text) => json_len(text),
+        other => json_len(&other.to_string()),
     };
-    call.id.len() + call.name.len() + arguments
+    json_len(&call.id) + json_len(&call.name) + arguments
 }
 
 /// Cuts `text` to its first `keep` bytes (on a character boundary) and says what was left out
@@ -111,16 +125,16 @@ pub fn cut_with_marker(text: &mut String, keep: usize, why: &str) {
     ));
 }
 
-/// The messages as they may be sent within `budget` bytes (with `system`'s bytes counted):
-/// borrowed when they fit; otherwise a copy whose oldest large parts (results, texts, call
-/// arguments) are cut to their start with a marker, then, if that is not enough, to the
-/// marker alone. `None` when even that does not fit.
+/// The messages as they may be sent within `budget` bytes, of which `fixed` go to what is
+/// sent whatever the messages (the system prompt, the tools): borrowed when they fit;
+/// otherwise a copy whose oldest large parts (results, texts, call arguments) are cut to their
+/// start with a marker, then, if that is not enough, to the marker alone. `None` when even
+/// that does not fit.
 pub fn fit_request<'m>(
-    system: Option<&str>,
+    fixed: usize,
     messages: &'m [Message],
     budget: usize,
 ) -> Option<Cow<'m, [Message]>> {
-    let fixed = system.map_or(0, str::len);
     let mut total = fixed + messages_bytes(messages);
     if total <= budget {
         return Some(Cow::Borrowed(messages));
@@ -202,10 +216,10 @@ mod tests {
             },
         ];
         assert!(matches!(
-            fit_request(None, &messages, 2 << 20),
+            fit_request(0, &messages, 2 << 20),
             Some(Cow::Borrowed(_))
         ));
-        let fitted = fit_request(Some("system"), &messages, 1 << 20).expect("fits");
+        let fitted = fit_request(6, &messages, 1 << 20).expect("fits");
         assert!(messages_bytes(&fitted) + 6 <= 1 << 20);
         let Message::Results { results } = &fitted[1] else {
             panic!("results")
@@ -228,9 +242,23 @@ mod tests {
     #[test]
     fn what_cannot_fit_even_cut_to_markers_is_none() {
         let messages: Vec<Message> = (0..1000).map(|_| result("x".repeat(5000))).collect();
-        assert!(fit_request(None, &messages, 1000).is_none());
-        let fitted = fit_request(None, &messages, 1 << 20).expect("fits with markers");
+        assert!(fit_request(0, &messages, 1000).is_none());
+        let fitted = fit_request(0, &messages, 1 << 20).expect("fits with markers");
         assert!(messages_bytes(&fitted) <= 1 << 20);
+        // What goes with every request counts: tools that take the whole budget leave none.
+        assert!(fit_request(1 << 20, &messages, 1 << 20).is_none());
+    }
+
+    #[test]
+    fn bytes_are_counted_as_the_wire_carries_them() {
+        let controls = "\u{1}".repeat(1000);
+        assert_eq!(json_len(&controls), 6000);
+        assert_eq!(json_len("a\"b\n"), 6);
+        assert_eq!(json_len("é"), 2);
+        // A result of control characters is measured by its escaped size, as it is sent.
+        let messages = vec![result(controls.clone())];
+        let wire = serde_json::to_string(&controls).expect("json").len();
+        assert!(messages_bytes(&messages) >= wire - 2);
     }
 
     #[test]

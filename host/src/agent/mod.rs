@@ -218,11 +218,12 @@ impl Agent {
             } else {
                 self.options.tool_choice.after_first()
             };
-            let Some(messages) = limits::fit_request(
-                conversation.system.as_deref(),
-                &conversation.messages,
-                limits.max_request_bytes,
-            ) else {
+            // What every request carries besides the messages: the system prompt, the tools.
+            let fixed = conversation.system.as_deref().map_or(0, limits::json_len)
+                + serde_json::to_vec(&tools).map_or(0, |json| json.len());
+            let Some(messages) =
+                limits::fit_request(fixed, &conversation.messages, limits.max_request_bytes)
+            else {
                 let text = format!(
                     "the conversation cannot be sent within [chat] max-request-mib ({}), even \
                      with every earlier part cut short; start a new conversation",

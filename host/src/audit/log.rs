@@ -75,6 +75,10 @@ fn is_zero(n: &u64) -> bool {
 pub struct AuditLog {
     path: PathBuf,
     policy: OnAuditError,
+    /// The directory the file was first opened in (its links followed then, as the operator
+    /// configured it), kept open: a reopen opens the file name in it, so a link planted later
+    /// in a directory above cannot redirect the records.
+    dir: Option<std::os::fd::OwnedFd>,
     inner: Mutex<Inner>,
 }
 
@@ -102,9 +106,18 @@ impl AuditLog {
             path: path.to_path_buf(),
             source,
         })?;
+        let dir = rustix::fs::open(
+            parent_of(path),
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
         Ok(AuditLog {
             path: path.to_path_buf(),
             policy,
+            dir,
             inner: Mutex::new(Inner {
                 file,
                 held: VecDeque::new(),
@@ -179,7 +192,7 @@ impl AuditLog {
         if self.names_the_open_device() {
             return Ok(());
         }
-        let file = match reopen_file(&self.path) {
+        let file = match reopen_file(self.dir.as_ref(), &self.path) {
             Ok(file) => file,
             Err(source) => {
                 let mut inner = self.lock();
@@ -386,32 +399,45 @@ fn open_file(path: &Path) -> std::io::Result<(File, bool)> {
     Ok((file, metadata.is_file()))
 }
 
-/// Opens `path` again for appending: never through a link (`O_NOFOLLOW`), never waiting for a
-/// FIFO's reader (`O_NONBLOCK`), and only a regular file, checked on the opened descriptor;
-/// created 0600, and an existing one narrowed to 0600 through that descriptor (`fchmod`).
-fn reopen_file(path: &Path) -> std::io::Result<File> {
-    use rustix::fs::OFlags;
+/// The directory a path's file is in (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Opens the audit file again for appending, by its name in `dir` (the directory opened at
+/// start; by its path when that could not be kept): never through a link (`O_NOFOLLOW`),
+/// never waiting for a FIFO's reader (`O_NONBLOCK`), and only a regular file of this user's
+/// with no other name (a hard link would send the records to another file too), checked on
+/// the opened descriptor; created 0600, and an existing one narrowed to 0600 through that
+/// descriptor (`fchmod`).
+fn reopen_file(dir: Option<&std::os::fd::OwnedFd>, path: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
     use rustix::io::Errno;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC).bits() as i32)
-        .open(path)
-        .map_err(|e| match e.raw_os_error().map(Errno::from_raw_os_error) {
-            Some(Errno::LOOP) => std::io::Error::new(
-                e.kind(),
-                "the path is a symbolic link now, which a reopen never follows",
-            ),
-            Some(Errno::NXIO) => std::io::Error::new(
-                e.kind(),
-                "the path is a FIFO now, which a reopen never takes",
-            ),
-            _ => e,
-        })?;
+    use std::os::unix::fs::MetadataExt;
+    let flags = OFlags::WRONLY
+        | OFlags::APPEND
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
+    let mode = Mode::from_raw_mode(0o600);
+    let opened = match (dir, path.file_name()) {
+        (Some(dir), Some(name)) => rustix::fs::openat(dir, name, flags, mode),
+        _ => rustix::fs::open(path, flags, mode),
+    };
+    let file = File::from(opened.map_err(|e| match e {
+        Errno::LOOP => std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path is a symbolic link now, which a reopen never follows",
+        ),
+        Errno::NXIO => std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path is a FIFO now, which a reopen never takes",
+        ),
+        other => std::io::Error::from(other),
+    })?);
     let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(std::io::Error::new(
@@ -419,6 +445,25 @@ fn reopen_file(path: &Path) -> std::io::Result<File> {
             format!(
                 "the path is not a regular file now ({}), which a reopen never takes",
                 kind_of(&metadata)
+            ),
+        ));
+    }
+    if metadata.uid() != rustix::process::geteuid().as_raw() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the file at the path belongs to user {}, not to this host's, which a reopen \
+                 never writes to",
+                metadata.uid()
+            ),
+        ));
+    }
+    if metadata.nlink() != 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the file at the path has {} names (hard links), which a reopen never writes to",
+                metadata.nlink()
             ),
         ));
     }
@@ -552,8 +597,18 @@ mod tests {
             refused.contains("Is a directory") || refused.contains("directory"),
             "{refused}"
         );
+        // A second name of another file (a hard link): refused, nothing written to it.
+        std::fs::remove_dir(&path).expect("rmdir");
+        let other = dir.path().join("other.log");
+        std::fs::write(&other, "").expect("other");
+        std::fs::hard_link(&other, &path).expect("hard link");
+        let refused = log.reopen().expect_err("a hard link").to_string();
+        assert!(refused.contains("hard links"), "{refused}");
+        assert_eq!(std::fs::metadata(&other).expect("other").len(), 0);
+        std::fs::remove_file(&path).expect("unlink");
+        std::fs::create_dir(&path).expect("dir again");
         let health = log.health();
-        assert_eq!(health.reopen_failures, 3);
+        assert_eq!(health.reopen_failures, 4);
         assert!(health.reopen_error.is_some());
 
         // A regular file again: taken, and the failures stop showing as the current error.
@@ -567,6 +622,6 @@ mod tests {
         );
         assert_ne!(std::fs::metadata(&path).expect("meta").ino(), first);
         let health = log.health();
-        assert_eq!((health.reopen_failures, health.reopen_error), (3, None));
+        assert_eq!((health.reopen_failures, health.reopen_error), (4, None));
     }
 }

@@ -189,6 +189,8 @@ pub struct McpImport {
     changes: broadcast::Sender<String>,
     /// True while a start in the background is under way.
     starting: std::sync::atomic::AtomicBool,
+    /// True while a reload is scheduled for the end of a failed start's backoff.
+    retry_scheduled: std::sync::atomic::AtomicBool,
     /// Told (its description) when a start in the background ended, however it ended.
     started: broadcast::Sender<String>,
 }

@@ -37,50 +37,60 @@ pub(crate) const PROBE_RESERVE: usize = 16;
 /// workers' pipes, imported servers) when the connection cap is fitted to the file limit.
 const FILES_FOR_THE_HOST: u64 = 256;
 
-/// How long open connections get to finish their answers once `shutdown` completed.
+/// How long open connections get to finish their answers once `shutdown` completed, and an
+/// evicted connection caught in a request gets to finish it.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
+/// How long a request's body may take to arrive, once its headers have
+/// (`[host] http-body-timeout-s`).
+pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Raises the soft open-file limit to the hard one, and returns the connection cap that fits
-/// within it beside the host's own files and the probe reserve (`wanted`, unless the limit
-/// is lower: then a warning says so).
+/// Raises the soft open-file limit as far as the connection cap needs (within the hard limit;
+/// not further, since child processes inherit it), and returns the connection cap that fits
+/// beside the host's own files and the probe reserve: `wanted`, unless the limit is lower
+/// (then a warning says so).
 pub(crate) fn fit_to_open_files(wanted: usize) -> usize {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let kept = FILES_FOR_THE_HOST + PROBE_RESERVE as u64;
+    let needed = (wanted as u64).saturating_add(kept);
     let limit = getrlimit(Resource::Nofile);
     let mut files = limit.current;
-    if limit.current != limit.maximum {
+    if limit.current.is_some_and(|current| current < needed) {
+        let target = limit.maximum.map_or(needed, |hard| hard.min(needed));
         let raised = Rlimit {
-            current: limit.maximum,
+            current: Some(target),
             maximum: limit.maximum,
         };
         match setrlimit(Resource::Nofile, raised) {
-            Ok(()) => files = limit.maximum,
+            Ok(()) => files = Some(target),
             Err(e) => tracing::debug!("cannot raise the open-file limit: {e}"),
         }
     }
     let Some(files) = files else {
         return wanted;
     };
-    let usable = files
-        .saturating_sub(FILES_FOR_THE_HOST + PROBE_RESERVE as u64)
-        .max(1);
+    let usable = files.saturating_sub(kept).max(1);
     if wanted as u64 > usable {
         tracing::warn!(
             "max-http-connections lowered from {wanted} to {usable}: the process may open {files} \
-             files (ulimit -n), and keeps {} for its own use and the probes",
-            FILES_FOR_THE_HOST + PROBE_RESERVE as u64
+             files (ulimit -n), and keeps {kept} for its own use and the probes"
         );
         return usable as usize;
     }
     wanted
 }
 
+/// The value of [`Connection::busy`] once the connection was chosen to make room: a request
+/// that starts after that still counts on top of it.
+const EVICTED: usize = usize::MAX / 2;
+
 /// One open connection, as the accept loop sees it.
 struct Connection {
-    /// Requests in progress (their response bodies not yet ended).
+    /// Requests in progress (their response bodies not yet ended); [`EVICTED`] and more once
+    /// it was chosen to make room.
     busy: AtomicUsize,
     /// When it last became idle, in milliseconds since the loop started.
     idle_since: AtomicU64,
-    /// Cancelled to close it (it was idle longest when a new one needed its place).
+    /// Cancelled to close it: it was chosen to make room, or the host shuts down.
     close: CancellationToken,
 }
 
@@ -90,6 +100,8 @@ struct Open {
     connections: std::sync::Mutex<std::collections::HashMap<u64, Arc<Connection>>>,
     next: AtomicU64,
     max: usize,
+    /// The parent of every connection's `close`.
+    shutdown: CancellationToken,
 }
 
 impl Open {
@@ -108,11 +120,22 @@ impl Open {
     fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut connections = self.lock();
         if connections.len() >= self.max {
-            let (&oldest, _) = connections
+            let mut idle: Vec<(u64, u64)> = connections
                 .iter()
                 .filter(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
-                .min_by_key(|(_, c)| c.idle_since.load(Ordering::SeqCst))?;
-            if let Some(evicted) = connections.remove(&oldest) {
+                .map(|(&id, c)| (c.idle_since.load(Ordering::SeqCst), id))
+                .collect();
+            idle.sort_unstable();
+            // The oldest that is still idle at the moment it is taken: a request that starts
+            // meanwhile makes the exchange fail, and the next one is tried.
+            let (_, evicted) = idle.into_iter().find(|(_, id)| {
+                connections.get(id).is_some_and(|c| {
+                    (c.busy)
+                        .compare_exchange(0, EVICTED, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                })
+            })?;
+            if let Some(evicted) = connections.remove(&evicted) {
                 evicted.close.cancel();
             }
         }
@@ -120,7 +143,7 @@ impl Open {
         let connection = Arc::new(Connection {
             busy: AtomicUsize::new(0),
             idle_since: AtomicU64::new(self.now()),
-            close: CancellationToken::new(),
+            close: self.shutdown.child_token(),
         });
         connections.insert(id, Arc::clone(&connection));
         Some(Admitted {
@@ -195,6 +218,43 @@ impl http_body::Body for BusyBody {
     }
 }
 
+/// A request body that must arrive within `http-body-timeout-s` of its headers: a client that
+/// sends it a byte at a time cannot hold a busy connection for ever.
+struct TimedBody {
+    body: hyper::body::Incoming,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+impl http_body::Body for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            let late = format!(
+                "the request body did not arrive within {} s (http-body-timeout-s)",
+                self.timeout.as_secs()
+            );
+            return std::task::Poll::Ready(Some(Err(late.into())));
+        }
+        std::pin::Pin::new(&mut self.body)
+            .poll_frame(cx)
+            .map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then closes the connections:
 /// idle ones at once, the others when their answer is written (at most [`CLOSE_GRACE`]).
 /// `probes` answers the connections past the cap that no idle one could make room for.
@@ -203,7 +263,7 @@ pub(crate) async fn serve<T>(
     router: axum::Router,
     probes: axum::Router,
     max_connections: usize,
-    header_timeout: Duration,
+    (header_timeout, body_timeout): (Duration, Duration),
     shutdown: impl Future<Output = T>,
 ) -> std::io::Result<T> {
     let open = Arc::new(Open {
@@ -211,9 +271,11 @@ pub(crate) async fn serve<T>(
         connections: std::sync::Mutex::default(),
         next: AtomicU64::new(0),
         max: max_connections.max(1),
+        shutdown: CancellationToken::new(),
     });
     let probing = Arc::new(AtomicUsize::new(0));
-    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    // Every connection task, counted until it ends: a shutdown waits for them.
+    let tasks = Arc::new(Tally::default());
     let mut warned = false;
     tokio::pin!(shutdown);
     loop {
@@ -229,7 +291,8 @@ pub(crate) async fn serve<T>(
             },
             done = &mut shutdown => {
                 drop(listener);
-                let _ = tokio::time::timeout(CLOSE_GRACE, connections.shutdown()).await;
+                open.shutdown.cancel();
+                let _ = tokio::time::timeout(CLOSE_GRACE, tasks.idle()).await;
                 return Ok(done);
             }
         };
@@ -249,23 +312,29 @@ pub(crate) async fn serve<T>(
                 warned = true;
             }
             let service = hyper_util::service::TowerToHyperService::new(probes.clone());
-            let probing = Arc::clone(&probing);
+            let (probing, counted) = (Arc::clone(&probing), tasks.enter_owned());
             tokio::spawn(async move {
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(header_timeout)
                     .keep_alive(false)
                     .serve_connection(io, service);
-                let _ = connection.await;
+                let _ = tokio::time::timeout(header_timeout + CLOSE_GRACE, connection).await;
                 probing.fetch_sub(1, Ordering::SeqCst);
+                drop(counted);
             });
             continue;
         };
         warned = false;
         let inner = hyper_util::service::TowerToHyperService::new(router.clone());
         let (state, connection_state) = (Arc::clone(&open), Arc::clone(&admitted.connection));
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
             let busy = Busy::enter(&state, &connection_state);
+            let request = request.map(|body| TimedBody {
+                body,
+                deadline: Box::pin(tokio::time::sleep(body_timeout)),
+                timeout: body_timeout,
+            });
             let answered = hyper::service::Service::call(&inner, request);
             async move {
                 let response = answered.await?;
@@ -274,74 +343,50 @@ pub(crate) async fn serve<T>(
                 )
             }
         });
-        let watcher = connections.watcher();
+        let counted = tasks.enter_owned();
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .serve_connection(io, service);
-            let connection = watcher.watch(connection);
-            // A connection's failure (a client gone, a timeout) is the connection's alone;
-            // one closed to make room ends here, its place already given to another.
+            tokio::pin!(connection);
+            // A connection's failure (a client gone, a timeout) is the connection's alone.
             tokio::select! {
-                _ = connection => {}
-                () = admitted.connection.close.cancelled() => {}
+                _ = connection.as_mut() => {}
+                () = admitted.connection.close.cancelled() => {
+                    // Chosen to make room with no request in it: closed at once (nothing polls
+                    // it meanwhile, so none can start). Otherwise (a request caught starting,
+                    // or a shutdown): the answer in progress is written first.
+                    if admitted.connection.busy.load(Ordering::SeqCst) != EVICTED {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
+                    }
+                }
             }
             drop(admitted);
+            drop(counted);
         });
     }
 }
 
-/// Long-lived responses open at once, and their cap (`max-http-streams`).
-pub(crate) struct Streams {
-    open: AtomicUsize,
-    max: usize,
-}
-
-impl Streams {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Streams {
-            open: AtomicUsize::new(0),
-            max: max.max(1),
-        })
-    }
-}
-
-/// One stream counted in [`Streams`] until its response body ends or is dropped.
-struct Streaming(Arc<Streams>);
-
-impl Drop for Streaming {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
-/// GET of /mcp) and `subscriptions/listen` (named by `Mcp-Method` at the revisions that have
-/// it, which rmcp holds to the body), a chat run, the catalog's stream.
+/// GET of /mcp), a chat run, the catalog's stream. (A `subscriptions/listen` stream is counted
+/// by the MCP server itself, which knows it by its body.)
 fn is_stream(request: &axum::extract::Request) -> bool {
     let path = request.uri().path();
     let method = request.method();
     if method == axum::http::Method::GET {
         return path == "/mcp" || path == "/api/catalog/events";
     }
-    if method != axum::http::Method::POST {
-        return false;
-    }
-    (path == "/mcp"
-        && request
-            .headers()
-            .get_all("mcp-method")
-            .iter()
-            .any(|m| m == "subscriptions/listen"))
-        || path == "/api/conversations"
-        || (path.starts_with("/api/conversations/") && path.ends_with("/messages"))
+    method == axum::http::Method::POST
+        && (path == "/api/conversations"
+            || (path.starts_with("/api/conversations/") && path.ends_with("/messages")))
 }
 
 /// Refuses a stream past `max-http-streams` with a 503 before anything is started, and counts
 /// the others until their answer ends.
 pub(crate) async fn limit_streams(
-    streams: &Arc<Streams>,
+    streams: &Arc<toolhost::mcp::StreamSlots>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -349,20 +394,14 @@ pub(crate) async fn limit_streams(
     if !is_stream(&request) {
         return next.run(request).await;
     }
-    if streams.open.fetch_add(1, Ordering::SeqCst) >= streams.max {
-        streams.open.fetch_sub(1, Ordering::SeqCst);
-        let message = format!(
-            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
-             close one or try again later",
-            streams.max
-        );
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    }
-    let counted = Streaming(Arc::clone(streams));
+    let Some(slot) = streams.try_take() else {
+        let refusal = streams.refusal();
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, refusal).into_response();
+    };
     let response = next.run(request).await;
     response.map(|body| {
         axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
-            let _ = &counted;
+            let _ = &slot;
             frame
         }))
     })

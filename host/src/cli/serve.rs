@@ -339,7 +339,7 @@ async fn serve_http(
     // Connections within the open-file limit (raised to its hard limit), streams within half
     // of them, so that calls and probes always find a connection.
     let max_connections = super::http::fit_to_open_files(limits.max_connections);
-    let streams = super::http::Streams::new(limits.max_streams.min(max_connections / 2));
+    let streams = toolhost::mcp::StreamSlots::new(limits.max_streams.min(max_connections / 2));
     let local = listener.local_addr()?;
     // rmcp takes loopback names in the Host header; add the listening address and the
     // names operators list (`allowed-hosts`: a Service's, a load balancer's).
@@ -367,7 +367,8 @@ async fn serve_http(
         &format!("mcp-http-{}", std::process::id()),
         limits.session_idle,
         limits.max_sessions,
-    );
+    )
+    .with_streams(Arc::clone(&streams));
     let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http", Arc::new(shared));
     // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
     // refused (`guard`).
@@ -455,7 +456,7 @@ async fn serve_http(
         router,
         probes_alone,
         max_connections,
-        limits.header_timeout,
+        (limits.header_timeout, limits.body_timeout),
         shutdown,
     )
     .await

@@ -24,6 +24,8 @@ pub(crate) struct HttpLimits {
     /// probes always have connections left.
     pub(crate) max_streams: usize,
     pub(crate) header_timeout: std::time::Duration,
+    /// How long a request's body may take once its headers arrived.
+    pub(crate) body_timeout: std::time::Duration,
 }
 
 /// Everything the commands need to build a host.
@@ -102,7 +104,9 @@ impl Settings {
                     let diagnostic = Diagnostic::new(
                         source.at(streams.span()),
                         format!(
-                            "max-http-streams ({}) must be at most half of max-http-connections                              ({connections}): streams that fill every connection leave none for                              calls and probes",
+                            "max-http-streams ({}) must be at most half of max-http-connections \
+                             ({connections}): streams that fill every connection leave none \
+                             for calls and probes",
                             streams.get_ref().get()
                         ),
                     );
@@ -208,6 +212,11 @@ impl Settings {
                 },
                 |v| v.get_ref().get() as usize,
             ),
+            body_timeout: host
+                .http_body_timeout_s
+                .map_or(super::http::DEFAULT_BODY_TIMEOUT, |v| {
+                    Duration::from_secs(v.get())
+                }),
             header_timeout: host
                 .http_header_timeout_ms
                 .map_or(super::http::DEFAULT_HEADER_TIMEOUT, |v| {

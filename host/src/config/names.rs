@@ -267,6 +267,11 @@ bounded!(
     HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000
 );
 bounded!(
+    /// `[host] http-body-timeout-s`: how long a request's body may take once its headers
+    /// arrived, 1 s to an hour.
+    HttpBodyTimeoutS, "http-body-timeout-s", 1, 3600
+);
+bounded!(
     /// `[host] drain-timeout-s`: how long a shutdown waits for calls in flight, 0 s to an hour.
     DrainTimeoutS, "drain-timeout-s", 0, 3600
 );

@@ -4,8 +4,8 @@
 use super::names::{
     Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep, ChatMib,
     CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
-    DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpHeaderTimeoutMs, KeepResidentMib,
-    MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
+    DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpBodyTimeoutS, HttpHeaderTimeoutMs,
+    KeepResidentMib, MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
     MaxConcurrentCalls, MaxConversations, MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams,
     MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
     MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
@@ -295,6 +295,8 @@ pub struct HostSection {
     pub max_http_streams: Option<Spanned<MaxHttpStreams>>,
     /// How long a connection may take to send a request's headers (default 10000).
     pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
+    /// How long a request's body may take once its headers arrived (default 30).
+    pub http_body_timeout_s: Option<HttpBodyTimeoutS>,
     /// Host names `/mcp` answers besides loopback and the address it listens on (the name
     /// of a Kubernetes Service, a load balancer's): any other Host header is refused, so
     /// that a DNS rebinding page cannot reach the tools.

@@ -74,6 +74,8 @@ pub struct Shared {
     tasks: Tasks,
     listeners: AtomicUsize,
     max_listeners: usize,
+    /// Over HTTP, the long-lived streams of every kind, which a listen stream is one of.
+    streams: Option<Arc<StreamSlots>>,
 }
 
 impl Shared {
@@ -85,7 +87,64 @@ impl Shared {
             tasks: Tasks::default(),
             listeners: AtomicUsize::new(0),
             max_listeners,
+            streams: None,
         }
+    }
+
+    /// Each `subscriptions/listen` stream also takes one of `streams` (`max-http-streams`).
+    pub fn with_streams(mut self, streams: Arc<StreamSlots>) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+}
+
+/// The long-lived streams open at once over HTTP (MCP's GET stream and `subscriptions/listen`,
+/// chat runs, the catalog's), and their cap (`[host] max-http-streams`), shared by every kind.
+#[derive(Debug)]
+pub struct StreamSlots {
+    open: AtomicUsize,
+    max: usize,
+}
+
+/// One stream's place in [`StreamSlots`], given back when dropped.
+#[derive(Debug)]
+pub struct StreamSlot(Arc<StreamSlots>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl StreamSlots {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(StreamSlots {
+            open: AtomicUsize::new(0),
+            max: max.max(1),
+        })
+    }
+
+    /// A place for one more stream, if there is one.
+    pub fn try_take(self: &Arc<Self>) -> Option<StreamSlot> {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= self.max {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(StreamSlot(Arc::clone(self)))
+    }
+
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The refusal of a stream past the cap.
+    pub fn refusal(&self) -> String {
+        format!(
+            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
+             close one or try again later",
+            self.max
+        )
     }
 }
 
@@ -357,6 +416,15 @@ impl ServerHandler for McpServer {
     /// the tools, until the client cancels it or the host shuts down (then the stream ends
     /// with its final result). Ended with an error past the cap of open streams.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // Over HTTP, one of the host's long-lived streams (counted here, whatever headers the
+        // request came with).
+        let _slot = match &self.shared.streams {
+            None => None,
+            Some(streams) => match streams.try_take() {
+                Some(slot) => Some(slot),
+                None => return Err(ErrorData::invalid_request(streams.refusal(), None)),
+            },
+        };
         let listeners = &self.shared.listeners;
         let _counted = Listening(listeners);
         if listeners.fetch_add(1, Ordering::SeqCst) >= self.shared.max_listeners {

@@ -120,19 +120,24 @@ where
             self.line.extend_from_slice(&available[..room]);
             self.read.consume(take);
             self.discarding = newline.is_none();
-            let id = id_of(&self.line);
-            self.line.clear();
+            let head = head_of(&self.line);
+            // Its memory goes with it (the next line starts small again).
+            self.line = Vec::new();
             tracing::warn!(
-                "an MCP message over stdio passed {} MiB; answered with an error and skipped",
+                "an MCP message over stdio passed {} MiB; skipped",
                 MAX_MESSAGE_BYTES >> 20
             );
-            self.pending = Some(error_line(
-                id,
-                &format!(
-                    "the message is larger than the {} MiB a message may be; it was not read",
-                    MAX_MESSAGE_BYTES >> 20
-                ),
-            ));
+            // A response (to the server's own request) is never answered, as JSON-RPC says.
+            if !head.response {
+                self.pending = Some(error_line(
+                    head.id,
+                    &format!(
+                        "the message is larger than the {} MiB a message may be; it was not \
+                         read",
+                        MAX_MESSAGE_BYTES >> 20
+                    ),
+                ));
+            }
             return Ok(Read::More);
         }
         self.line.extend_from_slice(&available[..take]);
@@ -157,17 +162,26 @@ where
             Ok(message) => return Some(message),
             Err(e) => e,
         };
-        let id = id_of(text);
-        let reason = if error.to_string().starts_with("recursion limit exceeded") {
-            "the message is nested too deep to be read (128 levels at most)".to_string()
-        } else if error.classify() == serde_json::error::Category::Data && id.is_some() {
-            format!("not a request this server takes: {error}")
+        let head = head_of(text);
+        let reason = if head.response {
+            // A response is never answered, as JSON-RPC says.
+            None
+        } else if error.to_string().starts_with("recursion limit exceeded") {
+            Some("the message is nested too deep to be read (128 levels at most)".to_string())
+        } else if error.classify() == serde_json::error::Category::Data
+            && head.id.is_some()
+            && head.method
+        {
+            Some(format!("not a request this server takes: {error}"))
         } else {
             // Not JSON, or a notification (no id): nothing to answer.
+            None
+        };
+        let Some(reason) = reason else {
             tracing::debug!("ignoring an unreadable MCP message over stdio: {error}");
             return None;
         };
-        self.pending = Some(error_line(id, &reason));
+        self.pending = Some(error_line(head.id, &reason));
         None
     }
 }
@@ -236,10 +250,18 @@ fn error_line(id: Option<Value>, message: &str) -> Vec<u8> {
     line
 }
 
-/// The `id` of the JSON-RPC message `text` starts with, if it can be read before whatever
-/// makes the rest unreadable (a number or a string, as JSON-RPC ids are).
-fn id_of(text: &[u8]) -> Option<Value> {
-    struct Top<'a>(&'a mut Option<Value>);
+/// What the start of a JSON-RPC message shows, read before whatever makes the rest
+/// unreadable: its `id` (a number or a string, as JSON-RPC ids are), and whether it names a
+/// `method` (a request or a notification) or carries a `result` or an `error` (a response).
+#[derive(Debug, Default)]
+struct Head {
+    id: Option<Value>,
+    method: bool,
+    response: bool,
+}
+
+fn head_of(text: &[u8]) -> Head {
+    struct Top<'a>(&'a mut Head);
     impl<'de> Visitor<'de> for Top<'_> {
         type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -247,22 +269,33 @@ fn id_of(text: &[u8]) -> Option<Value> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
             while let Some(key) = map.next_key::<String>()? {
-                if key == "id" {
-                    let id: Value = map.next_value()?;
-                    if id.is_number() || id.is_string() {
-                        *self.0 = Some(id);
+                match key.as_str() {
+                    "id" => {
+                        let id: Value = map.next_value()?;
+                        if id.is_number() || id.is_string() {
+                            self.0.id = Some(id);
+                        }
                     }
-                } else {
-                    map.next_value::<IgnoredAny>()?;
+                    "method" => {
+                        self.0.method = true;
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    "result" | "error" => {
+                        self.0.response = true;
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
                 }
             }
             Ok(())
         }
     }
-    let mut id = None;
+    let mut head = Head::default();
     let mut reader = serde_json::Deserializer::from_slice(&text[..text.len().min(ID_SCAN_BYTES)]);
-    let _ = serde::Deserializer::deserialize_map(&mut reader, Top(&mut id));
-    id
+    let _ = serde::Deserializer::deserialize_map(&mut reader, Top(&mut head));
+    head
 }
 
 #[cfg(test)]
@@ -271,13 +304,15 @@ mod tests {
 
     #[test]
     fn the_id_is_read_from_the_start_of_what_cannot_be_read_whole() {
+        let id_of = |text: &[u8]| head_of(text).id;
         assert_eq!(
             id_of(br#"{"jsonrpc":"2.0","id":7,"params":[[[[["#),
             Some(json!(7))
         );
+        let head = head_of(br#"{"id":"a-b","method":"tools/call","params":{"x":"#);
         assert_eq!(
-            id_of(br#"{"id":"a-b","method":"tools/call","params":{"x":"#),
-            Some(json!("a-b"))
+            (head.id, head.method, head.response),
+            (Some(json!("a-b")), true, false)
         );
         let deep = format!(
             r#"{{"jsonrpc":"2.0","id":3,"params":{}}}"#,
@@ -289,6 +324,8 @@ mod tests {
         assert_eq!(id_of(late.as_bytes()), None);
         assert_eq!(id_of(br#"{"id":{"x":1}}"#), None);
         assert_eq!(id_of(b"not json"), None);
+        // A response is known as one.
+        assert!(head_of(br#"{"jsonrpc":"2.0","id":9,"result":{"x":[[[["#).response);
     }
 
     #[tokio::test]
@@ -305,6 +342,10 @@ mod tests {
         input.extend_from_slice(deep.as_bytes());
         input.push(b'\n');
         input.extend_from_slice(b"garbage that is not JSON\n");
+        // A response (to a request of the server's) too large to read: never answered.
+        input.extend_from_slice(br#"{"jsonrpc":"2.0","id":8,"result":{"content":""#);
+        input.extend(std::iter::repeat_n(b'z', MAX_MESSAGE_BYTES + 10));
+        input.extend_from_slice(b"\"}}\n");
         input.extend_from_slice(br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
         input.push(b'\n');
         let (output, mut written) = tokio::io::duplex(1 << 20);

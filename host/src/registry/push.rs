@@ -41,8 +41,27 @@ struct ComponentWorld<'a> {
 }
 
 /// Publishes `component` (its bytes, and the names of what it imports and exports) at
-/// `reference`, which must name a tag; with `sign`, its cosign signature too.
+/// `reference`, which must name a tag; with `sign`, its cosign signature too. All of it (the
+/// token, the uploads, the read-back, the signature) within `pull-timeout-s`.
 pub async fn push(
+    settings: &RegistrySettings,
+    reference: &Reference,
+    component: Vec<u8>,
+    imports: &[String],
+    exports: &[String],
+    sign: Option<&SigningKey>,
+) -> Result<Pushed, RegistryError> {
+    let deadline = settings.pull_timeout;
+    let pushing = publish(settings, reference, component, imports, exports, sign);
+    tokio::time::timeout(deadline, pushing)
+        .await
+        .map_err(|_| RegistryError::Timeout {
+            what: format!("pushing to {reference}"),
+            after: deadline,
+        })?
+}
+
+async fn publish(
     settings: &RegistrySettings,
     reference: &Reference,
     component: Vec<u8>,

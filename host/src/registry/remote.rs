@@ -32,6 +32,8 @@ const MAX_TOKENS: usize = 256;
 /// How long a token is kept when its response says nothing of it (the distribution spec's
 /// default), and how much sooner than its end it is let go.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(60);
+/// The longest a token is kept, whatever its response says.
+const MAX_TOKEN_LIFETIME_S: u64 = 86_400;
 const TOKEN_MARGIN: Duration = Duration::from_secs(10);
 
 /// The manifest media types asked for: OCI and Docker image manifests and indexes.
@@ -282,7 +284,10 @@ impl Remote {
             .await?;
         let token: TokenResponse = serde_json::from_slice(&body)
             .map_err(|e| refused(status, format!(": not a token response ({e})")))?;
-        let lasts = token.expires_in.map_or(TOKEN_LIFETIME, Duration::from_secs);
+        // Whatever the registry says, a token is kept a day at most.
+        let lasts = (token.expires_in).map_or(TOKEN_LIFETIME, |s| {
+            Duration::from_secs(s.min(MAX_TOKEN_LIFETIME_S))
+        });
         match token.token.or(token.access_token).filter(|t| !t.is_empty()) {
             Some(token) => Ok((token, lasts)),
             None => Err(refused(status, ": the response holds no token".into())),
@@ -520,9 +525,8 @@ impl Remote {
         response: &mut reqwest::Response,
     ) -> RegistryError {
         let status = response.status().as_u16();
-        let detail = read_bounded(response, MAX_DETAIL_BYTES)
+        let detail = read_start(response, MAX_DETAIL_BYTES as usize)
             .await
-            .ok()
             .map(|body| printable(&String::from_utf8_lossy(&body)))
             .filter(|text| !text.is_empty())
             .map(|text| format!(": {text}"))
@@ -579,6 +583,19 @@ async fn read_bounded(response: &mut reqwest::Response, limit: u64) -> Result<Ve
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// The first `limit` bytes of a response's body, the rest not read (an error's message).
+async fn read_start(response: &mut reqwest::Response, limit: usize) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        let Ok(Some(chunk)) = response.chunk().await else {
+            break;
+        };
+        let room = limit - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+    (!body.is_empty()).then_some(body)
 }
 
 fn too_large(what: &str, limit: u64, setting: &'static str) -> RegistryError {

@@ -2,7 +2,7 @@
 //! and tools' questions answered; a run started ([`super::chat_run`] streams it).
 //! docs/chat-api.md is their reference.
 
-use super::chat_run::start_run;
+use super::chat_run::{Resumed, start_run};
 use super::runs::{Busy, Decision, Unanswered};
 use super::store::{Store, StoreError, Stored};
 use super::{ChatSettings, Web};
@@ -362,15 +362,13 @@ pub(super) async fn start_conversation(
     let (key, kept) = (id.clone(), conversation.clone());
     blocking(move || store.create(&key, &title, &kept)).await?;
     let first = json!({ "type": "conversation", "id": id });
-    Ok(start_run(
-        web,
-        slot,
+    let from = Resumed {
         id,
         conversation,
-        Vec::new(),
-        plan,
-        Some(first),
-    ))
+        allowed_tools: Vec::new(),
+        log_bytes: 0,
+    };
+    Ok(start_run(web, slot, from, plan, Some(first)))
 }
 
 pub(super) async fn continue_conversation(
@@ -387,9 +385,25 @@ pub(super) async fn continue_conversation(
     }
     let plan = plan(&web, &request)?;
     let slot = web.runs.start(&id).map_err(busy)?;
+    // What it holds, asked of the database before anything is read.
+    let limit = web.chat.limits.max_conversation_bytes;
+    let database = store(&web)?;
+    let key = id.clone();
+    let sizes = blocking(move || {
+        database.has_room()?;
+        database.sizes(&key)
+    })
+    .await?;
+    let Some((_, log_bytes)) = sizes else {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no conversation `{id}`"),
+        ));
+    };
+    if log_bytes as usize >= limit {
+        return Err(too_large(&id, log_bytes as usize, limit, "its log"));
+    }
     let stored = load(&web, id.clone()).await?;
-    let room = store(&web)?;
-    blocking(move || room.has_room()).await?;
     if let Some(call) = &request.reply_to
         && stored.pending_question.as_deref() != Some(call.as_str())
     {
@@ -398,29 +412,32 @@ pub(super) async fn continue_conversation(
             format!("/reply_to: the conversation is not waiting for an answer to `{call}`"),
         ));
     }
-    let limit = web.chat.limits.max_conversation_bytes;
     let held = limits::conversation_bytes(&stored.conversation);
     if held > limit {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "conversation `{id}` holds {}, more than a conversation may ([chat] \
-                 max-conversation-mib, {}): it is kept and can be read, but not continued; \
-                 start a new one",
-                limits::size(held),
-                limits::size(limit)
-            ),
-        ));
+        return Err(too_large(&id, held, limit, "its messages"));
     }
-    Ok(start_run(
-        web,
-        slot,
+    let from = Resumed {
         id,
-        stored.conversation,
-        stored.allowed_tools,
-        plan,
-        None,
-    ))
+        conversation: stored.conversation,
+        allowed_tools: stored.allowed_tools,
+        log_bytes: log_bytes as usize,
+    };
+    Ok(start_run(web, slot, from, plan, None))
+}
+
+/// The refusal of a conversation that cannot go on: `what` (its messages, or its log) holds
+/// `held` bytes, past `limit`.
+fn too_large(id: &str, held: usize, limit: usize, what: &str) -> ApiError {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "conversation `{id}` holds {} in {what}, more than a conversation may ([chat] \
+             max-conversation-mib, {}): it is kept and can be read, but not continued; start \
+             a new one",
+            limits::size(held),
+            limits::size(limit)
+        ),
+    )
 }
 
 /// A new conversation's id: 128 random bits, in hex.

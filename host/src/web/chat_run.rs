@@ -23,12 +23,45 @@ struct Log {
     /// The text streaming now, not yet in `events`.
     text: Option<String>,
     question: Option<String>,
+    /// Bytes kept so far, and the most this run may keep (what is left of the conversation's
+    /// log budget): past it, text is left out and large fields are cut, with markers.
+    bytes: usize,
+    max: usize,
+    /// Bytes of text left out since the last marker.
+    text_left_out: usize,
 }
 
+/// The fields of an event that can be large: cut when the log is full.
+const LARGE_FIELDS: [&str; 5] = ["content", "arguments", "text", "schema", "description"];
+
 impl Log {
+    fn new(max: usize) -> Self {
+        Log {
+            events: Vec::new(),
+            text: None,
+            question: None,
+            bytes: 0,
+            max,
+            text_left_out: 0,
+        }
+    }
+
+    fn full_note(&self) -> String {
+        format!(
+            "[toolhost: left out of the log: this conversation's log reached [chat] \
+             max-conversation-mib ({})]",
+            limits::size(self.max)
+        )
+    }
+
     fn push(&mut self, event: &Value) {
         if event["type"] == "text_delta" {
             let piece = event["text"].as_str().unwrap_or_default();
+            if self.bytes + piece.len() > self.max {
+                self.text_left_out += piece.len();
+                return;
+            }
+            self.bytes += piece.len();
             self.text.get_or_insert_with(String::new).push_str(piece);
             return;
         }
@@ -36,13 +69,38 @@ impl Log {
         if event["type"] == "question" {
             self.question = event["id"].as_str().map(str::to_string);
         }
-        self.events.push(event.clone());
+        let mut event = event.clone();
+        let mut size = event.to_string().len();
+        if self.bytes + size > self.max {
+            let note = self.full_note();
+            for field in LARGE_FIELDS {
+                if let Some(value) = event.get_mut(field)
+                    && value.to_string().len() > note.len()
+                {
+                    *value = json!(note);
+                }
+            }
+            size = event.to_string().len();
+        }
+        self.bytes += size;
+        self.events.push(event);
     }
 
     fn end_text(&mut self) {
-        if let Some(text) = self.text.take() {
-            self.events.push(json!({ "type": "text", "text": text }));
+        let text = self.text.take();
+        if text.is_none() && self.text_left_out == 0 {
+            return;
         }
+        let mut text = text.unwrap_or_default();
+        if self.text_left_out > 0 {
+            text.push_str(&format!(
+                "\n{} ({} of text)",
+                self.full_note(),
+                limits::size(self.text_left_out)
+            ));
+            self.text_left_out = 0;
+        }
+        self.events.push(json!({ "type": "text", "text": text }));
     }
 
     /// Every event, the streaming text ended.
@@ -57,9 +115,7 @@ impl Log {
 pub(super) fn start_run(
     web: Arc<Web>,
     slot: RunSlot,
-    id: String,
-    conversation: Conversation,
-    allowed_tools: Vec<String>,
+    from: Resumed,
     plan: Plan,
     first: Option<Value>,
 ) -> Response {
@@ -70,28 +126,29 @@ pub(super) fn start_run(
         sender.send(frame(first));
     }
     let stream = EventStream::new(frames, Some(slot.cancel.clone()));
-    tokio::spawn(run(
-        web,
-        slot,
-        id,
-        conversation,
-        allowed_tools,
-        plan,
-        sender,
-    ));
+    tokio::spawn(run(web, slot, from, plan, sender));
     stream.response()
 }
 
-async fn run(
-    web: Arc<Web>,
-    slot: RunSlot,
-    id: String,
-    mut conversation: Conversation,
-    allowed_tools: Vec<String>,
-    plan: Plan,
-    sender: sse::FrameSender,
-) {
-    let log = Arc::new(Mutex::new(Log::default()));
+/// What a run starts from: the conversation as kept (empty for a new one).
+pub(super) struct Resumed {
+    pub(super) id: String,
+    pub(super) conversation: Conversation,
+    pub(super) allowed_tools: Vec<String>,
+    /// Bytes its log holds already (its earlier runs').
+    pub(super) log_bytes: usize,
+}
+
+async fn run(web: Arc<Web>, slot: RunSlot, from: Resumed, plan: Plan, sender: sse::FrameSender) {
+    let Resumed {
+        id,
+        mut conversation,
+        allowed_tools,
+        log_bytes,
+    } = from;
+    // The conversation's log, all runs together, within the conversation's budget.
+    let log_room = (web.chat.limits.max_conversation_bytes).saturating_sub(log_bytes);
+    let log = Arc::new(Mutex::new(Log::new(log_room)));
     let user = json!({ "type": "user", "text": plan.message });
     if let Ok(mut log) = log.lock() {
         log.push(&user);
@@ -221,7 +278,7 @@ mod tests {
 
     #[test]
     fn text_deltas_are_kept_joined() {
-        let mut log = Log::default();
+        let mut log = Log::new(1 << 20);
         log.push(&json!({"type": "text_delta", "text": "It "}));
         log.push(&json!({"type": "text_delta", "text": "is 42."}));
         log.push(&json!({"type": "question", "id": "q", "text": "?"}));
@@ -230,5 +287,35 @@ mod tests {
         assert_eq!(events[0], json!({"type": "text", "text": "It is 42."}));
         assert_eq!(events[2], json!({"type": "text", "text": "More"}));
         assert_eq!(question.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn a_log_stops_at_its_budget_and_says_what_it_left_out() {
+        let mut log = Log::new(10_000);
+        for _ in 0..100 {
+            log.push(&json!({"type": "text_delta", "text": "x".repeat(1000)}));
+        }
+        let big = json!({"type": "tool_result", "id": "c1", "content": "y".repeat(50_000)});
+        log.push(&big);
+        log.push(&json!({"type": "done", "ending": "answer", "text": "z".repeat(50_000)}));
+        let (events, _) = log.take();
+        let kept: usize = events.iter().map(|e| e.to_string().len()).sum();
+        assert!(kept < 12_000, "{kept} bytes kept");
+        let text = events[0]["text"].as_str().expect("text");
+        assert!(
+            text.starts_with(&"x".repeat(10_000)),
+            "the text up to the budget"
+        );
+        let note = &text[10_000..];
+        assert!(
+            note.contains("left out of the log") && note.contains("(87 KiB of text)"),
+            "{note}"
+        );
+        assert!(
+            events[1]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("left out"))
+        );
+        assert_eq!(events[2]["ending"], "answer", "small fields stay");
     }
 }

@@ -34,12 +34,14 @@ pub struct FrameSender {
 impl FrameSender {
     /// Queues `frame`; false when the stream is gone, or when the client left more than the
     /// bound unread (then the frame is dropped, and the stream's overflow token cancelled).
+    /// A frame is always taken when nothing waits unread, however large (its size is bounded
+    /// where it was made): a client that keeps up never trips the bound.
     pub fn send(&self, frame: Bytes) -> bool {
         if self.overflowed.load(Ordering::SeqCst) {
             return false;
         }
-        let unread = self.unread.fetch_add(frame.len(), Ordering::SeqCst) + frame.len();
-        if unread > self.max_unread {
+        let before = self.unread.fetch_add(frame.len(), Ordering::SeqCst);
+        if before > 0 && before + frame.len() > self.max_unread {
             self.unread.fetch_sub(frame.len(), Ordering::SeqCst);
             self.overflowed.store(true, Ordering::SeqCst);
             self.on_overflow.cancel();
@@ -181,6 +183,10 @@ mod tests {
         sender.send_last(Bytes::from_static(b"done"));
         assert_eq!(receiver.receiver.try_recv().map(|b| b.len()), Ok(60));
         assert_eq!(receiver.receiver.try_recv().map(|b| b.len()), Ok(4));
+        // One frame larger than the bound, with nothing unread, is taken.
+        let (sender, mut receiver) = channel(100, CancellationToken::new());
+        assert!(sender.send(Bytes::from(vec![b'x'; 500])));
+        assert_eq!(receiver.receiver.try_recv().map(|b| b.len()), Ok(500));
         // A client that reads as frames come never comes near the bound.
         let (sender, mut receiver) = channel(100, CancellationToken::new());
         for _ in 0..1000 {

@@ -165,7 +165,11 @@ impl Store {
             .map_err(|e| fail(e.to_string()))?;
         tracing::debug!("chat database {} in {mode} mode", path.display());
         connection
-            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
+            // The write-ahead log is truncated back to 64 MiB after each checkpoint.
+            .execute_batch(
+                "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; \
+                 PRAGMA journal_size_limit = 67108864;",
+            )
             .and_then(|()| connection.execute_batch(SCHEMA))
             .map_err(|e| fail(e.to_string()))?;
         let identity = identity(path).map_err(|e| fail(e.to_string()))?;
@@ -310,6 +314,21 @@ impl Store {
         })
     }
 
+    /// The bytes a conversation holds as stored: its messages (as JSON) and its log, or
+    /// `None` when there is no such conversation. Read without reading either.
+    pub fn sizes(&self, id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        self.with(|c| {
+            Ok(c.query_row(
+                "SELECT octet_length(conversation), \
+                 (SELECT coalesce(sum(octet_length(event)), 0) FROM log WHERE conversation = ?1) \
+                 FROM conversations WHERE id = ?1",
+                params![id],
+                |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64)),
+            )
+            .optional()?)
+        })
+    }
+
     /// One conversation, or `None`.
     pub fn get(&self, id: &str) -> Result<Option<Stored>, StoreError> {
         self.with(|c| {
@@ -365,6 +384,9 @@ impl Store {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()?;
         self.with(|c| {
+            // Past the size bound (runs that started before it was reached), the conversation
+            // is kept and its log is not: the overshoot is at most one conversation a run.
+            let full = self.room(c).err();
             let transaction = c.transaction()?;
             let changed = transaction.execute(
                 "UPDATE conversations SET updated = ?2, updated_order = ?3, conversation = ?4, \
@@ -389,8 +411,16 @@ impl Store {
             {
                 let mut insert = transaction
                     .prepare("INSERT INTO log (conversation, seq, event) VALUES (?1, ?2, ?3)")?;
-                for (offset, event) in events.iter().enumerate() {
-                    insert.execute(params![id, next + offset as i64, event])?;
+                if let Some(full) = &full {
+                    let note = serde_json::json!({
+                        "type": "error",
+                        "message": format!("this run's log was not kept: {full}"),
+                    });
+                    insert.execute(params![id, next, note.to_string()])?;
+                } else {
+                    for (offset, event) in events.iter().enumerate() {
+                        insert.execute(params![id, next + offset as i64, event])?;
+                    }
                 }
             }
             transaction.commit()?;
@@ -557,6 +587,22 @@ mod tests {
         assert!(matches!(full, StoreError::DatabaseFull { .. }), "{full}");
         assert!(full.to_string().contains("max-database-mib"), "{full}");
         assert!(store.has_room().is_err());
+        // A run that was going when the bound was reached keeps its conversation, not its log.
+        let log = [json!({"type": "text", "text": "w".repeat(500_000)})];
+        let record = RunRecord {
+            conversation: &big,
+            log: &log,
+            allowed_tools: &[],
+            pending_question: None,
+        };
+        assert!(store.save_run("b", &record).expect("saved"));
+        let kept = store.get("b").expect("get").expect("b");
+        assert_eq!(kept.log.len(), 1);
+        assert!(
+            kept.log[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not kept"))
+        );
         assert!(store.delete("a").expect("delete"));
         store.has_room().expect("room again after a deletion");
         store.create("c", "c", &big).expect("c");

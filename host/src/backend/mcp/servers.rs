@@ -60,6 +60,7 @@ impl ImportedServers {
             up: std::sync::atomic::AtomicBool::new(false),
             changes: self.changes.clone(),
             starting: std::sync::atomic::AtomicBool::new(false),
+            retry_scheduled: std::sync::atomic::AtomicBool::new(false),
             started: self.started.clone(),
         });
         servers.insert(key, Arc::downgrade(&server));
@@ -94,8 +95,17 @@ impl ImportedServers {
         if server.starting.load(Ordering::SeqCst) {
             return Background::Starting;
         }
-        // A connection in use (a call starting it inline) is as good as starting.
+        // A connection in use (a call starting the server inline): wait for that, then say
+        // the start ended, as a start of our own would.
         let Ok(connection) = server.connection.try_lock() else {
+            if !server.starting.swap(true, Ordering::SeqCst) {
+                let waited = Arc::clone(server);
+                tokio::spawn(async move {
+                    drop(waited.connection.lock().await);
+                    waited.starting.store(false, Ordering::SeqCst);
+                    let _ = waited.started.send(waited.spec.describe());
+                });
+            }
             return Background::Starting;
         };
         if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
@@ -104,8 +114,17 @@ impl ImportedServers {
         if let Some(at) = connection.retry_at
             && Instant::now() < at
         {
+            // Tried again when the backoff is over, by a reload of its own.
+            if !server.retry_scheduled.swap(true, Ordering::SeqCst) {
+                let waited = Arc::clone(server);
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(at.into()).await;
+                    waited.retry_scheduled.store(false, Ordering::SeqCst);
+                    let _ = waited.started.send(waited.spec.describe());
+                });
+            }
             return Background::Failed(server.error(format!(
-                "{}; the next try is in {} s (at a reload)",
+                "{}; the next try is in {} s",
                 connection
                     .last_error
                     .as_deref()
