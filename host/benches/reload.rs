@@ -102,7 +102,7 @@ fn component_changes(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let bytes = stamped(&original, stamp.fetch_add(1, Ordering::Relaxed));
-                let wanted = toolhost::backend::SourceHash(*blake3::hash(&bytes).as_bytes());
+                let wanted = toolhost::contract::SourceHash(*blake3::hash(&bytes).as_bytes());
                 let started = Instant::now();
                 replace_by_rename(&setup.wasm, &bytes);
                 rt.block_on(async {

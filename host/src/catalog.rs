@@ -5,9 +5,8 @@
 //!
 //! A tool's calls run on its [`Backend`]; the catalog never asks which kind it is.
 
-use crate::backend::{Backend, SourceHash};
+use crate::backend::Backend;
 use crate::config::{Access, DedupMode, Span};
-use crate::runtime::CallLimits;
 use crate::sandbox::SandboxSpec;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -17,6 +16,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
+use toolhost_contract::CallLimits;
+use toolhost_contract::SourceHash;
 
 /// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
 /// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include

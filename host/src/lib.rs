@@ -34,7 +34,7 @@
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
 //! backend   one trait for every kind of tool: component (a sandboxed instance per call,
 //!           of the toolhost:plugin world or typed), mcp (an imported MCP server, as a
-//!           client; content items between MCP and the host); typed BackendError
+//!           client; content items between MCP and the host); typed RunError
 //! runtime   the wasmtime Engine, the compiled-component cache (authenticated, pruned),
 //!           admission to the instance pool, a fresh Store per call with limits, an epoch
 //!           deadline and captured stdio; both plugin versions (0.1.0, 0.2.0) adapted to one
@@ -81,5 +81,7 @@ pub mod reload;
 pub mod resolve;
 pub mod runtime;
 pub mod sandbox;
-pub mod tls;
 pub mod web;
+
+pub use toolhost_contract as contract;
+pub use toolhost_contract::tls;

@@ -10,9 +10,10 @@ use toolhost::agent::{
     Agent, AgentError, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending,
     Event, RunOutcome,
 };
+use toolhost::contract::BoxFuture;
 use toolhost::invoke::{CallPolicy, Session};
 use toolhost::provider::conversation::{Conversation, Message};
-use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
+use toolhost::provider::{ProviderKind, ProviderSettings};
 
 /// A fixture with `calculate`, and testbed tools over a read-write `/data`: `read`, `write`
 /// (destructive), `wait_for`, and `spin` (100 ms timeout).

@@ -10,8 +10,8 @@ use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalRequest, Approver, Ending, RunOutcome,
 };
 use toolhost::catalog::VersionHash;
+use toolhost::contract::BoxFuture;
 use toolhost::invoke::{Host, Session};
-use toolhost::provider::BoxFuture;
 use toolhost::provider::conversation::{Conversation, Message};
 
 /// An ensemble over `testbed` whose `write` invoker runs the component's tool `tool`.

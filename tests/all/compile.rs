@@ -168,7 +168,7 @@ async fn a_component_loading_in_the_background_is_not_started_twice() {
     for _ in 0..5 {
         runtime.load_in_background(
             Path::new("hog.wasm"),
-            toolhost::runtime::ComponentHash::of(&hog),
+            toolhost::contract::SourceHash::of(&hog),
             Arc::from(hog.clone()),
         );
     }
@@ -460,7 +460,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
         .expect("the Python component compiles within the default bounds");
     assert_eq!(loaded.tools[0].name, "shout");
     let sandbox = toolhost::sandbox::SandboxSpec::default();
-    let limits = toolhost::runtime::CallLimits {
+    let limits = toolhost::contract::CallLimits {
         timeout: Duration::from_secs(30),
         memory_bytes: 256 << 20,
         max_output_bytes: 1 << 20,
@@ -472,7 +472,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
             toolhost::runtime::Caller {
                 invoker: "shout",
                 session: "test",
-                link: &(std::sync::Arc::new(toolhost::runtime::Unlinked) as _),
+                link: &(std::sync::Arc::new(toolhost::contract::Unlinked) as _),
             },
             "shout",
             r#"{"text": "hi"}"#,

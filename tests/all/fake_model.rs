@@ -5,10 +5,9 @@
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use toolhost::contract::BoxFuture;
 use toolhost::provider::conversation::{Invocation, Message};
-use toolhost::provider::{
-    BoxFuture, ModelRequest, ModelTurn, Provider, ProviderError, TextSink, Usage,
-};
+use toolhost::provider::{ModelRequest, ModelTurn, Provider, ProviderError, TextSink, Usage};
 
 /// What the loop asked for one turn.
 #[derive(Debug, Clone)]

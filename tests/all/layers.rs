@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// The library's modules, top layer first (the order of the layout in `host/src/lib.rs`).
 const LAYERS: &[&str] = &[
     "web", "mcp", "agent", "reload", "resolve", "registry", "invoke", "catalog", "backend",
-    "runtime", "sandbox", "config", "provider", "audit", "metrics", "tls",
+    "runtime", "sandbox", "config", "provider", "audit", "metrics",
 ];
 
 /// Past this many lines a file is split along its concerns.

@@ -226,7 +226,7 @@ async fn a_component_replaced_while_it_is_called_finishes_the_call_on_the_old_ve
 }
 
 /// The component hash `tool` runs on now.
-fn component_of(live: &Live, tool: &str) -> toolhost::backend::SourceHash {
+fn component_of(live: &Live, tool: &str) -> toolhost::contract::SourceHash {
     live.host
         .catalog()
         .snapshot()

@@ -299,7 +299,7 @@ async fn progress_goes_to_the_calling_session_alone_and_a_flood_is_cut_at_the_li
     // A flood: the call ends well, and the client got the per-call limit of reports.
     let flood = call(&client, "flood", json!({"steps": 100000})).await;
     assert_eq!(text(&flood), "flooded 100000", "{flood:?}");
-    let limit = toolhost::runtime::PROGRESS_PER_CALL as usize;
+    let limit = toolhost::contract::PROGRESS_PER_CALL as usize;
     wait_for(&reports, limit).await;
     // One more round trip: anything past the limit would have arrived before its answer.
     call(&client, "gallery", json!({})).await;
@@ -334,7 +334,7 @@ async fn sampling_asks_the_clients_model_only_when_granted_and_bounded() {
     sampled.store(0, Ordering::SeqCst);
     let looping = call(&client, "ask_model", json!({"times": 50})).await;
     let lines: Vec<String> = text(&looping).lines().map(str::to_string).collect();
-    let limit = toolhost::runtime::SAMPLES_PER_CALL as usize;
+    let limit = toolhost::contract::SAMPLES_PER_CALL as usize;
     assert_eq!(lines.len(), limit + 1, "{lines:?}");
     assert!(lines[limit].starts_with("limit-reached: a call may sample at most 8 times"));
     assert_eq!(sampled.load(Ordering::SeqCst), limit);
@@ -555,21 +555,21 @@ impl toolhost::agent::Approver for Person {
     fn approve<'a>(
         &'a self,
         _request: &'a toolhost::agent::ApprovalRequest,
-    ) -> toolhost::provider::BoxFuture<'a, toolhost::agent::Approval> {
+    ) -> toolhost::contract::BoxFuture<'a, toolhost::agent::Approval> {
         Box::pin(std::future::ready(toolhost::agent::Approval::Approved))
     }
 
     fn elicit<'a>(
         &'a self,
         request: &'a toolhost::agent::ElicitRequest,
-    ) -> toolhost::provider::BoxFuture<
+    ) -> toolhost::contract::BoxFuture<
         'a,
-        Result<toolhost::runtime::ElicitAnswer, toolhost::runtime::AskError>,
+        Result<toolhost::contract::ElicitAnswer, toolhost::contract::AskError>,
     > {
         assert_eq!(request.tool, "ask_person");
         assert_eq!(request.schema["required"], json!(["name"]));
         Box::pin(std::future::ready(Ok(
-            toolhost::runtime::ElicitAnswer::Accept(json!({"name": "Grace"})),
+            toolhost::contract::ElicitAnswer::Accept(json!({"name": "Grace"})),
         )))
     }
 }

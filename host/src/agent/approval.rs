@@ -4,9 +4,9 @@
 use super::talk::ElicitRequest;
 use crate::catalog::VersionHash;
 use crate::invoke::CallPolicy;
-use crate::provider::BoxFuture;
-use crate::runtime::{AskError, ElicitAnswer};
 use serde_json::Value;
+use toolhost_contract::BoxFuture;
+use toolhost_contract::{AskError, ElicitAnswer};
 
 /// A call that needs a yes before it runs. What is approved is exactly what runs: this
 /// version of the tool, with these arguments.

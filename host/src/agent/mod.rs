@@ -416,7 +416,7 @@ impl Agent {
                     let limit = Arc::clone(&limit);
                     let cancel = cancel.clone();
                     // The tool's questions go to this run's model and person.
-                    let link: Arc<dyn crate::runtime::CallerLink> = Arc::new(talk::AgentLink {
+                    let link: Arc<dyn toolhost_contract::CallerLink> = Arc::new(talk::AgentLink {
                         provider: Arc::clone(&self.provider),
                         approver: Arc::clone(&self.approver),
                         tool: prepared.tool().name.clone(),

@@ -7,13 +7,13 @@
 use super::Approver;
 use crate::provider::conversation::Message;
 use crate::provider::{ModelRequest, Provider, ToolChoice};
-use crate::runtime::{
-    Answer, AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
-};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use toolhost_contract::{
+    Answer, AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
+};
 
 /// The link of one call the agent loop runs.
 pub(super) struct AgentLink {

@@ -12,7 +12,7 @@ pub use redact::{REDACTED, redact, redact_text, secret_key};
 
 use serde::Serialize;
 use serde_json::Value;
-use std::io::Write;
+use toolhost_contract::json_len;
 
 /// Result summaries are cut to this many characters.
 const SUMMARY_CHARS: usize = 200;
@@ -63,24 +63,6 @@ pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
         .take(CUT_ARGUMENT_CHARS)
         .collect();
     (Value::String(format!("{start}…")), Some(bytes))
-}
-
-/// The length of `value` written as compact JSON, without writing it out.
-pub fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary, marked when cut.

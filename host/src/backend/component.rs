@@ -3,7 +3,7 @@
 //! call by the [`Runtime`].
 
 use super::{
-    Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolHints, ToolOffer, ToolOutput,
+    Backend, BackendCall, BoxFuture, RunError, SourceHash, ToolHints, ToolOffer, ToolOutput,
     ToolResult,
 };
 use crate::runtime::{Caller, LoadedComponent, Runtime};
@@ -64,10 +64,7 @@ impl std::fmt::Debug for ComponentBackend {
 }
 
 impl Backend for ComponentBackend {
-    fn call<'a>(
-        &'a self,
-        call: BackendCall<'a>,
-    ) -> BoxFuture<'a, Result<ToolResult, BackendError>> {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>> {
         Box::pin(async move {
             self.runtime
                 .call(
@@ -83,7 +80,6 @@ impl Backend for ComponentBackend {
                     call.sandbox,
                 )
                 .await
-                .map_err(BackendError::from)
         })
     }
 

@@ -17,10 +17,7 @@
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
 //! the server itself can reach is up to the operator.
 
-use super::{
-    Backend, BackendCall, BackendError, BoxFuture, SourceHash, ToolFailure, ToolHints, ToolOffer,
-    ToolResult,
-};
+use super::{Backend, BackendCall, ToolHints, ToolOffer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion, ServerNotification,
     SubscriptionFilter,
@@ -35,6 +32,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use toolhost_contract::{BoxFuture, RunError, SourceHash, ToolFailure, ToolResult};
 
 use stderr::forward_stderr;
 use tokio::sync::broadcast;
@@ -353,7 +351,7 @@ impl McpImport {
                     .await)
             }
             McpTarget::Url(url) => {
-                crate::tls::install_provider();
+                toolhost_contract::tls::install_provider();
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
                 Ok(watcher
@@ -446,13 +444,13 @@ impl McpImport {
         arguments: &Value,
         timeout: Duration,
         max_output_bytes: usize,
-    ) -> Result<ToolResult, BackendError> {
+    ) -> Result<ToolResult, RunError> {
         let started = Instant::now();
-        let crashed = |message: String| BackendError::Crashed { message };
+        let crashed = |message: String| RunError::Crashed { message };
         let service = tokio::time::timeout(timeout, self.session())
             .await
-            .map_err(|_| BackendError::Timeout { limit: timeout })?
-            .map_err(|e| BackendError::ServerUnavailable {
+            .map_err(|_| RunError::Timeout { limit: timeout })?
+            .map_err(|e| RunError::ServerUnavailable {
                 message: e.to_string(),
             })?;
         let mut params = CallToolRequestParams::new(tool.to_string());
@@ -463,7 +461,7 @@ impl McpImport {
         // Dropping the request on timeout sends the server `notifications/cancelled`.
         let answer = tokio::time::timeout(left, service.peer().call_tool_once(params))
             .await
-            .map_err(|_| BackendError::Timeout { limit: timeout })?;
+            .map_err(|_| RunError::Timeout { limit: timeout })?;
         let result = match answer {
             Ok(CallToolResponse::Complete(result)) => result,
             Ok(_) => {
@@ -489,13 +487,13 @@ impl McpImport {
         let failed = result.is_error == Some(true);
         let result = content::from_mcp(result);
         if failed {
-            return Err(BackendError::Tool(ToolFailure::Failed(
+            return Err(RunError::Tool(ToolFailure::Failed(
                 result.text().into_owned(),
             )));
         }
         let bytes = result.bytes();
         if bytes > max_output_bytes {
-            return Err(BackendError::OutputLimit {
+            return Err(RunError::OutputLimit {
                 bytes,
                 limit: max_output_bytes,
             });
@@ -505,10 +503,7 @@ impl McpImport {
 }
 
 impl Backend for McpImport {
-    fn call<'a>(
-        &'a self,
-        call: BackendCall<'a>,
-    ) -> BoxFuture<'a, Result<ToolResult, BackendError>> {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>> {
         Box::pin(self.call_tool(
             call.tool,
             call.arguments,

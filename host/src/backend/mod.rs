@@ -12,37 +12,11 @@
 pub mod component;
 pub mod mcp;
 
-use crate::runtime::{CallLimits, RunError};
 use crate::sandbox::SandboxSpec;
 use serde_json::Value;
 use std::fmt;
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
-
-pub use crate::runtime::{
-    CallerLink, Content, EmbeddedResource, Media, ResourceContents, ToolFailure, ToolResult,
-    Unlinked,
-};
-
-/// A boxed future, so that [`Backend`] can be used as a trait object.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What a backend runs: the blake3 of a component's bytes, or of an MCP server's settings.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceHash(pub [u8; 32]);
-
-impl fmt::Display for SourceHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for SourceHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SourceHash({self})")
-    }
-}
+use toolhost_contract::{BoxFuture, CallLimits, CallerLink, RunError, SourceHash, ToolResult};
 
 /// One tool as its backend offers it.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,8 +70,7 @@ pub struct BackendCall<'a> {
 /// Runs calls of the tools bound to it.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Runs one call and returns what the tool returned.
-    fn call<'a>(&'a self, call: BackendCall<'a>)
-    -> BoxFuture<'a, Result<ToolResult, BackendError>>;
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>>;
 
     /// What this backend runs; a different hash is a different version of every tool on it.
     fn source_hash(&self) -> SourceHash;
@@ -112,53 +85,5 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// session now; `None` for one that runs in the host.
     fn is_up(&self) -> Option<bool> {
         None
-    }
-}
-
-/// Why a backend did not return a result. Each cause is kept apart, up to the caller's
-/// error kind: limits, traps, refused capabilities, a sandbox or server that is not there,
-/// and the tool's own error.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    #[error("did not finish within {} ms", limit.as_millis())]
-    Timeout { limit: std::time::Duration },
-    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
-    MemoryLimit { limit_bytes: usize },
-    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
-    OutputLimit { bytes: usize, limit: usize },
-    #[error("held {limit} resources (files, streams, HTTP headers) at once, the most a call may")]
-    TooManyResources { limit: usize },
-    #[error("crashed: {message}")]
-    Crashed { message: String },
-    #[error("was refused network access: {message}")]
-    CapabilityDenied { message: String },
-    /// The call's sandbox could not be built (a granted directory is gone, say).
-    #[error("could not be given its sandbox: {message}")]
-    SandboxUnavailable { message: String },
-    /// The engine ran out of a pooled resource other than instances (which calls wait for).
-    #[error("could not be started: the host is at its limit ({detail}); try again shortly")]
-    HostCapacity { detail: String },
-    /// An imported server that is not running, and could not be started or is in backoff.
-    #[error("crashed: {message}")]
-    ServerUnavailable { message: String },
-    #[error("{0}")]
-    Tool(ToolFailure),
-}
-
-impl From<RunError> for BackendError {
-    fn from(error: RunError) -> Self {
-        match error {
-            RunError::Timeout { limit } => BackendError::Timeout { limit },
-            RunError::MemoryLimit { limit_bytes } => BackendError::MemoryLimit { limit_bytes },
-            RunError::OutputLimit { bytes, limit } => BackendError::OutputLimit { bytes, limit },
-            RunError::TooManyResources { limit } => BackendError::TooManyResources { limit },
-            RunError::Crashed { message } => BackendError::Crashed { message },
-            RunError::CapabilityDenied { message } => BackendError::CapabilityDenied { message },
-            RunError::Sandbox(e) => BackendError::SandboxUnavailable {
-                message: e.to_string(),
-            },
-            RunError::PoolExhausted { detail } => BackendError::HostCapacity { detail },
-            RunError::Tool(failure) => BackendError::Tool(failure),
-        }
     }
 }

@@ -22,10 +22,11 @@ use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
     Ending, Event, RunLimits,
 };
+use toolhost::contract::BoxFuture;
+use toolhost::contract::{AskError, ElicitAnswer};
 use toolhost::invoke::CallPolicy;
 use toolhost::provider::conversation::Conversation;
-use toolhost::provider::{BoxFuture, ProviderKind, ProviderSettings};
-use toolhost::runtime::{AskError, ElicitAnswer};
+use toolhost::provider::{ProviderKind, ProviderSettings};
 
 /// The command line's `chat` options.
 #[derive(Debug, clap::Args)]

@@ -8,7 +8,6 @@
 //! own oldest results before it remembers a new one (or does not remember it).
 
 use super::CallError;
-use crate::backend::ToolResult;
 use crate::catalog::VersionHash;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -16,6 +15,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::OnceCell;
+use toolhost_contract::ToolResult;
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;

@@ -1,9 +1,9 @@
 //! How a call fails, as callers and the model see it: an [`ErrorKind`] and a message (with
 //! every schema violation for `invalid-arguments`), mapped from each layer's typed cause.
 
-use crate::backend::{BackendError, ToolFailure};
 use serde::Serialize;
 use std::fmt;
+use toolhost_contract::{RunError, ToolFailure};
 
 /// The kinds of failure a call can end in, as callers and the model see them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -108,23 +108,21 @@ impl CallError {
 
     /// The error a backend's failure is for the caller of `tool`, its text cut at `limit`
     /// bytes (the invoker's `max-output-bytes`: an error is output too).
-    pub(crate) fn from_backend(tool: &str, error: BackendError, limit: usize) -> Self {
+    pub(crate) fn from_backend(tool: &str, error: RunError, limit: usize) -> Self {
         let kind = match &error {
-            BackendError::Timeout { .. } => ErrorKind::Timeout,
-            BackendError::MemoryLimit { .. }
-            | BackendError::OutputLimit { .. }
-            | BackendError::TooManyResources { .. } => ErrorKind::ResourceLimit,
-            BackendError::Crashed { .. } | BackendError::ServerUnavailable { .. } => {
-                ErrorKind::Crashed
-            }
-            BackendError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
-            BackendError::SandboxUnavailable { .. } => ErrorKind::Unavailable,
-            BackendError::HostCapacity { .. } => ErrorKind::Busy,
-            BackendError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
-            BackendError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,
+            RunError::Timeout { .. } => ErrorKind::Timeout,
+            RunError::MemoryLimit { .. }
+            | RunError::OutputLimit { .. }
+            | RunError::TooManyResources { .. } => ErrorKind::ResourceLimit,
+            RunError::Crashed { .. } | RunError::ServerUnavailable { .. } => ErrorKind::Crashed,
+            RunError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
+            RunError::SandboxUnavailable { .. } => ErrorKind::Unavailable,
+            RunError::HostCapacity { .. } => ErrorKind::Busy,
+            RunError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
+            RunError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,
         };
         let message = match error {
-            BackendError::Tool(failure) => failure.to_string(),
+            RunError::Tool(failure) => failure.to_string(),
             other => format!("tool `{tool}` {other}"),
         };
         CallError::new(kind, cut(&message, limit))

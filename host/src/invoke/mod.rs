@@ -26,13 +26,14 @@ pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
 pub use error::{CallError, ErrorKind, Violation};
 
 use crate::audit::{self, AuditLog, AuditRecord, OnAuditError};
-use crate::backend::{BackendCall, CallerLink, ToolResult, Unlinked};
+use crate::backend::BackendCall;
 use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::config::DedupMode;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolhost_contract::{CallerLink, ToolResult, Unlinked};
 use tracing::Instrument;
 
 /// The arguments of a call, as text (checked here) or as a value already parsed.

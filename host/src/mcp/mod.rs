@@ -27,7 +27,6 @@ pub mod talk;
 pub mod tasks;
 pub mod tools;
 
-use crate::backend::CallerLink;
 use crate::backend::mcp::content;
 use crate::invoke::{Host, Session};
 use log::{LogRecord, LogRelay};
@@ -51,6 +50,7 @@ use tasks::Tasks;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
+use toolhost_contract::CallerLink;
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload

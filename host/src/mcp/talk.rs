@@ -14,9 +14,6 @@
 // which this server speaks, let a tool use the client's model.
 #![allow(deprecated)]
 
-use crate::runtime::{
-    AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
-};
 use rmcp::RoleServer;
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
@@ -28,6 +25,9 @@ use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use toolhost_contract::{
+    AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
+};
 
 /// One `tools/call` request's way back to its client.
 pub(crate) struct McpLink {

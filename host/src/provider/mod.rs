@@ -21,13 +21,9 @@ use conversation::{Invocation, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::time::Duration;
-
-/// A boxed future, so that [`Provider`] can be used as a trait object.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use toolhost_contract::BoxFuture;
 
 /// Receives the model's text as it streams in.
 pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -377,7 +373,7 @@ async fn read_at_most(
 
 impl Transport {
     fn new(settings: &ProviderSettings) -> Result<Self, ProviderError> {
-        crate::tls::install_provider();
+        toolhost_contract::tls::install_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(settings.request_timeout)

@@ -171,7 +171,7 @@ pub struct Registry {
 impl Registry {
     /// A registry client keeping what it pulls in `settings.store`.
     pub fn new(settings: RegistrySettings) -> Self {
-        crate::tls::install_provider();
+        toolhost_contract::tls::install_provider();
         let (store, store_error) = match settings.store.as_deref().map(Store::open) {
             Some(Ok(store)) => (Some(store), None),
             Some(Err(e)) => (None, Some(e.to_string())),

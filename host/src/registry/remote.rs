@@ -120,7 +120,7 @@ impl Remote {
         settings: &RegistrySettings,
         references: impl Iterator<Item = &'a Reference>,
     ) -> Result<Self, RegistryError> {
-        crate::tls::install_provider();
+        toolhost_contract::tls::install_provider();
         let insecure = plain_http(settings, references);
         let client = |redirects: reqwest::redirect::Policy| {
             reqwest::Client::builder()

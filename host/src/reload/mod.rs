@@ -22,7 +22,7 @@ mod targets;
 use crate::audit;
 use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
 use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
-use crate::runtime::{ComponentHash, Runtime};
+use crate::runtime::Runtime;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use targets::WatchTargets;
 use tokio::sync::{broadcast, mpsc};
+use toolhost_contract::SourceHash;
 
 /// How long the watcher waits for the file system to go quiet before it reloads.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
@@ -173,7 +174,7 @@ pub struct Reloader {
     named: Mutex<Vec<PathBuf>>,
     /// Subscribed before the first resolve, so that a compile it started that ends before
     /// anyone follows the compiles is not missed; taken by the first follower.
-    compiled: Mutex<Option<broadcast::Receiver<ComponentHash>>>,
+    compiled: Mutex<Option<broadcast::Receiver<SourceHash>>>,
 }
 
 impl Reloader {
@@ -231,7 +232,7 @@ impl Reloader {
 
     /// Told the hash of every component whose background load ended: the receiver made before
     /// the first resolve the first time, a new one after.
-    fn compiles_finished(&self) -> broadcast::Receiver<ComponentHash> {
+    fn compiles_finished(&self) -> broadcast::Receiver<SourceHash> {
         let kept = self
             .compiled
             .lock()
@@ -257,7 +258,7 @@ impl Reloader {
 
     /// The components the ensembles name now, and those the catalog still runs (a kept
     /// previous version's): what the compile cache must keep.
-    pub fn components_in_use(&self) -> HashSet<ComponentHash> {
+    pub fn components_in_use(&self) -> HashSet<SourceHash> {
         self.resolver.components_in_use(&self.catalog.snapshot())
     }
 

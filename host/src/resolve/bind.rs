@@ -11,10 +11,11 @@ use crate::backend::{Backend, ToolOffer};
 use crate::catalog::Schema;
 use crate::config::{Diagnostic, Span};
 use crate::registry::{Pulled, RegistryError};
-use crate::runtime::{ComponentHash, LoadError, Runtime};
+use crate::runtime::{LoadError, Runtime};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use toolhost_contract::SourceHash;
 
 /// A backend and the tools it offers.
 pub(super) struct Bound {
@@ -94,7 +95,7 @@ pub(super) enum BindError {
     )]
     PinMismatch {
         path: PathBuf,
-        actual: ComponentHash,
+        actual: SourceHash,
         pinned: String,
     },
     #[error(transparent)]
@@ -127,7 +128,7 @@ pub(super) enum Unbound {
 }
 
 /// A component file's hash and bytes, as read once per resolve.
-type ComponentFile = (ComponentHash, Arc<[u8]>);
+type ComponentFile = (SourceHash, Arc<[u8]>);
 
 /// What became of a component file in this resolve.
 #[derive(Clone)]
@@ -203,7 +204,7 @@ impl<'r> Binder<'r> {
             self.shown.insert(key.clone(), PathBuf::from(shown));
             self.signatures
                 .insert(key.clone(), pulled.signature.clone());
-            Ok((ComponentHash::of(&pulled.bytes), pulled.bytes))
+            Ok((SourceHash::of(&pulled.bytes), pulled.bytes))
         });
         self.files.insert(key, file);
     }
@@ -269,7 +270,7 @@ impl<'r> Binder<'r> {
     /// Reads a component file once per resolve: a regular file (following links, as
     /// Kubernetes volumes need) no larger than the runtime accepts, read no further than that.
     /// The hashes of every component file read so far.
-    pub(super) fn hashes(&self) -> std::collections::HashSet<ComponentHash> {
+    pub(super) fn hashes(&self) -> std::collections::HashSet<SourceHash> {
         self.files
             .values()
             .filter_map(|file| file.as_ref().ok().map(|(hash, _)| *hash))
@@ -286,7 +287,7 @@ impl<'r> Binder<'r> {
                     reason,
                 };
                 let bytes = crate::config::read_limited(path, limit).map_err(error)?;
-                Ok((ComponentHash::of(&bytes), Arc::from(bytes)))
+                Ok((SourceHash::of(&bytes), Arc::from(bytes)))
             })
             .clone()
     }

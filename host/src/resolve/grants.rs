@@ -175,7 +175,7 @@ impl Grants {
             network.push(pattern);
         }
         spec.network = network.into();
-        spec.talk = crate::sandbox::TalkGrants {
+        spec.talk = toolhost_contract::TalkGrants {
             log: capabilities.log.unwrap_or(true),
             progress: capabilities.progress.unwrap_or(true),
             sampling: self.ask(

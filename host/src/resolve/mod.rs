@@ -40,13 +40,14 @@ use crate::backend::mcp::ImportedServers;
 use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
 use crate::config::{Diagnostic, Location};
 use crate::registry::{Digest, Fetch, Pulled, Reference, Registry, RegistryError};
-use crate::runtime::{ComponentHash, Runtime};
+use crate::runtime::Runtime;
 use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
 use schema::{SchemaCache, SchemaError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use toolhost_contract::SourceHash;
 
 /// Resolves ensembles directories for one host: the runtime that loads components, the MCP
 /// servers that imported ensembles share across reloads, and the compiled schemas that
@@ -62,7 +63,7 @@ pub struct Resolver {
     /// with new bounds must not lose the gate that the kept version still counts on.)
     gates: std::sync::Mutex<HashMap<InvokerKey, Vec<Weak<CallGate>>>>,
     /// The hashes of the component files the last resolve read.
-    named_hashes: std::sync::Mutex<std::collections::HashSet<ComponentHash>>,
+    named_hashes: std::sync::Mutex<std::collections::HashSet<SourceHash>>,
     /// Where `oci://` references are resolved and kept, and how far a resolve may fetch.
     registry: Arc<Registry>,
     fetch: Fetch,
@@ -311,17 +312,13 @@ impl Resolver {
     /// What the compile cache must keep: the component files the last resolve read (what
     /// the ensembles name now), and the components `serving` still runs (a kept previous
     /// version may run a file its ensemble no longer names).
-    pub fn components_in_use(&self, serving: &Catalog) -> std::collections::HashSet<ComponentHash> {
+    pub fn components_in_use(&self, serving: &Catalog) -> std::collections::HashSet<SourceHash> {
         let mut in_use = self
             .named_hashes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        in_use.extend(
-            serving
-                .all_tools()
-                .map(|t| ComponentHash(t.source_hash().0)),
-        );
+        in_use.extend(serving.all_tools().map(|t| SourceHash(t.source_hash().0)));
         in_use
     }
 

@@ -32,7 +32,7 @@ impl SchemaCache {
     /// The compiled schema of `value`, shared with every other user of the same schema.
     pub(super) fn of_value(&self, value: Value) -> Result<Arc<Schema>, SchemaError> {
         // Measured before it is written out: a descriptor's `[arguments]` may be megabytes.
-        check_size(crate::audit::json_len(&value)).map_err(SchemaError::Unusable)?;
+        check_size(toolhost_contract::json_len(&value)).map_err(SchemaError::Unusable)?;
         let text = value.to_string();
         self.get_or_compile(&text, || Ok(value))
     }

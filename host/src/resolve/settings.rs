@@ -3,8 +3,8 @@
 
 use crate::config::DedupMode;
 use crate::config::v1::{Defaults, Limits};
-use crate::runtime::CallLimits;
 use std::time::Duration;
+use toolhost_contract::CallLimits;
 
 /// Built-in limits, used when neither the invoker nor its ensemble's `[defaults]` set one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;

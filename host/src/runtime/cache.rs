@@ -11,7 +11,7 @@
 //! into place, so a link planted in the directory is never written through and a reader never
 //! sees half a file.
 
-use super::ComponentHash;
+use super::SourceHash;
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -68,21 +68,21 @@ impl ComponentCache {
         })
     }
 
-    fn path(&self, hash: &ComponentHash) -> PathBuf {
+    fn path(&self, hash: &SourceHash) -> PathBuf {
         self.dir.join(self.file_name(hash))
     }
 
-    fn file_name(&self, hash: &ComponentHash) -> String {
+    fn file_name(&self, hash: &SourceHash) -> String {
         format!("{hash}-{:016x}.cwasm", self.engine_hash)
     }
 
     /// True when there is an entry for `hash` (not yet checked).
-    pub(crate) fn has(&self, hash: &ComponentHash) -> bool {
+    pub(crate) fn has(&self, hash: &SourceHash) -> bool {
         self.path(hash).is_file()
     }
 
     /// The MAC of an entry: it binds the artifact to this engine and this component.
-    fn mac(&self, hash: &ComponentHash, artifact: &[u8]) -> [u8; MAC_BYTES] {
+    fn mac(&self, hash: &SourceHash, artifact: &[u8]) -> [u8; MAC_BYTES] {
         let mut hasher = blake3::Hasher::new_keyed(&self.key);
         hasher.update(&self.engine_hash.to_le_bytes());
         hasher.update(&hash.0);
@@ -91,7 +91,7 @@ impl ComponentCache {
     }
 
     /// The cached compilation of `hash`, if there is an entry with the right MAC.
-    pub(crate) fn get(&self, engine: &Engine, hash: &ComponentHash) -> Option<Component> {
+    pub(crate) fn get(&self, engine: &Engine, hash: &SourceHash) -> Option<Component> {
         let path = self.path(hash);
         let bytes = match read_private(&path) {
             Ok(bytes) => bytes,
@@ -139,7 +139,7 @@ impl ComponentCache {
 
     /// Stores `artifact`, the compilation of `hash`. Failure is logged, not fatal: the cache
     /// is an optimisation.
-    pub(crate) fn put(&self, hash: &ComponentHash, artifact: &[u8]) {
+    pub(crate) fn put(&self, hash: &SourceHash, artifact: &[u8]) {
         let mac = self.mac(hash, artifact);
         let result = write_new(&self.dir, &format!("{hash}"), &[&mac, artifact]).and_then(|temp| {
             std::fs::rename(&temp, self.path(hash)).inspect_err(|_| {
@@ -185,7 +185,7 @@ impl Pruned {
 impl ComponentCache {
     /// Removes the entries of components not in `in_use` (and every entry another wasmtime
     /// or code-generation setting made), but the `keep_unused` most recently used of them.
-    pub(crate) fn prune(&self, in_use: &HashSet<ComponentHash>, keep_unused: usize) -> Pruned {
+    pub(crate) fn prune(&self, in_use: &HashSet<SourceHash>, keep_unused: usize) -> Pruned {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Pruned::default();
         };

@@ -3,14 +3,14 @@
 //! and the tools it offers, or why it offers none.
 
 use super::outcome::not_a_component;
-use super::{ComponentHash, LoadError, Runtime, ToolDescription, typed};
+use super::{LoadError, Runtime, SourceHash, ToolDescription, typed};
 use std::path::Path;
 use std::sync::Arc;
 
 /// What a component is and offers.
 #[derive(Debug)]
 pub struct Inspection {
-    pub hash: ComponentHash,
+    pub hash: SourceHash,
     /// `toolhost:plugin@0.1.0`, `typed`, or why it is neither (another version of our world).
     pub world: Result<World, String>,
     pub imports: Vec<Import>,
@@ -91,7 +91,7 @@ impl Runtime {
             });
         }
         let bytes: Arc<[u8]> = bytes.into();
-        let hash = ComponentHash::of(&bytes);
+        let hash = SourceHash::of(&bytes);
         let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
         let ty = component.component_type();
         let imports = ty

@@ -12,8 +12,8 @@ use super::bindings::since_v0_2_0;
 use super::compile::{self, CompileError, CompileSettings};
 use super::outcome::not_a_component;
 use super::{
-    CallLimits, ComponentHash, Export, Exported, Instantiable, LoadError, LoadedComponent, Runtime,
-    RuntimeSettings, ToolDescription, typed,
+    CallLimits, Export, Exported, Instantiable, LoadError, LoadedComponent, Runtime,
+    RuntimeSettings, SourceHash, ToolDescription, typed,
 };
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
@@ -45,20 +45,20 @@ pub struct CompileProgress {
 /// The load side of the runtime: settings, compile slots, failures, compiles in progress.
 pub(super) struct Loads {
     /// Told the hash of each component whose load in the background ended.
-    finished: tokio::sync::broadcast::Sender<ComponentHash>,
+    finished: tokio::sync::broadcast::Sender<SourceHash>,
     /// Loaded in the background, held until a reload binds them, each with its number in
     /// the order they became ready ([`Runtime::release_ready`]).
     ready: Mutex<Vec<(u64, Arc<LoadedComponent>)>>,
     next_ready: std::sync::atomic::AtomicU64,
     /// The components loading in the background now: a reload while one compiles does not
     /// start another task (and another copy of its bytes) for it.
-    background: Mutex<std::collections::HashSet<ComponentHash>>,
+    background: Mutex<std::collections::HashSet<SourceHash>>,
     compile: CompileSettings,
     describe_timeout: Duration,
     compile_slots: Semaphore,
     /// Each failure with when it happened, newest last.
-    failed: Mutex<Vec<(ComponentHash, LoadError, Instant)>>,
-    turns: Mutex<HashMap<ComponentHash, Weak<tokio::sync::Mutex<()>>>>,
+    failed: Mutex<Vec<(SourceHash, LoadError, Instant)>>,
+    turns: Mutex<HashMap<SourceHash, Weak<tokio::sync::Mutex<()>>>>,
     compiling: Mutex<Vec<(u64, PathBuf, Instant)>>,
     next_compile: std::sync::atomic::AtomicU64,
 }
@@ -85,7 +85,7 @@ impl Loads {
     }
 
     /// The lock that one load of `hash` at a time holds.
-    fn turn(&self, hash: ComponentHash) -> Arc<tokio::sync::Mutex<()>> {
+    fn turn(&self, hash: SourceHash) -> Arc<tokio::sync::Mutex<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(turn) = turns.get(&hash).and_then(Weak::upgrade) {
             return turn;
@@ -96,7 +96,7 @@ impl Loads {
         turn
     }
 
-    fn failure(&self, hash: &ComponentHash) -> Option<LoadError> {
+    fn failure(&self, hash: &SourceHash) -> Option<LoadError> {
         let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
         failed
             .iter()
@@ -106,7 +106,7 @@ impl Loads {
             .map(|(_, error, _)| error.clone())
     }
 
-    fn remember(&self, hash: ComponentHash, error: LoadError) {
+    fn remember(&self, hash: SourceHash, error: LoadError) {
         let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
         // A failure tried again replaces its earlier entry rather than crowd others out.
         failed.retain(|(h, _, _)| *h != hash);
@@ -141,7 +141,7 @@ impl Runtime {
         path: &Path,
         bytes: Vec<u8>,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
-        self.load_hashed(path, ComponentHash::of(&bytes), Arc::from(bytes))
+        self.load_hashed(path, SourceHash::of(&bytes), Arc::from(bytes))
             .await
     }
 
@@ -150,7 +150,7 @@ impl Runtime {
     pub async fn load_hashed(
         &self,
         path: &Path,
-        hash: ComponentHash,
+        hash: SourceHash,
         bytes: Arc<[u8]>,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
         if let Some(existing) = self.loaded_component(&hash) {
@@ -178,7 +178,7 @@ impl Runtime {
 
     /// True when loading these bytes means compiling them: they are neither loaded, nor
     /// known to fail, nor in the disk cache.
-    pub fn needs_compile(&self, hash: &ComponentHash) -> bool {
+    pub fn needs_compile(&self, hash: &SourceHash) -> bool {
         self.loaded_component(hash).is_none()
             && self.loads.failure(hash).is_none()
             && !self.cache.as_ref().is_some_and(|cache| cache.has(hash))
@@ -188,12 +188,7 @@ impl Runtime {
     /// has failed), its hash goes to [`Runtime::loads_finished`]'s subscribers.
     /// A component already loading in the background is not started again.
     /// `hash` is the hash of `bytes`.
-    pub fn load_in_background(
-        self: &Arc<Self>,
-        path: &Path,
-        hash: ComponentHash,
-        bytes: Arc<[u8]>,
-    ) {
+    pub fn load_in_background(self: &Arc<Self>, path: &Path, hash: SourceHash, bytes: Arc<[u8]>) {
         let started = self
             .loads
             .background
@@ -246,7 +241,7 @@ impl Runtime {
     }
 
     /// Receives the hash of every component whose background load ended.
-    pub fn loads_finished(&self) -> tokio::sync::broadcast::Receiver<ComponentHash> {
+    pub fn loads_finished(&self) -> tokio::sync::broadcast::Receiver<SourceHash> {
         self.loads.finished.subscribe()
     }
 
@@ -270,7 +265,7 @@ impl Runtime {
         &self,
         path: &Path,
         bytes: Arc<[u8]>,
-        hash: ComponentHash,
+        hash: SourceHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
         let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
         let (pre, tools) = self.linked(path, &component, &bytes).await?;
@@ -293,7 +288,7 @@ impl Runtime {
         &self,
         path: &Path,
         bytes: Arc<[u8]>,
-        hash: ComponentHash,
+        hash: SourceHash,
     ) -> Result<Component, LoadError> {
         let refused = |error: CompileError| match error {
             CompileError::Bound(reason) => LoadError::Refused {
@@ -480,7 +475,7 @@ impl Runtime {
         self.counters.described.fetch_add(1, Ordering::Relaxed);
         let label = path.display().to_string();
         // A load runs for no session: nobody's log relay sees its lines.
-        let nobody: Arc<dyn super::CallerLink> = Arc::new(super::Unlinked);
+        let nobody: Arc<dyn toolhost_contract::CallerLink> = Arc::new(toolhost_contract::Unlinked);
         let caller = super::Caller {
             invoker: &label,
             session: "",
@@ -548,7 +543,7 @@ impl Runtime {
         Ok(tools)
     }
 
-    pub(super) fn loaded_component(&self, hash: &ComponentHash) -> Option<Arc<LoadedComponent>> {
+    pub(super) fn loaded_component(&self, hash: &SourceHash) -> Option<Arc<LoadedComponent>> {
         let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         loaded.get(hash).and_then(Weak::upgrade)
     }
@@ -606,7 +601,7 @@ fn still_holds(error: &LoadError, age: Duration) -> bool {
 
 /// Drops the entries whose value is gone, when the map has just grown to a power of two:
 /// each insert pays a constant share, however many components come and go.
-fn prune_dead<T>(map: &mut HashMap<ComponentHash, Weak<T>>) {
+fn prune_dead<T>(map: &mut HashMap<SourceHash, Weak<T>>) {
     if map.len().is_power_of_two() {
         map.retain(|_, weak| weak.strong_count() > 0);
     }

@@ -12,7 +12,6 @@
 mod bindings;
 mod cache;
 mod compile;
-mod content;
 mod engine;
 mod inspect;
 mod load;
@@ -28,17 +27,10 @@ pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
-pub use content::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
-pub use outcome::{LoadError, RunError, ToolFailure};
-pub use talk::{
-    ANSWER_BYTES, Answer, AnswerRefused, AskError, CallerLink, ELICIT_SCHEMA_BYTES,
-    ELICITATIONS_PER_CALL, ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role,
-    SAMPLE_MAX_TOKENS, SAMPLE_REQUEST_BYTES, SAMPLES_PER_CALL, SamplingRequest, SamplingResponse,
-    TalkGrants, Unlinked, fit_answer,
-};
+pub use outcome::LoadError;
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 
 use crate::sandbox::{self, Capture, NetworkGuard, SandboxSpec};
@@ -56,6 +48,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use talk::TalkBudget;
 use tokio::sync::Semaphore;
+use toolhost_contract::{
+    CallLimits, CallerLink, Content, PROGRESS_PER_CALL, RunError, SourceHash, ToolFailure,
+    ToolResult,
+};
 use wasmtime::component::{Linker, Val};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
@@ -113,29 +109,6 @@ impl Default for RuntimeSettings {
     }
 }
 
-/// The blake3 hash of a component's `.wasm` bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ComponentHash(pub [u8; 32]);
-
-impl ComponentHash {
-    /// Hashes the bytes of a `.wasm` file.
-    pub fn of(bytes: &[u8]) -> Self {
-        ComponentHash(*blake3::hash(bytes).as_bytes())
-    }
-}
-
-impl fmt::Display for ComponentHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for ComponentHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ComponentHash({self})")
-    }
-}
-
 /// Who a call is for: the invoker that tags its log lines, the session (an MCP session, a
 /// conversation) that alone may see them, and the way back to whoever made the call (its
 /// progress reports and questions). Loads run for nobody: `session` is empty.
@@ -144,16 +117,6 @@ pub struct Caller<'a> {
     pub invoker: &'a str,
     pub session: &'a str,
     pub link: &'a Arc<dyn CallerLink>,
-}
-
-/// The limits of one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CallLimits {
-    pub timeout: Duration,
-    pub memory_bytes: usize,
-    pub max_output_bytes: usize,
-    /// The largest HTTP response body a call may read (`max-response-bytes`).
-    pub max_response_bytes: u64,
 }
 
 /// A compiled component linked with the host's imports, of either world.
@@ -171,7 +134,7 @@ enum Instantiable {
 
 /// A compiled component, ready to instantiate, with what its `describe()` returned.
 pub struct LoadedComponent {
-    pub hash: ComponentHash,
+    pub hash: SourceHash,
     /// Where these bytes were first loaded from; components are shared by hash, so callers
     /// that need the file a descriptor named keep that path themselves.
     pub path: PathBuf,
@@ -244,7 +207,7 @@ pub struct Runtime {
     counters: Counters,
     /// Components by hash, so that one file used by several ensembles, or unchanged across a
     /// reload, is compiled and described once.
-    loaded: Mutex<HashMap<ComponentHash, Weak<LoadedComponent>>>,
+    loaded: Mutex<HashMap<SourceHash, Weak<LoadedComponent>>>,
     /// How loading works and is bounded; what failed, what is being compiled.
     loads: load::Loads,
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
@@ -294,7 +257,7 @@ impl Runtime {
     /// `None` without a cache. Reads the cache directory: call it off the async runtime.
     pub fn prune_cache(
         &self,
-        in_use: &std::collections::HashSet<ComponentHash>,
+        in_use: &std::collections::HashSet<SourceHash>,
         keep_unused: usize,
     ) -> Option<Pruned> {
         Some(self.cache.as_ref()?.prune(in_use, keep_unused))
@@ -454,7 +417,11 @@ impl Runtime {
         let _slot = self.slot().await;
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
-        let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone())?;
+        let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone()).map_err(|e| {
+            RunError::SandboxUnavailable {
+                message: e.to_string(),
+            }
+        })?;
         let mut table = wasmtime_wasi::ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES_PER_CALL);
         let per_resource = field_size_limit(limits.memory_bytes);

@@ -1,10 +1,8 @@
 //! How loads and calls fail: [`LoadError`], [`RunError`], and the reading of a trap (or of a
 //! plugin's stderr) that tells which one it was.
 
-use super::CallLimits;
-use crate::sandbox::SandboxError;
 use std::path::PathBuf;
-use std::time::Duration;
+use toolhost_contract::{CallLimits, RunError};
 use wasmtime::Trap;
 
 /// Why a component could not be loaded.
@@ -49,42 +47,6 @@ impl LoadError {
     }
 }
 
-/// Why a call did not produce a result. Traps and limits are kept apart from the tool's own
-/// errors ([`RunError::Tool`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RunError {
-    #[error("did not finish within {} ms", limit.as_millis())]
-    Timeout { limit: Duration },
-    #[error("reached its memory limit of {} MiB", limit_bytes >> 20)]
-    MemoryLimit { limit_bytes: usize },
-    #[error("returned {bytes} bytes, more than its limit of {limit} bytes")]
-    OutputLimit { bytes: usize, limit: usize },
-    /// The call held as many host resources (files, streams, HTTP fields) as one call may.
-    #[error("held {limit} resources (files, streams, HTTP headers) at once, the most a call may")]
-    TooManyResources { limit: usize },
-    #[error("crashed: {message}")]
-    Crashed { message: String },
-    #[error("was refused network access: {message}")]
-    CapabilityDenied { message: String },
-    #[error("the sandbox could not be set up: {0}")]
-    Sandbox(#[from] SandboxError),
-    /// The pooling allocator ran out of something other than instances (which calls wait
-    /// for): tables, memories, stacks.
-    #[error("the instance pool is exhausted: {detail}")]
-    PoolExhausted { detail: String },
-    #[error("{0}")]
-    Tool(ToolFailure),
-}
-
-/// The tool's own error, as the plugin returned it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToolFailure {
-    #[error("{0}")]
-    InvalidArguments(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
 /// Says why `bytes` cannot be a component, for the two mistakes a plugin author makes most:
 /// a file that is not WebAssembly at all, and a core module built for the wrong target.
 pub(super) fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
@@ -113,7 +75,7 @@ pub(super) fn classify(
     stderr: &str,
 ) -> RunError {
     if let Some(pool) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
-        return RunError::PoolExhausted {
+        return RunError::HostCapacity {
             detail: pool.to_string(),
         };
     }

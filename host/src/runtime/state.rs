@@ -4,8 +4,9 @@
 
 use super::bindings::since_v0_1_0::{Host, LogLevel, TypesHost};
 use super::bindings::since_v0_2_0::host as v2;
-use super::talk::{self, AskError, ElicitAnswer, Progress, Role, SamplingRequest, TalkBudget};
+use super::talk::{self, TalkBudget};
 use crate::sandbox::NetworkGuard;
+use toolhost_contract::{ANSWER_BYTES, AskError, ElicitAnswer, Progress, Role, SamplingRequest};
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -194,13 +195,13 @@ impl v2::Host for CallState {
         };
         let request = self.talk.sample(request).map_err(ask_error)?;
         let mut answer = self.talk.link.sample(request).await.map_err(ask_error)?;
-        talk::cut(&mut answer.text, talk::ANSWER_BYTES);
-        talk::cut(&mut answer.model, talk::MESSAGE_BYTES);
+        talk::cut(&mut answer.text, ANSWER_BYTES);
+        talk::cut(&mut answer.model, toolhost_contract::MESSAGE_BYTES);
         Ok(v2::SamplingResponse {
             text: answer.text,
             model: answer.model,
             stop_reason: answer.stop_reason.map(|mut reason| {
-                talk::cut(&mut reason, talk::MESSAGE_BYTES);
+                talk::cut(&mut reason, toolhost_contract::MESSAGE_BYTES);
                 reason
             }),
         })
@@ -224,11 +225,11 @@ impl v2::Host for CallState {
         {
             ElicitAnswer::Accept(value) => {
                 let text = value.to_string();
-                if text.len() > talk::ANSWER_BYTES {
+                if text.len() > ANSWER_BYTES {
                     return Err(v2::AskError::LimitReached(format!(
                         "the answer has {} bytes, more than the {} a call is given",
                         text.len(),
-                        talk::ANSWER_BYTES
+                        ANSWER_BYTES
                     )));
                 }
                 talk::check_answer(&schema, &value).map_err(ask_error)?;

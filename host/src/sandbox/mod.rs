@@ -19,6 +19,7 @@ pub use network::NetPattern;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
+use toolhost_contract::TalkGrants;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 /// A host directory made visible to the guest.
@@ -42,28 +43,6 @@ pub struct SandboxSpec {
     pub network: Arc<[NetPattern]>,
     /// What the call may ask of its caller (`toolhost:plugin@0.2.0`'s `host` functions).
     pub talk: TalkGrants,
-}
-
-/// What an invoker may use of whoever calls it, granted by the operator: `log` and
-/// `progress` unless taken away, `sampling` (the caller's model) and `elicitation` (asking
-/// the person) only when given. The runtime bounds how much of each one call uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub struct TalkGrants {
-    pub log: bool,
-    pub progress: bool,
-    pub sampling: bool,
-    pub elicitation: bool,
-}
-
-impl Default for TalkGrants {
-    fn default() -> Self {
-        TalkGrants {
-            log: true,
-            progress: true,
-            sampling: false,
-            elicitation: false,
-        }
-    }
 }
 
 /// Why a sandbox could not be built.

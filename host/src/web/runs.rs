@@ -4,8 +4,6 @@
 //! and waits, bounded by a timeout and by the run's token.
 
 use crate::agent::{Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest, Event};
-use crate::provider::BoxFuture;
-use crate::runtime::{AskError, ElicitAnswer, fit_answer};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use toolhost_contract::BoxFuture;
+use toolhost_contract::{AskError, ElicitAnswer, fit_answer};
 
 /// A person's answer to an approval request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]

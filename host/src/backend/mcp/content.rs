@@ -2,10 +2,10 @@
 //! becomes the host's [`ToolResult`] items (images and audio as bytes, decoded from base64),
 //! and what a tool returns becomes MCP `ContentBlock`s for the clients of `toolhost serve`.
 
-use crate::runtime::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rmcp::model::{self as mcp, ContentBlock};
+use toolhost_contract::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 
 /// A tool's items as MCP content.
 pub fn to_mcp(result: &ToolResult) -> Vec<ContentBlock> {

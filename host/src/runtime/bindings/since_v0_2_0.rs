@@ -12,7 +12,7 @@ pub(crate) use self::exports::toolhost::plugin::tool::{ToolError, ToolResult, To
 pub(crate) use self::toolhost::plugin::host;
 pub(crate) use self::toolhost::plugin::types::{self, Content, ResourceContents};
 
-use crate::runtime::content;
+use toolhost_contract::content;
 
 /// A 0.2.0 result as the host's: its items as they are, and its structured result parsed.
 /// A tool that declared an output schema must return a JSON object as `structured`; one

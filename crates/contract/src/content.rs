@@ -82,7 +82,7 @@ impl ToolResult {
     /// `max-output-bytes` bounds and what dedup memory counts.
     pub fn bytes(&self) -> usize {
         let items: usize = self.content.iter().map(Content::bytes).sum();
-        items + self.structured.as_ref().map_or(0, crate::audit::json_len)
+        items + self.structured.as_ref().map_or(0, crate::json_len)
     }
 
     /// The result as text, for a reader of text alone (a model, a terminal): the text items
