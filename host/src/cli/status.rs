@@ -110,7 +110,7 @@ fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let temp =
-        toolhost::runtime::write_new(dir, "status", &[&serde_json::to_vec_pretty(published)?])?;
+        toolhost::config::write_new(dir, "status", &[&serde_json::to_vec_pretty(published)?])?;
     std::fs::rename(&temp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&temp);
     })?;

@@ -4,10 +4,14 @@
 //! deserializes with that version's types (today only [`v1`]); a later version adds a module
 //! and an upgrade step here, and the rest of the host keeps seeing one set of types.
 
+mod chat;
 mod diagnostic;
+mod files;
 mod names;
 pub mod v1;
 
+pub use chat::{ProviderKind, ToolChoice};
+pub use files::{PrivateDirError, Pruned, private_dir, read_limited, write_new};
 pub use diagnostic::{Diagnostic, Location, Note};
 
 use diagnostic::LineIndex;
@@ -120,50 +124,6 @@ impl SourceFile {
 /// The largest descriptor file read (a file of 100,000 inline invokers is about 6 MiB).
 pub const MAX_DESCRIPTOR_BYTES: u64 = 16 << 20;
 
-/// Reads the file at `path`, which must be a regular file (links are followed, as Kubernetes
-/// volumes need) of at most `limit` bytes; no more than that is ever read, so a device, a FIFO
-/// or a file that grows while it is read cannot hold or fill the host.
-pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // A device or a FIFO is refused from its metadata, without being opened (opening one
-    // can have effects of its own). The file is then opened without blocking and without
-    // becoming a terminal's controlling process, and checked again through the open file: a
-    // path swapped for a FIFO in between would otherwise hold the reload for ever.
-    let not_regular = || "it is not a regular file".to_string();
-    if !std::fs::metadata(path)
-        .map_err(|e| e.to_string())?
-        .is_file()
-    {
-        return Err(not_regular());
-    }
-    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits() as i32)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let metadata = file.metadata().map_err(|e| e.to_string())?;
-    if !metadata.is_file() {
-        return Err(not_regular());
-    }
-    if metadata.len() > limit {
-        return Err(format!(
-            "it is {} bytes, more than the {limit} bytes allowed",
-            metadata.len()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    if bytes.len() as u64 > limit {
-        return Err(format!(
-            "it grew past the {limit} bytes allowed while it was read"
-        ));
-    }
-    Ok(bytes)
-}
 
 /// A byte range of a configuration file, kept as it is: its line and column are worked out
 /// only when a message needs them ([`Span::location`]).

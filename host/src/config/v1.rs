@@ -316,7 +316,7 @@ pub struct HostSection {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ChatSection {
     /// `openai`, `anthropic` or `prompted`.
-    pub provider: Option<crate::provider::ProviderKind>,
+    pub provider: Option<super::ProviderKind>,
     pub model: Option<String>,
     pub base_url: Option<String>,
     pub api_key_env: Option<EnvVarName>,
@@ -348,7 +348,7 @@ pub struct ChatSection {
     pub auto_approve: Vec<String>,
     /// Whether the model may (`auto`, the default), must (`required`, or a tool's name) or
     /// must not (`none`) call a tool on a run's first model call.
-    pub tool_choice: Option<crate::provider::ToolChoice>,
+    pub tool_choice: Option<super::ToolChoice>,
     /// Models an HTTP chat request may name besides `model`.
     #[serde(default)]
     pub models: Vec<String>,

@@ -20,8 +20,7 @@ pub use prompted::{Prompted, parse_tool_blocks};
 use conversation::{Invocation, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::fmt;
-use std::str::FromStr;
+pub use crate::config::{ProviderKind, ToolChoice};
 use std::time::Duration;
 use toolhost_contract::BoxFuture;
 
@@ -47,73 +46,6 @@ pub struct ModelRequest<'a> {
     /// Sent whenever `tools` is not empty (some servers, llama.cpp's among them, leave the
     /// tools out of the prompt without it).
     pub tool_choice: &'a ToolChoice,
-}
-
-/// Whether the model may, must or must not call a tool. Written `auto`, `required`, `none`,
-/// or a tool's name, in `toolhost.toml` and on the command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ToolChoice {
-    /// The model decides (the default).
-    #[default]
-    Auto,
-    /// The model must call some tool.
-    Required,
-    /// The model must not call a tool (the tools are still described).
-    None,
-    /// The model must call this tool.
-    Tool(String),
-}
-
-impl ToolChoice {
-    /// The choice for a model call after the first of a run: a forced call holds once, or the
-    /// model could never give its answer.
-    pub fn after_first(&self) -> ToolChoice {
-        match self {
-            ToolChoice::None => ToolChoice::None,
-            _ => ToolChoice::Auto,
-        }
-    }
-}
-
-impl FromStr for ToolChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Required,
-            "none" => ToolChoice::None,
-            "" => {
-                return Err(
-                    "an empty tool choice; expected auto, required, none or a tool's name".into(),
-                );
-            }
-            name => ToolChoice::Tool(name.to_string()),
-        })
-    }
-}
-
-impl fmt::Display for ToolChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ToolChoice::Auto => f.write_str("auto"),
-            ToolChoice::Required => f.write_str("required"),
-            ToolChoice::None => f.write_str("none"),
-            ToolChoice::Tool(name) => f.write_str(name),
-        }
-    }
-}
-
-impl Serialize for ToolChoice {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for ToolChoice {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
 }
 
 /// Tokens a model call used, where the provider reports them.
@@ -198,57 +130,6 @@ pub enum ProviderError {
     },
     #[error("{0}")]
     Setup(String),
-}
-
-/// Which API a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    OpenAi,
-    Anthropic,
-    Prompted,
-}
-
-impl ProviderKind {
-    /// The base URL used when none is set.
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::Prompted => "https://api.openai.com/v1",
-            ProviderKind::Anthropic => "https://api.anthropic.com/v1",
-        }
-    }
-
-    /// The environment variable that holds the API key when none is named.
-    pub fn default_key_env(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::Prompted => "OPENAI_API_KEY",
-            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-}
-
-impl FromStr for ProviderKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "openai" => Ok(ProviderKind::OpenAi),
-            "anthropic" => Ok(ProviderKind::Anthropic),
-            "prompted" => Ok(ProviderKind::Prompted),
-            other => Err(format!(
-                "unknown provider `{other}`; expected openai, anthropic or prompted"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProviderKind::OpenAi => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Prompted => "prompted",
-        })
-    }
 }
 
 /// Everything needed to talk to one provider.

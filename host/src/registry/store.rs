@@ -11,7 +11,7 @@
 
 use super::RegistryError;
 use super::reference::{Digest, Reference};
-use crate::runtime::{private_dir, write_new};
+use crate::config::{private_dir, write_new};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -142,8 +142,8 @@ impl Store {
 
     /// Removes the blobs not in `in_use` but the `keep_unused` most recently written, and the
     /// tag records whose digest is gone.
-    pub fn prune(&self, in_use: &HashSet<Digest>, keep_unused: usize) -> crate::runtime::Pruned {
-        let mut pruned = crate::runtime::Pruned::default();
+    pub fn prune(&self, in_use: &HashSet<Digest>, keep_unused: usize) -> crate::config::Pruned {
+        let mut pruned = crate::config::Pruned::default();
         let Ok(entries) = std::fs::read_dir(self.blobs()) else {
             return pruned;
         };

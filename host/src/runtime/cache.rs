@@ -12,11 +12,12 @@
 //! sees half a file.
 
 use super::SourceHash;
+use crate::config::{PrivateDirError, Pruned, private_dir, write_new};
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -27,18 +28,13 @@ const MAC_BYTES: usize = 32;
 /// Why the cache directory cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    #[error(transparent)]
+    Dir(#[from] PrivateDirError),
     #[error("cannot use the cache directory {path}: {source}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "the cache directory {path} belongs to user {owner}, not to this user ({me}): compiled \
-         code from it would run in this host; choose a directory of your own (--cache-dir)"
-    )]
-    NotOurs { path: PathBuf, owner: u32, me: u32 },
-    #[error("{path} is not a directory")]
-    NotADirectory { path: PathBuf },
     #[error(
         "the cache key {path} is not a private file of this user (it must be a regular file, \
          mode 0600, of 32 bytes); remove it and the host will make a new one"
@@ -152,36 +148,6 @@ impl ComponentCache {
     }
 }
 
-/// What pruning the cache did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Pruned {
-    /// Entries removed, and the bytes they took.
-    pub removed: usize,
-    pub freed_bytes: u64,
-    /// Entries kept: those in use, and the most recently used of the others.
-    pub kept: usize,
-}
-
-impl Pruned {
-    /// Removes the files of `unused` (when each was last used, its size, its path) but the
-    /// `keep` most recently used, and counts what it removed and kept.
-    pub fn remove_all_but_recent(
-        &mut self,
-        mut unused: Vec<(std::time::SystemTime, u64, PathBuf)>,
-        keep: usize,
-    ) {
-        unused.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        for (i, (_, bytes, path)) in unused.into_iter().enumerate() {
-            if i < keep {
-                self.kept += 1;
-            } else if std::fs::remove_file(&path).is_ok() {
-                self.removed += 1;
-                self.freed_bytes += bytes;
-            }
-        }
-    }
-}
-
 impl ComponentCache {
     /// Removes the entries of components not in `in_use` (and every entry another wasmtime
     /// or code-generation setting made), but the `keep_unused` most recently used of them.
@@ -239,45 +205,6 @@ fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-/// Makes sure `dir` is a directory of this user's that nobody else can write: created 0700,
-/// refused when another user owns it, narrowed to 0700 when others may write it.
-pub fn private_dir(dir: &Path) -> Result<(), CacheError> {
-    let io = |source| CacheError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(e)),
-    }
-    let metadata = std::fs::metadata(dir).map_err(io)?;
-    if !metadata.is_dir() {
-        return Err(CacheError::NotADirectory {
-            path: dir.to_path_buf(),
-        });
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if metadata.uid() != me {
-        return Err(CacheError::NotOurs {
-            path: dir.to_path_buf(),
-            owner: metadata.uid(),
-            me,
-        });
-    }
-    let mode = metadata.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        tracing::warn!(
-            "the cache directory {} could be written by others (mode {mode:04o}); it is now 0700",
-            dir.display()
-        );
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
-    }
-    Ok(())
-}
 
 /// The cache's MAC key: read from `path`, or made (32 random bytes, 0600) if there is none.
 /// A key that is not a private 32-byte file of this user is replaced (with a warning): every
@@ -348,30 +275,12 @@ fn read_private(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Writes `parts` to a new file in `dir` with a random name (`.<stem>-<random>.tmp`), created
-/// exclusively, never through a link, mode 0600. Returns its path. (Also how `serve` writes
-/// its status file: a fixed temporary name in a shared directory could be a planted link.)
-pub fn write_new(dir: &Path, stem: &str, parts: &[&[u8]]) -> std::io::Result<PathBuf> {
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let path = dir.join(format!(".{stem}-{:016x}.tmp", u64::from_le_bytes(random)));
-    let mut file: File = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&path)?;
-    let written = parts.iter().try_for_each(|part| file.write_all(part));
-    if let Err(e) = written.and_then(|()| file.sync_data()) {
-        let _ = std::fs::remove_file(&path);
-        return Err(e);
-    }
-    Ok(path)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn a_directory_others_may_write_is_made_private_and_a_new_key_is_0600() {

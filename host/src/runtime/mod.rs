@@ -21,8 +21,7 @@ mod talk;
 mod tools;
 mod typed;
 
-pub use cache::{CacheError, Pruned};
-pub use cache::{private_dir, write_new};
+pub use cache::CacheError;
 pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
@@ -259,7 +258,7 @@ impl Runtime {
         &self,
         in_use: &std::collections::HashSet<SourceHash>,
         keep_unused: usize,
-    ) -> Option<Pruned> {
+    ) -> Option<crate::config::Pruned> {
         Some(self.cache.as_ref()?.prune(in_use, keep_unused))
     }
 
