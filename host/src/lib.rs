@@ -4,84 +4,58 @@
 //!
 //! # Layout
 //!
-//! A pipeline of types from file to call, one module per concern. Listed from the top layer
-//! down: a module imports only modules below it, never one above it, and no two import each
-//! other (`tests/all/layers.rs` checks this).
+//! One crate per layer under `crates/`, listed from the top down. A crate depends only on
+//! crates below it (Cargo refuses cycles; `tests/all/layers.rs` checks the order and that no
+//! layer skips to one it must not see). This crate is the binary (`src/main.rs`, `src/cli/`)
+//! and a facade that re-exports the layers under the module names they had when they were one
+//! crate, so `toolhost::invoke::Host` is where it always was.
 //!
 //! ```text
-//! web       the agent loop over HTTP (a chat request's run streamed as Server-Sent Events,
-//!           approvals answered by a request naming the call), conversations kept in SQLite,
-//!           the catalog and its reload status live, the page (assets in the binary)
-//! mcp       the catalog served to MCP clients (stdio, streamable HTTP) through invoke, at
-//!           2026-07-28 (session-less) and the handshake revisions; paged tools/list with
-//!           cache hints; list_changed and subscriptions/listen from the live catalog's
-//!           subscription; dedup scopes without sessions (scope); long calls as tasks; the
-//!           log relay; a call's progress and questions back to its own request (talk)
-//! agent     the agent loop: a model calls tools over several steps through invoke
-//!           (prepare -> approve -> run); built-in loop-breaking tools, approvals, events;
-//!           a tool's sampling to the chat's model and its questions to the person (talk)
-//! reload    watch -> debounce -> resolve -> keep the last good version of what failed -> swap
-//! resolve   raw descriptors -> a Catalog, split along its data: draft (files read, every
-//!           check that needs no engine: limits, grants, capabilities, schemas, names), bind
-//!           (the only step that loads components or starts MCP servers), names across
-//!           ensembles
-//! registry  `oci://` references: a tag resolved by one manifest request (its last digest
-//!           kept when the registry is out of reach), components pulled into a content store
-//!           by digest (checked on write and read), bounded sizes and deadlines; push
-//! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
-//!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
-//!           drain a shutdown waits on (calls in flight, cancelled at its deadline)
-//! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
-//! backend   one trait for every kind of tool: component (a sandboxed instance per call,
-//!           of the toolhost:plugin world or typed), mcp (an imported MCP server, as a
-//!           client; content items between MCP and the host); typed RunError
-//! runtime   the wasmtime Engine, the compiled-component cache (authenticated, pruned),
-//!           admission to the instance pool, a fresh Store per call with limits, an epoch
-//!           deadline and captured stdio; both plugin versions (0.1.0, 0.2.0) adapted to one
-//!           result of content items (content); a call talking back to its caller through
-//!           the link the caller gave it, bounded per call (talk); typed components (JSON
-//!           Schema from WIT types, values both ways); inspecting a component for `describe`
-//! sandbox   capabilities -> WASI context and wasi:http checks (host:port grants, no SSRF
-//!           through DNS); bounded capture of a plugin's stdout/stderr; deny by default
-//! config    TOML text -> raw descriptor types (serde, deny_unknown_fields, versioned),
-//!           errors with file:line:col (Diagnostic), positions worked out only for messages
-//! provider  the LLM APIs behind one trait: openai, anthropic, prompted; the canonical
-//!           conversation they speak; streaming, retries with backoff
-//! audit     one JSON line per call, secrets redacted, written through; records the file
-//!           refuses held (bounded) and written first when it takes writes again; reopened
-//!           after rotation
-//! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
-//!           set at each scrape; the Prometheus text format
-//! tls       the rustls crypto provider every HTTPS client of the host uses
+//! toolhost           the CLI (the only place that prints for people and uses anyhow): check,
+//!                    describe, run, serve, chat, pull, push; serve's HTTP listener with its
+//!                    connection and stream bounds; running as a service (signals, drain,
+//!                    SIGHUP, systemd notifications); the text and JSON log lines
+//! toolhost-web       the agent loop over HTTP: a run streamed as Server-Sent Events,
+//!                    approvals, conversations in SQLite (bounded), the page (assets built in)
+//! toolhost-mcp       the catalog served to MCP clients over stdio and streamable HTTP, at
+//!                    2026-07-28 and the handshake revisions; paging, list_changed, listen,
+//!                    dedup scopes, tasks, the log relay, talking back (talk)
+//! toolhost-agent     the agent loop (prepare -> approve -> run over several steps), its
+//!                    bounds (limits), built-in tools, events; the LLM APIs behind one trait
+//!                    (provider: openai, anthropic, prompted; streaming, retries)
+//! toolhost-core      reload (watch -> resolve -> keep the last good -> swap), resolve (draft:
+//!                    every check without an engine; bind: components and MCP servers), invoke
+//!                    (one call: prepare -> dedup -> admission -> backend -> audit; the drain),
+//!                    catalog (the live catalog behind an atomic pointer), backend (component,
+//!                    imported MCP server), metrics
+//! toolhost-registry  `oci://` references, bounded pulls into a content store by digest,
+//!                    push, cosign keys, credentials
+//! toolhost-runtime   the wasmtime Engine, the compile cache and worker, a fresh Store per call
+//!                    with limits and an epoch deadline; both plugin versions and typed
+//!                    components adapted to one result; inspect; sandbox (capabilities -> WASI
+//!                    context, wasi:http checks, bounded stdio capture)
+//! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); the
+//!                    files the host reads and keeps (bounded reads, private directories)
+//! toolhost-audit     one redacted JSON line per call, written through, reopened after rotation
+//! toolhost-contract  what every caller and backend share: results and content items, talking
+//!                    back (the link, grants, bounds), RunError, call limits, source hashes, TLS
 //! ```
 //!
-//! Where a change goes: a new kind of tool is a module in `backend` implementing
-//! [`backend::Backend`], plus the arm in `resolve::bind` that its TOML selects; a new check
-//! of a descriptor goes in `resolve::draft` (no engine) or `resolve::bind` (needs the
-//! component); a new caller of tools goes through [`invoke::Host::prepare`] and
-//! [`invoke::Host::run`].
-//!
-//! The command-line interface lives in the binary (`src/main.rs`, `src/cli/`), the only place
-//! that prints for people and uses `anyhow`; `cli::service` holds what running as a service
-//! needs (signals, the drain on a signal, SIGHUP, systemd notifications), `cli::logging` the
-//! text and JSON log lines. The runtime never sees TOML; callers (the CLI, the
-//! MCP server and the agent loop) all go through [`invoke::Host`].
+//! Where a change goes: a new kind of tool is a module in `backend` (toolhost-core)
+//! implementing [`backend::Backend`], plus the arm in `resolve::bind` that its TOML selects; a
+//! new check of a descriptor goes in `resolve::draft` (no engine) or `resolve::bind` (needs
+//! the component); a new caller of tools goes through [`invoke::Host::prepare`] and
+//! [`invoke::Host::run`]. The runtime never sees TOML.
 
-pub mod agent;
-pub mod audit;
-pub mod backend;
-pub mod catalog;
-pub mod config;
-pub mod invoke;
-pub mod mcp;
-pub mod metrics;
-pub mod provider;
-pub mod registry;
-pub mod reload;
-pub mod resolve;
-pub mod runtime;
-pub mod sandbox;
-pub mod web;
-
+pub use toolhost_agent as agent;
+pub use toolhost_agent::provider;
+pub use toolhost_audit as audit;
+pub use toolhost_config as config;
 pub use toolhost_contract as contract;
 pub use toolhost_contract::tls;
+pub use toolhost_core::{backend, catalog, invoke, metrics, reload, resolve};
+pub use toolhost_mcp as mcp;
+pub use toolhost_registry as registry;
+pub use toolhost_runtime as runtime;
+pub use toolhost_runtime::sandbox;
+pub use toolhost_web as web;

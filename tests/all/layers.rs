@@ -1,20 +1,24 @@
-//! The module layout of `host/src/lib.rs`, checked: every module of the library imports only
-//! modules below it in the layout (so none imports one above it, and no two import each
-//! other), and no source file grows past the size where it stops being one concern.
+//! The crate layout (`crates/`, the map in `host/src/lib.rs`), checked: every layer depends
+//! only on layers below it, none reaches past the contract to another's internals by path, the
+//! map lists the layers in order, and no source file grows past the size where it stops being
+//! one concern.
 
 use std::path::{Path, PathBuf};
 
-/// The library's modules, top layer first (the order of the layout in `host/src/lib.rs`).
+/// The layers, top first (the order of the map in `host/src/lib.rs`), by directory under
+/// `crates/`. `toolhost` (host/) sits above them all.
 const LAYERS: &[&str] = &[
-    "web", "mcp", "agent", "reload", "resolve", "registry", "invoke", "catalog", "backend",
-    "runtime", "sandbox", "config", "provider", "audit", "metrics",
+    "web", "mcp", "agent", "core", "registry", "runtime", "config", "audit", "contract",
 ];
 
 /// Past this many lines a file is split along its concerns.
 const MAX_LINES: usize = 650;
 
-fn source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
 }
 
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -28,68 +32,81 @@ fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of the library belongs to (`None` for lib.rs and the binary).
-fn module_of(file: &Path) -> Option<&'static str> {
-    let relative = file.strip_prefix(source_dir()).ok()?;
-    let first = relative.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    LAYERS.iter().copied().find(|m| *m == name)
-}
-
-/// The top-level modules a file's code names as `crate::<module>`.
-fn imports(text: &str) -> Vec<&'static str> {
-    let mut found = Vec::new();
-    for (at, _) in text.match_indices("crate::") {
-        let rest = &text[at + "crate::".len()..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if let Some(module) = LAYERS.iter().copied().find(|m| *m == name)
-            && !found.contains(&module)
-        {
-            found.push(module);
-        }
-    }
-    found
+/// The toolhost crates a manifest depends on (normal dependencies), by layer name.
+fn toolhost_dependencies(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).expect("read Cargo.toml");
+    let table: toml::Table = text.parse().expect("Cargo.toml parses");
+    let Some(dependencies) = table.get("dependencies").and_then(|d| d.as_table()) else {
+        return Vec::new();
+    };
+    dependencies
+        .keys()
+        .filter_map(|name| name.strip_prefix("toolhost-"))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
-fn modules_import_only_the_layers_below_them() {
-    let mut files = Vec::new();
-    rust_files(&source_dir(), &mut files);
-    files.sort();
-    let rank = |m: &str| LAYERS.iter().position(|l| *l == m).expect("a layer");
+fn every_crate_is_a_listed_layer() {
+    let mut found: Vec<String> = std::fs::read_dir(workspace().join("crates"))
+        .expect("read crates/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    let mut listed: Vec<String> = LAYERS.iter().map(|l| l.to_string()).collect();
+    listed.sort();
+    assert_eq!(found, listed, "crates/ and the list of layers differ");
+}
+
+#[test]
+fn crates_depend_only_on_the_layers_below_them() {
+    let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
     let mut upward = Vec::new();
-    let mut modules_seen = Vec::new();
-    for file in &files {
-        let Some(module) = module_of(file) else {
-            continue;
-        };
-        modules_seen.push(module);
-        let text = std::fs::read_to_string(file).expect("read source");
-        for target in imports(&text) {
-            if target != module && rank(target) < rank(module) {
-                upward.push(format!(
-                    "{} ({module}) imports {target}, a layer above it",
-                    file.display()
-                ));
+    for layer in LAYERS {
+        let manifest = workspace().join("crates").join(layer).join("Cargo.toml");
+        for dependency in toolhost_dependencies(&manifest) {
+            match rank(&dependency) {
+                Some(below) if below > rank(layer).expect("listed") => {}
+                Some(_) => upward.push(format!("{layer} depends on {dependency}, not below it")),
+                None => upward.push(format!(
+                    "{layer} depends on toolhost-{dependency}, no layer"
+                )),
             }
         }
     }
-    for layer in LAYERS {
-        assert!(
-            modules_seen.contains(layer),
-            "the layer list names `{layer}`, which has no file"
-        );
-    }
     assert!(upward.is_empty(), "{}", upward.join("\n"));
+    // The bottom stays the bottom: the contract is what every layer shares, so it needs none.
+    let contract = workspace().join("crates/contract/Cargo.toml");
+    assert!(toolhost_dependencies(&contract).is_empty());
+}
+
+/// The layers a caller of tools sees are the contract and the core: the MCP server and the
+/// agent loop reach tools only through `invoke`, never by running a component themselves.
+#[test]
+fn callers_of_tools_do_not_reach_for_the_runtime() {
+    for caller in ["web", "mcp", "agent"] {
+        let manifest = workspace().join("crates").join(caller).join("Cargo.toml");
+        let dependencies = toolhost_dependencies(&manifest);
+        for below_core in ["runtime", "registry"] {
+            assert!(
+                !dependencies.iter().any(|d| d == below_core),
+                "{caller} depends on {below_core}: callers of tools go through core's invoke"
+            );
+        }
+    }
 }
 
 #[test]
 fn no_source_file_is_over_the_size_of_one_concern() {
     let mut files = Vec::new();
-    rust_files(&source_dir(), &mut files);
+    rust_files(&workspace().join("host/src"), &mut files);
+    for layer in LAYERS {
+        rust_files(
+            &workspace().join("crates").join(layer).join("src"),
+            &mut files,
+        );
+    }
+    assert!(files.len() > 50, "the sources were not found");
     let long: Vec<String> = files
         .iter()
         .filter_map(|file| {
@@ -102,21 +119,15 @@ fn no_source_file_is_over_the_size_of_one_concern() {
 
 #[test]
 fn the_layout_doc_lists_the_layers_in_this_order() {
-    let lib = std::fs::read_to_string(source_dir().join("lib.rs")).expect("lib.rs");
+    let lib = std::fs::read_to_string(workspace().join("host/src/lib.rs")).expect("lib.rs");
     let listed: Vec<&str> = lib
         .lines()
         .filter_map(|line| line.strip_prefix("//! "))
         .filter_map(|line| line.split_whitespace().next())
-        .filter(|word| LAYERS.contains(word))
+        .filter_map(|word| word.strip_prefix("toolhost-"))
         .collect();
-    let mut order: Vec<&str> = Vec::new();
-    for word in listed {
-        if !order.contains(&word) {
-            order.push(word);
-        }
-    }
     assert_eq!(
-        order, LAYERS,
+        listed, LAYERS,
         "host/src/lib.rs lists the layers in another order"
     );
 }

@@ -1036,7 +1036,7 @@ async fn the_openapi_description_covers_every_route_and_every_event() {
         .keys()
         .map(String::as_str)
         .collect();
-    let source = std::fs::read_to_string(root.join("host/src/web/mod.rs")).expect("source");
+    let source = std::fs::read_to_string(root.join("crates/web/src/lib.rs")).expect("source");
     let routed: std::collections::BTreeSet<&str> = source
         .split(".route(")
         .skip(1)

@@ -33,7 +33,7 @@ pub(crate) enum LogFormat {
 /// sends to the log, 120 to 340 MB in seconds at `-v`. `TOOLHOST_LOG` replaces the filter.
 fn default_filter(verbose: u8) -> &'static str {
     match verbose {
-        0 => "warn,toolhost::runtime=info",
+        0 => "warn,toolhost_runtime=info",
         1 => "warn,toolhost=info,plugin=info",
         2 => "warn,toolhost=debug,plugin=debug",
         _ => "debug,cranelift=info,wasmtime=info",
@@ -69,7 +69,7 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
                     |metadata| {
                         metadata.is_span()
                             && metadata.name() == "call"
-                            && metadata.target() == "toolhost::invoke"
+                            && metadata.target() == "toolhost_core::invoke"
                     },
                 ))),
             ),
@@ -84,7 +84,7 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
         .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
             metadata.is_event()
                 && *metadata.level() <= tracing::Level::INFO
-                && (metadata.target().starts_with("toolhost") || metadata.target() == "plugin")
+                && toolhost::mcp::log::relayed(metadata.target())
         }));
     tracing_subscriber::registry()
         .with(text)

@@ -1,0 +1,196 @@
+//! config: TOML text -> raw descriptor types, with errors that carry file:line:col.
+//!
+//! Every file starts with `schema-version`. [`parse`] first probes that one field, then
+//! deserializes with that version's types (today only [`v1`]); a later version adds a module
+//! and an upgrade step here, and the rest of the host keeps seeing one set of types.
+
+mod chat;
+mod diagnostic;
+mod files;
+mod names;
+pub mod v1;
+
+pub use chat::{ProviderKind, ToolChoice};
+pub use diagnostic::{Diagnostic, Location, Note};
+pub use files::{PrivateDirError, Pruned, private_dir, read_limited, write_new};
+
+use diagnostic::LineIndex;
+pub use names::{
+    Access, Blake3Hex, ChatMib, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
+    MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, TimeoutMs, ToolName,
+};
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// The versions of the descriptor formats this host reads.
+pub const SUPPORTED_SCHEMA_VERSIONS: &[i64] = &[1];
+
+/// What kind of file is being parsed, for messages.
+#[derive(Debug, Clone, Copy)]
+pub enum FileKind {
+    Ensemble,
+    Invoker,
+    Host,
+}
+
+impl FileKind {
+    fn describe(self) -> &'static str {
+        match self {
+            FileKind::Ensemble => "an ensemble file",
+            FileKind::Invoker => "an invoker file",
+            FileKind::Host => "toolhost.toml",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct VersionProbe {
+    #[serde(rename = "schema-version")]
+    schema_version: Option<toml::Spanned<i64>>,
+}
+
+/// A configuration file's path and text, kept so that later checks can point into it. Its
+/// lines are indexed the first time a place in it is asked for, so that naming the place of
+/// an error costs log time, and nothing at all while there is no error.
+#[derive(Debug)]
+pub struct SourceFile {
+    pub path: PathBuf,
+    pub text: String,
+    lines: OnceLock<LineIndex>,
+}
+
+impl SourceFile {
+    /// A file's text as it was read.
+    pub fn new(path: PathBuf, text: String) -> Self {
+        SourceFile {
+            path,
+            text,
+            lines: OnceLock::new(),
+        }
+    }
+
+    /// Reads `path`: a regular file of at most [`MAX_DESCRIPTOR_BYTES`] of UTF-8.
+    pub fn read(path: &Path, kind: FileKind) -> Result<Self, Diagnostic> {
+        let error = |e: String| {
+            Diagnostic::new(
+                Location::file(path),
+                format!("cannot read {}: {e}", kind.describe()),
+            )
+        };
+        let bytes = read_limited(path, MAX_DESCRIPTOR_BYTES).map_err(error)?;
+        let text = String::from_utf8(bytes).map_err(|e| error(format!("it is not UTF-8: {e}")))?;
+        Ok(SourceFile::new(path.to_path_buf(), text))
+    }
+
+    /// Parses the text as `T` after checking its `schema-version`.
+    pub fn parse<T: DeserializeOwned>(&self, kind: FileKind) -> Result<T, Diagnostic> {
+        parse(&self.path, &self.text, kind)
+    }
+
+    /// A path written in this file, relative to the file, with `.` and `..` folded
+    /// lexically (the path may not exist, and messages should show a clean path).
+    pub fn relative(&self, path: &str) -> PathBuf {
+        let joined = self.path.parent().unwrap_or(Path::new(".")).join(path);
+        let mut clean = PathBuf::new();
+        for part in joined.components() {
+            match part {
+                Component::CurDir => {}
+                Component::ParentDir
+                    if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
+                {
+                    clean.pop();
+                }
+                other => clean.push(other),
+            }
+        }
+        if clean.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            clean
+        }
+    }
+
+    /// The location of a byte range of this file.
+    pub fn at(&self, span: Range<usize>) -> Location {
+        let lines = self.lines.get_or_init(|| LineIndex::new(&self.text));
+        Location::indexed(&self.path, &self.text, lines, span)
+    }
+}
+
+/// The largest descriptor file read (a file of 100,000 inline invokers is about 6 MiB).
+pub const MAX_DESCRIPTOR_BYTES: u64 = 16 << 20;
+
+/// A byte range of a configuration file, kept as it is: its line and column are worked out
+/// only when a message needs them ([`Span::location`]).
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub source: Arc<SourceFile>,
+    pub range: Range<usize>,
+}
+
+impl Span {
+    pub fn new(source: &Arc<SourceFile>, range: Range<usize>) -> Self {
+        Span {
+            source: Arc::clone(source),
+            range,
+        }
+    }
+
+    /// The file, line and column.
+    pub fn location(&self) -> Location {
+        self.source.at(self.range.clone())
+    }
+}
+
+/// Reads `schema-version` from the top-level keys of `source`. TOML puts every top-level key
+/// before the first table header, so the text up to that header is enough when it holds the
+/// version, and a file of twenty thousand invokers is not parsed twice. Otherwise (no
+/// version there, or a header-like line inside a multi-line string cut the text short) the
+/// whole document is parsed for the probe, so its syntax errors come first, as they should.
+fn probe_version(file: &Path, source: &str) -> Result<VersionProbe, Diagnostic> {
+    let header = source
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .find(|&start| {
+            source[start..]
+                .trim_start_matches([' ', '\t'])
+                .starts_with('[')
+        });
+    if let Some(end) = header
+        && let Ok(probe) = toml::from_str::<VersionProbe>(&source[..end])
+        && probe.schema_version.is_some()
+    {
+        return Ok(probe);
+    }
+    toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))
+}
+
+/// Parses `source` (the text of `file`) as `T` after checking its `schema-version`.
+pub fn parse<T: DeserializeOwned>(
+    file: &Path,
+    source: &str,
+    kind: FileKind,
+) -> Result<T, Diagnostic> {
+    let probe = probe_version(file, source)?;
+    let Some(version) = probe.schema_version else {
+        return Err(Diagnostic::new(
+            Location::at(file, source, 0..0),
+            format!("{} must start with `schema-version = 1`", kind.describe()),
+        ));
+    };
+    if !SUPPORTED_SCHEMA_VERSIONS.contains(version.get_ref()) {
+        return Err(Diagnostic::new(
+            Location::at(file, source, version.span()),
+            format!(
+                "schema-version {} is not one this toolhost reads (it reads {:?})",
+                version.get_ref(),
+                SUPPORTED_SCHEMA_VERSIONS
+            ),
+        ));
+    }
+    toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))
+}

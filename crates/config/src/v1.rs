@@ -1,0 +1,368 @@
+//! `schema-version = 1` of the descriptor files, as raw serde types: they only deserialize.
+//! Defaults are applied, paths resolved and schemas compiled later, in `resolve`.
+
+use super::names::{
+    Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep, ChatMib,
+    CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
+    DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpBodyTimeoutS, HttpHeaderTimeoutMs,
+    KeepResidentMib, MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
+    MaxConcurrentCalls, MaxConversations, MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams,
+    MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
+    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
+    McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs,
+    TimeoutMs, ToolName,
+};
+use serde::Deserialize;
+use toml::Spanned;
+
+fn yes() -> bool {
+    true
+}
+
+/// `ensembles/<name>.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EnsembleFile {
+    pub schema_version: u32,
+    pub ensemble: EnsembleSection,
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(default)]
+    pub grants: Grants,
+    #[serde(default)]
+    pub invokers: Vec<Spanned<InvokerEntry>>,
+}
+
+/// `[ensemble]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EnsembleSection {
+    pub name: Spanned<EnsembleName>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub description: Option<String>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
+    /// Its components must be `oci://` references signed by a key of `[trust]`.
+    #[serde(default)]
+    pub require_signature: bool,
+    pub prefix: Option<Spanned<ToolName>>,
+    /// An MCP server whose tools this ensemble imports, instead of a component.
+    pub mcp: Option<Spanned<McpSection>>,
+}
+
+/// `[ensemble.mcp]`: a server started as a child process (`command`, `args`, `env`) or
+/// reached over streamable HTTP (`url`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct McpSection {
+    pub command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables set for the server process (its environment is otherwise empty but for
+    /// `PATH` and what `inherit-env` names).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Host variables passed through with the host's values (tokens, say), so that their
+    /// values need not be written here.
+    #[serde(default)]
+    pub inherit_env: Vec<Spanned<EnvVarName>>,
+    pub url: Option<Spanned<String>>,
+    /// How long starting the server and listing its tools may take (default 10000).
+    pub startup_timeout_ms: Option<TimeoutMs>,
+    /// The most tools taken from the server (default 1000); more refuses the ensemble.
+    pub max_tools: Option<MaxTools>,
+}
+
+/// `[defaults]`: what each invoker inherits unless it sets its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Defaults {
+    pub timeout_ms: Option<TimeoutMs>,
+    pub memory_mib: Option<MemoryMib>,
+    pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_response_bytes: Option<MaxResponseBytes>,
+    pub max_concurrency: Option<MaxConcurrency>,
+    pub max_queue: Option<MaxQueue>,
+    pub dedup: Option<DedupMode>,
+}
+
+/// `[grants]`: the ceiling of what the ensemble's invokers may be given.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Grants {
+    #[serde(default)]
+    pub network: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub files: Vec<Spanned<FileGrant>>,
+    #[serde(default)]
+    pub env: Vec<Spanned<EnvVarName>>,
+    /// Whether invokers may sample the caller's model (`toolhost:plugin@0.2.0`'s `sample`).
+    pub sampling: Option<Spanned<bool>>,
+    /// Whether invokers may ask the person behind the caller (`elicit`).
+    pub elicitation: Option<Spanned<bool>>,
+}
+
+/// One granted directory: `{ host = "data/", guest = "/data", access = "read" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileGrant {
+    pub host: Spanned<String>,
+    pub guest: GuestPath,
+    pub access: Access,
+}
+
+/// One `[[invokers]]` entry: `{ source = "web/fetch.toml" }`; the tables of an invoker
+/// file inline (`invoker`, `limits`, `capabilities`, `arguments`); or flat, the `[invoker]`
+/// keys written in the entry itself (`name = "read_file"`, `description = ...`) beside
+/// `limits`, `capabilities` and `arguments`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerEntry {
+    pub source: Option<Spanned<String>>,
+    pub invoker: Option<InvokerSection>,
+    // The flat form: the keys of `[invoker]`, each optional here (`name` is then required).
+    pub name: Option<Spanned<ToolName>>,
+    pub tool: Option<Spanned<BackendToolName>>,
+    pub enabled: Option<Spanned<bool>>,
+    pub description: Option<Spanned<String>>,
+    pub destructive: Option<Spanned<bool>>,
+    pub dedup: Option<Spanned<DedupMode>>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
+    pub limits: Option<Limits>,
+    pub capabilities: Option<Capabilities>,
+    pub arguments: Option<Spanned<toml::Value>>,
+}
+
+/// `ensembles/<ensemble>/<invoker>.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerFile {
+    pub schema_version: u32,
+    pub invoker: InvokerSection,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    pub arguments: Option<Spanned<toml::Value>>,
+}
+
+/// `[invoker]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InvokerSection {
+    pub name: Spanned<ToolName>,
+    pub tool: Option<Spanned<BackendToolName>>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub destructive: bool,
+    pub dedup: Option<DedupMode>,
+    pub component: Option<Spanned<String>>,
+    pub blake3: Option<Spanned<Blake3Hex>>,
+}
+
+/// `[limits]` of an invoker.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Limits {
+    pub timeout_ms: Option<TimeoutMs>,
+    pub memory_mib: Option<MemoryMib>,
+    pub max_output_bytes: Option<MaxOutputBytes>,
+    pub max_response_bytes: Option<MaxResponseBytes>,
+    pub max_concurrency: Option<MaxConcurrency>,
+    pub max_queue: Option<MaxQueue>,
+}
+
+/// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Capabilities {
+    #[serde(default)]
+    pub network: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub files: Vec<Spanned<FileCapability>>,
+    #[serde(default)]
+    pub env: Vec<Spanned<EnvVarName>>,
+    /// `host.log` lines reach the host's log and the caller (default true).
+    pub log: Option<bool>,
+    /// Progress reports reach the caller (default true).
+    pub progress: Option<bool>,
+    /// May sample the caller's model; needs the ensemble's grant (default false).
+    pub sampling: Option<Spanned<bool>>,
+    /// May ask the person behind the caller; needs the ensemble's grant (default false).
+    pub elicitation: Option<Spanned<bool>>,
+}
+
+/// A directory the invoker needs, by its guest path: `{ guest = "/data", access = "read" }`.
+/// The host directory comes from the ensemble's grant of that guest path (or of a parent).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileCapability {
+    pub guest: GuestPath,
+    pub access: Access,
+}
+
+/// `toolhost.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HostFile {
+    pub schema_version: u32,
+    #[serde(default)]
+    pub host: HostSection,
+    #[serde(default)]
+    pub chat: ChatSection,
+    #[serde(default)]
+    pub registry: RegistrySection,
+    #[serde(default)]
+    pub trust: TrustSection,
+}
+
+/// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed
+/// with, and whether every one must be.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TrustSection {
+    /// PEM public keys (`cosign.pub`), relative to `toolhost.toml`.
+    #[serde(default)]
+    pub keys: Vec<Spanned<String>>,
+    /// Every `oci://` component must be signed by one of `keys`.
+    #[serde(default)]
+    pub require_signatures: Option<Spanned<bool>>,
+}
+
+/// `[registry]` of `toolhost.toml`: how `oci://` components are fetched. Credentials are
+/// never read from this file (the environment or a Docker `config.json`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RegistrySection {
+    /// Registries reached over plain HTTP (`host:port`); those on loopback always are.
+    #[serde(default)]
+    pub insecure: Vec<Spanned<String>>,
+    /// The largest manifest read, in KiB (default 1024).
+    pub max_manifest_kib: Option<MaxManifestKib>,
+    /// The largest component pulled, in MiB (default 64; never more than
+    /// `[host] max-component-mib`).
+    pub max_blob_mib: Option<MaxBlobMib>,
+    /// How long resolving a tag may take (default 5000).
+    pub resolve_timeout_ms: Option<ResolveTimeoutMs>,
+    /// How long pulling one component may take (default 120).
+    pub pull_timeout_s: Option<PullTimeoutS>,
+}
+
+/// `[host]` of `toolhost.toml`; relative paths are relative to that file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HostSection {
+    pub ensembles: Option<String>,
+    pub cache_dir: Option<String>,
+    pub audit: Option<String>,
+    pub status_file: Option<String>,
+    pub max_concurrent_calls: Option<MaxConcurrentCalls>,
+    /// The compile worker's address space (default 2048).
+    pub compile_memory_mib: Option<CompileMemoryMib>,
+    /// The compile worker's CPU time (default 120).
+    pub compile_cpu_seconds: Option<CompileCpuSeconds>,
+    /// How long one compile may take on the clock (default 180).
+    pub compile_timeout_s: Option<CompileTimeoutS>,
+    /// Compiles at once (default: the number of cores).
+    pub max_parallel_compiles: Option<MaxParallelCompiles>,
+    /// Compiled components that no ensemble uses kept in the cache, the most recently used
+    /// (default 8); the others are removed as `serve` reloads.
+    pub cache_keep: Option<CacheKeep>,
+    /// MiB of each instance's linear memory kept resident between calls (default 0): faster
+    /// calls of large components (Python, JavaScript), memory held by idle pool slots.
+    pub keep_resident_mib: Option<KeepResidentMib>,
+    /// The largest component file accepted (default 256).
+    pub max_component_mib: Option<MaxComponentMib>,
+    /// How long a component's `describe()` may take when it is loaded (default 2000).
+    pub describe_timeout_ms: Option<DescribeTimeoutMs>,
+    /// Results one session may remember for dedup, in MiB (default 64).
+    pub dedup_session_mib: Option<DedupMib>,
+    /// Results all sessions together may remember, in MiB (default 256).
+    pub dedup_total_mib: Option<DedupMib>,
+    /// MCP sessions open at once over HTTP (default 1000).
+    pub max_mcp_sessions: Option<MaxMcpSessions>,
+    /// An MCP session idle this long over HTTP is closed (default 300).
+    pub mcp_session_idle_s: Option<McpSessionIdleS>,
+    /// HTTP connections open at once (default 1024).
+    pub max_http_connections: Option<MaxHttpConnections>,
+    /// Long-lived responses (event streams: MCP's GET streams and `subscriptions/listen`,
+    /// chat runs, the catalog's stream) open at once; at most half of the connections
+    /// (default 256, or half of `max-http-connections` if that is less).
+    pub max_http_streams: Option<Spanned<MaxHttpStreams>>,
+    /// How long a connection may take to send a request's headers (default 10000).
+    pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
+    /// How long a request's body may take once its headers arrived (default 30).
+    pub http_body_timeout_s: Option<HttpBodyTimeoutS>,
+    /// Host names `/mcp` answers besides loopback and the address it listens on (the name
+    /// of a Kubernetes Service, a load balancer's): any other Host header is refused, so
+    /// that a DNS rebinding page cannot reach the tools.
+    #[serde(default)]
+    pub allowed_hosts: Vec<AllowedHost>,
+    /// How long a shutdown (SIGTERM, SIGINT) waits for calls in flight before cancelling
+    /// them (default 20).
+    pub drain_timeout_s: Option<DrainTimeoutS>,
+    /// What happens while the audit log cannot be written: `refuse` calls (the default) or
+    /// `continue` and count what is lost.
+    pub on_audit_error: Option<toolhost_audit::OnAuditError>,
+}
+
+/// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read
+/// from this file: `api-key-env` names the environment variable that holds the key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChatSection {
+    /// `openai`, `anthropic` or `prompted`.
+    pub provider: Option<super::ProviderKind>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<EnvVarName>,
+    /// Accepted only to be refused with a message that says where keys go.
+    pub api_key: Option<Spanned<toml::Value>>,
+    pub stream: Option<bool>,
+    pub max_tokens: Option<MaxTokens>,
+    pub max_iterations: Option<MaxIterations>,
+    pub max_parallel_calls: Option<MaxParallelCalls>,
+    pub request_timeout_s: Option<RequestTimeoutS>,
+    /// The most one model answer may bring, streamed or whole, in MiB (default 16).
+    pub max_response_mib: Option<MaxResponseMib>,
+    /// Tool calls of one model answer that run; the rest are refused (default 32).
+    pub max_calls_per_answer: Option<MaxCallsPerAnswer>,
+    /// Bytes of tool results one run keeps, in MiB; past them results are cut (default 8).
+    pub max_run_result_mib: Option<ChatMib>,
+    /// The largest request sent to the model, in MiB; older parts are cut to fit (default 8).
+    pub max_request_mib: Option<ChatMib>,
+    /// The largest a conversation may grow, in MiB; past it, it cannot go on (default 16).
+    pub max_conversation_mib: Option<ChatMib>,
+    pub max_attempts: Option<MaxAttempts>,
+    pub retry_delay_ms: Option<RetryDelayMs>,
+    pub system: Option<String>,
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Destructive tools that run without asking (names, or prefixes ending in `*`).
+    #[serde(default)]
+    pub auto_approve: Vec<String>,
+    /// Whether the model may (`auto`, the default), must (`required`, or a tool's name) or
+    /// must not (`none`) call a tool on a run's first model call.
+    pub tool_choice: Option<super::ToolChoice>,
+    /// Models an HTTP chat request may name besides `model`.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The chat database (SQLite), relative to `toolhost.toml`; default `chat.sqlite3` in the
+    /// state directory.
+    pub database: Option<String>,
+    /// Runs of the HTTP chat API at once (default 16).
+    pub max_runs: Option<MaxRuns>,
+    /// Conversations the database keeps (default 10000).
+    pub max_conversations: Option<MaxConversations>,
+    /// MiB the database may use (default 1024): past it, no conversation starts or goes on
+    /// until some are deleted.
+    pub max_database_mib: Option<MaxDatabaseMib>,
+    /// How long a destructive call waits for a person's answer in the HTTP chat API
+    /// (default 300).
+    pub approval_timeout_s: Option<ApprovalTimeoutS>,
+}

@@ -1,0 +1,97 @@
+//! The component backend: a WebAssembly component, of the `toolhost:plugin` world or typed
+//! (any other world: each exported function a tool), run in a fresh sandboxed instance per
+//! call by the [`Runtime`].
+
+use super::{
+    Backend, BackendCall, BoxFuture, RunError, SourceHash, ToolHints, ToolOffer, ToolOutput,
+    ToolResult,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toolhost_runtime::{Caller, LoadedComponent, Runtime};
+
+/// One component file, as a descriptor names it.
+pub struct ComponentBackend {
+    runtime: Arc<Runtime>,
+    component: Arc<LoadedComponent>,
+    /// The file this descriptor names (the compiled component is shared by hash, so it may
+    /// have been first loaded from another file).
+    path: PathBuf,
+}
+
+impl ComponentBackend {
+    /// The backend of `component` (loaded by `runtime`) as the file at `path`, with the tools
+    /// its `describe()` offers.
+    pub fn new(
+        runtime: &Arc<Runtime>,
+        component: Arc<LoadedComponent>,
+        path: &Path,
+    ) -> (Self, Vec<ToolOffer>) {
+        let offers = component
+            .tools
+            .iter()
+            .map(|tool| ToolOffer {
+                name: tool.name.clone(),
+                alias: tool.default_name.clone(),
+                output: tool.output.as_ref().and_then(|output| {
+                    let schema = serde_json::from_str(&output.schema).ok()?;
+                    Some(ToolOutput {
+                        schema: Arc::new(schema),
+                        shape: output.shape,
+                    })
+                }),
+                description: tool.description.as_str().into(),
+                input_schema: tool.input_schema.clone(),
+                hints: ToolHints::default(),
+            })
+            .collect();
+        let backend = ComponentBackend {
+            runtime: Arc::clone(runtime),
+            component,
+            path: path.to_path_buf(),
+        };
+        (backend, offers)
+    }
+}
+
+impl std::fmt::Debug for ComponentBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentBackend")
+            .field("component", &self.component)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for ComponentBackend {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>> {
+        Box::pin(async move {
+            self.runtime
+                .call(
+                    &self.component,
+                    Caller {
+                        invoker: call.invoker,
+                        session: call.session,
+                        link: call.link,
+                    },
+                    call.tool,
+                    &call.arguments.to_string(),
+                    call.limits,
+                    call.sandbox,
+                )
+                .await
+        })
+    }
+
+    fn source_hash(&self) -> SourceHash {
+        SourceHash(self.component.hash.0)
+    }
+
+    fn watched_file(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}

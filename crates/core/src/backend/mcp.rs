@@ -1,0 +1,589 @@
+//! The MCP backend: an external MCP server imported as an ensemble (`[ensemble.mcp]`), as a
+//! client of it.
+//!
+//! An [`McpImport`] is one server: a child process (`command`, `args`, `env`) or a streamable
+//! HTTP endpoint (`url`). It is started when it is first needed (when the catalog lists its
+//! tools, or a call finds it down), shared by every catalog version that names the same
+//! server ([`ImportedServers`], in [`servers`], owned by whoever builds catalogs), and dropped
+//! with the last of them; `serve` starts it in the background. A server that dies (or cannot be started) makes only its own tools fail, with
+//! `crashed`; the next call starts it again, right away after a crash, then with a doubling
+//! backoff (1 s up to 60 s) while starting keeps failing. A server at either MCP revision is
+//! taken: `server/discover` first (2026-07-28), the `initialize` handshake for one that does
+//! not know it. A server's tool list changes (`notifications/tools/list_changed` in a session,
+//! or on the `subscriptions/listen` stream held open to a 2026-07-28 server) are broadcast
+//! ([`ImportedServers::changes`]), and the reloader rebuilds the catalog from the new list.
+//!
+//! An imported server is a native process (or a remote service), not a sandboxed component:
+//! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
+//! the server itself can reach is up to the operator.
+
+use super::{Backend, BackendCall, ToolHints, ToolOffer};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion, ServerNotification,
+    SubscriptionFilter,
+};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
+    RunningService,
+};
+use rmcp::{ClientHandler, RoleClient};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use toolhost_contract::{BoxFuture, RunError, SourceHash, ToolFailure, ToolResult};
+
+use stderr::forward_stderr;
+use tokio::sync::broadcast;
+
+pub mod content;
+mod servers;
+mod stderr;
+
+pub use servers::{Background, ImportedServers};
+
+/// The first wait after a failed start; it doubles with each further failure.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The most bytes of tool names, descriptions and schemas taken from one server, however many
+/// pages it spreads them over: as much as one component may describe.
+pub const MAX_LISTED_BYTES: usize = toolhost_runtime::MAX_DESCRIBED_BYTES;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum McpTarget {
+    /// A child process speaking MCP on its stdin and stdout.
+    Command {
+        program: String,
+        args: Vec<String>,
+        /// The complete environment of the process.
+        env: Vec<(String, String)>,
+        /// Its working directory: the ensemble file's directory.
+        cwd: PathBuf,
+    },
+    /// A streamable HTTP endpoint.
+    Url(String),
+}
+
+/// One imported server's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct McpSpec {
+    pub target: McpTarget,
+    #[serde(skip)]
+    pub startup_timeout: Duration,
+    /// The most tools taken from the server (`max-tools`).
+    #[serde(skip)]
+    pub max_tools: usize,
+}
+
+impl McpSpec {
+    /// Identifies the server's settings (what `list` shows where a component shows its hash).
+    pub fn hash(&self) -> SourceHash {
+        let text = serde_json::to_string(&self.target).unwrap_or_default();
+        SourceHash(*blake3::hash(text.as_bytes()).as_bytes())
+    }
+
+    /// Identifies every setting of the import, its bounds included: an import is reused only
+    /// when this is the same, so a changed `max-tools` or `startup-timeout-ms` takes effect
+    /// at the reload that reads it (with a new server process).
+    /// What makes two imports the same server (its hash, and the bounds of its start).
+    pub fn key(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.hash().0);
+        hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
+        hasher.update(&(self.max_tools as u64).to_le_bytes());
+        *hasher.finalize().as_bytes()
+    }
+
+    /// The command line or URL, for messages.
+    pub fn describe(&self) -> String {
+        match &self.target {
+            McpTarget::Command { program, args, .. } => std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            McpTarget::Url(url) => url.clone(),
+        }
+    }
+}
+
+/// Why a server could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("MCP server `{server}` {reason}")]
+pub struct McpError {
+    pub server: String,
+    pub reason: String,
+}
+
+/// A server's repeated notices are logged at most this often.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Receives a server's notifications.
+#[derive(Clone)]
+struct Watcher {
+    server: String,
+    changes: broadcast::Sender<String>,
+    /// When a tool-list change was last logged.
+    logged: Arc<Mutex<Option<Instant>>>,
+}
+
+impl ClientHandler for Watcher {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed();
+    }
+}
+
+impl Watcher {
+    /// The server said its tools changed (a session's notification, or a subscription's).
+    fn tools_changed(&self) {
+        // A server that floods notifications is logged once per interval, not per message.
+        let now = Instant::now();
+        let mut last = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_none_or(|at| now.duration_since(at) >= LOG_INTERVAL) {
+            tracing::info!("MCP server `{}` changed its tools", self.server);
+            *last = Some(now);
+        }
+        drop(last);
+        // Nobody listening (`check`, `call`) is fine; a lagging listener reloads once.
+        let _ = self.changes.send(self.server.clone());
+    }
+}
+
+/// A task stopped when this is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The live connection, or when to try again.
+#[derive(Default)]
+struct Connection {
+    service: Option<Arc<RunningService<RoleClient, Watcher>>>,
+    /// Over 2026-07-28, the `subscriptions/listen` stream that reports tool list changes.
+    _listening: Option<AbortOnDrop>,
+    /// Failed starts in a row.
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// One imported MCP server.
+pub struct McpImport {
+    spec: McpSpec,
+    hash: SourceHash,
+    connection: tokio::sync::Mutex<Connection>,
+    /// True while a session is open (as last seen: set when one starts, cleared when one
+    /// fails or is found closed).
+    up: std::sync::atomic::AtomicBool,
+    /// Where its `tools/list_changed` notifications go.
+    changes: broadcast::Sender<String>,
+    /// True while a start in the background is under way.
+    starting: std::sync::atomic::AtomicBool,
+    /// True while a reload is scheduled for the end of a failed start's backoff.
+    retry_scheduled: std::sync::atomic::AtomicBool,
+    /// Told (its description) when a start in the background ended, however it ended.
+    started: broadcast::Sender<String>,
+}
+
+impl std::fmt::Debug for McpImport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpImport")
+            .field("server", &self.spec.describe())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the catalog takes of a server's tool.
+fn offer(tool: rmcp::model::Tool) -> ToolOffer {
+    let annotations = tool.annotations.as_ref();
+    // The hints count only when the server sets them: MCP's default for an absent
+    // destructiveHint (true) would make nearly every tool ask.
+    let hints = ToolHints {
+        destructive: annotations.and_then(|a| a.destructive_hint) == Some(true),
+        read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
+    };
+    ToolOffer {
+        alias: None,
+        output: None,
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().into(),
+        input_schema: Value::Object((*tool.input_schema).clone()).to_string(),
+        hints,
+    }
+}
+
+impl McpImport {
+    pub fn spec(&self) -> &McpSpec {
+        &self.spec
+    }
+
+    fn error(&self, reason: impl Into<String>) -> McpError {
+        McpError {
+            server: self.spec.describe(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The running session, started now if there is none (unless a failed start is still in
+    /// its backoff).
+    async fn session(&self) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
+        let mut connection = self.connection.lock().await;
+        if let Some(service) = &connection.service {
+            if alive(service) {
+                return Ok(Arc::clone(service));
+            }
+            tracing::warn!(
+                "MCP server `{}` is gone; starting it again",
+                self.spec.describe()
+            );
+            connection.service = None;
+            self.up.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(at) = connection.retry_at
+            && Instant::now() < at
+        {
+            let wait = at.saturating_duration_since(Instant::now());
+            return Err(self.error(format!(
+                "is unavailable ({}); the next try is in {} s",
+                connection
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("it failed to start"),
+                wait.as_secs().max(1)
+            )));
+        }
+        match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
+            Ok(Ok((service, watcher))) => {
+                self.up.store(true, std::sync::atomic::Ordering::Relaxed);
+                let service = Arc::new(service);
+                *connection = Connection {
+                    _listening: listen_for_changes(&service, watcher),
+                    service: Some(Arc::clone(&service)),
+                    ..Connection::default()
+                };
+                Ok(service)
+            }
+            failed => {
+                let reason = match failed {
+                    Ok(Err(reason)) => reason,
+                    _ => format!(
+                        "did not start within {} ms",
+                        self.spec.startup_timeout.as_millis()
+                    ),
+                };
+                connection.failures += 1;
+                let backoff = FIRST_BACKOFF
+                    .saturating_mul(2u32.saturating_pow(connection.failures - 1))
+                    .min(MAX_BACKOFF);
+                connection.retry_at = Some(Instant::now() + backoff);
+                connection.last_error = Some(reason.clone());
+                Err(self.error(reason))
+            }
+        }
+    }
+
+    /// Starts the server (or connects to it) and opens its MCP session: `server/discover`
+    /// first, and the `initialize` handshake for a server that does not know it, or that
+    /// answers it with only the handshake revisions (then on a new process or connection:
+    /// a failed probe may leave the first one in any state).
+    async fn start(&self) -> Result<(RunningService<RoleClient, Watcher>, Watcher), String> {
+        let watcher = Watcher {
+            server: self.spec.describe(),
+            changes: self.changes.clone(),
+            logged: Arc::default(),
+        };
+        let auto = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        let service = match self.connect(&watcher, auto).await? {
+            Err(ClientInitializeError::NoCompatibleProtocolVersion {
+                server_supported, ..
+            }) if server_supported.iter().any(ProtocolVersion::has_initialize) => {
+                self.connect(&watcher, ClientLifecycleMode::Initialize)
+                    .await?
+            }
+            other => other,
+        };
+        let service = service.map_err(|e| format!("did not complete the MCP handshake: {e}"))?;
+        Ok((service, watcher))
+    }
+
+    /// One attempt at a session with `lifecycle`: `Err` when the server could not be
+    /// started or reached, `Ok(Err)` when it was but the session did not open.
+    async fn connect(
+        &self,
+        watcher: &Watcher,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Result<RunningService<RoleClient, Watcher>, ClientInitializeError>, String> {
+        match &self.spec.target {
+            McpTarget::Command {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command
+                    .args(args)
+                    .env_clear()
+                    .envs(env.iter().cloned())
+                    .current_dir(cwd)
+                    .kill_on_drop(true);
+                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("could not be started: {e}"))?;
+                if let Some(stderr) = stderr {
+                    forward_stderr(self.spec.describe(), stderr);
+                }
+                Ok(watcher
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await)
+            }
+            McpTarget::Url(url) => {
+                toolhost_contract::tls::install_provider();
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+                Ok(watcher
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await)
+            }
+        }
+    }
+
+    /// Forgets `service` after it failed, so that the next call starts the server again.
+    async fn forget(&self, service: &Arc<RunningService<RoleClient, Watcher>>) {
+        let mut connection = self.connection.lock().await;
+        if connection
+            .service
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, service))
+        {
+            connection.service = None;
+            self.up.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The server's tools, as the catalog takes them.
+    pub async fn tools(&self) -> Result<Vec<ToolOffer>, McpError> {
+        let service = self.session().await?;
+        let max = self.spec.max_tools;
+        // Page by page, so that a server that lists too many, or too much, is stopped, not
+        // read to the end.
+        let list = async {
+            let mut tools = Vec::new();
+            let mut bytes = 0usize;
+            let mut cursor = None;
+            loop {
+                let page = service
+                    .list_tools(Some(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
+                    ))
+                    .await?;
+                // Each page becomes what the catalog keeps (name, description, schema, hints)
+                // at once: the rest of a tool (output schema, icons, `_meta`) is dropped with
+                // the page, and what is kept is what is counted.
+                for tool in page.tools {
+                    let offer = offer(tool);
+                    bytes = bytes.saturating_add(
+                        offer.name.len() + offer.description.len() + offer.input_schema.len(),
+                    );
+                    tools.push(offer);
+                }
+                if tools.len() > max {
+                    return Ok(Err(format!(
+                        "offers more than {max} tools ({} so far), the most this ensemble takes \
+                         (set `max-tools` in [ensemble.mcp] to take more)",
+                        tools.len()
+                    )));
+                }
+                if bytes > MAX_LISTED_BYTES {
+                    return Ok(Err(format!(
+                        "lists more than {} MiB of tool names, descriptions and schemas ({} \
+                         tools so far), the most the host keeps of one server",
+                        MAX_LISTED_BYTES >> 20,
+                        tools.len()
+                    )));
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(Ok(tools)),
+                }
+            }
+        };
+        let listed: Result<Result<Vec<_>, String>, rmcp::ServiceError> =
+            tokio::time::timeout(self.spec.startup_timeout, list)
+                .await
+                .map_err(|_| self.error("did not list its tools in time"))?;
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(too_much)) => return Err(self.error(too_much)),
+            Err(e) => {
+                self.forget(&service).await;
+                return Err(self.error(format!("could not list its tools: {e}")));
+            }
+        };
+        Ok(tools)
+    }
+
+    /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its items.
+    async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        timeout: Duration,
+        max_output_bytes: usize,
+    ) -> Result<ToolResult, RunError> {
+        let started = Instant::now();
+        let crashed = |message: String| RunError::Crashed { message };
+        let service = tokio::time::timeout(timeout, self.session())
+            .await
+            .map_err(|_| RunError::Timeout { limit: timeout })?
+            .map_err(|e| RunError::ServerUnavailable {
+                message: e.to_string(),
+            })?;
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Value::Object(map) = arguments {
+            params = params.with_arguments(map.clone());
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        // Dropping the request on timeout sends the server `notifications/cancelled`.
+        let answer = tokio::time::timeout(left, service.peer().call_tool_once(params))
+            .await
+            .map_err(|_| RunError::Timeout { limit: timeout })?;
+        let result = match answer {
+            Ok(CallToolResponse::Complete(result)) => result,
+            Ok(_) => {
+                return Err(crashed(format!(
+                    "MCP server `{}` asked for input or deferred the call, which toolhost does not support",
+                    self.spec.describe()
+                )));
+            }
+            Err(e) => {
+                if service.is_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
+                    self.forget(&service).await;
+                    return Err(crashed(format!(
+                        "MCP server `{}` exited during the call; it will be started again on the next call",
+                        self.spec.describe()
+                    )));
+                }
+                return Err(crashed(format!(
+                    "MCP server `{}` failed the call: {e}",
+                    self.spec.describe()
+                )));
+            }
+        };
+        let failed = result.is_error == Some(true);
+        let result = content::from_mcp(result);
+        if failed {
+            return Err(RunError::Tool(ToolFailure::Failed(
+                result.text().into_owned(),
+            )));
+        }
+        let bytes = result.bytes();
+        if bytes > max_output_bytes {
+            return Err(RunError::OutputLimit {
+                bytes,
+                limit: max_output_bytes,
+            });
+        }
+        Ok(result)
+    }
+}
+
+impl Backend for McpImport {
+    fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>> {
+        Box::pin(self.call_tool(
+            call.tool,
+            call.arguments,
+            call.limits.timeout,
+            call.limits.max_output_bytes,
+        ))
+    }
+
+    fn source_hash(&self) -> SourceHash {
+        self.hash
+    }
+
+    fn watched_file(&self) -> Option<&Path> {
+        None
+    }
+
+    fn describe(&self) -> String {
+        format!("mcp: {}", self.spec.describe())
+    }
+
+    fn is_up(&self) -> Option<bool> {
+        // A session that ended since it was last used is down now, if the state can be read
+        // without waiting (a start in progress holds it: then as last seen).
+        if let Ok(connection) = self.connection.try_lock() {
+            let up = (connection.service.as_ref()).is_some_and(|service| alive(service));
+            self.up.store(up, std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(self.up.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// True while `service`'s session runs: not cancelled, and its loop still reading (it ends
+/// when the server's process exits or its connection closes).
+fn alive(service: &RunningService<RoleClient, Watcher>) -> bool {
+    !service.is_closed() && !service.peer().is_transport_closed()
+}
+
+/// For a server at 2026-07-28 (no session, so no `notifications/tools/list_changed` outside a
+/// subscription): a task holding a `subscriptions/listen` stream for tool list changes, which
+/// it reports through `watcher`, until the connection ends. `None` for a server
+/// that did the handshake (its notifications reach the watcher) or that does not announce
+/// changes.
+fn listen_for_changes(
+    service: &RunningService<RoleClient, Watcher>,
+    watcher: Watcher,
+) -> Option<AbortOnDrop> {
+    let info = service.peer().peer_info()?;
+    let announces =
+        (info.capabilities.tools.as_ref()).is_some_and(|t| t.list_changed == Some(true));
+    if info.protocol_version.has_initialize() || !announces {
+        return None;
+    }
+    let peer = service.peer().clone();
+    let task = tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        // A stream the server ends (its own restart or shutdown) is opened again, at most
+        // once a second, while the connection lasts.
+        while !peer.is_transport_closed() {
+            match peer.listen(filter.clone()).await {
+                Ok(mut subscription) => {
+                    while let Ok(Some(notification)) = subscription.next().await {
+                        if matches!(
+                            notification,
+                            ServerNotification::ToolListChangedNotification(_)
+                        ) {
+                            watcher.tools_changed();
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "MCP server `{}` refused a subscription to tool list changes ({e}); \
+                         its changes are seen at the next reload",
+                        watcher.server
+                    );
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    Some(AbortOnDrop(task.abort_handle()))
+}

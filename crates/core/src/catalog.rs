@@ -1,0 +1,376 @@
+//! catalog: the resolved tools ([`Catalog`]) and the live catalog behind an atomic pointer
+//! ([`LiveCatalog`]). A call takes a snapshot when it starts and keeps it to the end, so a
+//! swap never changes a call in flight. Every swap is announced to subscribers as a
+//! [`CatalogChange`] (the MCP server turns it into `tools/list_changed`).
+//!
+//! A tool's calls run on its [`Backend`]; the catalog never asks which kind it is.
+
+use crate::backend::Backend;
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::broadcast;
+use toolhost_config::{Access, DedupMode, Span};
+use toolhost_contract::CallLimits;
+use toolhost_contract::SourceHash;
+use toolhost_runtime::sandbox::SandboxSpec;
+
+/// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
+/// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include
+/// it, so a reloaded tool never answers from its old version's results.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct VersionHash(pub [u8; 32]);
+
+impl fmt::Display for VersionHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for VersionHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VersionHash({self})")
+    }
+}
+
+/// How many calls of one invoker may run at once, and how many may wait for a turn; a call
+/// past both is refused as `busy` at once rather than queued without bound.
+#[derive(Debug)]
+pub struct CallGate {
+    running: tokio::sync::Semaphore,
+    waiting: std::sync::atomic::AtomicUsize,
+    pub max_running: usize,
+    pub max_waiting: usize,
+}
+
+/// The gate refused a call: every slot is running and the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateFull;
+
+impl CallGate {
+    pub fn new(max_running: usize, max_waiting: usize) -> Self {
+        CallGate {
+            running: tokio::sync::Semaphore::new(max_running.max(1)),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            max_running: max_running.max(1),
+            max_waiting,
+        }
+    }
+
+    /// Waits for a turn, or refuses at once when the queue is full.
+    pub(crate) async fn enter(&self) -> Result<tokio::sync::SemaphorePermit<'_>, GateFull> {
+        use std::sync::atomic::Ordering;
+        if let Ok(permit) = self.running.try_acquire() {
+            return Ok(permit);
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(GateFull);
+        }
+        let permit = self.running.acquire().await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        // The semaphore is never closed.
+        permit.map_err(|_| GateFull)
+    }
+}
+
+/// An arguments schema (always a JSON object) with its compiled validator. Invokers with the
+/// same schema share one.
+pub struct Schema {
+    /// The schema, shared as it is with whoever lists it (an MCP `inputSchema` is one).
+    pub object: Arc<Map<String, Value>>,
+    pub(crate) validator: jsonschema::Validator,
+    /// blake3 of the schema's JSON text, for version hashes.
+    pub(crate) hash: [u8; 32],
+    /// The length of its JSON text, for budgets.
+    pub json_len: usize,
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schema")
+            .field("object", &self.object)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One tool as the model sees it: a resolved invoker.
+pub struct Tool {
+    /// The name the model calls (with the ensemble's prefix, if any).
+    pub name: String,
+    pub ensemble: Arc<str>,
+    /// The ensemble file, and the file that describes this invoker (the same file when inline).
+    pub ensemble_file: Arc<Path>,
+    pub invoker_file: Arc<Path>,
+    pub enabled: bool,
+    /// What runs a call (shared by the invokers of one component or server).
+    pub backend: Arc<dyn Backend>,
+    /// The tool's name inside the backend.
+    pub backend_tool: String,
+    /// What the tool does, for the model (shared with its backend's when not overridden).
+    pub description: Arc<str>,
+    /// The arguments' schema (shared by invokers with the same one).
+    pub schema: Arc<Schema>,
+    /// The schema of its result, where the backend knows it (a typed component's export).
+    pub output: Option<crate::backend::ToolOutput>,
+    /// The compiled output schema a `toolhost:plugin@0.2.0` tool declared: every structured
+    /// result it returns is checked against it before a caller sees it.
+    pub output_check: Option<Arc<Schema>>,
+    pub limits: CallLimits,
+    pub dedup: DedupMode,
+    /// Needs a yes before it runs (the invoker's `destructive`, or its server's hint).
+    pub destructive: bool,
+    /// Its backend says it changes nothing (an imported server's `readOnlyHint`).
+    pub read_only: bool,
+    pub sandbox: SandboxSpec,
+    /// Per-invoker admission: `max-concurrency` running, `max-queue` waiting.
+    pub gate: Arc<CallGate>,
+    pub version: VersionHash,
+    /// Where the invoker's name is written, for messages that point at it.
+    pub definition: Span,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("ensemble", &self.ensemble)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// The arguments' JSON Schema (an object).
+    pub fn input_schema(&self) -> &Map<String, Value> {
+        &self.schema.object
+    }
+
+    /// What its backend runs: the component's hash, or the MCP server's settings' hash.
+    pub fn source_hash(&self) -> SourceHash {
+        self.backend.source_hash()
+    }
+
+    /// The component file, or the MCP server's command line or URL, for listings.
+    pub fn source(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// A one-line description of the granted directories, for listings.
+    pub fn grants_summary(&self) -> String {
+        let mut parts: Vec<String> = self
+            .sandbox
+            .preopens
+            .iter()
+            .map(|p| {
+                let access = if p.writable {
+                    Access::ReadWrite
+                } else {
+                    Access::Read
+                };
+                format!("{}:{access}", p.guest)
+            })
+            .collect();
+        parts.extend(self.sandbox.env.iter().map(|(k, _)| format!("env:{k}")));
+        parts.extend(self.sandbox.network.iter().map(|p| format!("net:{p}")));
+        parts.join(",")
+    }
+}
+
+/// An accepted ensemble and its tools, enabled or not.
+#[derive(Debug)]
+pub struct Ensemble {
+    pub name: String,
+    pub file: PathBuf,
+    pub enabled: bool,
+    pub description: Option<String>,
+    pub tools: Vec<Arc<Tool>>,
+}
+
+impl Serialize for Ensemble {
+    /// `{name, file, enabled, description, tools: [names]}`, as `check --json` prints it.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Ensemble", 5)?;
+        s.serialize_field("name", &self.name)?;
+        s.serialize_field("file", &self.file)?;
+        s.serialize_field("enabled", &self.enabled)?;
+        s.serialize_field("description", &self.description)?;
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        s.serialize_field("tools", &names)?;
+        s.end()
+    }
+}
+
+/// A consistent set of tools, built by `resolve` and never changed after.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// Enabled tools by name.
+    active: BTreeMap<String, Arc<Tool>>,
+    /// The accepted ensembles, in load order, and where each is by file.
+    ensembles: Vec<Arc<Ensemble>>,
+    by_file: HashMap<PathBuf, usize>,
+}
+
+impl Catalog {
+    /// A catalog of `ensembles`, whose enabled tools' names must not collide (the resolver
+    /// checked them).
+    pub fn new(ensembles: Vec<Arc<Ensemble>>) -> Self {
+        let active = ensembles
+            .iter()
+            .filter(|e| e.enabled)
+            .flat_map(|e| e.tools.iter().filter(|t| t.enabled))
+            .map(|t| (t.name.clone(), Arc::clone(t)))
+            .collect();
+        let by_file = ensembles
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.file.clone(), i))
+            .collect();
+        Catalog {
+            active,
+            ensembles,
+            by_file,
+        }
+    }
+
+    /// The enabled tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.active.get(name)
+    }
+
+    /// Enabled tools, by name.
+    pub fn tools(&self) -> impl ExactSizeIterator<Item = &Arc<Tool>> {
+        self.active.values()
+    }
+
+    /// Enabled tools whose names come after `name`, by name.
+    pub fn tools_after(&self, name: &str) -> impl Iterator<Item = &Arc<Tool>> {
+        use std::ops::Bound;
+        self.active
+            .range::<str, _>((Bound::Excluded(name), Bound::Unbounded))
+            .map(|(_, tool)| tool)
+    }
+
+    /// All tools of the accepted ensembles, disabled ones included, in load order.
+    pub fn all_tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.ensembles.iter().flat_map(|e| e.tools.iter())
+    }
+
+    /// The accepted ensembles.
+    pub fn ensembles(&self) -> &[Arc<Ensemble>] {
+        &self.ensembles
+    }
+
+    /// The ensemble loaded from `file`.
+    pub fn ensemble_of_file(&self, file: &Path) -> Option<&Arc<Ensemble>> {
+        self.by_file.get(file).map(|&i| &self.ensembles[i])
+    }
+}
+
+/// An ensemble file that failed to load, as reported to subscribers and `status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RefusedEnsemble {
+    pub file: PathBuf,
+    /// True when its previous version goes on serving.
+    pub kept_previous: bool,
+    /// The errors, rendered (each starts with `error:` and names file:line:col).
+    pub errors: Vec<String>,
+}
+
+/// What one swap changed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CatalogChange {
+    /// Counts swaps since the live catalog was made; the first catalog is 0.
+    pub generation: u64,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    /// Tools whose version (component or descriptor) changed.
+    pub changed: Vec<String>,
+    /// Ensemble files that failed this time, each with its errors.
+    pub refused: Vec<RefusedEnsemble>,
+}
+
+impl CatalogChange {
+    /// True when the set of tools, or any tool, changed.
+    pub fn tools_changed(&self) -> bool {
+        !(self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty())
+    }
+
+    /// What differs between two catalogs, by enabled tool name and version.
+    fn between(old: &Catalog, new: &Catalog) -> Self {
+        let mut change = CatalogChange::default();
+        for tool in new.tools() {
+            match old.get(&tool.name) {
+                None => change.added.push(tool.name.clone()),
+                Some(before) if before.version != tool.version => {
+                    change.changed.push(tool.name.clone())
+                }
+                Some(_) => {}
+            }
+        }
+        change.removed = old
+            .tools()
+            .filter(|t| new.get(&t.name).is_none())
+            .map(|t| t.name.clone())
+            .collect();
+        change
+    }
+}
+
+/// The catalog that calls use now; replaced whole, atomically, and watched by subscribers.
+#[derive(Debug)]
+pub struct LiveCatalog {
+    current: ArcSwap<Catalog>,
+    /// Held while a swap is made and announced, so generations go out in order.
+    generation: Mutex<u64>,
+    changes: broadcast::Sender<Arc<CatalogChange>>,
+}
+
+impl Default for LiveCatalog {
+    fn default() -> Self {
+        LiveCatalog::new(Catalog::default())
+    }
+}
+
+impl LiveCatalog {
+    pub fn new(catalog: Catalog) -> Self {
+        LiveCatalog {
+            current: ArcSwap::from_pointee(catalog),
+            generation: Mutex::new(0),
+            changes: broadcast::channel(64).0,
+        }
+    }
+
+    /// The catalog as it is now; keep it for the whole of a call.
+    pub fn snapshot(&self) -> Arc<Catalog> {
+        self.current.load_full()
+    }
+
+    /// Receives a [`CatalogChange`] after every swap from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<CatalogChange>> {
+        self.changes.subscribe()
+    }
+
+    /// Makes `catalog` the one new calls see, and tells subscribers what changed (with the
+    /// ensembles that were `refused` while it was built). Calls in flight keep their snapshot.
+    pub fn replace(&self, catalog: Catalog, refused: Vec<RefusedEnsemble>) -> Arc<CatalogChange> {
+        let mut generation = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *generation += 1;
+        let mut change = CatalogChange::between(&self.current.load(), &catalog);
+        change.generation = *generation;
+        change.refused = refused;
+        self.current.store(Arc::new(catalog));
+        let change = Arc::new(change);
+        // No subscriber is fine.
+        let _ = self.changes.send(Arc::clone(&change));
+        change
+    }
+}

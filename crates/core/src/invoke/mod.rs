@@ -1,0 +1,599 @@
+//! invoke: one call, the single path that the CLI, the MCP server and the agent loop share.
+//!
+//! A call has two halves, so that a caller may decide in between (the agent loop asks a
+//! person before a destructive call):
+//!
+//! - [`Host::prepare`], on one catalog snapshot: lookup -> allow/deny -> parse and validate
+//!   the arguments (every violation, with its JSON pointer) -> dedup key. The result, a
+//!   [`PreparedCall`], holds the exact tool version that will run.
+//! - [`Host::run`]: dedup (single-flight, per session) -> the invoker's admission gate -> the
+//!   tool's backend -> audit. Or [`Host::refuse`], which audits the call as refused.
+//!
+//! [`Host::invoke`] is both in one. [`Host::shutdown`] drains: no new call runs, the calls in
+//! flight finish or are cancelled at a deadline (`drain`). Every failure is a typed
+//! [`CallError`]; none of them ends the host. The backend runs the call (a component in a fresh instance, or an imported MCP
+//! server); this module never asks which.
+
+mod dedup;
+mod drain;
+mod error;
+
+pub use dedup::{
+    DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
+    canonical_json,
+};
+pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
+pub use error::{CallError, ErrorKind, Violation};
+
+use crate::backend::BackendCall;
+use crate::catalog::{LiveCatalog, Schema, Tool};
+use crate::metrics::Metrics;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolhost_audit::{self as audit, AuditLog, AuditRecord, OnAuditError};
+use toolhost_config::DedupMode;
+use toolhost_contract::{CallerLink, ToolResult, Unlinked};
+use tracing::Instrument;
+
+/// The arguments of a call, as text (checked here) or as a value already parsed.
+#[derive(Debug, Clone)]
+pub enum Arguments {
+    Text(String),
+    Value(Value),
+}
+
+impl From<Value> for Arguments {
+    fn from(value: Value) -> Self {
+        Arguments::Value(value)
+    }
+}
+
+impl From<&str> for Arguments {
+    fn from(text: &str) -> Self {
+        Arguments::Text(text.to_string())
+    }
+}
+
+/// Which tools a caller (an agent run, an MCP session) may use. Patterns are tool names, or
+/// a prefix ending in `*`. Deny wins over allow; no allow list allows everything.
+#[derive(Debug, Clone, Default)]
+pub struct CallPolicy {
+    pub allow: Option<Vec<String>>,
+    pub deny: Vec<String>,
+}
+
+impl CallPolicy {
+    fn matches(pattern: &str, name: &str) -> bool {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => pattern == name,
+        }
+    }
+
+    /// Whether `tool` may be called.
+    pub fn permits(&self, tool: &str) -> bool {
+        let allowed = self
+            .allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(|p| Self::matches(p, tool)));
+        allowed && !self.deny.iter().any(|p| Self::matches(p, tool))
+    }
+}
+
+/// One caller's scope: its id (in audit records), its policy and its dedup memory.
+pub struct Session {
+    pub id: String,
+    pub policy: CallPolicy,
+    dedup: DedupCache,
+}
+
+impl Session {
+    /// A session whose dedup memory has a budget of its own; [`Host::session`] makes one that
+    /// shares the host's.
+    pub fn new(id: impl Into<String>) -> Self {
+        Session::with_policy(id, CallPolicy::default())
+    }
+
+    pub fn with_policy(id: impl Into<String>, policy: CallPolicy) -> Self {
+        Session::with_budget(id, policy, Arc::default())
+    }
+
+    /// A session whose remembered results count against `budget`.
+    pub fn with_budget(
+        id: impl Into<String>,
+        policy: CallPolicy,
+        budget: Arc<DedupBudget>,
+    ) -> Self {
+        Session {
+            id: id.into(),
+            policy,
+            dedup: DedupCache::new(budget),
+        }
+    }
+
+    /// The results this session remembers.
+    pub fn dedup(&self) -> &DedupCache {
+        &self.dedup
+    }
+}
+
+/// What a call ended in.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    pub tool: String,
+    /// What the tool returned (its items; [`ToolResult::text`] for a reader of text alone).
+    pub result: Result<Arc<ToolResult>, CallError>,
+    /// True when the result is an earlier identical call's, and the tool did not run.
+    pub deduplicated: bool,
+    pub duration: Duration,
+}
+
+/// A call that passed every check and is ready to run: the tool version it will run (taken
+/// from one catalog snapshot), its arguments and its dedup key.
+#[derive(Debug)]
+pub struct PreparedCall {
+    tool: Arc<Tool>,
+    arguments: Value,
+    key: Option<DedupKey>,
+    started: Instant,
+}
+
+impl PreparedCall {
+    /// The tool, at the version that will run.
+    pub fn tool(&self) -> &Arc<Tool> {
+        &self.tool
+    }
+
+    /// The parsed, validated arguments.
+    pub fn arguments(&self) -> &Value {
+        &self.arguments
+    }
+}
+
+/// The host's calling side: the live catalog, the audit log, the dedup budget its sessions
+/// share, and the calls in flight (for a shutdown).
+pub struct Host {
+    catalog: Arc<LiveCatalog>,
+    audit: Option<AuditLog>,
+    dedup: Arc<DedupBudget>,
+    drain: drain::Drain,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Host {
+    pub fn new(catalog: Arc<LiveCatalog>, audit: Option<AuditLog>) -> Self {
+        Host {
+            catalog,
+            audit,
+            dedup: Arc::default(),
+            drain: drain::Drain::default(),
+            metrics: None,
+        }
+    }
+
+    /// The same host counting every call that ends in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The metrics calls are counted in, if any.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// The audit log, if one is configured.
+    pub fn audit_log(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
+    /// Shuts the calling side down: no new call runs (each is refused as `unavailable` and
+    /// audited), the calls in flight get until `deadline` to finish, and those still running
+    /// then end as `cancelled` (audited). Returns when no call is in flight. Called again
+    /// (a second signal) with a shorter deadline, it cancels sooner.
+    pub async fn shutdown(&self, deadline: Duration) -> DrainReport {
+        self.drain.shutdown(deadline).await
+    }
+
+    /// True once [`Host::shutdown`] began.
+    pub fn is_draining(&self) -> bool {
+        self.drain.is_draining()
+    }
+
+    /// Resolves when [`Host::shutdown`] begins: for what does not end by itself (a client's
+    /// subscription to tool list changes).
+    pub async fn stopping(&self) {
+        self.drain.stopping().await;
+    }
+
+    /// The same host with the sessions' dedup memory bounded by `budget`.
+    pub fn with_dedup_budget(mut self, budget: DedupBudget) -> Self {
+        self.dedup = Arc::new(budget);
+        self
+    }
+
+    /// A session `id` with `policy`, whose remembered results count against this host's budget.
+    pub fn session(&self, id: impl Into<String>, policy: CallPolicy) -> Session {
+        Session::with_budget(id, policy, Arc::clone(&self.dedup))
+    }
+
+    /// The dedup budget the host's sessions share.
+    pub fn dedup_budget(&self) -> &Arc<DedupBudget> {
+        &self.dedup
+    }
+
+    /// The live catalog.
+    pub fn catalog(&self) -> &Arc<LiveCatalog> {
+        &self.catalog
+    }
+
+    /// Calls `tool` with `arguments` on behalf of `session`: [`Host::prepare`], then
+    /// [`Host::run`].
+    pub async fn invoke(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+    ) -> CallOutcome {
+        self.invoke_until(session, tool, arguments, std::future::pending())
+            .await
+    }
+
+    /// [`Host::invoke`], ended as `cancelled` (and audited) when `cancel` resolves first: its
+    /// caller no longer wants the result (an MCP client cancelled the task).
+    pub async fn invoke_until(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+        cancel: impl Future<Output = ()>,
+    ) -> CallOutcome {
+        self.invoke_with(session, tool, arguments, cancel, &unlinked())
+            .await
+    }
+
+    /// [`Host::invoke_until`] for a caller that can be talked back to: the tool's progress
+    /// reports and questions go to `link` (and to no other caller).
+    pub async fn invoke_with(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+        cancel: impl Future<Output = ()>,
+        link: &Arc<dyn CallerLink>,
+    ) -> CallOutcome {
+        match self.prepare(session, tool, arguments) {
+            Ok(call) => self.run_with(session, call, cancel, link).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Checks a call on one snapshot of the catalog: the tool exists and is enabled, the
+    /// session may call it, and its arguments are a JSON object that passes its schema. A call
+    /// that fails a check is audited and returned as its outcome.
+    pub fn prepare(
+        &self,
+        session: &Session,
+        tool: &str,
+        arguments: impl Into<Arguments>,
+    ) -> Result<PreparedCall, CallOutcome> {
+        let started = Instant::now();
+        let catalog = self.catalog.snapshot();
+        let failed = |found: Option<&Arc<Tool>>, arguments: Option<&Value>, error| {
+            let outcome = CallOutcome {
+                tool: tool.to_string(),
+                result: Err(error),
+                deduplicated: false,
+                duration: started.elapsed(),
+            };
+            self.record(session, found.map(|t| t.as_ref()), arguments, &outcome);
+            outcome
+        };
+        match (
+            lookup(&catalog, session, tool),
+            parse_arguments(arguments.into()),
+        ) {
+            (Ok(found), Ok(arguments)) => match validate(found, &arguments) {
+                Ok(()) => Ok(PreparedCall {
+                    key: (found.dedup == DedupMode::Exact)
+                        .then(|| DedupKey::new(&found.name, &found.version, &arguments)),
+                    tool: Arc::clone(found),
+                    arguments,
+                    started,
+                }),
+                Err(error) => Err(failed(Some(found), Some(&arguments), error)),
+            },
+            (Err(error), parsed) => Err(failed(None, parsed.as_ref().ok(), error)),
+            (Ok(found), Err(error)) => Err(failed(Some(found), None, error)),
+        }
+    }
+
+    /// Runs a prepared call: answered from the session's dedup memory if an identical call
+    /// succeeded (or is in flight), else through the invoker's admission gate on its backend.
+    /// A host that is shutting down refuses the call, and so does a host whose audit log
+    /// refuses writes under `on-audit-error = "refuse"`; both refusals are audited.
+    pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
+        self.run_until(session, call, std::future::pending()).await
+    }
+
+    /// [`Host::run`], ended as `cancelled` when `cancel` resolves first.
+    pub async fn run_until(
+        &self,
+        session: &Session,
+        call: PreparedCall,
+        cancel: impl Future<Output = ()>,
+    ) -> CallOutcome {
+        self.run_with(session, call, cancel, &unlinked()).await
+    }
+
+    /// [`Host::run_until`], with the tool's progress reports and questions going to `link`.
+    /// A call answered by dedup does not run, so it reports nothing.
+    pub async fn run_with(
+        &self,
+        session: &Session,
+        call: PreparedCall,
+        cancel: impl Future<Output = ()>,
+        link: &Arc<dyn CallerLink>,
+    ) -> CallOutcome {
+        let Some(_in_flight) = self.drain.enter() else {
+            let error = CallError::new(
+                ErrorKind::Unavailable,
+                "the host is shutting down and takes no new calls; try again on another host or after it restarts",
+            );
+            return self.refuse(session, call, error);
+        };
+        if let Some(log) = &self.audit
+            && log.policy() == OnAuditError::Refuse
+            && let Err(e) = log.writable()
+        {
+            let error = CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{e}; calls are refused until the audit log can be written (on-audit-error = \"refuse\")"
+                ),
+            );
+            return self.refuse(session, call, error);
+        }
+        let run = async {
+            tokio::select! {
+                result = run_on_backend(&call.tool, &call.arguments, &session.id, link) => result,
+                () = self.drain.cancelled() => {
+                    self.drain.count_cancelled();
+                    Err(CallError::new(
+                        ErrorKind::Cancelled,
+                        format!(
+                            "tool `{}` was cancelled: the host shut down before the call finished",
+                            call.tool.name
+                        ),
+                    ))
+                }
+                () = cancel => Err(CallError::new(
+                    ErrorKind::Cancelled,
+                    format!("tool `{}` was cancelled by its caller", call.tool.name),
+                )),
+            }
+        };
+        // Whatever is logged during the call carries these (`--log-format json`).
+        let span = tracing::info_span!(
+            "call",
+            session = %session.id,
+            tool = %call.tool.name,
+            ensemble = %call.tool.ensemble
+        );
+        let (result, deduplicated) = match call.key {
+            Some(key) => session.dedup.run(key, run).instrument(span).await,
+            None => (run.instrument(span).await, false),
+        };
+        let outcome = CallOutcome {
+            tool: call.tool.name.clone(),
+            result,
+            deduplicated,
+            duration: call.started.elapsed(),
+        };
+        self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
+        outcome
+    }
+
+    /// Records a call that its caller refused before it ran (a destructive call the user did
+    /// not approve): audited like any other call, with `error` as its outcome.
+    pub fn refuse(&self, session: &Session, call: PreparedCall, error: CallError) -> CallOutcome {
+        let outcome = CallOutcome {
+            tool: call.tool.name.clone(),
+            result: Err(error),
+            deduplicated: false,
+            duration: Duration::ZERO,
+        };
+        self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
+        outcome
+    }
+
+    /// Counts the call in the metrics and appends its audit record.
+    fn record(
+        &self,
+        session: &Session,
+        tool: Option<&Tool>,
+        arguments: Option<&Value>,
+        outcome: &CallOutcome,
+    ) {
+        if let Some(metrics) = &self.metrics {
+            let kind = outcome.result.as_ref().err().map(|e| e.kind);
+            metrics.call(
+                tool.map(|t| t.name.as_str()),
+                kind.map_or("ok", ErrorKind::as_str),
+                outcome.duration.as_secs_f64(),
+                outcome.deduplicated,
+                kind == Some(ErrorKind::InvalidArguments) && tool.is_some(),
+            );
+        }
+        let Some(log) = &self.audit else { return };
+        let (outcome_name, error, bytes, summary) = match &outcome.result {
+            Ok(result) => (
+                "ok".to_string(),
+                None,
+                result.bytes(),
+                audit::summarize_result(&result.text()),
+            ),
+            Err(e) => (
+                e.kind.as_str().to_string(),
+                Some(audit::cut_text(&audit::redact_text(&e.audit_message()))),
+                0,
+                String::new(),
+            ),
+        };
+        let (arguments, arguments_bytes) =
+            arguments.map_or((Value::Null, None), audit::record_arguments);
+        let record = AuditRecord {
+            time: audit::now_rfc3339(),
+            session: session.id.clone(),
+            tool: audit::cut_text(&outcome.tool),
+            ensemble: tool.map(|t| t.ensemble.to_string()),
+            component: tool.map(|t| t.source_hash().to_string()),
+            arguments,
+            arguments_bytes,
+            outcome: outcome_name,
+            error,
+            duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+            deduplicated: outcome.deduplicated,
+            result_bytes: bytes,
+            summary,
+        };
+        // A record the file refuses is held and written later; the log says so itself, once.
+        let _ = log.append(&record);
+    }
+}
+
+/// The link of a caller with nobody to talk back to.
+fn unlinked() -> Arc<dyn CallerLink> {
+    static UNLINKED: std::sync::LazyLock<Arc<dyn CallerLink>> =
+        std::sync::LazyLock::new(|| Arc::new(Unlinked));
+    Arc::clone(&UNLINKED)
+}
+
+/// The enabled tool `name` of `catalog`, if the session may call it.
+fn lookup<'c>(
+    catalog: &'c crate::catalog::Catalog,
+    session: &Session,
+    name: &str,
+) -> Result<&'c Arc<Tool>, CallError> {
+    let Some(tool) = catalog.get(name) else {
+        let names: Vec<&str> = catalog
+            .tools()
+            .map(|t| t.name.as_str())
+            .filter(|n| session.policy.permits(n))
+            .take(50)
+            .collect();
+        return Err(CallError::new(
+            ErrorKind::UnknownTool,
+            format!(
+                "there is no tool named `{name}`; available tools: {}",
+                names.join(", ")
+            ),
+        ));
+    };
+    if !session.policy.permits(name) {
+        return Err(CallError::new(
+            ErrorKind::Denied,
+            format!("tool `{name}` is not allowed in this session"),
+        ));
+    }
+    Ok(tool)
+}
+
+/// One run of `tool` on its backend, once the invoker's gate lets it in.
+async fn run_on_backend(
+    tool: &Tool,
+    arguments: &Value,
+    session: &str,
+    link: &Arc<dyn CallerLink>,
+) -> Result<Arc<ToolResult>, CallError> {
+    let _turn = tool.gate.enter().await.map_err(|_| {
+        CallError::new(
+            ErrorKind::Busy,
+            format!(
+                "tool `{}` is busy: {} call(s) running and {} waiting, its limits; try again shortly",
+                tool.name, tool.gate.max_running, tool.gate.max_waiting
+            ),
+        )
+    })?;
+    let call = BackendCall {
+        invoker: &tool.name,
+        session,
+        tool: &tool.backend_tool,
+        arguments,
+        limits: tool.limits,
+        sandbox: &tool.sandbox,
+        link,
+    };
+    let result = tool
+        .backend
+        .call(call)
+        .await
+        .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))?;
+    if let (Some(check), Some(structured)) = (&tool.output_check, &result.structured)
+        && let Some(error) = check.validator.iter_errors(structured).next()
+    {
+        return Err(CallError::new(
+            ErrorKind::ToolError,
+            format!(
+                "tool `{}` returned a structured result that does not match the output schema \
+                 it declares: {error} (at `{}`)",
+                tool.name,
+                error.instance_path()
+            ),
+        ));
+    }
+    Ok(Arc::new(result))
+}
+
+/// Parses text arguments; a value is taken as it is. Malformed JSON is never run as `{}`.
+fn parse_arguments(arguments: Arguments) -> Result<Value, CallError> {
+    let value = match arguments {
+        Arguments::Value(value) => value,
+        Arguments::Text(text) => serde_json::from_str(&text).map_err(|e| {
+            CallError::new(
+                ErrorKind::InvalidArguments,
+                format!("the arguments are not valid JSON: {e}"),
+            )
+        })?,
+    };
+    if !value.is_object() {
+        return Err(CallError::new(
+            ErrorKind::InvalidArguments,
+            "the arguments must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// Checks `arguments` against the tool's schema and lists every violation.
+pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
+    check_arguments(&tool.name, &tool.schema, arguments)
+}
+
+/// Checks `arguments` against `schema` (of the tool `name`) and lists the violations, as
+/// every call does before its tool runs.
+pub fn check_arguments(name: &str, schema: &Schema, arguments: &Value) -> Result<(), CallError> {
+    match CallError::violations(name, &schema.validator, arguments) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deny_wins_and_prefixes_match() {
+        let policy = CallPolicy {
+            allow: Some(vec!["calc*".into(), "echo".into()]),
+            deny: vec!["calc_danger".into()],
+        };
+        assert!(policy.permits("calculate"));
+        assert!(policy.permits("echo"));
+        assert!(!policy.permits("calc_danger"));
+        assert!(!policy.permits("other"));
+        assert!(CallPolicy::default().permits("anything"));
+    }
+}

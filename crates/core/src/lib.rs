@@ -1,0 +1,25 @@
+//! The core of the host: what a tool is and how one call runs, whoever makes it.
+//!
+//! ```text
+//! reload    watch -> debounce -> resolve -> keep the last good version of what failed -> swap
+//! resolve   raw descriptors -> a Catalog: draft (files read, every check that needs no
+//!           engine), bind (the only step that loads components or starts MCP servers),
+//!           names across ensembles
+//! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
+//!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
+//!           drain a shutdown waits on
+//! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
+//! backend   one trait for every kind of tool: a sandboxed component, an imported MCP server
+//! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
+//! ```
+//!
+//! Imports point down this list. Below the core: the runtime (the engine and the sandbox),
+//! the registry, the configuration, the audit log and the contract every caller shares;
+//! above it, every caller: the MCP server, the agent loop, the web chat, the CLI.
+
+pub mod backend;
+pub mod catalog;
+pub mod invoke;
+pub mod metrics;
+pub mod reload;
+pub mod resolve;

@@ -1,0 +1,605 @@
+//! Drafts: an ensemble file and its invoker files read, parsed and checked as far as they can
+//! be without an engine or a server. Every check that needs no component runs here (entry
+//! shapes, limits and defaults, grants and capabilities, `[arguments]` schemas, names with
+//! their prefix, `[ensemble.mcp]` settings), and each error is kept, so that an invoker whose
+//! component is missing still has all its other errors reported.
+//!
+//! What is left for binding is what the component (or server) decides: which tools exist,
+//! their own schemas and descriptions.
+
+use super::entries::{InvokerTables, entry_tables};
+use super::grants::Grants;
+use super::schema::{SchemaCache, SchemaError};
+use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS, Settings};
+use crate::backend::ToolOffer;
+use crate::backend::mcp::{McpSpec, McpTarget};
+use crate::catalog::Schema;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+use toolhost_config::v1::{
+    Capabilities, Defaults, EnsembleFile, InvokerSection, Limits, McpSection,
+};
+use toolhost_config::{Blake3Hex, Diagnostic, FileKind, SourceFile, Span, ToolName};
+use toolhost_registry::Reference;
+use toolhost_runtime::sandbox::SandboxSpec;
+
+/// An ensemble file and its invokers, checked as far as they can be without binding.
+pub(super) struct EnsembleDraft {
+    pub(super) source: Arc<SourceFile>,
+    pub(super) name: String,
+    pub(super) enabled: bool,
+    pub(super) description: Option<String>,
+    /// The MCP server the ensemble imports, when it names one instead of a component.
+    pub(super) mcp: Option<McpDraft>,
+    pub(super) invokers: Vec<InvokerDraft>,
+    /// Errors of the ensemble as a whole: its entries, grants and `[ensemble.mcp]`.
+    pub(super) errors: Vec<Diagnostic>,
+    context: Context,
+}
+
+/// What every invoker of an ensemble inherits.
+struct Context {
+    prefix: Option<ToolName>,
+    defaults: Defaults,
+    grants: Grants,
+    /// The ensemble's `component` (with its `blake3` pin), for invokers without their own.
+    component: Option<ComponentRef>,
+    is_mcp: bool,
+    /// The file lists `[[invokers]]` (an MCP ensemble without any imports every tool).
+    lists_invokers: bool,
+    /// `require-signature` of `[ensemble]`, for the invokers' own components.
+    require_signature: bool,
+}
+
+/// An `[ensemble.mcp]` server: its settings, and where they are written.
+pub(super) struct McpDraft {
+    /// `None` when the settings have an error (reported in the ensemble's errors).
+    pub(super) spec: Option<McpSpec>,
+    pub(super) at: Span,
+}
+
+/// The component an invoker runs on, as a descriptor names it.
+#[derive(Debug, Clone)]
+pub(super) struct ComponentRef {
+    /// The file; for a registry reference, the reference as written (the key it is bound by).
+    pub(super) path: PathBuf,
+    /// Where the path is written.
+    pub(super) at: Span,
+    pub(super) pin: Option<(Blake3Hex, Span)>,
+    /// Set when the component is an `oci://` reference rather than a file.
+    pub(super) oci: Option<Reference>,
+    /// Its ensemble requires it to be signed by a trusted key.
+    pub(super) require_signature: bool,
+}
+
+impl ComponentRef {
+    /// The component `path` names in `source` (a file, or an `oci://` reference), with the
+    /// `pin` beside it.
+    fn new(
+        source: &Arc<SourceFile>,
+        path: &Spanned<String>,
+        pin: Option<&Spanned<Blake3Hex>>,
+        require_signature: bool,
+    ) -> Result<Self, Diagnostic> {
+        let text = path.get_ref();
+        let oci = if text.starts_with(toolhost_registry::SCHEME) {
+            let reference =
+                Reference::parse(text).map_err(|e| Diagnostic::new(source.at(path.span()), e))?;
+            Some(reference)
+        } else {
+            None
+        };
+        Ok(ComponentRef {
+            path: match &oci {
+                Some(_) => PathBuf::from(text),
+                None => source.relative(text),
+            },
+            at: Span::new(source, path.span()),
+            pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(source, pin.span()))),
+            oci,
+            require_signature,
+        })
+    }
+}
+
+/// One invoker, checked as far as it can be without its component.
+pub(super) struct InvokerDraft {
+    /// The file it is written in (the ensemble file when inline).
+    pub(super) source: Arc<SourceFile>,
+    pub(super) section: InvokerSection,
+    /// The name the model sees, with the ensemble's prefix.
+    pub(super) name: String,
+    pub(super) settings: Settings,
+    /// `None` when a capability was refused.
+    pub(super) sandbox: Option<SandboxSpec>,
+    /// The compiled `[arguments]`, when the descriptor has a usable one.
+    pub(super) arguments: Option<Arc<Schema>>,
+    /// Its component (its own, else the ensemble's); `None` for an MCP ensemble's invokers.
+    pub(super) component: Option<ComponentRef>,
+    pub(super) errors: Vec<Diagnostic>,
+}
+
+impl InvokerDraft {
+    /// Where its name is written.
+    pub(super) fn definition(&self) -> Span {
+        Span::new(&self.source, self.section.name.span())
+    }
+
+    /// The tool's name inside the component or on the server, and where it is written.
+    pub(super) fn backend_tool(&self) -> (&str, std::ops::Range<usize>) {
+        match &self.section.tool {
+            Some(tool) => (tool.get_ref().as_str(), tool.span()),
+            None => (
+                self.section.name.get_ref().as_str(),
+                self.section.name.span(),
+            ),
+        }
+    }
+}
+
+/// Reads the ensemble file at `file` and everything it names, and checks what can be
+/// checked without binding. A file that cannot be read or parsed is its only error.
+pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, Diagnostic> {
+    let source = Arc::new(SourceFile::read(file, FileKind::Ensemble)?);
+    let parsed: EnsembleFile = source.parse(FileKind::Ensemble)?;
+    let EnsembleFile {
+        ensemble: head,
+        defaults,
+        grants,
+        invokers: entries,
+        ..
+    } = parsed;
+    let name = head.name.get_ref().to_string();
+    let mut errors = Vec::new();
+    let mut tables = Vec::new();
+    let lists_invokers = !entries.is_empty();
+    for entry in entries {
+        if let Some(table) = entry_tables(&source, entry, &mut errors) {
+            tables.push(table);
+        }
+    }
+    let grants = Grants::resolve(&source, &name, grants, &mut errors);
+    let mcp = head.mcp.map(|section| {
+        let has_component = head.component.as_ref().map(Spanned::span);
+        let pin = head.blake3.as_ref().map(Spanned::span);
+        mcp_draft(
+            &source,
+            section,
+            has_component,
+            pin,
+            grants.is_empty(),
+            &mut errors,
+        )
+    });
+    if !lists_invokers && mcp.is_none() && head.component.is_none() {
+        errors.push(Diagnostic::new(
+            source.at(head.name.span()),
+            format!(
+                "ensemble `{name}` offers no tools: name a `component` (to offer every tool it \
+                 has) or an MCP server, or list [[invokers]]"
+            ),
+        ));
+    }
+    let context = Context {
+        prefix: head.prefix.map(Spanned::into_inner),
+        defaults,
+        grants,
+        component: head.component.and_then(|path| {
+            ComponentRef::new(&source, &path, head.blake3.as_ref(), head.require_signature)
+                .map_err(|e| errors.push(e))
+                .ok()
+        }),
+        is_mcp: mcp.is_some(),
+        lists_invokers,
+        require_signature: head.require_signature,
+    };
+    let invokers = tables
+        .into_iter()
+        .map(|tables| context.invoker(tables, schemas))
+        .collect();
+    Ok(EnsembleDraft {
+        source,
+        name,
+        enabled: head.enabled,
+        description: head.description,
+        mcp,
+        invokers,
+        errors,
+        context,
+    })
+}
+
+impl EnsembleDraft {
+    /// True for an ensemble without `[[invokers]]` that names an MCP server or a component:
+    /// it offers every tool the server or component has.
+    pub(super) fn imports_every_tool(&self) -> bool {
+        !self.context.lists_invokers && (self.mcp.is_some() || self.context.component.is_some())
+    }
+
+    /// The ensemble's own component, when it names one.
+    pub(super) fn component(&self) -> Option<&ComponentRef> {
+        self.context.component.as_ref()
+    }
+
+    /// Drafts one invoker per tool the server or component offers, named as it names it.
+    pub(super) fn draft_offers(&mut self, offers: &[ToolOffer], schemas: &SchemaCache) {
+        let (at, origin) = match (&self.mcp, &self.context.component) {
+            (Some(mcp), _) => (
+                mcp.at.clone(),
+                format!(
+                    "MCP server `{}`",
+                    mcp.spec.as_ref().map(McpSpec::describe).unwrap_or_default()
+                ),
+            ),
+            (None, Some(component)) => (
+                component.at.clone(),
+                format!("component {}", component.path.display()),
+            ),
+            (None, None) => return,
+        };
+        for offer in offers {
+            let offered = offer.alias.as_ref().unwrap_or(&offer.name);
+            match ToolName::try_from(offered.clone()) {
+                Ok(name) => {
+                    let tables = InvokerTables {
+                        source: Arc::clone(&self.source),
+                        section: InvokerSection {
+                            name: Spanned::new(at.range.clone(), name),
+                            tool: None,
+                            enabled: true,
+                            description: None,
+                            destructive: false,
+                            dedup: None,
+                            component: None,
+                            blake3: None,
+                        },
+                        limits: Limits::default(),
+                        capabilities: Capabilities::default(),
+                        arguments: None,
+                    };
+                    self.invokers.push(self.context.invoker(tables, schemas));
+                }
+                Err(reason) => self.errors.push(Diagnostic::new(
+                    at.location(),
+                    format!(
+                        "{origin} offers tool `{offered}`, a name toolhost cannot use ({reason}); \
+                         list the tools to offer under [[invokers]] with `name` and `tool`"
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// An error for every invoker whose name an earlier invoker of the ensemble took.
+    pub(super) fn duplicates(&self) -> Vec<Diagnostic> {
+        let mut first: HashMap<&str, &InvokerDraft> = HashMap::new();
+        let mut errors = Vec::new();
+        for invoker in &self.invokers {
+            match first.get(invoker.name.as_str()) {
+                Some(earlier) => errors.push(
+                    Diagnostic::new(
+                        invoker.definition().location(),
+                        format!(
+                            "ensemble `{}` defines tool `{}` twice",
+                            self.name, invoker.name
+                        ),
+                    )
+                    .with_note(Some(earlier.definition().location()), "first defined here"),
+                ),
+                None => {
+                    first.insert(&invoker.name, invoker);
+                }
+            }
+        }
+        errors
+    }
+}
+
+impl Context {
+    /// Checks one invoker's tables; every error goes into the draft.
+    fn invoker(&self, tables: InvokerTables, schemas: &SchemaCache) -> InvokerDraft {
+        let InvokerTables {
+            source,
+            section,
+            limits,
+            capabilities,
+            arguments,
+        } = tables;
+        let mut errors = Vec::new();
+        let name = section.name.get_ref().as_str();
+        let component = if self.is_mcp {
+            if let Some(component) = &section.component {
+                errors.push(Diagnostic::new(
+                    source.at(component.span()),
+                    "an invoker of an MCP ensemble calls the server's tool; it has no component",
+                ));
+            }
+            None
+        } else {
+            self.component_of(&source, &section, &mut errors)
+        };
+        let arguments = arguments.and_then(|arguments| {
+            let at = || source.at(arguments.span());
+            let value = serde_json::to_value(arguments.get_ref())
+                .map_err(|e| {
+                    errors.push(Diagnostic::new(
+                        at(),
+                        format!("[arguments] cannot be read as JSON: {e}"),
+                    ))
+                })
+                .ok()?;
+            let tool = section.tool.as_ref().map_or(name, |t| t.get_ref().as_str());
+            match schemas.of_value(value) {
+                Ok(schema) => Some(schema),
+                Err(SchemaError::NotJson(reason) | SchemaError::Unusable(reason)) => {
+                    errors.push(Diagnostic::new(
+                        at(),
+                        format!(
+                            "[arguments] of tool `{tool}` is not a usable JSON Schema: {reason}"
+                        ),
+                    ));
+                    None
+                }
+            }
+        });
+        let sandbox = if self.is_mcp {
+            if !(capabilities.files.is_empty()
+                && capabilities.env.is_empty()
+                && capabilities.network.is_empty()
+                && capabilities.log.is_none()
+                && capabilities.progress.is_none()
+                && capabilities.sampling.is_none()
+                && capabilities.elicitation.is_none())
+            {
+                errors.push(Diagnostic::new(
+                    source.at(section.name.span()),
+                    "capabilities do not apply to an MCP server's tools: the server is its own \
+                     process, outside the sandbox; remove [capabilities]",
+                ));
+            }
+            Some(SandboxSpec::default())
+        } else {
+            self.grants
+                .sandbox(&source, name, &capabilities, &mut errors)
+        };
+        let full_name = match &self.prefix {
+            Some(prefix) => format!("{prefix}_{name}"),
+            None => name.to_string(),
+        };
+        if full_name.len() > 64 {
+            errors.push(Diagnostic::new(
+                source.at(section.name.span()),
+                format!("with the ensemble's prefix the tool name `{full_name}` is longer than 64 characters"),
+            ));
+        }
+        InvokerDraft {
+            settings: Settings::merge(&limits, section.dedup, &self.defaults),
+            source,
+            section,
+            name: full_name,
+            sandbox,
+            arguments,
+            component,
+            errors,
+        }
+    }
+
+    /// The invoker's component: its own (with its own pin), else the ensemble's.
+    fn component_of(
+        &self,
+        source: &Arc<SourceFile>,
+        section: &InvokerSection,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<ComponentRef> {
+        match (&section.component, &self.component) {
+            (Some(path), _) => ComponentRef::new(
+                source,
+                path,
+                section.blake3.as_ref(),
+                self.require_signature,
+            )
+            .map_err(|e| errors.push(e))
+            .ok(),
+            (None, Some(component)) => Some(component.clone()),
+            (None, None) => {
+                errors.push(Diagnostic::new(
+                    source.at(section.name.span()),
+                    format!(
+                        "invoker `{}` has no component: set `component` in [ensemble] or in [invoker]",
+                        section.name.get_ref()
+                    ),
+                ));
+                None
+            }
+        }
+    }
+}
+
+/// Checks `[ensemble.mcp]` and builds the server's settings; the server is started later,
+/// when the ensemble is bound.
+fn mcp_draft(
+    source: &Arc<SourceFile>,
+    section: Spanned<McpSection>,
+    component: Option<std::ops::Range<usize>>,
+    pin: Option<std::ops::Range<usize>>,
+    no_grants: bool,
+    errors: &mut Vec<Diagnostic>,
+) -> McpDraft {
+    let at = Span::new(source, section.span());
+    let before = errors.len();
+    if let Some(component) = component {
+        errors.push(Diagnostic::new(
+            source.at(component),
+            "an ensemble names either a `component` or an MCP server ([ensemble.mcp]), not both",
+        ));
+    }
+    if let Some(pin) = pin {
+        errors.push(Diagnostic::new(
+            source.at(pin),
+            "a `blake3` pin applies to a component; an MCP server has none",
+        ));
+    }
+    if !no_grants {
+        errors.push(Diagnostic::new(
+            at.location(),
+            "[grants] do not apply to an MCP server: it is its own process, outside the sandbox; \
+             remove them",
+        ));
+    }
+    let mcp = section.into_inner();
+    let target = match (&mcp.command, &mcp.url) {
+        (Some(command), None) => {
+            let program = command.get_ref();
+            // A path is relative to this file; a bare name is looked up on PATH.
+            let program = if program.contains('/') {
+                source.relative(program).display().to_string()
+            } else {
+                program.clone()
+            };
+            let mut env: Vec<(String, String)> = Vec::new();
+            if let Ok(path) = std::env::var("PATH") {
+                env.push(("PATH".into(), path));
+            }
+            for variable in &mcp.inherit_env {
+                if let Ok(value) = std::env::var(variable.get_ref().as_str()) {
+                    env.push((variable.get_ref().to_string(), value));
+                }
+            }
+            env.extend(mcp.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Some(McpTarget::Command {
+                program,
+                args: mcp.args.clone(),
+                env,
+                cwd: source
+                    .path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from(".")),
+            })
+        }
+        (None, Some(url)) => {
+            let text = url.get_ref();
+            if !(text.starts_with("http://") || text.starts_with("https://")) {
+                errors.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!("{text:?} is not an http:// or https:// URL"),
+                ));
+            }
+            Some(McpTarget::Url(text.clone()))
+        }
+        _ => {
+            errors.push(Diagnostic::new(
+                at.location(),
+                "[ensemble.mcp] needs either `command` (with `args`, `env`) or `url`, not both",
+            ));
+            None
+        }
+    };
+    let spec = target
+        .filter(|_| errors.len() == before)
+        .map(|target| McpSpec {
+            target,
+            startup_timeout: Duration::from_millis(
+                mcp.startup_timeout_ms
+                    .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
+            ),
+            max_tools: mcp.max_tools.map_or(DEFAULT_MCP_MAX_TOOLS, |m| m.get()) as usize,
+        });
+    McpDraft { spec, at }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::settings::DEFAULT_MEMORY_MIB;
+    use toolhost_config::DedupMode;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn every_check_that_needs_no_component_runs_without_an_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "web.toml",
+            "schema-version = 1\n[ensemble]\nname = \"web\"\ncomponent = \"missing.wasm\"\n\
+             prefix = \"p\"\n[defaults]\ntimeout-ms = 250\n[grants]\nenv = [\"TZ\"]\n\n\
+             [[invokers]]\ninvoker = { name = \"a\" }\ncapabilities = { env = [\"HOME\"] }\n\
+             arguments = { type = \"objekt\" }\n\n\
+             [[invokers]]\ninvoker = { name = \"b\", dedup = \"off\" }\nlimits = { timeout-ms = 10 }\n\n\
+             [[invokers]]\ninvoker = { name = \"a\" }\n",
+        );
+        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        assert!(draft.errors.is_empty(), "{:?}", draft.errors);
+        let [a, b, again] = &draft.invokers[..] else {
+            panic!("three invokers")
+        };
+        let messages: Vec<&str> = a.errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].contains("not a usable JSON Schema"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].contains("environment variable HOME"),
+            "{messages:?}"
+        );
+        assert_eq!(a.name, "p_a");
+        let component = a.component.as_ref().expect("the ensemble's component");
+        assert!(component.path.ends_with("missing.wasm"));
+        assert!(b.errors.is_empty());
+        assert_eq!(b.settings.limits.timeout, Duration::from_millis(10));
+        assert_eq!(b.settings.dedup, DedupMode::Off);
+        assert_eq!(again.settings.limits.timeout, Duration::from_millis(250));
+        assert_eq!(again.settings.dedup, DedupMode::Exact);
+        assert_eq!(
+            again.settings.limits.memory_bytes,
+            (DEFAULT_MEMORY_MIB << 20) as usize
+        );
+        let duplicates = draft.duplicates();
+        assert_eq!(duplicates.len(), 1);
+        assert!(duplicates[0].message.contains("defines tool `p_a` twice"));
+    }
+
+    #[test]
+    fn an_mcp_ensemble_refuses_what_does_not_apply_before_starting_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "m.toml",
+            "schema-version = 1\n[ensemble]\nname = \"m\"\nblake3 = \"\
+             0000000000000000000000000000000000000000000000000000000000000000\"\n\
+             [ensemble.mcp]\nurl = \"ftp://x\"\n[grants]\nenv = [\"TZ\"]\n\n\
+             [[invokers]]\ninvoker = { name = \"t\", component = \"c.wasm\" }\n\
+             capabilities = { env = [\"TZ\"] }\n",
+        );
+        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        let messages: Vec<&str> = draft.errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].contains("`blake3` pin applies to a component"));
+        assert!(messages[1].contains("[grants] do not apply"));
+        assert!(messages[2].contains("is not an http:// or https:// URL"));
+        let spec = draft.mcp.as_ref().expect("an MCP draft");
+        assert!(spec.spec.is_none(), "a server with errors is not started");
+        assert_eq!(draft.invokers[0].errors.len(), 2);
+    }
+
+    #[test]
+    fn paths_are_relative_to_the_file_that_names_them() {
+        let source = SourceFile::new(PathBuf::from("a/b/web.toml"), String::new());
+        assert_eq!(source.relative("../c.wasm"), PathBuf::from("a/c.wasm"));
+        assert_eq!(
+            source.relative("./x/../y.toml"),
+            PathBuf::from("a/b/y.toml")
+        );
+        assert_eq!(source.relative("/abs/z"), PathBuf::from("/abs/z"));
+    }
+}

@@ -1,0 +1,136 @@
+//! The `[[invokers]]` entries of an ensemble file, in the three ways one can be written: a
+//! `source` file, an inline `invoker = { ... }` table, or flat (the keys of `[invoker]` in the
+//! entry itself), each turned into the same [`InvokerTables`].
+
+use std::sync::Arc;
+use toml::Spanned;
+use toolhost_config::v1::{Capabilities, InvokerEntry, InvokerFile, InvokerSection, Limits};
+use toolhost_config::{Diagnostic, FileKind, SourceFile};
+
+/// The tables of one invoker, from its own file or inline.
+pub(super) struct InvokerTables {
+    pub(super) source: Arc<SourceFile>,
+    pub(super) section: InvokerSection,
+    pub(super) limits: Limits,
+    pub(super) capabilities: Capabilities,
+    pub(super) arguments: Option<Spanned<toml::Value>>,
+}
+
+/// The `[invoker]` keys of an entry written flat, taken out of it: `None` when it has none,
+/// the span of one of them when `name` is missing.
+fn flat_section(
+    entry: &mut InvokerEntry,
+) -> Option<Result<InvokerSection, std::ops::Range<usize>>> {
+    let any = [
+        entry.tool.as_ref().map(Spanned::span),
+        entry.enabled.as_ref().map(Spanned::span),
+        entry.description.as_ref().map(Spanned::span),
+        entry.destructive.as_ref().map(Spanned::span),
+        entry.dedup.as_ref().map(Spanned::span),
+        entry.component.as_ref().map(Spanned::span),
+        entry.blake3.as_ref().map(Spanned::span),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    let Some(name) = entry.name.take() else {
+        return any.map(Err);
+    };
+    Some(Ok(InvokerSection {
+        name,
+        tool: entry.tool.take(),
+        enabled: entry.enabled.take().is_none_or(Spanned::into_inner),
+        description: entry.description.take().map(Spanned::into_inner),
+        destructive: entry.destructive.take().is_some_and(Spanned::into_inner),
+        dedup: entry.dedup.take().map(Spanned::into_inner),
+        component: entry.component.take(),
+        blake3: entry.blake3.take(),
+    }))
+}
+
+/// The tables of one `[[invokers]]` entry: its file's, or its own inline (nested or flat).
+pub(super) fn entry_tables(
+    source: &Arc<SourceFile>,
+    entry: Spanned<InvokerEntry>,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<InvokerTables> {
+    let span = entry.span();
+    let mut entry = entry.into_inner();
+    let flat = flat_section(&mut entry);
+    let flat = match (flat, &entry.source, &entry.invoker) {
+        (None, ..) => None,
+        (Some(Ok(section)), None, None) => Some(section),
+        (Some(Ok(_) | Err(_)), Some(_), _) | (Some(Ok(_) | Err(_)), _, Some(_)) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry is written one way: `source = \"<file>.toml\"`, an inline \
+                 `invoker = { ... }` table, or flat with `name = ...` and the other keys of \
+                 [invoker] in the entry itself; this one mixes them",
+            ));
+            return None;
+        }
+        (Some(Err(at)), None, None) => {
+            errors.push(Diagnostic::new(
+                source.at(at),
+                "an invoker written flat needs `name = \"<tool name>\"` in its entry",
+            ));
+            return None;
+        }
+    };
+    match (entry.source, entry.invoker.or(flat)) {
+        (Some(path), None) => {
+            if entry.limits.is_some() || entry.capabilities.is_some() || entry.arguments.is_some() {
+                errors.push(Diagnostic::new(
+                    source.at(span),
+                    "an invoker entry with `source` takes its limits, capabilities and arguments from that file; \
+                     remove the other keys here",
+                ));
+                return None;
+            }
+            let invoker_path = source.relative(path.get_ref());
+            let Ok(invoker_source) = SourceFile::read(&invoker_path, FileKind::Invoker) else {
+                errors.push(Diagnostic::new(
+                    source.at(path.span()),
+                    format!(
+                        "invoker file {} does not exist or cannot be read",
+                        invoker_path.display()
+                    ),
+                ));
+                return None;
+            };
+            let parsed: InvokerFile = invoker_source
+                .parse(FileKind::Invoker)
+                .map_err(|d| errors.push(d))
+                .ok()?;
+            Some(InvokerTables {
+                source: Arc::new(invoker_source),
+                section: parsed.invoker,
+                limits: parsed.limits,
+                capabilities: parsed.capabilities,
+                arguments: parsed.arguments,
+            })
+        }
+        (None, Some(section)) => Some(InvokerTables {
+            source: Arc::clone(source),
+            section,
+            limits: entry.limits.unwrap_or_default(),
+            capabilities: entry.capabilities.unwrap_or_default(),
+            arguments: entry.arguments,
+        }),
+        (Some(_), Some(_)) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry has either `source` or an inline `invoker` table, not both",
+            ));
+            None
+        }
+        (None, None) => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "an invoker entry needs `source = \"<file>.toml\"`, an inline `invoker` table, \
+                 or `name = \"<tool name>\"` (the keys of [invoker] written flat)",
+            ));
+            None
+        }
+    }
+}

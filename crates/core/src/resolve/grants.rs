@@ -1,0 +1,371 @@
+//! An ensemble's `[grants]` and the checks of each invoker's `[capabilities]` against them.
+//! No engine is needed: the result is the [`SandboxSpec`] a call of the invoker runs in.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use toml::Spanned;
+use toolhost_config::v1::{self, Capabilities};
+use toolhost_config::{Access, Diagnostic, EnvVarName, Location, SourceFile};
+use toolhost_runtime::sandbox::{NetPattern, Preopen, SandboxSpec};
+
+/// The ensemble's `[grants]`, with patterns parsed and host directories resolved.
+pub(super) struct Grants {
+    source: Arc<SourceFile>,
+    ensemble: String,
+    network: Vec<(NetPattern, Spanned<String>)>,
+    files: Vec<(PathBuf, Spanned<v1::FileGrant>)>,
+    env: Vec<Spanned<EnvVarName>>,
+    sampling: Option<Spanned<bool>>,
+    elicitation: Option<Spanned<bool>>,
+}
+
+impl Grants {
+    /// Checks `[grants]` of the ensemble `ensemble` in `source`; every bad grant is a
+    /// diagnostic, and the good ones still apply.
+    pub(super) fn resolve(
+        source: &Arc<SourceFile>,
+        ensemble: &str,
+        grants: v1::Grants,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Self {
+        let mut network = Vec::new();
+        for grant in grants.network {
+            match NetPattern::parse(grant.get_ref()) {
+                Ok(pattern) => network.push((pattern, grant)),
+                Err(message) => diagnostics.push(Diagnostic::new(source.at(grant.span()), message)),
+            }
+        }
+        let mut files = Vec::new();
+        for grant in grants.files {
+            let host = grant.get_ref().host.get_ref();
+            let path = source.relative(host);
+            let at = || source.at(grant.get_ref().host.span());
+            match std::fs::canonicalize(&path) {
+                Ok(dir) if dir.is_dir() => files.push((dir, grant)),
+                Ok(_) => diagnostics.push(Diagnostic::new(
+                    at(),
+                    format!("granted host path {} is not a directory", path.display()),
+                )),
+                Err(e) => diagnostics.push(Diagnostic::new(
+                    at(),
+                    format!(
+                        "granted host directory {} cannot be used: {e}",
+                        path.display()
+                    ),
+                )),
+            }
+        }
+        Grants {
+            source: Arc::clone(source),
+            ensemble: ensemble.to_string(),
+            network,
+            files,
+            env: grants.env,
+            sampling: grants.sampling,
+            elicitation: grants.elicitation,
+        }
+    }
+
+    /// True when the ensemble grants nothing at all.
+    pub(super) fn is_empty(&self) -> bool {
+        self.network.is_empty()
+            && self.files.is_empty()
+            && self.env.is_empty()
+            && self.sampling.is_none()
+            && self.elicitation.is_none()
+    }
+
+    /// A capability the ensemble does not grant, at `span` of `source`, with a note: where
+    /// the ensemble grants the others of that kind (`granted`, the first at `first`), or that
+    /// it grants no `what`.
+    fn not_granted(
+        &self,
+        source: &SourceFile,
+        span: std::ops::Range<usize>,
+        message: String,
+        first: Option<std::ops::Range<usize>>,
+        granted: &[&str],
+        what: &str,
+    ) -> Diagnostic {
+        let ensemble = &self.ensemble;
+        let (location, note) = match first {
+            Some(span) => (
+                Some(self.source.at(span)),
+                format!("ensemble `{ensemble}` grants only {}", granted.join(", ")),
+            ),
+            None => {
+                // Point at the ensemble file when the invoker lives in another one.
+                let location =
+                    (source.path != self.source.path).then(|| Location::file(&self.source.path));
+                (location, format!("ensemble `{ensemble}` grants no {what}"))
+            }
+        };
+        Diagnostic::new(source.at(span), message).with_note(location, note)
+    }
+
+    /// Whether invoker `name` gets `what` (sampling or elicitation): it asks for it and the
+    /// ensemble grants it. Asked for and not granted is a diagnostic at the ask.
+    fn ask(
+        &self,
+        source: &SourceFile,
+        name: &str,
+        wanted: &Option<Spanned<bool>>,
+        granted: &Option<Spanned<bool>>,
+        what: &str,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let Some(wanted) = wanted.as_ref().filter(|w| *w.get_ref()) else {
+            return false;
+        };
+        if granted.as_ref().is_some_and(|g| *g.get_ref()) {
+            return true;
+        }
+        let ensemble = &self.ensemble;
+        diagnostics.push(self.not_granted(
+            source,
+            wanted.span(),
+            format!(
+                "invoker `{name}` asks for {what}, which ensemble `{ensemble}` does not grant \
+                 (add `{what} = true` to its [grants])"
+            ),
+            None,
+            &[],
+            what,
+        ));
+        false
+    }
+
+    /// The sandbox of invoker `name` (written in `source`) with `capabilities`, or `None`
+    /// after a diagnostic for every capability the ensemble does not grant.
+    pub(super) fn sandbox(
+        &self,
+        source: &SourceFile,
+        name: &str,
+        capabilities: &Capabilities,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Option<SandboxSpec> {
+        let before = diagnostics.len();
+        let ensemble = self.ensemble.as_str();
+        let mut spec = SandboxSpec::default();
+        let mut network = Vec::new();
+        for wanted in &capabilities.network {
+            let pattern = match NetPattern::parse(wanted.get_ref()) {
+                Ok(pattern) => pattern,
+                Err(message) => {
+                    diagnostics.push(Diagnostic::new(source.at(wanted.span()), message));
+                    continue;
+                }
+            };
+            if !self.network.iter().any(|(g, _)| g.covers(&pattern)) {
+                let granted: Vec<&str> = self
+                    .network
+                    .iter()
+                    .map(|(_, g)| g.get_ref().as_str())
+                    .collect();
+                diagnostics.push(self.not_granted(
+                    source,
+                    wanted.span(),
+                    format!("invoker `{name}` asks for network access to {pattern}, which ensemble `{ensemble}` does not grant"),
+                    self.network.first().map(|(_, g)| g.span()),
+                    &granted,
+                    "network access",
+                ));
+                continue;
+            }
+            network.push(pattern);
+        }
+        spec.network = network.into();
+        spec.talk = toolhost_contract::TalkGrants {
+            log: capabilities.log.unwrap_or(true),
+            progress: capabilities.progress.unwrap_or(true),
+            sampling: self.ask(
+                source,
+                name,
+                &capabilities.sampling,
+                &self.sampling,
+                "sampling",
+                diagnostics,
+            ),
+            elicitation: self.ask(
+                source,
+                name,
+                &capabilities.elicitation,
+                &self.elicitation,
+                "elicitation",
+                diagnostics,
+            ),
+        };
+        for capability in &capabilities.files {
+            let wanted = capability.get_ref();
+            let guest = wanted.guest.as_str();
+            let grant = self.files.iter().find(|(_, g)| {
+                let granted = g.get_ref().guest.as_str();
+                guest == granted
+                    || guest
+                        .strip_prefix(granted)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            });
+            let Some((host_dir, grant)) = grant else {
+                let granted: Vec<&str> = self
+                    .files
+                    .iter()
+                    .map(|(_, g)| g.get_ref().guest.as_str())
+                    .collect();
+                diagnostics.push(self.not_granted(
+                    source,
+                    capability.span(),
+                    format!("invoker `{name}` asks for files at {guest}, which ensemble `{ensemble}` does not grant"),
+                    self.files.first().map(|(_, g)| g.span()),
+                    &granted,
+                    "directories",
+                ));
+                continue;
+            };
+            let granted = grant.get_ref();
+            if wanted.access > granted.access {
+                diagnostics.push(
+                    Diagnostic::new(
+                        source.at(capability.span()),
+                        format!(
+                            "invoker `{name}` asks for {} access to {guest}, but ensemble `{ensemble}` grants only {}",
+                            wanted.access, granted.access
+                        ),
+                    )
+                    .with_note(Some(self.source.at(grant.span())), "granted here"),
+                );
+                continue;
+            }
+            let rest = guest[granted.guest.as_str().len()..].trim_start_matches('/');
+            let host = if rest.is_empty() {
+                host_dir.clone()
+            } else {
+                host_dir.join(rest)
+            };
+            // The path the sandbox opens must have no link in it (see `sandbox`): a link below
+            // a grant could be one a tool made, pointing anywhere.
+            match std::fs::canonicalize(&host) {
+                Ok(real) if real == host && real.is_dir() => {}
+                Ok(real) if real != host => {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(capability.span()),
+                        format!(
+                            "{guest} maps to {}, which is a symbolic link (to {}); grant the \
+                             directory itself",
+                            host.display(),
+                            real.display()
+                        ),
+                    ));
+                    continue;
+                }
+                _ => {
+                    diagnostics.push(Diagnostic::new(
+                        source.at(capability.span()),
+                        format!(
+                            "{guest} maps to {}, which is not a directory",
+                            host.display()
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            spec.preopens.push(Preopen {
+                host,
+                guest: guest.to_string(),
+                writable: wanted.access == Access::ReadWrite,
+            });
+        }
+        for variable in &capabilities.env {
+            let wanted = variable.get_ref().as_str();
+            if !self.env.iter().any(|g| g.get_ref().as_str() == wanted) {
+                let granted: Vec<&str> = self.env.iter().map(|g| g.get_ref().as_str()).collect();
+                diagnostics.push(self.not_granted(
+                    source,
+                    variable.span(),
+                    format!("invoker `{name}` asks for environment variable {wanted}, which ensemble `{ensemble}` does not grant"),
+                    self.env.first().map(|g| g.span()),
+                    &granted,
+                    "environment variables",
+                ));
+                continue;
+            }
+            // A granted variable the host does not have is simply absent in the guest.
+            if let Ok(value) = std::env::var(wanted) {
+                spec.env.push((wanted.to_string(), value));
+            }
+        }
+        (diagnostics.len() == before).then_some(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolhost_config::FileKind;
+
+    fn parse<T: serde::de::DeserializeOwned>(source: &SourceFile) -> T {
+        toolhost_config::parse(&source.path, &source.text, FileKind::Ensemble).unwrap()
+    }
+
+    #[test]
+    fn capabilities_within_the_grants_make_the_sandbox_and_the_rest_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data/reports")).unwrap();
+        let ensemble = Arc::new(SourceFile::new(
+            dir.path().join("web.toml"),
+            "schema-version = 1\n[grants]\nnetwork = [\"*.example.org:443\", \"bad\"]\n\
+             files = [{ host = \"data\", guest = \"/data\", access = \"read\" }]\n"
+                .into(),
+        ));
+        #[derive(serde::Deserialize)]
+        struct File {
+            grants: v1::Grants,
+        }
+        let file: File = parse(&ensemble);
+        let mut errors = Vec::new();
+        let grants = Grants::resolve(&ensemble, "web", file.grants, &mut errors);
+        assert_eq!(errors.len(), 1, "the bad pattern: {errors:?}");
+
+        let invoker = SourceFile::new(
+            dir.path().join("web/i.toml"),
+            "schema-version = 1\n[capabilities]\nnetwork = [\"https://a.example.org:443\"]\n\
+             files = [{ guest = \"/data/reports\", access = \"read\" }]\n"
+                .into(),
+        );
+        #[derive(serde::Deserialize)]
+        struct Invoker {
+            capabilities: Capabilities,
+        }
+        let wanted: Invoker = parse(&invoker);
+        let mut errors = Vec::new();
+        let spec = grants
+            .sandbox(&invoker, "i", &wanted.capabilities, &mut errors)
+            .expect("granted");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(spec.network.len(), 1);
+        assert!(spec.preopens[0].host.ends_with("data/reports"));
+        assert!(!spec.preopens[0].writable);
+
+        let greedy = SourceFile::new(
+            dir.path().join("web/g.toml"),
+            "schema-version = 1\n[capabilities]\nnetwork = [\"example.org:443\"]\n\
+             files = [{ guest = \"/data\", access = \"read-write\" }]\nenv = [\"HOME\"]\n"
+                .into(),
+        );
+        let wanted: Invoker = parse(&greedy);
+        let mut errors = Vec::new();
+        assert!(
+            grants
+                .sandbox(&greedy, "g", &wanted.capabilities, &mut errors)
+                .is_none()
+        );
+        let messages: Vec<&str> = errors.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].contains("network access to example.org:443"));
+        assert!(messages[1].contains("read-write access to /data"));
+        assert!(messages[2].contains("environment variable HOME"));
+        assert_eq!(
+            errors[2].notes[0].message,
+            "ensemble `web` grants no environment variables"
+        );
+    }
+}

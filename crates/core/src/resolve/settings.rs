@@ -1,0 +1,64 @@
+//! An invoker's limits, dedup mode and admission: its own `[limits]`, else its ensemble's
+//! `[defaults]`, else the built-ins. The one place the three are merged.
+
+use std::time::Duration;
+use toolhost_config::DedupMode;
+use toolhost_config::v1::{Defaults, Limits};
+use toolhost_contract::CallLimits;
+
+/// Built-in limits, used when neither the invoker nor its ensemble's `[defaults]` set one.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1 << 20;
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
+pub const DEFAULT_MCP_STARTUP_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_MCP_MAX_TOOLS: u64 = 1_000;
+pub const DEFAULT_MAX_CONCURRENCY: u64 = 8;
+pub const DEFAULT_MAX_QUEUE: u64 = 64;
+
+/// The limits, dedup mode and admission of one invoker, defaults applied.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings {
+    pub(super) limits: CallLimits,
+    pub(super) dedup: DedupMode,
+    pub(super) max_running: usize,
+    pub(super) max_waiting: usize,
+}
+
+impl Settings {
+    /// The invoker's own `[limits]` (and `dedup`), else the ensemble's `[defaults]`, else the
+    /// built-ins.
+    pub(super) fn merge(own: &Limits, dedup: Option<DedupMode>, defaults: &Defaults) -> Self {
+        fn pick<T: Into<u64>>(own: Option<T>, default: Option<T>, builtin: u64) -> u64 {
+            own.or(default).map_or(builtin, Into::into)
+        }
+        Settings {
+            limits: CallLimits {
+                timeout: Duration::from_millis(pick(
+                    own.timeout_ms,
+                    defaults.timeout_ms,
+                    DEFAULT_TIMEOUT_MS,
+                )),
+                memory_bytes: (pick(own.memory_mib, defaults.memory_mib, DEFAULT_MEMORY_MIB) << 20)
+                    as usize,
+                max_output_bytes: pick(
+                    own.max_output_bytes,
+                    defaults.max_output_bytes,
+                    DEFAULT_MAX_OUTPUT_BYTES,
+                ) as usize,
+                max_response_bytes: pick(
+                    own.max_response_bytes,
+                    defaults.max_response_bytes,
+                    DEFAULT_MAX_RESPONSE_BYTES,
+                ),
+            },
+            dedup: dedup.or(defaults.dedup).unwrap_or_default(),
+            max_running: pick(
+                own.max_concurrency,
+                defaults.max_concurrency,
+                DEFAULT_MAX_CONCURRENCY,
+            ) as usize,
+            max_waiting: pick(own.max_queue, defaults.max_queue, DEFAULT_MAX_QUEUE) as usize,
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! mcp: the catalog served to MCP clients over stdio or streamable HTTP (the official `rmcp`
+//! SDK), at every revision rmcp knows: 2025-11-25 and older with the `initialize` handshake
+//! and sessions, and 2026-07-28 statelessly (`server/discover`, each request's own `_meta`;
+//! rmcp routes each request by the revision it names). `tools/list` reads the live catalog,
+//! in pages ([`tools`]), with a cache hint ([`TOOLS_TTL`]); `tools/call` goes through
+//! [`Host::invoke`], so validation, dedup (scoped by [`scope`]), limits and audit hold as for
+//! every caller. After each swap of the live catalog that changes the tools, every session
+//! is sent `notifications/tools/list_changed`, and so is every open `subscriptions/listen`
+//! stream that asked for tool list changes; sessions also get the host's own log messages as
+//! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
+//! to the request that called it ([`talk`]).
+//!
+//! Over stdio the messages are read and written by [`stdio`]: a request too large or too
+//! deep to read is answered with an error instead of dropped.
+//!
+//! The other direction, external MCP servers whose tools join the catalog, is a backend:
+//! [`toolhost_core::backend::mcp`].
+
+// MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
+// the revisions before it, which this server speaks too, and clients rely on it there.
+#![allow(deprecated)]
+
+pub mod log;
+pub mod scope;
+pub mod stdio;
+pub mod talk;
+pub mod tasks;
+pub mod tools;
+
+use log::{LogRecord, LogRelay};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    ContentBlock, CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    UpdateTaskParams,
+};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use scope::Conversations;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tasks::Tasks;
+use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use toolhost_contract::CallerLink;
+use toolhost_core::backend::mcp::content;
+use toolhost_core::invoke::{Host, Session};
+use tools::ToolList;
+
+/// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
+/// takes effect about 0.1 s after a file settles (the watcher's debounce), so a client that
+/// polls sees it within about a second; clients that hold a `subscriptions/listen` stream are
+/// told at once. Longer would save little: listing is answered from a listing built once per
+/// catalog version.
+pub const TOOLS_TTL: Duration = Duration::from_secs(1);
+
+/// `subscriptions/listen` streams open at once, at most, on one stdio connection (over
+/// HTTP the cap is `max-mcp-sessions`, shared by every client).
+pub const MAX_LISTENERS_PER_CONNECTION: usize = 16;
+
+/// How long a stdio connection keeps a conversation nobody uses once its table is full.
+const CONVERSATION_IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// What the servers of one transport share: the conversations (dedup scopes named in
+/// `_meta`), the tasks, and the count of open `subscriptions/listen` streams with its cap.
+pub struct Shared {
+    conversations: Conversations,
+    tasks: Tasks,
+    listeners: AtomicUsize,
+    max_listeners: usize,
+    /// Over HTTP, the long-lived streams of every kind, which a listen stream is one of.
+    streams: Option<Arc<StreamSlots>>,
+}
+
+impl Shared {
+    /// For the servers of one transport: conversations named `<prefix>-conv-...`, idle after
+    /// `idle`; at most `max_listeners` subscriptions open at once.
+    pub fn new(prefix: &str, idle: Duration, max_listeners: usize) -> Self {
+        Shared {
+            conversations: Conversations::new(prefix, idle),
+            tasks: Tasks::default(),
+            listeners: AtomicUsize::new(0),
+            max_listeners,
+            streams: None,
+        }
+    }
+
+    /// Each `subscriptions/listen` stream also takes one of `streams` (`max-http-streams`).
+    pub fn with_streams(mut self, streams: Arc<StreamSlots>) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+}
+
+/// The long-lived streams open at once over HTTP (MCP's GET stream and `subscriptions/listen`,
+/// chat runs, the catalog's), and their cap (`[host] max-http-streams`), shared by every kind.
+#[derive(Debug)]
+pub struct StreamSlots {
+    open: AtomicUsize,
+    max: usize,
+}
+
+/// One stream's place in [`StreamSlots`], given back when dropped.
+#[derive(Debug)]
+pub struct StreamSlot(Arc<StreamSlots>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl StreamSlots {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(StreamSlots {
+            open: AtomicUsize::new(0),
+            max: max.max(1),
+        })
+    }
+
+    /// A place for one more stream, if there is one.
+    pub fn try_take(self: &Arc<Self>) -> Option<StreamSlot> {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= self.max {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(StreamSlot(Arc::clone(self)))
+    }
+
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The refusal of a stream past the cap.
+    pub fn refusal(&self) -> String {
+        format!(
+            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
+             close one or try again later",
+            self.max
+        )
+    }
+}
+
+/// One open subscription, counted until it ends.
+struct Listening<'a>(&'a AtomicUsize);
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One MCP session's view of the host. Each session (the stdio connection, each HTTP session,
+/// each session-less HTTP request) gets its own, and so its own dedup memory and audit
+/// session id, unless a request names a conversation ([`scope`]).
+pub struct McpServer {
+    host: Arc<Host>,
+    shared: Arc<Shared>,
+    /// The tool listing, shared by the sessions of the host.
+    tools: Arc<ToolList>,
+    logs: Option<LogRelay>,
+    session: Arc<Session>,
+    /// The least severe level this session wants relayed (`logging/setLevel`).
+    log_level: Arc<AtomicU8>,
+    /// The session's relay tasks (tool list changes, log lines), stopped when it ends: a task
+    /// that only noticed at its next send would outlive a quiet session for good.
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for task in tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl McpServer {
+    /// A server for one MCP session, named `id` in audit records.
+    pub fn new(host: Arc<Host>, id: String) -> Self {
+        let shared = Shared::new(&id, CONVERSATION_IDLE, MAX_LISTENERS_PER_CONNECTION);
+        McpServer::with_tools(host, Arc::default(), Arc::new(shared), id)
+    }
+
+    fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, shared: Arc<Shared>, id: String) -> Self {
+        McpServer {
+            session: Arc::new(host.session(id, Default::default())),
+            host,
+            shared,
+            tools,
+            logs: None,
+            log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
+            tasks: Mutex::default(),
+        }
+    }
+
+    /// Relays the host's log messages from `logs` to this session.
+    pub fn with_logs(mut self, logs: LogRelay) -> Self {
+        self.logs = Some(logs);
+        self
+    }
+
+    /// A factory of servers with numbered session ids (`<prefix>-1`, `<prefix>-2`, ...),
+    /// sharing `shared`'s conversations and subscription cap.
+    pub fn factory(
+        host: Arc<Host>,
+        logs: Option<LogRelay>,
+        prefix: &str,
+        shared: Arc<Shared>,
+    ) -> impl Fn() -> McpServer + Send + Sync + Clone + 'static {
+        let counter = Arc::new(AtomicU64::new(0));
+        let prefix = format!("{prefix}-{}", std::process::id());
+        let tools = Arc::new(ToolList::default());
+        move || {
+            let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let id = format!("{prefix}-{n}");
+            let server = McpServer::with_tools(host.clone(), tools.clone(), shared.clone(), id);
+            match &logs {
+                Some(logs) => server.with_logs(logs.clone()),
+                None => server,
+            }
+        }
+    }
+
+    /// The session a call's results are remembered in: the conversation its `_meta` names
+    /// (among the requests with the same credentials), or this server's own.
+    fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Session>, ErrorData> {
+        let Some(id) = scope::conversation_id(&context.meta)? else {
+            return Ok(Arc::clone(&self.session));
+        };
+        Ok(self
+            .shared
+            .conversations
+            .session(&self.host, &credentials(context), id))
+    }
+}
+
+/// Who a request comes from, as far as conversations and tasks go: over HTTP, a hash of its
+/// Authorization header; over stdio, nobody in particular (the connection's conversations and
+/// tasks are its own).
+fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
+        .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes())
+}
+
+/// One `tools/call` through the host, as an MCP result: every failure is a tool result the
+/// model can read and act on, never a protocol error. Ends as `cancelled` when `cancel` is.
+async fn call(
+    host: Arc<Host>,
+    session: Arc<Session>,
+    request: CallToolRequestParams,
+    cancel: CancellationToken,
+    link: Arc<dyn CallerLink>,
+) -> CallToolResult {
+    let arguments = Value::Object(request.arguments.unwrap_or_default());
+    let outcome = host
+        .invoke_with(
+            &session,
+            &request.name,
+            arguments,
+            cancel.cancelled(),
+            &link,
+        )
+        .await;
+    match outcome.result {
+        Ok(result) => {
+            let mut answer = CallToolResult::success(content::to_mcp(&result));
+            // A tool with an output schema also as the object it describes.
+            answer.structured_content = result.structured.clone();
+            answer
+        }
+        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
+    }
+}
+
+/// A call's result once its task ended, or the error its task failed with.
+fn joined(
+    result: Result<CallToolResult, tokio::task::JoinError>,
+) -> Result<CallToolResult, ErrorData> {
+    result.map_err(|e| ErrorData::internal_error(format!("the call failed: {e}"), None))
+}
+
+impl ServerHandler for McpServer {
+    /// Every revision rmcp knows: the handshake revisions with their sessions, and
+    /// 2026-07-28 without (tool list changes through `subscriptions/listen`).
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST))
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_tasks()
+            .build();
+        let mut config = ServerConfig::new(capabilities);
+        config.server_info = Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
+        config.instructions = Some(
+            "Tools run in a sandbox. A failed call returns isError with `<kind>: <message>`; \
+             for invalid-arguments the message lists each problem with its JSON pointer."
+                .into(),
+        );
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let catalog = self.host.catalog().snapshot();
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (tools, next) = self.tools.page(&catalog, &self.session.policy, cursor);
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        // 2026-07-28's cache hints (rmcp leaves them out for older revisions). Private: the
+        // list is the same for every client, but it is for those that may call (the token),
+        // not for a shared cache in between.
+        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+        result.cache_scope = Some(CacheScope::Private);
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let session = self.session_for(&context)?;
+        let cancel = CancellationToken::new();
+        let link: Arc<dyn CallerLink> = Arc::new(talk::McpLink::of(&context));
+        let wants_tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if !wants_tasks {
+            return Ok(call(self.host.clone(), session, request, cancel, link)
+                .await
+                .into());
+        }
+        // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
+        // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
+        let mut running = tokio::spawn(call(
+            self.host.clone(),
+            session,
+            request,
+            cancel.clone(),
+            link,
+        ));
+        if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
+            return joined(result).map(Into::into);
+        }
+        match self
+            .shared
+            .tasks
+            .start(credentials(&context), running, cancel)
+        {
+            Ok(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(task))),
+            Err(running) => joined(running.await).map(Into::into),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.shared
+            .tasks
+            .get(credentials(&context), &request.task_id)
+    }
+
+    /// toolhost never asks for input during a task: responses are ignored, as the Tasks
+    /// extension says for keys that are not outstanding.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared
+            .tasks
+            .get(credentials(&context), &request.task_id)
+            .map(drop)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared
+            .tasks
+            .cancel(credentials(&context), &request.task_id)
+    }
+
+    /// Tool list changes are what a client may subscribe to.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// Sends `notifications/tools/list_changed` on the stream after each reload that changed
+    /// the tools, until the client cancels it or the host shuts down (then the stream ends
+    /// with its final result). Ended with an error past the cap of open streams.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // Over HTTP, one of the host's long-lived streams (counted here, whatever headers the
+        // request came with).
+        let _slot = match &self.shared.streams {
+            None => None,
+            Some(streams) => match streams.try_take() {
+                Some(slot) => Some(slot),
+                None => return Err(ErrorData::invalid_request(streams.refusal(), None)),
+            },
+        };
+        let listeners = &self.shared.listeners;
+        let _counted = Listening(listeners);
+        if listeners.fetch_add(1, Ordering::SeqCst) >= self.shared.max_listeners {
+            // Acknowledged already (rmcp does that first); the error ends the stream.
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "{} subscriptions/listen streams are open, the most this host keeps; \
+                     close one or try again later",
+                    self.shared.max_listeners
+                ),
+                None,
+            ));
+        }
+        let mut changes = self.host.catalog().subscribe();
+        let stopping = self.host.stopping();
+        tokio::pin!(stopping);
+        loop {
+            let changed = tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                _ = &mut stopping => return Ok(()),
+                change = changes.recv() => match change {
+                    Ok(change) => change.tools_changed(),
+                    Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            };
+            if changed && context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(()); // The stream is gone.
+            }
+        }
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level
+            .store(log::severity(request.level), Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(logs) = &self.logs {
+            tasks.push(relay_logs(
+                logs.subscribe(),
+                context.peer.clone(),
+                self.log_level.clone(),
+                self.session.id.clone(),
+            ));
+        }
+        let mut changes = self.host.catalog().subscribe();
+        let peer = context.peer.clone();
+        let relay_changes = tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(change) if change.tools_changed() => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return; // The session is gone.
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        tasks.push(relay_changes.abort_handle());
+    }
+}
+
+/// Sends each relayed log message this session may see (the host's, and its own calls'
+/// plugin lines) at or above the session's level, until the session ends or the task is
+/// aborted.
+fn relay_logs(
+    mut records: broadcast::Receiver<LogRecord>,
+    peer: Peer<RoleServer>,
+    level: Arc<AtomicU8>,
+    session: String,
+) -> AbortHandle {
+    let relay = tokio::spawn(async move {
+        loop {
+            let record = match records.recv().await {
+                Ok(record) => record,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            if log::severity(record.level) < level.load(Ordering::Relaxed)
+                || !record.visible_to(&session)
+            {
+                continue;
+            }
+            let param =
+                LoggingMessageNotificationParam::new(record.level, Value::String(record.message))
+                    .with_logger(record.target);
+            let sent = peer.notify_logging_message(param).await;
+            if sent.is_err() {
+                return; // The session is gone.
+            }
+        }
+    });
+    relay.abort_handle()
+}

@@ -1,0 +1,479 @@
+//! The chat endpoints: conversations listed, read, started, continued and deleted; approvals
+//! and tools' questions answered; a run started ([`super::chat_run`] streams it).
+//! docs/chat-api.md is their reference.
+
+use super::chat_run::{Resumed, start_run};
+use super::runs::{Busy, Decision, Unanswered};
+use super::store::{Store, StoreError, Stored};
+use super::{ChatSettings, Web};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolhost_agent::provider::ToolChoice;
+use toolhost_agent::provider::conversation::Conversation;
+use toolhost_agent::{AgentOptions, limits};
+use toolhost_core::invoke::CallPolicy;
+
+/// The longest message a request may carry.
+const MAX_MESSAGE: usize = 256 << 10;
+/// The longest title, taken from the first message.
+const TITLE_CHARS: usize = 80;
+
+/// An error answer: `{"error": message}` with its status.
+#[derive(Debug)]
+pub(super) struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError(status, message.into())
+}
+
+/// A chat request's body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChatRequest {
+    message: String,
+    #[serde(default = "yes")]
+    tools: bool,
+    allow: Option<Vec<String>>,
+    max_iterations: Option<u32>,
+    tool_choice: Option<WireChoice>,
+    model: Option<String>,
+    max_tokens: Option<u32>,
+    system: Option<String>,
+    reply_to: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `"auto"`, `"required"`, `"none"` or `{"tool": NAME}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireChoice {
+    Word(String),
+    Tool { tool: String },
+}
+
+/// What a run does, checked against `[chat]`.
+pub(super) struct Plan {
+    pub(super) message: String,
+    pub(super) options: AgentOptions,
+    pub(super) provider: toolhost_agent::provider::ProviderSettings,
+    pub(super) policy: CallPolicy,
+}
+
+/// A JSON body; a bad one is a 400 naming the field by its path (`/max_iterations: ...`).
+fn from_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let at = e.path().to_string();
+        let at = if at == "." {
+            String::new()
+        } else {
+            format!("/{}: ", at.replace('.', "/"))
+        };
+        error(StatusCode::BAD_REQUEST, format!("{at}{}", e.inner()))
+    })
+}
+
+/// Checks a request against what `[chat]` permits.
+fn plan(web: &Web, request: &ChatRequest) -> Result<Plan, ApiError> {
+    let bad = |message: String| error(StatusCode::BAD_REQUEST, message);
+    let chat: &ChatSettings = &web.chat;
+    let mut provider = chat
+        .provider
+        .clone()
+        .map_err(|problem| error(StatusCode::SERVICE_UNAVAILABLE, problem))?;
+    if request.message.trim().is_empty() {
+        return Err(bad("/message: the message is empty".into()));
+    }
+    if request.message.len() > MAX_MESSAGE {
+        return Err(bad(format!(
+            "/message: {} bytes, more than the {MAX_MESSAGE} a message may be",
+            request.message.len()
+        )));
+    }
+    let max_iterations = match request.max_iterations {
+        None => chat.max_iterations,
+        Some(n) if (1..=chat.max_iterations).contains(&n) => n,
+        Some(n) => {
+            return Err(bad(format!(
+                "/max_iterations: {n} is outside 1 to {} ([chat] max-iterations)",
+                chat.max_iterations
+            )));
+        }
+    };
+    let tool_choice = match &request.tool_choice {
+        None => chat.tool_choice.clone(),
+        Some(WireChoice::Word(word)) => match word.as_str() {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            other => {
+                return Err(bad(format!(
+                    "/tool_choice: `{other}`; expected \"auto\", \"required\", \"none\" or \
+                     {{\"tool\": NAME}}"
+                )));
+            }
+        },
+        Some(WireChoice::Tool { tool }) => ToolChoice::Tool(tool.clone()),
+    };
+    if let Some(model) = &request.model {
+        if *model != provider.model && !chat.models.contains(model) {
+            return Err(bad(format!(
+                "/model: `{model}` is not [chat] model or one of [chat] models"
+            )));
+        }
+        provider.model = model.clone();
+    }
+    if let Some(tokens) = request.max_tokens {
+        if tokens == 0 || provider.max_tokens.is_some_and(|max| tokens > max) {
+            return Err(bad(format!(
+                "/max_tokens: {tokens} is outside 1 to {} ([chat] max-tokens)",
+                provider.max_tokens.unwrap_or(u32::MAX)
+            )));
+        }
+        provider.max_tokens = Some(tokens);
+    }
+    let policy = if !request.tools {
+        CallPolicy {
+            allow: Some(Vec::new()),
+            deny: Vec::new(),
+        }
+    } else if let Some(allow) = &request.allow {
+        // Within [chat]'s lists: the tools both permit, by name, now.
+        let asked = CallPolicy {
+            allow: Some(allow.clone()),
+            deny: Vec::new(),
+        };
+        let names = web
+            .host
+            .catalog()
+            .snapshot()
+            .tools()
+            .filter(|t| chat.policy.permits(&t.name) && asked.permits(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        CallPolicy {
+            allow: Some(names),
+            deny: Vec::new(),
+        }
+    } else {
+        chat.policy.clone()
+    };
+    Ok(Plan {
+        message: request.message.clone(),
+        options: AgentOptions {
+            max_iterations,
+            max_parallel_calls: chat.max_parallel_calls,
+            builtins: request.tools,
+            tool_choice,
+            limits: chat.limits,
+        },
+        provider,
+        policy,
+    })
+}
+
+/// The database, or a 503 that says why it is not there.
+fn store(web: &Web) -> Result<Arc<Store>, ApiError> {
+    web.store
+        .clone()
+        .map_err(|problem| error(StatusCode::SERVICE_UNAVAILABLE, problem))
+}
+
+/// Runs blocking database work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e @ (StoreError::Full(_) | StoreError::DatabaseFull { .. }))) => {
+            Err(error(StatusCode::INSUFFICIENT_STORAGE, e.to_string()))
+        }
+        // Logged by the store once, when it happened.
+        Ok(Err(e @ StoreError::Detached { .. })) => {
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+        }
+        Ok(Err(e)) => {
+            tracing::error!("{e}");
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+        }
+        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    }
+}
+
+fn busy(busy: Busy) -> ApiError {
+    match busy {
+        Busy::Conversation => error(
+            StatusCode::CONFLICT,
+            "a run of this conversation is going on; wait for its `done` event",
+        ),
+        Busy::Host(max) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{max} runs are going on, the most this host takes ([chat] max-runs); try again later"
+            ),
+        ),
+    }
+}
+
+pub(super) async fn settings(State(web): State<Arc<Web>>) -> Response {
+    let chat = &web.chat;
+    let problem = match (&chat.provider, &web.store) {
+        (Err(problem), _) | (_, Err(problem)) => Some(problem.clone()),
+        _ => None,
+    };
+    let provider = chat.provider.as_ref().ok();
+    axum::Json(json!({
+        "chat": problem.is_none(),
+        "problem": problem,
+        "provider": provider.map(|p| p.kind.to_string()),
+        "model": provider.map(|p| p.model.clone()),
+        "models": chat.models,
+        "max_iterations": chat.max_iterations,
+        "max_tokens": provider.and_then(|p| p.max_tokens),
+        "tool_choice": chat.tool_choice,
+    }))
+    .into_response()
+}
+
+pub(super) async fn list(State(web): State<Arc<Web>>) -> Result<Response, ApiError> {
+    let store = store(&web)?;
+    let conversations: Vec<Value> = blocking(move || store.list())
+        .await?
+        .into_iter()
+        .map(|s| {
+            let running = web.runs.is_running(&s.id);
+            let mut value = json!(s);
+            value["running"] = json!(running);
+            value
+        })
+        .collect();
+    Ok(axum::Json(json!({ "conversations": conversations })).into_response())
+}
+
+async fn load(web: &Web, id: String) -> Result<Stored, ApiError> {
+    let store = store(web)?;
+    let missing = format!("no conversation `{id}`");
+    blocking(move || store.get(&id))
+        .await?
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, missing))
+}
+
+pub(super) async fn read(
+    State(web): State<Arc<Web>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let stored = load(&web, id).await?;
+    Ok(axum::Json(json!({
+            "id": stored.summary.id,
+            "title": stored.summary.title,
+            "created": stored.summary.created,
+            "updated": stored.summary.updated,
+            "running": web.runs.is_running(&stored.summary.id),
+            "allowed_tools": stored.allowed_tools,
+            "pending_question": stored.pending_question,
+            "system": stored.conversation.system,
+            "messages": stored.conversation.messages,
+            "log": stored.log,
+    }))
+    .into_response())
+}
+
+pub(super) async fn delete(
+    State(web): State<Arc<Web>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let store = store(&web)?;
+    web.runs.cancel(&id);
+    let missing = format!("no conversation `{id}`");
+    if blocking(move || store.delete(&id)).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(error(StatusCode::NOT_FOUND, missing))
+    }
+}
+
+pub(super) async fn decide(
+    State(web): State<Arc<Web>>,
+    Path((id, call)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Answer {
+        decision: Decision,
+    }
+    let answer: Answer = from_json(&body)?;
+    if web.runs.decide(&id, &call, answer.decision) {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no approval of call `{call}` is pending in conversation `{id}`"),
+        ))
+    }
+}
+
+pub(super) async fn answer(
+    State(web): State<Arc<Web>>,
+    Path((id, question)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match web.runs.answer(&id, &question, from_json(&body)?) {
+        Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(Unanswered::Invalid(message)) => Err(error(StatusCode::BAD_REQUEST, message)),
+        Err(Unanswered::NotPending) => Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no question `{question}` is pending in conversation `{id}`"),
+        )),
+    }
+}
+
+pub(super) async fn start_conversation(
+    State(web): State<Arc<Web>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ChatRequest = from_json(&body)?;
+    if request.reply_to.is_some() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "/reply_to: a new conversation answers no question; continue the one that asked",
+        ));
+    }
+    let plan = plan(&web, &request)?;
+    let store = store(&web)?;
+    let id = new_id();
+    let slot = web.runs.start(&id).map_err(busy)?;
+    let conversation = Conversation::new(request.system.clone().or(web.chat.system.clone()));
+    let title = title_of(&request.message);
+    let (key, kept) = (id.clone(), conversation.clone());
+    blocking(move || store.create(&key, &title, &kept)).await?;
+    let first = json!({ "type": "conversation", "id": id });
+    let from = Resumed {
+        id,
+        conversation,
+        allowed_tools: Vec::new(),
+        log_bytes: 0,
+    };
+    Ok(start_run(web, slot, from, plan, Some(first)))
+}
+
+pub(super) async fn continue_conversation(
+    State(web): State<Arc<Web>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ChatRequest = from_json(&body)?;
+    if request.system.is_some() {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "/system: the system prompt is set when a conversation starts",
+        ));
+    }
+    let plan = plan(&web, &request)?;
+    let slot = web.runs.start(&id).map_err(busy)?;
+    // What it holds, asked of the database before anything is read.
+    let limit = web.chat.limits.max_conversation_bytes;
+    let database = store(&web)?;
+    let key = id.clone();
+    let sizes = blocking(move || {
+        database.has_room()?;
+        database.sizes(&key)
+    })
+    .await?;
+    let Some((_, log_bytes)) = sizes else {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("no conversation `{id}`"),
+        ));
+    };
+    if log_bytes as usize >= limit {
+        return Err(too_large(&id, log_bytes as usize, limit, "its log"));
+    }
+    let stored = load(&web, id.clone()).await?;
+    if let Some(call) = &request.reply_to
+        && stored.pending_question.as_deref() != Some(call.as_str())
+    {
+        return Err(error(
+            StatusCode::CONFLICT,
+            format!("/reply_to: the conversation is not waiting for an answer to `{call}`"),
+        ));
+    }
+    let held = limits::conversation_bytes(&stored.conversation);
+    if held > limit {
+        return Err(too_large(&id, held, limit, "its messages"));
+    }
+    let from = Resumed {
+        id,
+        conversation: stored.conversation,
+        allowed_tools: stored.allowed_tools,
+        log_bytes: log_bytes as usize,
+    };
+    Ok(start_run(web, slot, from, plan, None))
+}
+
+/// The refusal of a conversation that cannot go on: `what` (its messages, or its log) holds
+/// `held` bytes, past `limit`.
+fn too_large(id: &str, held: usize, limit: usize, what: &str) -> ApiError {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "conversation `{id}` holds {} in {what}, more than a conversation may ([chat] \
+             max-conversation-mib, {}): it is kept and can be read, but not continued; start \
+             a new one",
+            limits::size(held),
+            limits::size(limit)
+        ),
+    )
+}
+
+/// A new conversation's id: 128 random bits, in hex.
+fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    // Without the system's randomness, a hash of the time and a counter: unique still.
+    if getrandom::fill(&mut bytes).is_err() {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seed = format!(
+            "{:?}{}",
+            std::time::SystemTime::now(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        bytes.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first line of the first message, cut at [`TITLE_CHARS`].
+fn title_of(message: &str) -> String {
+    let line = message.trim().lines().next().unwrap_or_default();
+    let mut title: String = line.chars().take(TITLE_CHARS).collect();
+    if line.chars().count() > TITLE_CHARS {
+        title.push('…');
+    }
+    title
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_the_first_line_cut_short() {
+        assert_eq!(title_of("  Hello\nworld"), "Hello");
+        let long = "x".repeat(100);
+        assert_eq!(title_of(&long).chars().count(), TITLE_CHARS + 1);
+    }
+}

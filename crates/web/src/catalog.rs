@@ -1,0 +1,118 @@
+//! The catalog as the page shows it: every ensemble with its tools (schemas, versions,
+//! component hashes), what was refused with its file:line errors, what is compiling; once as
+//! JSON, and as a stream that sends it again after every reload.
+
+use super::Web;
+use super::sse::{self, EventStream, frame};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use toolhost_core::reload::Reloader;
+
+/// The catalog and its reload status, as one JSON value (`"type": "catalog"`).
+pub(super) fn describe(reloader: &Reloader) -> Value {
+    let status = reloader.status();
+    let snapshot = reloader.catalog().snapshot();
+    let mut tools: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for tool in snapshot.tools() {
+        tools.entry(&tool.ensemble).or_default().push(json!({
+            "name": tool.name,
+            "description": &*tool.description,
+            "enabled": tool.enabled,
+            "destructive": tool.destructive,
+            "read_only": tool.read_only,
+            "version": tool.version.to_string(),
+            "input_schema": tool.input_schema(),
+        }));
+    }
+    let ensembles: Vec<Value> = status
+        .ensembles
+        .iter()
+        .map(|e| {
+            json!({
+                "name": e.name,
+                "file": e.file,
+                "enabled": e.enabled,
+                "loaded_at": e.loaded_at,
+                "components": e.components,
+                "tools": tools.remove(e.name.as_str()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    json!({
+        "type": "catalog",
+        "generation": status.generation,
+        "reloaded_at": status.reloaded_at,
+        "ensembles": ensembles,
+        "refused": status.refused,
+        "loading": status.loading,
+    })
+}
+
+/// The catalog's JSON, made once per reload however many streams follow it: a client that
+/// opens many streams does not make each reload cost as many descriptions.
+#[derive(Default)]
+pub(super) struct Described {
+    last: std::sync::Mutex<Option<(Key, Arc<Value>)>>,
+}
+
+/// What a description depends on besides the catalog, which changes with the generation.
+type Key = (u64, usize, usize);
+
+impl Described {
+    pub(super) fn get(&self, reloader: &Reloader) -> Arc<Value> {
+        let status = reloader.status();
+        let key = (
+            status.generation,
+            status.loading.len(),
+            status.refused.len(),
+        );
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, value)) = &*last
+            && *at == key
+        {
+            return Arc::clone(value);
+        }
+        let value = Arc::new(describe(reloader));
+        *last = Some((key, Arc::clone(&value)));
+        value
+    }
+}
+
+pub(super) async fn catalog(State(web): State<Arc<Web>>) -> Response {
+    axum::Json(web.described.get(&web.reloader)).into_response()
+}
+
+/// The catalog now, then again after every reload, until the client goes away or the host
+/// stops.
+pub(super) async fn events(State(web): State<Arc<Web>>) -> Response {
+    // A client that reads none of the catalogs sent has its stream closed.
+    let (sender, frames) = sse::channel(sse::MAX_UNREAD, CancellationToken::new());
+    let mut changes = web.reloader.subscribe();
+    let _ = sender.send(frame(&web.described.get(&web.reloader)));
+    let host = web.host.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                change = changes.recv() => match change {
+                    // Many reloads at once: one catalog says them all.
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                },
+                () = sender.closed() => return,
+                () = host.stopping() => return,
+            }
+            if !sender.send(frame(&web.described.get(&web.reloader))) {
+                return;
+            }
+        }
+    });
+    EventStream::new(frames, None).response()
+}

@@ -1,0 +1,610 @@
+//! The chat database: conversations kept in SQLite (`rusqlite`, the library bundled), so that a
+//! restart keeps them. One connection behind a mutex, used from blocking threads; WAL, so a
+//! reader elsewhere (the `sqlite3` shell) does not stop the host writing.
+//!
+//! A conversation is its row (title, times, the canonical [`Conversation`] as JSON, the tools
+//! "allowed for all" and the question its last run ended with) and its log: the events of its
+//! runs, one row each, in order, which is what the page shows.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+use toolhost_agent::provider::conversation::Conversation;
+
+/// How long a statement waits for a lock another program holds before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the database could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the chat database {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("the chat database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Not opened, for this reason (the chat is off).
+    #[error("{0}")]
+    Unused(String),
+    #[error("the chat database: a stored conversation does not read back: {0}")]
+    Corrupt(#[from] serde_json::Error),
+    #[error(
+        "{0} conversations are kept, the most this host keeps ([chat] max-conversations); \
+         delete some first"
+    )]
+    Full(usize),
+    #[error(
+        "the chat database holds {} MiB, the most this host keeps ([chat] max-database-mib, \
+         {} MiB); delete conversations first",
+        used >> 20,
+        max >> 20
+    )]
+    DatabaseFull { used: u64, max: u64 },
+    /// The path no longer names the file the host opened: what is written would be lost.
+    #[error(
+        "the chat database {path} is not the file this host opened: {what} while the host ran, \
+         so nothing written now would be kept; put the file back, or restart the host to \
+         start a new database"
+    )]
+    Detached { path: PathBuf, what: String },
+}
+
+/// A conversation as the list shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub id: String,
+    pub title: String,
+    pub created: String,
+    pub updated: String,
+}
+
+/// A conversation with everything kept of it.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub summary: Summary,
+    pub conversation: Conversation,
+    pub log: Vec<Value>,
+    pub allowed_tools: Vec<String>,
+    /// The call id of the question its last run ended with.
+    pub pending_question: Option<String>,
+}
+
+/// What a run changed, written in one transaction when it ends.
+#[derive(Debug)]
+pub struct RunRecord<'a> {
+    pub conversation: &'a Conversation,
+    pub log: &'a [Value],
+    pub allowed_tools: &'a [String],
+    pub pending_question: Option<&'a str>,
+}
+
+/// What the database may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreLimits {
+    /// Conversations kept (`[chat] max-conversations`).
+    pub max_conversations: usize,
+    /// Bytes of the database in use (`[chat] max-database-mib`): past them, no conversation
+    /// is started or continued until some are deleted.
+    pub max_bytes: u64,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_conversations: super::DEFAULT_MAX_CONVERSATIONS,
+            max_bytes: super::DEFAULT_MAX_DATABASE_MIB << 20,
+        }
+    }
+}
+
+/// The open database.
+pub struct Store {
+    path: PathBuf,
+    connection: Mutex<Connection>,
+    max_conversations: usize,
+    max_bytes: u64,
+    /// The file opened (device and inode): the path must still name it.
+    identity: (u64, u64),
+    /// Set while the path names another file or none, so that it is logged once.
+    detached: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    updated_order INTEGER NOT NULL,
+    conversation TEXT NOT NULL,
+    allowed_tools TEXT NOT NULL DEFAULT '[]',
+    pending_question TEXT
+);
+CREATE INDEX IF NOT EXISTS conversations_by_update ON conversations (updated_order DESC);
+CREATE TABLE IF NOT EXISTS log (
+    conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (conversation, seq)
+);
+";
+
+impl Store {
+    /// Opens (or creates) the database at `path`, its directory too (0700: conversations are
+    /// the operator's). A file that is not a database, or one locked by another program past
+    /// the busy timeout, is an error naming the path.
+    pub fn open(path: &Path, limits: StoreLimits) -> Result<Store, StoreError> {
+        let fail = |message: String| StoreError::Open {
+            path: path.to_path_buf(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| fail(format!("cannot create its directory: {e}")))?;
+        }
+        let connection = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        connection
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| fail(e.to_string()))?;
+        // The first statement that reads the file: a corrupt one fails here.
+        let mode: String = connection
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(|e| fail(e.to_string()))?;
+        tracing::debug!("chat database {} in {mode} mode", path.display());
+        connection
+            // The write-ahead log is truncated back to 64 MiB after each checkpoint.
+            .execute_batch(
+                "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; \
+                 PRAGMA journal_size_limit = 67108864;",
+            )
+            .and_then(|()| connection.execute_batch(SCHEMA))
+            .map_err(|e| fail(e.to_string()))?;
+        let identity = identity(path).map_err(|e| fail(e.to_string()))?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            connection: Mutex::new(connection),
+            max_conversations: limits.max_conversations,
+            max_bytes: limits.max_bytes,
+            identity,
+            detached: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Ok while the path names the file that was opened. A database deleted, moved away or
+    /// replaced (by another file, a directory) while the host runs would take writes that no
+    /// restart finds: refused instead, logged once when it happens and once when the file is
+    /// back.
+    fn check_attached(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        let what = match identity(&self.path) {
+            Ok(found) if found == self.identity => None,
+            Ok(_) => Some("it was replaced by another file".to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some("it was deleted or moved away".to_string())
+            }
+            Err(e) => Some(format!("it cannot be looked at ({e})")),
+        };
+        match what {
+            None => {
+                if self.detached.swap(false, Ordering::SeqCst) {
+                    tracing::warn!(
+                        "the chat database {} is back; the chat keeps conversations again",
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+            Some(what) => {
+                let error = StoreError::Detached {
+                    path: self.path.clone(),
+                    what,
+                };
+                if !self.detached.swap(true, Ordering::SeqCst) {
+                    tracing::error!("{error}; the chat answers 503 until then");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with<T>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.check_attached()?;
+        // A panic while the lock was held cannot leave SQLite half-written (transactions roll
+        // back when dropped): the connection is still good.
+        let mut connection = self
+            .connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        work(&mut connection)
+    }
+
+    /// Every conversation, the most recently updated first.
+    pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
+        self.with(|c| {
+            let mut statement = c.prepare(
+                "SELECT id, title, created, updated FROM conversations \
+                 ORDER BY updated_order DESC, rowid DESC",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok(Summary {
+                    id: row.get(0)?,
+                    title: row.get(1)?,
+                    created: row.get(2)?,
+                    updated: row.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Ok while the database uses no more than its bound (pages in use, freed ones not
+    /// counted: a deletion makes room at once, without a VACUUM).
+    pub fn has_room(&self) -> Result<(), StoreError> {
+        self.with(|c| self.room(c))
+    }
+
+    fn room(&self, connection: &Connection) -> Result<(), StoreError> {
+        let used: i64 = connection.query_row(
+            "SELECT (SELECT page_count FROM pragma_page_count()) - \
+             (SELECT freelist_count FROM pragma_freelist_count())",
+            [],
+            |r| r.get(0),
+        )?;
+        let page: i64 = connection.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let used = (used.max(0) as u64).saturating_mul(page.max(0) as u64);
+        if used > self.max_bytes {
+            return Err(StoreError::DatabaseFull {
+                used,
+                max: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a conversation; refused when `max_conversations` are kept, or the database uses
+    /// more than its bound.
+    pub fn create(
+        &self,
+        id: &str,
+        title: &str,
+        conversation: &Conversation,
+    ) -> Result<Summary, StoreError> {
+        let text = serde_json::to_string(conversation)?;
+        self.with(|c| {
+            self.room(c)?;
+            let transaction = c.transaction()?;
+            let count: i64 =
+                transaction.query_row("SELECT count(*) FROM conversations", [], |r| r.get(0))?;
+            if count as usize >= self.max_conversations {
+                return Err(StoreError::Full(self.max_conversations));
+            }
+            let now = toolhost_audit::now_rfc3339();
+            transaction.execute(
+                "INSERT INTO conversations (id, title, created, updated, updated_order, conversation) \
+                 VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
+                params![id, title, now, order(), text],
+            )?;
+            transaction.commit()?;
+            Ok(Summary {
+                id: id.to_string(),
+                title: title.to_string(),
+                created: now.clone(),
+                updated: now,
+            })
+        })
+    }
+
+    /// The bytes a conversation holds as stored: its messages (as JSON) and its log, or
+    /// `None` when there is no such conversation. Read without reading either.
+    pub fn sizes(&self, id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        self.with(|c| {
+            Ok(c.query_row(
+                "SELECT octet_length(conversation), \
+                 (SELECT coalesce(sum(octet_length(event)), 0) FROM log WHERE conversation = ?1) \
+                 FROM conversations WHERE id = ?1",
+                params![id],
+                |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64)),
+            )
+            .optional()?)
+        })
+    }
+
+    /// One conversation, or `None`.
+    pub fn get(&self, id: &str) -> Result<Option<Stored>, StoreError> {
+        self.with(|c| {
+            let row = c
+                .query_row(
+                    "SELECT title, created, updated, conversation, allowed_tools, pending_question \
+                     FROM conversations WHERE id = ?1",
+                    params![id],
+                    |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                            row.get::<_, String>(3)?,
+                            row.get::<_, String>(4)?,
+                            row.get::<_, Option<String>>(5)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            let Some((title, created, updated, conversation, allowed, pending)) = row else {
+                return Ok(None);
+            };
+            let mut statement =
+                c.prepare("SELECT event FROM log WHERE conversation = ?1 ORDER BY seq")?;
+            let log = statement
+                .query_map(params![id], |row| row.get::<_, String>(0))?
+                .map(|text| Ok(serde_json::from_str(&text?)?))
+                .collect::<Result<Vec<Value>, StoreError>>()?;
+            Ok(Some(Stored {
+                summary: Summary {
+                    id: id.to_string(),
+                    title,
+                    created,
+                    updated,
+                },
+                conversation: serde_json::from_str(&conversation)?,
+                log,
+                allowed_tools: serde_json::from_str(&allowed)?,
+                pending_question: pending,
+            }))
+        })
+    }
+
+    /// Writes what a run changed: the conversation, its new log events after the old ones,
+    /// the tools allowed for all, the question it ended with. False if it was deleted meanwhile.
+    pub fn save_run(&self, id: &str, run: &RunRecord<'_>) -> Result<bool, StoreError> {
+        let conversation = serde_json::to_string(run.conversation)?;
+        let allowed = serde_json::to_string(run.allowed_tools)?;
+        let events = run
+            .log
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with(|c| {
+            // Past the size bound (runs that started before it was reached), the conversation
+            // is kept and its log is not: the overshoot is at most one conversation a run.
+            let full = self.room(c).err();
+            let transaction = c.transaction()?;
+            let changed = transaction.execute(
+                "UPDATE conversations SET updated = ?2, updated_order = ?3, conversation = ?4, \
+                 allowed_tools = ?5, pending_question = ?6 WHERE id = ?1",
+                params![
+                    id,
+                    toolhost_audit::now_rfc3339(),
+                    order(),
+                    conversation,
+                    allowed,
+                    run.pending_question
+                ],
+            )?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            let next: i64 = transaction.query_row(
+                "SELECT coalesce(max(seq), -1) + 1 FROM log WHERE conversation = ?1",
+                params![id],
+                |r| r.get(0),
+            )?;
+            {
+                let mut insert = transaction
+                    .prepare("INSERT INTO log (conversation, seq, event) VALUES (?1, ?2, ?3)")?;
+                if let Some(full) = &full {
+                    let note = serde_json::json!({
+                        "type": "error",
+                        "message": format!("this run's log was not kept: {full}"),
+                    });
+                    insert.execute(params![id, next, note.to_string()])?;
+                } else {
+                    for (offset, event) in events.iter().enumerate() {
+                        insert.execute(params![id, next + offset as i64, event])?;
+                    }
+                }
+            }
+            transaction.commit()?;
+            Ok(true)
+        })
+    }
+
+    /// Deletes a conversation and its log; false if there was none.
+    pub fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let transaction = c.transaction()?;
+            transaction.execute("DELETE FROM log WHERE conversation = ?1", params![id])?;
+            let deleted =
+                transaction.execute("DELETE FROM conversations WHERE id = ?1", params![id])?;
+            transaction.commit()?;
+            Ok(deleted > 0)
+        })
+    }
+}
+
+/// The device and inode `path` names (links followed, as SQLite opens it); a directory is
+/// not a database.
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    if !metadata.is_file() {
+        return Ok((u64::MAX, u64::MAX));
+    }
+    Ok((metadata.dev(), metadata.ino()))
+}
+
+/// A number that grows with time, to order conversations by their last update.
+fn order() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store(dir: &tempfile::TempDir, max: usize) -> Store {
+        let limits = StoreLimits {
+            max_conversations: max,
+            ..StoreLimits::default()
+        };
+        Store::open(&dir.path().join("state/chat.sqlite3"), limits).expect("open")
+    }
+
+    #[test]
+    fn conversations_survive_reopening() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut conversation = Conversation::new(Some("terse".into()));
+        conversation.push_user("hi");
+        {
+            let store = store(&dir, 10);
+            store.create("a", "hi", &conversation).expect("create");
+            conversation.push_user("again");
+            let log = [json!({"type": "user", "text": "hi"})];
+            let record = RunRecord {
+                conversation: &conversation,
+                log: &log,
+                allowed_tools: &["say".to_string()],
+                pending_question: Some("q1"),
+            };
+            assert!(store.save_run("a", &record).expect("save"));
+            let log = [json!({"type": "user", "text": "again"})];
+            let record = RunRecord {
+                log: &log,
+                ..record
+            };
+            assert!(store.save_run("a", &record).expect("save"));
+        }
+        let store = store(&dir, 10);
+        let stored = store.get("a").expect("get").expect("kept");
+        assert_eq!(stored.conversation, conversation);
+        assert_eq!(stored.log.len(), 2);
+        assert_eq!(stored.log[1]["text"], "again");
+        assert_eq!(stored.allowed_tools, ["say"]);
+        assert_eq!(stored.pending_question.as_deref(), Some("q1"));
+        assert_eq!(store.list().expect("list").len(), 1);
+        assert!(store.delete("a").expect("delete"));
+        assert!(store.get("a").expect("get").is_none());
+        assert!(!store.delete("a").expect("delete"));
+    }
+
+    #[test]
+    fn the_most_recently_updated_comes_first_and_the_cap_holds() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = store(&dir, 2);
+        let conversation = Conversation::default();
+        store.create("a", "first", &conversation).expect("a");
+        store.create("b", "second", &conversation).expect("b");
+        let full = store.create("c", "third", &conversation).expect_err("full");
+        assert!(full.to_string().contains("max-conversations"), "{full}");
+        let record = RunRecord {
+            conversation: &conversation,
+            log: &[],
+            allowed_tools: &[],
+            pending_question: None,
+        };
+        store.save_run("a", &record).expect("save");
+        let ids: Vec<String> = store
+            .list()
+            .expect("list")
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(ids, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("chat.sqlite3");
+        std::fs::write(&path, vec![b'x'; 8192]).expect("write");
+        let error = Store::open(&path, StoreLimits::default()).expect_err("corrupt");
+        let text = error.to_string();
+        assert!(text.contains("chat.sqlite3"), "{text}");
+        assert!(text.contains("not a database"), "{text}");
+    }
+
+    #[test]
+    fn a_database_deleted_or_replaced_while_open_is_refused_until_it_is_back() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = store(&dir, 10);
+        let conversation = Conversation::default();
+        store.create("a", "first", &conversation).expect("a");
+        let path = store.path().to_path_buf();
+        let aside = dir.path().join("aside.sqlite3");
+        std::fs::rename(&path, &aside).expect("move away");
+        let refused = store
+            .create("b", "second", &conversation)
+            .expect_err("gone");
+        assert!(matches!(refused, StoreError::Detached { .. }), "{refused}");
+        assert!(
+            refused.to_string().contains("deleted or moved away"),
+            "{refused}"
+        );
+        assert!(store.list().is_err(), "a read is refused too");
+        std::fs::create_dir(&path).expect("a directory where it was");
+        let refused = store.get("a").expect_err("a directory");
+        assert!(refused.to_string().contains("replaced"), "{refused}");
+        std::fs::remove_dir(&path).expect("rmdir");
+        std::fs::rename(&aside, &path).expect("back");
+        assert_eq!(store.list().expect("back").len(), 1);
+    }
+
+    #[test]
+    fn a_database_past_its_size_bound_takes_no_new_conversation_until_some_are_deleted() {
+        let dir = tempfile::tempdir().expect("dir");
+        let limits = StoreLimits {
+            max_conversations: 100,
+            max_bytes: 1 << 20,
+        };
+        let store = Store::open(&dir.path().join("chat.sqlite3"), limits).expect("open");
+        let mut big = Conversation::default();
+        big.push_user("x".repeat(600_000));
+        store.create("a", "a", &big).expect("a");
+        store.create("b", "b", &big).expect("b: 600 KB in use");
+        let full = store.create("c", "c", &big).expect_err("past 1 MiB");
+        assert!(matches!(full, StoreError::DatabaseFull { .. }), "{full}");
+        assert!(full.to_string().contains("max-database-mib"), "{full}");
+        assert!(store.has_room().is_err());
+        // A run that was going when the bound was reached keeps its conversation, not its log.
+        let log = [json!({"type": "text", "text": "w".repeat(500_000)})];
+        let record = RunRecord {
+            conversation: &big,
+            log: &log,
+            allowed_tools: &[],
+            pending_question: None,
+        };
+        assert!(store.save_run("b", &record).expect("saved"));
+        let kept = store.get("b").expect("get").expect("b");
+        assert_eq!(kept.log.len(), 1);
+        assert!(
+            kept.log[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not kept"))
+        );
+        assert!(store.delete("a").expect("delete"));
+        store.has_room().expect("room again after a deletion");
+        store.create("c", "c", &big).expect("c");
+    }
+}
