@@ -475,7 +475,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
                 link: &(std::sync::Arc::new(toolhost::contract::Unlinked) as _),
             },
             "shout",
-            r#"{"text": "hi"}"#,
+            &serde_json::json!({"text": "hi"}),
             limits,
             &sandbox,
         )

@@ -1,8 +1,11 @@
 //! runtime: one wasmtime `Engine` per process, components compiled once (and cached on disk by
-//! blake3), an `InstancePre` per component, and every call in a fresh `Store` with its memory
-//! limit, epoch deadline and captured stdout/stderr. A call returns a [`ToolResult`] of content
-//! items ([`content`]) whichever kind of component ran it, and may talk back to its caller
-//! through the [`CallerLink`] the caller passed in, within per-call bounds ([`talk`]).
+//! blake3) in a bounded worker, and every call in a fresh `Store` with its memory limit, epoch
+//! deadline, sandbox and captured stdout/stderr. Each kind of component (the 0.1.0 and 0.2.0
+//! `toolhost:plugin` worlds, typed components) is one adapter in [`world`]: how it describes
+//! its tools and answers a call; the store around it is set up, bounded and classified here,
+//! once. A call returns a [`ToolResult`] of content items whichever kind ran it, and may talk
+//! back to its caller through the [`CallerLink`] the caller passed in, within per-call bounds
+//! ([`talk`]).
 //!
 //! The runtime knows nothing of TOML or tool names as the model sees them: it loads component
 //! files and runs an export under a [`SandboxSpec`] and [`CallLimits`]. It also owns admission
@@ -21,6 +24,7 @@ mod state;
 mod talk;
 mod tools;
 mod typed;
+mod world;
 
 pub use cache::CacheError;
 pub use compile::{
@@ -34,7 +38,7 @@ pub use outcome::LoadError;
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 
 use crate::sandbox::{Capture, NetworkGuard, SandboxSpec};
-use bindings::since_v0_1_0::{Plugin, PluginPre, ToolError};
+use bindings::since_v0_1_0::Plugin;
 use bindings::since_v0_2_0 as v2;
 use cache::ComponentCache;
 use engine::EpochTicker;
@@ -49,11 +53,11 @@ use std::time::{Duration, Instant};
 use talk::TalkBudget;
 use tokio::sync::Semaphore;
 use toolhost_contract::{
-    CallLimits, CallerLink, Content, PROGRESS_PER_CALL, RunError, SourceHash, ToolFailure,
-    ToolResult,
+    CallLimits, CallerLink, PROGRESS_PER_CALL, RunError, SourceHash, ToolResult,
 };
-use wasmtime::component::{Linker, Val};
+use wasmtime::component::Linker;
 use wasmtime::{Engine, Store, UpdateDeadline};
+use world::{Adapter, Answer};
 
 /// Captured stdout and stderr keep this many bytes each.
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
@@ -63,10 +67,8 @@ pub const DEFAULT_DESCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const MAX_RESOURCES_PER_CALL: usize = 1024;
 /// The most `describe()` may have wasmtime copy into the host: twice what the host keeps of a
 /// component, and the records of as many tools as it may describe.
-const DESCRIBE_FUEL: usize =
+pub(crate) const DESCRIBE_FUEL: usize =
     2 * load::MAX_DESCRIBED_BYTES + load::MAX_DESCRIBED_TOOLS * TOOL_SPEC_RECORD_BYTES;
-/// The hostcall fuel of a typed call per byte of its `max-output-bytes`.
-const TYPED_RESULT_FUEL_PER_BYTE: usize = 16;
 /// `tool-spec` in the guest's memory: three strings of a pointer and a length each.
 const TOOL_SPEC_RECORD_BYTES: usize = 24;
 
@@ -119,19 +121,6 @@ pub struct Caller<'a> {
     pub link: &'a Arc<dyn CallerLink>,
 }
 
-/// A compiled component linked with the host's imports, of either world.
-enum Instantiable {
-    /// The `toolhost:plugin@0.1.0` world: `describe()` and `call()`.
-    Plugin(PluginPre<CallState>),
-    /// The `toolhost:plugin@0.2.0` world: results of content items, a call that talks back.
-    Plugin2(v2::PluginPre<CallState>),
-    /// Any other component: each exported function is a tool, by its id.
-    Typed {
-        pre: wasmtime::component::InstancePre<CallState>,
-        funcs: HashMap<String, typed::TypedFunc>,
-    },
-}
-
 /// A compiled component, ready to instantiate, with what its `describe()` returned.
 pub struct LoadedComponent {
     pub hash: SourceHash,
@@ -139,7 +128,8 @@ pub struct LoadedComponent {
     /// that need the file a descriptor named keep that path themselves.
     pub path: PathBuf,
     pub tools: Vec<ToolDescription>,
-    pre: Instantiable,
+    /// How a component of its world is described and called.
+    world: Box<dyn Adapter>,
 }
 
 impl fmt::Debug for LoadedComponent {
@@ -149,15 +139,6 @@ impl fmt::Debug for LoadedComponent {
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
-}
-
-/// Which kind of export a result came from, for what its output limit counts.
-#[derive(Clone, Copy)]
-enum ResultKind {
-    /// Our own world: every item and the structured result the tool returned.
-    Plugin,
-    /// A typed export: its text (the structured result is that text parsed again).
-    Typed,
 }
 
 /// Counters that tests and `toolhost check` read.
@@ -186,7 +167,8 @@ pub struct CompileStats {
     pub cache_hits: u64,
     /// Compiles that failed (invalid, or over a bound).
     pub failed: u64,
-    /// `describe()` runs (one per component loaded, or refused when it failed).
+    /// Components described (one per component loaded, or refused when it failed; a typed
+    /// component is described by its types, a plugin by running its `describe()`).
     pub described: u64,
 }
 
@@ -305,116 +287,55 @@ impl Runtime {
         self.slots.acquire().await.ok()
     }
 
-    /// Runs tool `tool` of `component` with `arguments` (JSON text) in a fresh instance, for
-    /// `caller` (whose session alone sees the plugin's log lines, and whose link alone gets
-    /// its progress and questions).
+    /// Runs tool `tool` of `component` with `arguments` in a fresh instance, for `caller`
+    /// (whose session alone sees the plugin's log lines, and whose link alone gets its
+    /// progress and questions).
     pub async fn call(
         &self,
         component: &LoadedComponent,
         caller: Caller<'_>,
         tool: &str,
-        arguments: &str,
+        arguments: &serde_json::Value,
         limits: CallLimits,
         sandbox: &SandboxSpec,
     ) -> Result<ToolResult, RunError> {
-        let exported = match &component.pre {
-            Instantiable::Plugin(_) | Instantiable::Plugin2(_) => {
-                let export = Export::Call { tool, arguments };
-                self.execute(&component.pre, caller, limits, sandbox, export)
-                    .await?
-            }
-            Instantiable::Typed { funcs, .. } => {
-                let Some(func) = funcs.get(tool) else {
-                    return Err(RunError::Tool(ToolFailure::InvalidArguments(format!(
-                        "the component has no function `{tool}`"
-                    ))));
-                };
-                let params = serde_json::from_str(arguments)
-                    .map_err(|e| e.to_string())
-                    .and_then(|value| typed::parameters(func, &value).map_err(|e| e.to_string()))
-                    .map_err(|e| RunError::Tool(ToolFailure::InvalidArguments(e)))?;
-                let export = Export::Typed { func, params };
-                self.execute(&component.pre, caller, limits, sandbox, export)
-                    .await?
-            }
+        let world = &*component.world;
+        let call = world::Call {
+            tool,
+            arguments,
+            limits,
+            declares_output: component
+                .tools
+                .iter()
+                .any(|t| t.name == tool && t.output.is_some()),
         };
-        let failed = |m| Err(RunError::Tool(ToolFailure::Failed(m)));
-        let exported_kind = match exported {
-            Exported::Typed(_) => ResultKind::Typed,
-            _ => ResultKind::Plugin,
-        };
-        let result = match exported {
-            Exported::Call(Ok(text)) => ToolResult::text_only(text),
-            Exported::Call(Err(ToolError::InvalidArguments(m)))
-            | Exported::Call2(Err(v2::ToolError::InvalidArguments(m))) => {
-                return Err(RunError::Tool(ToolFailure::InvalidArguments(m)));
-            }
-            Exported::Call(Err(ToolError::Failed(m)))
-            | Exported::Call2(Err(v2::ToolError::Failed(m))) => return failed(m),
-            Exported::Call2(Ok(result)) => {
-                // Before parsing: parsed JSON takes many times its text's memory.
-                let structured = result.structured.as_ref().map_or(0, String::len);
-                if structured > limits.max_output_bytes {
-                    return Err(RunError::OutputLimit {
-                        bytes: structured,
-                        limit: limits.max_output_bytes,
-                    });
-                }
-                let declared = component
-                    .tools
-                    .iter()
-                    .any(|t| t.name == tool && t.output.is_some());
-                match v2::result(result, declared) {
-                    Ok(result) => result,
-                    Err(message) => return failed(message),
-                }
-            }
-            Exported::Typed(result) => match typed::outcome(result) {
-                Ok(Ok(text)) => {
-                    let shape = match &component.pre {
-                        Instantiable::Typed { funcs, .. } => funcs.get(tool).and_then(|f| f.shape),
-                        _ => None,
-                    };
-                    ToolResult {
-                        structured: shape.and_then(|shape| shape.structured(&text)),
-                        content: vec![Content::Text(text)],
-                    }
-                }
-                Ok(Err(error)) => return failed(error),
-                Err(e) => {
-                    return failed(format!("the tool returned a value JSON cannot hold at {e}"));
-                }
-            },
-            Exported::Specs(_) | Exported::Specs2(_) => {
-                return Err(RunError::Crashed {
-                    message: "unexpected result".into(),
-                });
-            }
-        };
-        // A typed tool's structured result is its text parsed again: the text is what counts.
-        let bytes = match exported_kind {
-            ResultKind::Typed => result.content.iter().map(Content::bytes).sum(),
-            ResultKind::Plugin => result.bytes(),
-        };
-        if bytes > limits.max_output_bytes {
-            return Err(RunError::OutputLimit {
-                bytes,
-                limit: limits.max_output_bytes,
-            });
+        let mut instance = self.sandboxed(caller, limits, sandbox).await?;
+        if let Some(fuel) = world.result_fuel(&limits) {
+            instance.store.set_hostcall_fuel(fuel);
         }
-        Ok(result)
+        let outcome = within_deadline(limits, world.call(&mut instance.store, call)).await;
+        match instance.finish(caller, limits, outcome, Answer::is_tool_error)? {
+            Answer::Returned { counted, .. } if counted > limits.max_output_bytes => {
+                Err(RunError::OutputLimit {
+                    bytes: counted,
+                    limit: limits.max_output_bytes,
+                })
+            }
+            Answer::Returned { result, .. } => Ok(result),
+            Answer::ToolError(failure) => Err(RunError::Tool(failure)),
+            Answer::Refused(error) => Err(error),
+        }
     }
 
-    /// Instantiates `pre` in a new store and runs one export under `limits` and `sandbox`.
-    async fn execute(
+    /// A fresh store for one instance under `limits` and `sandbox`, once the pool has a slot
+    /// for it: its memory limit, epoch deadline, WASI context and captured stdout/stderr.
+    async fn sandboxed(
         &self,
-        pre: &Instantiable,
         caller: Caller<'_>,
         limits: CallLimits,
         sandbox: &SandboxSpec,
-        export: Export<'_>,
-    ) -> Result<Exported, RunError> {
-        let _slot = self.slot().await;
+    ) -> Result<Sandboxed<'_>, RunError> {
+        let slot = self.slot().await;
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
         let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone()).map_err(|e| {
@@ -453,129 +374,76 @@ impl Runtime {
             })
         });
         store.set_epoch_deadline(1);
+        Ok(Sandboxed {
+            store,
+            stdout,
+            stderr,
+            _slot: slot,
+        })
+    }
+}
 
-        match export {
-            // wasmtime counts what it copies out of the guest against this "fuel": the list
-            // of tools is refused past it, before its copy could outgrow what the host keeps
-            // of a component (strings that all point at one huge string would otherwise be
-            // copied once per pointer). Twice the bound leaves the post-check to say which
-            // bound was passed, in every case but that one.
-            Export::Describe => store.set_hostcall_fuel(DESCRIBE_FUEL),
-            // A 0.2.0 result is bounded like a typed one: its items are lists of bytes that
-            // wasmtime lifts before the host can count them.
-            Export::Call { .. } if matches!(pre, Instantiable::Plugin2(_)) => store
-                .set_hostcall_fuel(
-                    limits
-                        .max_output_bytes
-                        .saturating_mul(TYPED_RESULT_FUEL_PER_BYTE)
-                        .saturating_add(1 << 20),
-                ),
-            // A typed result is lifted into values of some 40 bytes each before it becomes
-            // JSON: what the guest can make the host hold stays a fixed multiple of what the
-            // call may return.
-            Export::Typed { .. } => store.set_hostcall_fuel(
-                limits
-                    .max_output_bytes
-                    .saturating_mul(TYPED_RESULT_FUEL_PER_BYTE)
-                    .saturating_add(1 << 20),
-            ),
-            Export::Call { .. } => {}
-        }
-        let run = async {
-            Ok::<_, wasmtime::Error>(match (pre, export) {
-                (Instantiable::Plugin(pre), Export::Describe) => {
-                    let plugin = pre.instantiate_async(&mut store).await?;
-                    let tool = plugin.toolhost_plugin_tool();
-                    Exported::Specs(tool.call_describe(&mut store).await?)
-                }
-                (Instantiable::Plugin(pre), Export::Call { tool, arguments }) => {
-                    let plugin = pre.instantiate_async(&mut store).await?;
-                    let call = plugin.toolhost_plugin_tool();
-                    Exported::Call(call.call_call(&mut store, tool, arguments).await?)
-                }
-                (Instantiable::Plugin2(pre), Export::Describe) => {
-                    let plugin = pre.instantiate_async(&mut store).await?;
-                    let tool = plugin.toolhost_plugin_tool();
-                    Exported::Specs2(tool.call_describe(&mut store).await?)
-                }
-                (Instantiable::Plugin2(pre), Export::Call { tool, arguments }) => {
-                    let plugin = pre.instantiate_async(&mut store).await?;
-                    let call = plugin.toolhost_plugin_tool();
-                    Exported::Call2(call.call_call(&mut store, tool, arguments).await?)
-                }
-                (Instantiable::Typed { pre, .. }, Export::Typed { func, params }) => {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    let function = instance
-                        .get_func(&mut store, func.index)
-                        .ok_or_else(|| wasmtime::Error::msg("the export is not a function"))?;
-                    let mut results = vec![Val::Bool(false); usize::from(func.result.is_some())];
-                    function
-                        .call_async(&mut store, &params, &mut results)
-                        .await?;
-                    Exported::Typed(results.pop())
-                }
-                _ => return Err(wasmtime::Error::msg("no such export in this component")),
-            })
-        };
-        let outcome = tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, run).await;
-        let (out, out_dropped) = stdout.take();
-        let (err, err_dropped) = stderr.take();
+/// One instance's store, the captures of its output, and its slot of the pool (freed when
+/// this is dropped).
+struct Sandboxed<'r> {
+    store: Store<CallState>,
+    stdout: Capture,
+    stderr: Capture,
+    _slot: Option<tokio::sync::SemaphorePermit<'r>>,
+}
+
+/// Runs `work` to its end or to the call's deadline. CPU-bound guests are interrupted at the
+/// deadline by the epoch; this catches a call stuck in a host function.
+async fn within_deadline<T>(
+    limits: CallLimits,
+    work: impl Future<Output = wasmtime::Result<T>>,
+) -> Result<wasmtime::Result<T>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, work).await
+}
+
+impl Sandboxed<'_> {
+    /// What the instance's work came to, with its captured output logged for `caller`: a
+    /// timeout, a trap classified (memory, fuel, a crash), or what it returned. A tool's own
+    /// error (`tool_error`) or a trap after one of its network requests was refused is that
+    /// refusal: it failed for want of the grant.
+    fn finish<T>(
+        self,
+        caller: Caller<'_>,
+        limits: CallLimits,
+        outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+        tool_error: impl Fn(&T) -> bool,
+    ) -> Result<T, RunError> {
+        let (out, out_dropped) = self.stdout.take();
+        let (err, err_dropped) = self.stderr.take();
+        let state = self.store.data();
         report_output(
             caller,
             &out,
             out_dropped,
             &err,
             err_dropped,
-            store.data().log.dropped,
-            store.data().talk.progress_dropped,
+            state.log.dropped,
+            state.talk.progress_dropped,
         );
-        let refused = store.data().network.refused();
+        let refused = state.network.refused();
+        let failed = match &outcome {
+            Ok(Ok(answer)) => tool_error(answer),
+            Ok(Err(_)) => true,
+            Err(_) => false,
+        };
+        if failed && !refused.is_empty() {
+            return Err(RunError::CapabilityDenied {
+                message: refused.join("; "),
+            });
+        }
         match outcome {
-            // A call that failed after a request was refused failed for want of the grant.
-            Ok(Ok(
-                Exported::Call(Err(_))
-                | Exported::Call2(Err(_))
-                | Exported::Typed(Some(Val::Result(Err(_)))),
-            ))
-            | Ok(Err(_))
-                if !refused.is_empty() =>
-            {
-                Err(RunError::CapabilityDenied {
-                    message: refused.join("; "),
-                })
-            }
             Err(_elapsed) => Err(RunError::Timeout {
                 limit: limits.timeout,
             }),
-            Ok(Ok(exported)) => Ok(exported),
-            Ok(Err(error)) => Err(classify(
-                &error,
-                store.data().limiter.memory_refused,
-                limits,
-                &err,
-            )),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(classify(&error, state.limiter.memory_refused, limits, &err)),
         }
     }
-}
-
-pub(crate) enum Export<'a> {
-    Describe,
-    Call {
-        tool: &'a str,
-        arguments: &'a str,
-    },
-    Typed {
-        func: &'a typed::TypedFunc,
-        params: Vec<Val>,
-    },
-}
-
-pub(crate) enum Exported {
-    Specs(Vec<bindings::since_v0_1_0::ToolSpec>),
-    Specs2(Vec<v2::ToolSpec>),
-    Call(Result<String, ToolError>),
-    Call2(Result<v2::ToolResult, v2::ToolError>),
-    Typed(Option<Val>),
 }
 
 fn report_output(

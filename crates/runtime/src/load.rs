@@ -7,13 +7,13 @@
 //! reload does not pay for it again; it is tried again when its bytes change. Loads of the
 //! same bytes wait for each other instead of compiling twice.
 
-use super::bindings::since_v0_1_0::PluginPre;
-use super::bindings::since_v0_2_0;
+use super::bindings::{since_v0_1_0, since_v0_2_0};
 use super::compile::{self, CompileError, CompileSettings};
 use super::outcome::not_a_component;
+use super::world::{Adapter, typed::Typed, v1::V1, v2::V2};
 use super::{
-    CallLimits, Export, Exported, Instantiable, LoadError, LoadedComponent, Runtime,
-    RuntimeSettings, SourceHash, ToolDescription, typed,
+    CallLimits, DESCRIBE_FUEL, LoadError, LoadedComponent, Runtime, RuntimeSettings, SourceHash,
+    ToolDescription, typed, within_deadline,
 };
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
@@ -268,12 +268,12 @@ impl Runtime {
         hash: SourceHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
         let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
-        let (pre, tools) = self.linked(path, &component, &bytes).await?;
+        let (world, tools) = self.linked(path, &component, &bytes).await?;
         let loaded = Arc::new(LoadedComponent {
             hash,
             path: path.to_path_buf(),
             tools,
-            pre,
+            world,
         });
         let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         components.insert(hash, Arc::downgrade(&loaded));
@@ -382,51 +382,43 @@ impl Runtime {
         Ok(component)
     }
 
-    /// `component` linked with the host's imports, and its tools: described by its
-    /// `describe()` (the `toolhost:plugin` world) or made of its typed exports.
+    /// `component` linked with the host's imports as the world it is built for, and its
+    /// tools as it describes them.
     pub(super) async fn linked(
         &self,
         path: &Path,
         component: &Component,
         bytes: &[u8],
-    ) -> Result<(Instantiable, Vec<ToolDescription>), LoadError> {
+    ) -> Result<(Box<dyn Adapter>, Vec<ToolDescription>), LoadError> {
         let link_error = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
             reason: explain_link(&e),
-        };
-        let not_tools = |reason: String| LoadError::Typed {
-            path: path.to_path_buf(),
-            reason,
         };
         let kind = typed::kind(component, &self.engine).map_err(|reason| LoadError::Link {
             path: path.to_path_buf(),
             reason,
         })?;
         let instance_pre = self.linker.instantiate_pre(component).map_err(link_error)?;
-        Ok(match kind {
-            typed::Kind::Plugin => {
-                let pre = Instantiable::Plugin(PluginPre::new(instance_pre).map_err(link_error)?);
-                let tools = self.describe(path, &pre).await?;
-                (pre, tools)
-            }
-            typed::Kind::Plugin2 => {
-                let pre = Instantiable::Plugin2(
-                    since_v0_2_0::PluginPre::new(instance_pre).map_err(link_error)?,
-                );
-                let tools = self.describe(path, &pre).await?;
-                (pre, tools)
-            }
+        let world: Box<dyn Adapter> = match kind {
+            typed::Kind::Plugin => Box::new(V1(
+                since_v0_1_0::PluginPre::new(instance_pre).map_err(link_error)?
+            )),
+            typed::Kind::Plugin2 => Box::new(V2(
+                since_v0_2_0::PluginPre::new(instance_pre).map_err(link_error)?
+            )),
             typed::Kind::Typed => {
                 let (funcs, tools) =
-                    typed::exports(component, &self.engine, bytes).map_err(not_tools)?;
-                let funcs = funcs.into_iter().map(|f| (f.id.clone(), f)).collect();
-                let pre = Instantiable::Typed {
-                    pre: instance_pre,
-                    funcs,
-                };
-                (pre, tools)
+                    typed::exports(component, &self.engine, bytes).map_err(|reason| {
+                        LoadError::Typed {
+                            path: path.to_path_buf(),
+                            reason,
+                        }
+                    })?;
+                Box::new(Typed::new(instance_pre, funcs, tools))
             }
-        })
+        };
+        let tools = self.describe(path, &*world).await?;
+        Ok((world, tools))
     }
 
     /// Compiles, waiting for one of the compile slots, and shows the compile in `compiles()`.
@@ -460,7 +452,7 @@ impl Runtime {
     async fn describe(
         &self,
         path: &Path,
-        pre: &Instantiable,
+        world: &dyn Adapter,
     ) -> Result<Vec<ToolDescription>, LoadError> {
         let limits = CallLimits {
             timeout: self.loads.describe_timeout,
@@ -481,36 +473,19 @@ impl Runtime {
             session: "",
             link: &nobody,
         };
-        let tools: Vec<ToolDescription> = match self
-            .execute(
-                pre,
-                caller,
-                limits,
-                &SandboxSpec::default(),
-                Export::Describe,
-            )
-            .await
-        {
-            Ok(Exported::Specs(specs)) => specs
-                .into_iter()
-                .map(|s| ToolDescription::declared(s.name, s.description, s.input_schema, None))
-                .collect(),
-            Ok(Exported::Specs2(specs)) => specs
-                .into_iter()
-                .map(|s| {
-                    ToolDescription::declared(
-                        s.name,
-                        s.description,
-                        s.input_schema,
-                        s.output_schema,
-                    )
-                })
-                .collect(),
-            Ok(Exported::Call(_) | Exported::Call2(_) | Exported::Typed(_)) => {
-                return Err(describe_error("unexpected result".into()));
-            }
-            Err(e) => return Err(describe_error(e.to_string())),
+        let described = async {
+            let mut instance = self
+                .sandboxed(caller, limits, &SandboxSpec::default())
+                .await?;
+            // wasmtime counts what it copies out of the guest against this "fuel": the list
+            // of tools is refused past it, before its copy could outgrow what the host keeps
+            // of a component (strings that all point at one huge string would otherwise be
+            // copied once per pointer).
+            instance.store.set_hostcall_fuel(DESCRIBE_FUEL);
+            let outcome = within_deadline(limits, world.describe(&mut instance.store)).await;
+            instance.finish(caller, limits, outcome, |_| false)
         };
+        let tools = described.await.map_err(|e| describe_error(e.to_string()))?;
         if tools.len() > MAX_DESCRIBED_TOOLS {
             return Err(describe_error(format!(
                 "it describes {} tools; a component may describe at most {MAX_DESCRIBED_TOOLS}",

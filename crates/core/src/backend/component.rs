@@ -75,7 +75,7 @@ impl Backend for ComponentBackend {
                         link: call.link,
                     },
                     call.tool,
-                    &call.arguments.to_string(),
+                    call.arguments,
                     call.limits,
                     call.sandbox,
                 )

@@ -6,6 +6,6 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use self::exports::toolhost::plugin::tool::{ToolError, ToolSpec};
+pub(crate) use self::exports::toolhost::plugin::tool::ToolError;
 pub(crate) use self::toolhost::plugin::host::{Host, LogLevel};
 pub(crate) use self::toolhost::plugin::types::Host as TypesHost;

@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use self::exports::toolhost::plugin::tool::{ToolError, ToolResult, ToolSpec};
+pub(crate) use self::exports::toolhost::plugin::tool::{ToolError, ToolResult};
 pub(crate) use self::toolhost::plugin::host;
 pub(crate) use self::toolhost::plugin::types::{self, Content, ResourceContents};
 
