@@ -172,7 +172,10 @@ fn main() {
         let stamps: Stamps = Arc::default();
         let model_url = model(stamps.clone(), pieces).await;
         let engine = Arc::new(Runtime::new(&RuntimeSettings::default()).expect("runtime"));
-        let reloader = Reloader::start_serving(engine, dir.path().join("ensembles")).await;
+        let reloader = Reloader::builder(toolhost::resolve::Resolver::new(engine))
+            .serving()
+            .start(dir.path().join("ensembles"))
+            .await;
         let host = Arc::new(Host::new(reloader.catalog().clone(), None));
         let mut provider = toolhost::provider::ProviderSettings::new(
             toolhost::provider::ProviderKind::OpenAi,

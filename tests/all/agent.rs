@@ -1,16 +1,17 @@
 //! The agent loop against scripted provider servers that speak the real wire formats: what
-//! the loop does with the model's answers, and what it sends back.
+//! the loop does with the model's answers (a multi-step task, the calls of a turn run together,
+//! a repeated call, the iteration limit, every kind of error, `task_completion`, `ask_question`,
+//! a reloaded catalog), and what it sends back. The harness the other `agent_*` tests share
+//! lives here.
 
-use crate::scripted::{self, Recorded, Reply, Scripted, anthropic, openai};
+use crate::scripted::{Recorded, Reply, Scripted, anthropic, openai};
 use crate::support::{Fixture, ensemble};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolhost::agent::{
-    Agent, AgentError, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, Ending,
-    Event, RunOutcome,
+    Agent, AgentError, AgentOptions, ApprovalPolicy, Approver, Ending, Event, RunOutcome,
 };
-use toolhost::contract::BoxFuture;
 use toolhost::invoke::{CallPolicy, Session};
 use toolhost::provider::conversation::{Conversation, Message};
 use toolhost::provider::{ProviderKind, ProviderSettings};
@@ -57,14 +58,14 @@ fn settings(kind: ProviderKind, server: &Scripted) -> ProviderSettings {
 
 /// Collects a run's events.
 #[derive(Default)]
-struct Events(Mutex<Vec<Event>>);
+pub(crate) struct Events(Mutex<Vec<Event>>);
 
 impl Events {
     fn sink(&self) -> impl Fn(Event) + Send + Sync + '_ {
         |e| self.0.lock().expect("events").push(e)
     }
 
-    fn all(&self) -> Vec<Event> {
+    pub(crate) fn all(&self) -> Vec<Event> {
         self.0.lock().expect("events").clone()
     }
 
@@ -84,7 +85,7 @@ impl Events {
             .collect()
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.all()
             .into_iter()
             .filter_map(|e| match e {
@@ -96,17 +97,17 @@ impl Events {
 }
 
 /// Everything one test needs: the fixture, the server and the agent.
-struct Run {
+pub(crate) struct Run {
     _fixture: Fixture,
-    server: Scripted,
+    pub(crate) server: Scripted,
     agent: Agent,
     host: Arc<toolhost::invoke::Host>,
     session: Arc<Session>,
-    events: Events,
+    pub(crate) events: Events,
 }
 
 impl Run {
-    async fn new(kind: ProviderKind, replies: Vec<Reply>) -> Self {
+    pub(crate) async fn new(kind: ProviderKind, replies: Vec<Reply>) -> Self {
         Run::with(
             kind,
             replies,
@@ -118,7 +119,7 @@ impl Run {
         .await
     }
 
-    async fn with(
+    pub(crate) async fn with(
         kind: ProviderKind,
         replies: Vec<Reply>,
         adjust: impl FnOnce(&mut ProviderSettings),
@@ -142,25 +143,28 @@ impl Run {
         }
     }
 
-    async fn ask(&self, conversation: &mut Conversation) -> Result<RunOutcome, AgentError> {
+    pub(crate) async fn ask(
+        &self,
+        conversation: &mut Conversation,
+    ) -> Result<RunOutcome, AgentError> {
         let sink = self.events.sink();
         self.agent.run(conversation, &self.session, &sink).await
     }
 
-    async fn prompt(&self, prompt: &str) -> (Conversation, RunOutcome) {
+    pub(crate) async fn prompt(&self, prompt: &str) -> (Conversation, RunOutcome) {
         let mut conversation = Conversation::new(Some("You are a test.".into()));
         conversation.push_user(prompt);
         let outcome = self.ask(&mut conversation).await.expect("the run ends");
         (conversation, outcome)
     }
 
-    fn data(&self) -> std::path::PathBuf {
+    pub(crate) fn data(&self) -> std::path::PathBuf {
         self._fixture.root().join("data")
     }
 }
 
 /// The `role: tool` messages of an OpenAI request: (tool_call_id, content).
-fn tool_messages(request: &Recorded) -> Vec<(String, String)> {
+pub(crate) fn tool_messages(request: &Recorded) -> Vec<(String, String)> {
     request.body["messages"]
         .as_array()
         .expect("messages")
@@ -176,7 +180,7 @@ fn tool_messages(request: &Recorded) -> Vec<(String, String)> {
 }
 
 /// The `result` of the calculator's answer.
-fn number(content: &str) -> f64 {
+pub(crate) fn number(content: &str) -> f64 {
     let value: serde_json::Value = serde_json::from_str(content).expect("calculator JSON");
     value["result"].as_f64().expect("a result")
 }
@@ -455,79 +459,6 @@ async fn every_kind_of_error_goes_back_to_the_model_which_recovers() {
     assert_eq!(number(&tool_messages(&requests[2])[6].1), 2.0);
 }
 
-/// Records each approval request and answers with a policy.
-struct Recording {
-    policy: ApprovalPolicy,
-    asked: Mutex<Vec<ApprovalRequest>>,
-}
-
-impl Approver for Recording {
-    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Approval> {
-        self.asked.lock().expect("asked").push(request.clone());
-        Box::pin(async move { self.policy.decide(&request.tool) })
-    }
-}
-
-async fn write_with(policy: ApprovalPolicy) -> (Run, Arc<Recording>, RunOutcome) {
-    let approver = Arc::new(Recording {
-        policy,
-        asked: Mutex::default(),
-    });
-    let run = Run::with(
-        ProviderKind::OpenAi,
-        vec![
-            openai::stream(
-                "",
-                &[
-                    ("w", "write", r#"{"path": "/data/out.txt", "text": "hi"}"#),
-                    ("r", "read", r#"{"path": "/data/numbers.txt"}"#),
-                ],
-            ),
-            openai::text("finished"),
-        ],
-        |_| {},
-        Arc::clone(&approver) as Arc<dyn Approver>,
-        AgentOptions::default(),
-        CallPolicy::default(),
-    )
-    .await;
-    let (_, outcome) = run.prompt("write it").await;
-    (run, approver, outcome)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_destructive_call_runs_once_approved() {
-    let (run, approver, outcome) =
-        write_with(ApprovalPolicy::approve_only(vec!["write".into()])).await;
-    assert_eq!(outcome.ending, Ending::Answer);
-    let asked = approver.asked.lock().expect("asked");
-    assert_eq!(asked.len(), 1, "only the destructive call asks");
-    assert_eq!(asked[0].tool, "write");
-    assert_eq!(
-        asked[0].arguments,
-        json!({"path": "/data/out.txt", "text": "hi"})
-    );
-    assert_eq!(
-        std::fs::read_to_string(run.data().join("out.txt")).expect("written"),
-        "hi"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_destructive_call_does_not_run_and_the_model_is_told() {
-    let (run, approver, outcome) = write_with(ApprovalPolicy::refuse_all()).await;
-    assert_eq!(outcome.ending, Ending::Answer);
-    assert_eq!(approver.asked.lock().expect("asked").len(), 1);
-    assert!(!run.data().join("out.txt").exists());
-    let back = tool_messages(&run.server.requests()[1]);
-    assert!(
-        back[0].1.starts_with("denied: `write` is destructive"),
-        "{}",
-        back[0].1
-    );
-    assert_eq!(back[1].1, "17 and 25", "the other call still ran");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_completion_ends_the_run_without_another_model_call() {
     let run = Run::new(
@@ -593,199 +524,6 @@ async fn ask_question_pauses_and_the_run_continues_with_the_reply() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_gets_all_results_of_a_turn_in_one_user_message_first() {
-    let run = Run::new(
-        ProviderKind::Anthropic,
-        vec![
-            anthropic::stream(
-                "Two at once.",
-                &[
-                    ("tu_1", "calculate", r#"{"expression": "2 + 2"}"#),
-                    ("tu_2", "calculate", r#"{"expression": "nope("}"#),
-                ],
-            ),
-            anthropic::text("4, and one error."),
-        ],
-    )
-    .await;
-    let (_, outcome) = run.prompt("calculate").await;
-    assert_eq!(outcome.ending, Ending::Answer);
-    assert_eq!(outcome.usage.input_tokens, 400);
-    let requests = run.server.requests();
-    let first = &requests[0];
-    assert_eq!(first.path, "/v1/messages");
-    assert_eq!(first.header("x-api-key"), Some("test-key"));
-    assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
-    assert_eq!(first.body["system"], "You are a test.");
-    assert_eq!(first.body["stream"], true);
-    assert!(first.body["max_tokens"].as_u64().is_some());
-    let calculate = first.body["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .find(|t| t["name"] == "calculate")
-        .expect("offered");
-    assert_eq!(calculate["input_schema"]["type"], "object");
-
-    let messages = requests[1].body["messages"]
-        .as_array()
-        .expect("messages")
-        .clone();
-    assert_eq!(messages.len(), 3);
-    let assistant = &messages[1];
-    assert_eq!(
-        assistant["content"][0],
-        json!({"type": "text", "text": "Two at once."})
-    );
-    assert_eq!(assistant["content"][1]["type"], "tool_use");
-    assert_eq!(
-        assistant["content"][1]["input"],
-        json!({"expression": "2 + 2"})
-    );
-    let results = messages[2]["content"].as_array().expect("blocks");
-    assert_eq!(results.len(), 2);
-    assert_eq!(results[0]["tool_use_id"], "tu_1");
-    assert_eq!(number(results[0]["content"].as_str().expect("text")), 4.0);
-    assert_eq!(results[0]["is_error"], false);
-    assert_eq!(results[1]["tool_use_id"], "tu_2");
-    assert_eq!(results[1]["is_error"], true);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn busy_and_failing_providers_are_retried_with_backoff() {
-    let run = Run::new(
-        ProviderKind::OpenAi,
-        vec![
-            scripted::status(429, Some("0")),
-            scripted::status(500, None),
-            openai::text("made it"),
-        ],
-    )
-    .await;
-    let (_, outcome) = run.prompt("hello").await;
-    assert_eq!(outcome.text, "made it");
-    assert_eq!(run.server.requests().len(), 3);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_last_failed_try_is_a_clear_error_and_the_conversation_is_kept() {
-    let run = Run::new(
-        ProviderKind::Anthropic,
-        vec![
-            scripted::status(529, None),
-            scripted::status(503, None),
-            scripted::status(500, None),
-            anthropic::text("too late"),
-        ],
-    )
-    .await;
-    let mut conversation = Conversation::default();
-    conversation.push_user("hello");
-    let error = run.ask(&mut conversation).await.expect_err("fails");
-    let message = error.to_string();
-    assert!(
-        message.contains("anthropic: HTTP 500 after 3 attempt(s)")
-            && message.contains("scripted status 500"),
-        "{message}"
-    );
-    assert_eq!(run.server.requests().len(), 3);
-    assert_eq!(conversation.messages.len(), 1);
-    match run.events.all().last() {
-        Some(Event::Done {
-            ending: Ending::Error,
-            ..
-        }) => {}
-        other => panic!("the last event is {other:?}"),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_error_is_not_retried() {
-    let run = Run::new(
-        ProviderKind::OpenAi,
-        vec![scripted::status(401, None), openai::text("unused")],
-    )
-    .await;
-    let mut conversation = Conversation::default();
-    conversation.push_user("hello");
-    let error = run.ask(&mut conversation).await.expect_err("fails");
-    assert!(
-        error.to_string().contains("HTTP 401 after 1 attempt(s)"),
-        "{error}"
-    );
-    assert_eq!(run.server.requests().len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn whole_answers_with_object_arguments_work_without_streaming() {
-    let run = Run::with(
-        ProviderKind::OpenAi,
-        vec![
-            openai::whole("", &[("x", "calculate", json!({"expression": "3 * 3"}))]),
-            openai::whole("nine", &[]),
-        ],
-        |s| s.stream = false,
-        Arc::new(ApprovalPolicy::refuse_all()),
-        AgentOptions::default(),
-        CallPolicy::default(),
-    )
-    .await;
-    let (_, outcome) = run.prompt("square").await;
-    assert_eq!(outcome.text, "nine");
-    assert_eq!(run.events.text(), "nine");
-    let requests = run.server.requests();
-    assert!(requests[0].body.get("stream").is_none());
-    let back = tool_messages(&requests[1]);
-    assert_eq!(back[0].0, "x");
-    assert_eq!(number(&back[0].1), 9.0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_prompted_provider_calls_tools_written_as_blocks() {
-    let first = "Let me compute.\n<tool>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"5 * 5\"}}</tool>\n<tool>{\"name\": calculate}</tool>";
-    let run = Run::new(
-        ProviderKind::Prompted,
-        vec![openai::text(first), openai::text("It is 25.")],
-    )
-    .await;
-    let (conversation, outcome) = run.prompt("five squared").await;
-    assert_eq!(outcome.text, "It is 25.");
-    // The blocks never reach the person's screen.
-    assert_eq!(run.events.text(), "Let me compute.\n\nIt is 25.");
-    let requests = run.server.requests();
-    assert!(requests[0].body.get("tools").is_none());
-    let system = requests[0].body["messages"][0]["content"]
-        .as_str()
-        .expect("system prompt")
-        .to_string();
-    assert!(system.starts_with("You are a test."));
-    assert!(system.contains("<tool>{\"name\": \"TOOL_NAME\""));
-    assert!(system.contains("- calculate: Evaluate an arithmetic expression"));
-    let Message::Results { results } = &conversation.messages[2] else {
-        panic!("results expected");
-    };
-    assert_eq!(number(&results[0].content), 25.0);
-    assert!(results[1].is_error);
-    assert!(
-        results[1].content.contains("not valid JSON"),
-        "{}",
-        results[1].content
-    );
-    let back = requests[1].body["messages"].as_array().expect("messages");
-    let assistant = back[2]["content"].as_str().expect("assistant text");
-    assert!(
-        assistant.contains("<tool>{\"name\":\"calculate\""),
-        "{assistant}"
-    );
-    let user = back[3]["content"].as_str().expect("results text");
-    assert!(
-        user.starts_with("<tool_result name=\"calculate\" status=\"ok\">\n{\"expression\":\"5 * 5\",\"result\":25.0}\n</tool_result>"),
-        "{user}"
-    );
-    assert!(user.contains("status=\"error\""), "{user}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reloaded_catalog_is_offered_on_the_next_turn() {
     let run = Run::new(
         ProviderKind::OpenAi,
@@ -804,51 +542,4 @@ async fn a_reloaded_catalog_is_offered_on_the_next_turn() {
     assert!(tool_names(&requests[0]).contains(&"calculate".to_string()));
     assert!(!tool_names(&requests[1]).contains(&"calculate".to_string()));
     assert!(tool_names(&requests[1]).contains(&"read".to_string()));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_endless_stream_ends_at_the_answer_size_bound() {
-    let run = Run::with(
-        ProviderKind::OpenAi,
-        vec![scripted::endless_openai_stream()],
-        |settings| settings.max_response_bytes = 1 << 20,
-        Arc::new(ApprovalPolicy::refuse_all()),
-        AgentOptions::default(),
-        CallPolicy::default(),
-    )
-    .await;
-    let mut conversation = Conversation::default();
-    conversation.push_user("talk");
-    let error = run
-        .ask(&mut conversation)
-        .await
-        .expect_err("the answer never ends");
-    let message = error.to_string();
-    assert!(
-        message.contains("the answer is longer than 1 MiB (max-response-mib)"),
-        "{message}"
-    );
-    // What streamed before the bound is at most the bound.
-    assert!(run.events.text().len() <= 1 << 20);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_whole_answer_past_the_size_bound_is_not_read() {
-    let huge = serde_json::json!({"choices": [{"message": {"content": "x".repeat(3 << 20)}}]});
-    let run = Run::with(
-        ProviderKind::OpenAi,
-        vec![scripted::Reply::json(huge)],
-        |settings| {
-            settings.stream = false;
-            settings.max_response_bytes = 1 << 20;
-        },
-        Arc::new(ApprovalPolicy::refuse_all()),
-        AgentOptions::default(),
-        CallPolicy::default(),
-    )
-    .await;
-    let mut conversation = Conversation::default();
-    conversation.push_user("talk");
-    let error = run.ask(&mut conversation).await.expect_err("too long");
-    assert!(error.to_string().contains("longer than 1 MiB"), "{error}");
 }

@@ -1,8 +1,7 @@
 //! The agent loop's own logic with an in-process model ([`FakeModel`]): approvals on the
 //! single call path, and what the loop offers and answers. No HTTP: the wire formats have
-//! their own tests (`agent`).
+//! their own tests (`agent`, `agent_providers`).
 
-use crate::fake_model::{FakeModel, calls, text};
 use crate::support::{Fixture, ensemble};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -13,6 +12,7 @@ use toolhost::catalog::VersionHash;
 use toolhost::contract::BoxFuture;
 use toolhost::invoke::{Host, Session};
 use toolhost::provider::conversation::{Conversation, Message};
+use toolhost::provider::fake::{FakeModel, calls, text};
 
 /// An ensemble over `testbed` whose `write` invoker runs the component's tool `tool`.
 fn testbed(tool: &str) -> String {

@@ -1,10 +1,13 @@
-//! `toolhost serve` driven by the official MCP client (rmcp), over stdio and streamable HTTP:
-//! list, call, errors as results, list_changed after a reload, status, and the HTTP guards.
+//! `toolhost serve` driven by the official MCP client (rmcp) over stdio: list, call, errors as
+//! results, list_changed after a reload, status, typed tools' output schemas and structured
+//! results, and a clean exit when stdin closes. The harness the other MCP tests share lives here
+//! too: the environment of a `toolhost` child, `serve` over stdio and over HTTP, a call, and a
+//! raw `initialize` request.
 
 use crate::support::{Fixture, cache_dir, ensemble, fail_ensemble};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -14,13 +17,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// A failure deadline for waits, not a timing assertion.
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// An MCP client that remembers `tools/list_changed` and log messages.
 #[derive(Clone, Default)]
-struct Client {
-    changed: Arc<Notify>,
-    logs: Arc<std::sync::Mutex<Vec<String>>>,
+pub(crate) struct Client {
+    pub(crate) changed: Arc<Notify>,
+    pub(crate) logs: Arc<std::sync::Mutex<Vec<String>>>,
     logged: Arc<Notify>,
 }
 
@@ -51,7 +54,7 @@ impl ClientHandler for Client {
 
 impl Client {
     /// Waits until a log message containing `needle` arrives.
-    async fn log_containing(&self, needle: &str) -> String {
+    pub(crate) async fn log_containing(&self, needle: &str) -> String {
         let wait = async {
             loop {
                 let notified = self.logged.notified();
@@ -73,7 +76,7 @@ impl Client {
     }
 }
 
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let fixture = Fixture::new();
     let testbed = "[defaults]\ntimeout-ms = 300\n\n[[invokers]]\ninvoker = { name = \"spin\" }\n\n\
         [[invokers]]\ninvoker = { name = \"flood_stdout\" }\nlimits = { timeout-ms = 20000 }\n";
@@ -114,7 +117,7 @@ pub(crate) fn stdio_serve(fixture: &Fixture) -> TokioChildProcess {
         .0
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     result
         .content
         .iter()
@@ -137,7 +140,7 @@ pub(crate) async fn call<H: rmcp::ClientHandler>(
         .expect("tools/call")
 }
 
-async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
+pub(crate) async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
     let mut names: Vec<String> = client
         .list_all_tools()
         .await
@@ -450,28 +453,6 @@ impl Drop for HttpServer {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_serves_lists_calls_and_announces_reloads() {
-    let fixture = fixture();
-    let server = HttpServer::start(&fixture, &[], &[]);
-    let handler = Client::default();
-    let changed = handler.changed.clone();
-    let client = handler
-        .serve(StreamableHttpClientTransport::from_uri(server.url.clone()))
-        .await
-        .expect("MCP session");
-    assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
-    let result = call(&client, "echo", json!({"via": "http"})).await;
-    assert_eq!(text(&result), r#"{"via":"http"}"#);
-
-    fixture.write("more.toml", &fail_ensemble("more"));
-    tokio::time::timeout(DEADLINE, changed.notified())
-        .await
-        .expect("notifications/tools/list_changed");
-    assert!(tool_names(&client).await.contains(&"fail".to_string()));
-    client.cancel().await.expect("close");
-}
-
 fn initialize_body() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
@@ -487,172 +468,4 @@ pub(crate) async fn post(url: &str, headers: &[(&str, &str)]) -> u16 {
         request = request.header(*name, *value);
     }
     request.send().await.expect("request").status().as_u16()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_refuses_foreign_hosts_and_origins() {
-    let fixture = fixture();
-    let server = HttpServer::start(&fixture, &[], &[]);
-    assert_eq!(post(&server.url, &[]).await, 200);
-    assert_eq!(
-        post(&server.url, &[("origin", "https://evil.example")]).await,
-        403
-    );
-    assert_eq!(
-        post(&server.url, &[("origin", "http://localhost:5173")]).await,
-        200
-    );
-    assert_eq!(post(&server.url, &[("host", "evil.example")]).await, 403);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_with_a_token_refuses_requests_without_it() {
-    let fixture = fixture();
-    let server = HttpServer::start(
-        &fixture,
-        &["--token-env", "TOOLHOST_TEST_TOKEN"],
-        &[("TOOLHOST_TEST_TOKEN", "s3cret")],
-    );
-    assert_eq!(post(&server.url, &[]).await, 401);
-    assert_eq!(
-        post(&server.url, &[("authorization", "Bearer wrong")]).await,
-        401
-    );
-    assert_eq!(
-        post(&server.url, &[("authorization", "Bearer s3cret")]).await,
-        200
-    );
-    // The scheme is case-insensitive (RFC 9110); the token is not.
-    assert_eq!(
-        post(&server.url, &[("authorization", "bearer s3cret")]).await,
-        200
-    );
-    assert_eq!(
-        post(&server.url, &[("authorization", "bearer S3CRET")]).await,
-        401
-    );
-    let config =
-        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-            server.url.clone(),
-        )
-        .auth_header("s3cret");
-    let client = Client::default()
-        .serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("MCP session");
-    assert_eq!(tool_names(&client).await.len(), 3);
-    client.cancel().await.expect("close");
-}
-
-#[test]
-fn http_beyond_loopback_needs_a_token() {
-    let fixture = fixture();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &fixture);
-    let output = command
-        .args(["serve", "--http", "0.0.0.0:0"])
-        .output()
-        .expect("runs");
-    assert_eq!(output.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--token-env"));
-}
-
-#[test]
-fn serve_stops_cleanly_on_sigterm() {
-    let fixture = fixture();
-    let mut server = HttpServer::start(&fixture, &[], &[]);
-    let pid = server.child.id().to_string();
-    let kill = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill runs");
-    assert!(kill.success());
-    let status = server.child.wait().expect("serve exits");
-    assert!(
-        status.success(),
-        "serve did not exit cleanly on SIGTERM: {status:?}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(deprecated)] // MCP logging, part of the revisions toolhost serves
-async fn a_plugins_log_lines_reach_only_the_session_whose_call_made_them() {
-    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
-    let fixture = Fixture::new();
-    fixture.write(
-        "testbed.toml",
-        &ensemble(
-            "testbed",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"log\", dedup = \"off\" }\n",
-        ),
-    );
-    let server = HttpServer::start(&fixture, &[], &[]);
-    let connect = || async {
-        let handler = Client::default();
-        let client = handler
-            .clone()
-            .serve(StreamableHttpClientTransport::from_uri(server.url.clone()))
-            .await
-            .expect("MCP session");
-        client
-            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
-            .await
-            .expect("logging/setLevel");
-        (handler, client)
-    };
-    let (alice_logs, alice) = connect().await;
-    let (bob_logs, bob) = connect().await;
-
-    // Alice's call logs her secret; then Bob's call logs a marker.
-    let result = call(&alice, "log", json!({"message": "alice password=hunter2"})).await;
-    assert_eq!(result.is_error, Some(false));
-    alice_logs.log_containing("hunter2").await;
-    let result = call(&bob, "log", json!({"message": "bob was here"})).await;
-    assert_eq!(result.is_error, Some(false));
-    // Bob sees his own line; by the time he does, Alice's (logged earlier) would have come.
-    bob_logs.log_containing("bob was here").await;
-    let bob_saw = bob_logs.logs.lock().expect("logs").join("\n");
-    assert!(
-        !bob_saw.contains("hunter2"),
-        "Bob saw Alice's log line: {bob_saw}"
-    );
-    let alice_saw = alice_logs.logs.lock().expect("logs").join("\n");
-    assert!(!alice_saw.contains("bob was here"), "{alice_saw}");
-    alice.cancel().await.expect("close");
-    bob.cancel().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_closed_session_leaves_no_relay_task_behind() {
-    use toolhost::mcp::McpServer;
-    use toolhost::mcp::log::LogRelay;
-    let fixture = fixture();
-    let host = Arc::new(fixture.host().await);
-    let logs = LogRelay::default();
-    let metrics = tokio::runtime::Handle::current().metrics();
-    let before = metrics.num_alive_tasks();
-    // Quiet sessions: no reload and no log line ever tells their relays that they are gone.
-    for n in 0..5 {
-        let (client_end, server_end) = tokio::io::duplex(1 << 16);
-        let server = McpServer::new(host.clone(), format!("quiet-{n}")).with_logs(logs.clone());
-        let serving = tokio::spawn(async move {
-            let running = server.serve(server_end).await.expect("server");
-            let _ = running.waiting().await;
-        });
-        let client = Client::default().serve(client_end).await.expect("client");
-        assert!(!tool_names(&client).await.is_empty());
-        client.cancel().await.expect("close");
-        serving.await.expect("the session ends");
-    }
-    let settled = async {
-        while metrics.num_alive_tasks() > before {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    assert!(
-        tokio::time::timeout(DEADLINE, settled).await.is_ok(),
-        "{} tasks outlive their sessions",
-        metrics.num_alive_tasks() - before
-    );
 }

@@ -1,8 +1,8 @@
 //! `toolhost serve` run as a service, with real processes and real signals: the drain on
 //! SIGTERM / SIGINT over stdio (stdin held open) and HTTP, the deadline that cancels, a second
-//! signal, SIGHUP (reload without watching, the audit log reopened after a move or logrotate),
-//! the audit log on a full device, systemd's readiness messages, JSON log lines, and the
-//! shipped systemd unit.
+//! signal, `toolhost chat` stopped by SIGTERM, and a client that closes stdin mid-call. The
+//! harness the other `service_*` tests share lives here: a `serve` child spoken to over stdio,
+//! its stderr in a file, and its audit log.
 
 use crate::mcp::configure;
 use crate::support::{Fixture, ensemble};
@@ -17,11 +17,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A failure deadline for waits, not a timing assertion.
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A host with `count` (appends a line to /data/runs, then sleeps `sleep_ms`) and echo, and
 /// these `[host]` settings.
-fn fixture(host: &str) -> Fixture {
+pub(crate) fn fixture(host: &str) -> Fixture {
     let fixture = Fixture::new();
     fixture.mkdir("data");
     let slow = "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n\n\
@@ -42,7 +42,7 @@ fn runs(fixture: &Fixture) -> usize {
     std::fs::read_to_string(fixture.root().join("data/runs")).map_or(0, |t| t.lines().count())
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + DEADLINE;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -54,7 +54,7 @@ fn audit(fixture: &Fixture) -> Vec<Value> {
     audit_at(&fixture.root().join("audit.jsonl"))
 }
 
-fn audit_at(path: &Path) -> Vec<Value> {
+pub(crate) fn audit_at(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -64,16 +64,16 @@ fn audit_at(path: &Path) -> Vec<Value> {
 
 /// A `toolhost serve` child: stderr goes to a file the test reads; over stdio, its stdout
 /// lines come through a channel and its stdin stays open until the test drops it.
-struct Served {
-    child: Child,
-    stdin: Option<ChildStdin>,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) stdin: Option<ChildStdin>,
     lines: Option<mpsc::Receiver<Value>>,
     stderr: PathBuf,
     next_id: u64,
 }
 
 impl Served {
-    fn start(fixture: &Fixture, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(fixture: &Fixture, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
         configure(&mut command, fixture);
         let stderr = fixture.root().join(format!("stderr-{}.log", rand_suffix()));
@@ -112,11 +112,11 @@ impl Served {
         Pid::from_raw(self.child.id() as i32).expect("pid")
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         kill_process(self.pid(), signal).expect("kill");
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -140,7 +140,7 @@ impl Served {
     }
 
     /// Sends a request and returns its id.
-    fn request(&mut self, method: &str, params: Value) -> u64 {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
@@ -148,7 +148,7 @@ impl Served {
     }
 
     /// The response to request `id`.
-    fn response(&self, id: u64) -> Value {
+    pub(crate) fn response(&self, id: u64) -> Value {
         let lines = self.lines.as_ref().expect("stdio");
         let deadline = Instant::now() + DEADLINE;
         loop {
@@ -162,7 +162,7 @@ impl Served {
         }
     }
 
-    fn initialize(&mut self) {
+    pub(crate) fn initialize(&mut self) {
         let id = self.request(
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {},
@@ -172,12 +172,12 @@ impl Served {
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     }
 
-    fn call(&mut self, tool: &str, arguments: Value) -> u64 {
+    pub(crate) fn call(&mut self, tool: &str, arguments: Value) -> u64 {
         self.request("tools/call", json!({"name": tool, "arguments": arguments}))
     }
 
     /// Waits for the process to end; stdin stays open meanwhile.
-    fn exit(&mut self) -> ExitStatus {
+    pub(crate) fn exit(&mut self) -> ExitStatus {
         exit_status(&mut self.child, &self.stderr)
     }
 }
@@ -212,7 +212,7 @@ fn rand_suffix() -> u64 {
 }
 
 /// The text of a tools/call response, and whether it is an error.
-fn result_text(response: &Value) -> (String, bool) {
+pub(crate) fn result_text(response: &Value) -> (String, bool) {
     let result = &response["result"];
     let text = result["content"][0]["text"]
         .as_str()
@@ -352,457 +352,6 @@ async fn sigint_over_http_drains_and_readiness_turns_unready() {
     .expect("exit");
     assert_eq!(status.0.code(), Some(0), "{}", status.1);
     assert_eq!(audit(&fixture)[0]["outcome"], "ok");
-}
-
-#[test]
-fn sighup_reloads_without_watching_and_reopens_the_moved_audit_log() {
-    let fixture = fixture("");
-    let mut served = Served::start(&fixture, &["--no-watch"], &[]);
-    served.initialize();
-    let first = served.call("echo", json!({"n": 1}));
-    assert!(!result_text(&served.response(first)).1);
-    let log = fixture.root().join("audit.jsonl");
-    let moved = fixture.root().join("audit.jsonl.1");
-    std::fs::rename(&log, &moved).expect("move the audit log");
-    fixture.write("more.toml", &crate::support::fail_ensemble("more"));
-    served.signal(Signal::HUP);
-    // The new tool appears without a watcher: SIGHUP reloaded.
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let list = served.request("tools/list", json!({}));
-        let tools = served.response(list)["result"]["tools"].to_string();
-        if tools.contains("\"fail\"") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "SIGHUP did not reload: {tools}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let second = served.call("echo", json!({"n": 2}));
-    assert!(!result_text(&served.response(second)).1);
-    assert_eq!(audit_at(&moved).len(), 1, "a record went to the moved file");
-    let records = audit_at(&log);
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0]["arguments"], json!({"n": 2}));
-    drop(served.stdin.take());
-    assert_eq!(served.exit().code(), Some(0));
-}
-
-/// Waits until `tools/list` names `tool`: a reload happened.
-fn wait_for_tool(served: &mut Served, tool: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let list = served.request("tools/list", json!({}));
-        let tools = served.response(list)["result"]["tools"].to_string();
-        if tools.contains(&format!("\"{tool}\"")) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reload brought {tool}: {tools}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[test]
-fn a_fifo_or_a_link_at_the_audit_path_is_refused_at_reopen_and_sighup_keeps_reloading() {
-    use std::os::unix::fs::PermissionsExt;
-    let fixture = fixture("");
-    let mut served = Served::start(&fixture, &["--no-watch", "-v"], &[]);
-    served.initialize();
-    let log = fixture.root().join("audit.jsonl");
-    let moved = fixture.root().join("audit.jsonl.1");
-    let first = served.call("echo", json!({"n": 1}));
-    assert!(!result_text(&served.response(first)).1);
-    std::fs::rename(&log, &moved).expect("move the audit log");
-
-    // A FIFO where the log was: the reopen fails at once (a blocking open would wait for a
-    // reader for ever, and every later SIGHUP with it), the reload still happens.
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &log,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .expect("mkfifo");
-    fixture.write("more.toml", &crate::support::fail_ensemble("more"));
-    served.signal(Signal::HUP);
-    wait_for_tool(&mut served, "fail");
-    wait_until("the refused reopen", || {
-        served.stderr().contains("cannot reopen the audit log")
-    });
-    assert!(served.stderr().contains("FIFO"), "{}", served.stderr());
-    let second = served.call("echo", json!({"n": 2}));
-    assert!(!result_text(&served.response(second)).1);
-
-    // A link to another file: never followed; its target is neither written nor narrowed.
-    std::fs::remove_file(&log).expect("remove the FIFO");
-    let target = fixture.root().join("elsewhere.txt");
-    std::fs::write(&target, "").expect("target");
-    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).expect("mode");
-    std::os::unix::fs::symlink(&target, &log).expect("link");
-    fixture.write(
-        "again.toml",
-        &ensemble(
-            "again",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"again\", tool = \"fail\" }\n",
-        ),
-    );
-    served.signal(Signal::HUP);
-    wait_for_tool(&mut served, "again");
-    wait_until("the second refused reopen", || {
-        served
-            .stderr()
-            .matches("cannot reopen the audit log")
-            .count()
-            == 2
-    });
-    assert!(
-        served.stderr().contains("symbolic link"),
-        "{}",
-        served.stderr()
-    );
-    let third = served.call("echo", json!({"n": 3}));
-    assert!(!result_text(&served.response(third)).1);
-    let target_meta = std::fs::metadata(&target).expect("target");
-    assert_eq!(target_meta.len(), 0, "a record went through the link");
-    assert_eq!(target_meta.permissions().mode() & 0o777, 0o644);
-    // Every record is in the file that was open all along, none lost.
-    let kept: Vec<Value> = audit_at(&moved)
-        .into_iter()
-        .filter(|r| r["tool"] == "echo")
-        .map(|r| r["arguments"]["n"].clone())
-        .collect();
-    assert_eq!(kept, [json!(1), json!(2), json!(3)]);
-    // `status` says the last reopen failed, and how often.
-    wait_until("the status to show the failed reopen", || {
-        std::fs::read_to_string(fixture.root().join("status.json"))
-            .is_ok_and(|s| s.contains("\"reopen_failures\": 2") && s.contains("symbolic link"))
-    });
-
-    // A regular file again: taken at the next SIGHUP.
-    std::fs::remove_file(&log).expect("remove the link");
-    served.signal(Signal::HUP);
-    wait_until("the reopen", || {
-        served.stderr().contains("reopened the audit log")
-    });
-    let fourth = served.call("echo", json!({"n": 4}));
-    assert!(!result_text(&served.response(fourth)).1);
-    assert_eq!(audit_at(&log).len(), 1);
-    drop(served.stdin.take());
-    assert_eq!(served.exit().code(), Some(0));
-}
-
-/// Debian's logrotate, which `scripts/test-tools.sh` installs.
-fn logrotate() -> PathBuf {
-    let found = [
-        "/usr/sbin/logrotate",
-        "/sbin/logrotate",
-        "/usr/bin/logrotate",
-    ]
-    .into_iter()
-    .map(PathBuf::from)
-    .find(|p| p.is_file());
-    found.expect("logrotate is not installed: run ./scripts/test-tools.sh (./scripts/test.sh does)")
-}
-
-#[test]
-fn logrotate_with_postrotate_sighup_loses_no_record() {
-    let logrotate = logrotate();
-    let fixture = fixture("");
-    let mut served = Served::start(&fixture, &["--no-watch", "-v"], &[]);
-    served.initialize();
-    let log = fixture.root().join("audit.jsonl");
-    let config = fixture.root().join("logrotate.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "{} {{\n  rotate 3\n  create 0600\n  missingok\n  sharedscripts\n  postrotate\n    kill -HUP {}\n  endscript\n}}\n",
-            log.display(),
-            served.child.id()
-        ),
-    )
-    .expect("logrotate.conf");
-    let mut sent = 0;
-    for round in 0..3 {
-        for _ in 0..5 {
-            sent += 1;
-            let id = served.call("echo", json!({"n": sent}));
-            assert!(!result_text(&served.response(id)).1);
-        }
-        let status = Command::new(&logrotate)
-            .arg("--force")
-            .arg("--state")
-            .arg(fixture.root().join("logrotate.state"))
-            .arg(&config)
-            .status()
-            .expect("logrotate runs");
-        assert!(status.success(), "logrotate round {round}: {status:?}");
-        // The reopen happens on the host's own time: the next records may go either way
-        // until it has, so wait for it to say so.
-        let reopened = round + 1;
-        wait_until("the reopen", || {
-            served.stderr().matches("reopened the audit log").count() >= reopened
-        });
-    }
-    for _ in 0..5 {
-        sent += 1;
-        let id = served.call("echo", json!({"n": sent}));
-        assert!(!result_text(&served.response(id)).1);
-    }
-    let mut numbers: Vec<u64> = [
-        "audit.jsonl",
-        "audit.jsonl.1",
-        "audit.jsonl.2",
-        "audit.jsonl.3",
-    ]
-    .iter()
-    .flat_map(|name| audit_at(&fixture.root().join(name)))
-    .map(|r| r["arguments"]["n"].as_u64().expect("n"))
-    .collect();
-    numbers.sort_unstable();
-    assert_eq!(numbers, (1..=sent).collect::<Vec<_>>());
-    // Each file holds one round: nothing was written to a moved file after the reopen.
-    assert_eq!(audit_at(&log).len(), 5);
-    assert_eq!(audit_at(&fixture.root().join("audit.jsonl.1")).len(), 5);
-}
-
-#[test]
-fn a_full_audit_log_refuses_calls_until_it_takes_writes_again() {
-    let fixture = fixture("");
-    let log = fixture.root().join("audit.jsonl");
-    std::os::unix::fs::symlink("/dev/full", &log).expect("link to /dev/full");
-    let mut served = Served::start(&fixture, &["--no-watch", "-v"], &[]);
-    served.initialize();
-    // The first write shows the file refuses: the call that made it had run (its result is
-    // answered, its record held); the calls after it are refused without running.
-    let first = served.call("echo", json!({"n": "first"}));
-    assert!(!result_text(&served.response(first)).1);
-    for n in 0..3 {
-        let id = served.call("echo", json!({"n": n}));
-        let (text, is_error) = result_text(&served.response(id));
-        assert!(
-            is_error && text.starts_with("unavailable:") && text.contains("audit log"),
-            "{text}"
-        );
-    }
-    // One error line for the failure, not one per record.
-    assert_eq!(
-        served.stderr().matches("cannot be written").count(),
-        1,
-        "{}",
-        served.stderr()
-    );
-    // Space comes back: the path is a real file again, and the host reopens it.
-    std::fs::remove_file(&log).expect("unlink");
-    served.signal(Signal::HUP);
-    wait_until("the reopen", || {
-        served.stderr().contains("reopened the audit log")
-    });
-    let id = served.call("echo", json!({"n": "after"}));
-    let (text, is_error) = result_text(&served.response(id));
-    assert!(!is_error, "{text}");
-    // The refusals were held and written first, in order.
-    let outcomes: Vec<String> = audit_at(&log)
-        .iter()
-        .map(|r| r["outcome"].as_str().unwrap_or("").to_string())
-        .collect();
-    assert_eq!(
-        outcomes,
-        ["ok", "unavailable", "unavailable", "unavailable", "ok"],
-        "{}",
-        served.stderr()
-    );
-}
-
-#[test]
-fn with_continue_calls_go_on_and_the_unwritten_records_reach_stderr_at_exit() {
-    let fixture = fixture("on-audit-error = \"continue\"");
-    let log = fixture.root().join("audit.jsonl");
-    std::os::unix::fs::symlink("/dev/full", &log).expect("link to /dev/full");
-    let mut served = Served::start(&fixture, &["--no-watch"], &[]);
-    served.initialize();
-    let id = served.call("echo", json!({"n": "kept"}));
-    let (text, is_error) = result_text(&served.response(id));
-    assert!(!is_error, "{text}");
-    // `status` shows the held record while the host runs.
-    wait_until("the status to show the held record", || {
-        std::fs::read_to_string(fixture.root().join("status.json"))
-            .is_ok_and(|s| s.contains("\"held\": 1"))
-    });
-    served.signal(Signal::TERM);
-    assert_eq!(served.exit().code(), Some(0));
-    let stderr = served.stderr();
-    assert!(
-        stderr.contains("1 audit record(s) could not be written")
-            && stderr.contains(r#""arguments":{"n":"kept"}"#),
-        "{stderr}"
-    );
-    // A device is never fsynced: no error from the sync every second or at exit.
-    assert!(!stderr.contains("Invalid argument"), "{stderr}");
-}
-
-#[test]
-fn systemd_hears_ready_reloading_and_stopping() {
-    use std::os::unix::net::UnixDatagram;
-    let fixture = fixture("");
-    let socket_path = fixture.root().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).expect("bind NOTIFY_SOCKET");
-    socket.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    let next = || {
-        let mut buffer = [0u8; 512];
-        let n = socket.recv(&mut buffer).expect("a notification");
-        String::from_utf8_lossy(&buffer[..n]).to_string()
-    };
-    let served = Served::start(
-        &fixture,
-        &["--http", "127.0.0.1:0"],
-        &[("NOTIFY_SOCKET", socket_path.to_str().expect("path"))],
-    );
-    assert_eq!(next(), "READY=1\n");
-    served.signal(Signal::HUP);
-    let reloading = next();
-    assert!(
-        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
-        "{reloading}"
-    );
-    assert_eq!(next(), "READY=1\n");
-    served.signal(Signal::TERM);
-    assert_eq!(next(), "STOPPING=1\n");
-}
-
-#[test]
-fn json_log_lines_parse_and_carry_the_call() {
-    let fixture = fixture("");
-    let testbed = "[[invokers]]\ninvoker = { name = \"log\" }\n";
-    fixture.write("talk.toml", &ensemble("talk", "testbed", testbed));
-    // At the default level: the call's fields come with every line, whatever its level.
-    let mut served = Served::start(&fixture, &["--no-watch", "--log-format", "json"], &[]);
-    served.initialize();
-    let id = served.call("log", json!({"message": "hello from the plugin"}));
-    assert!(!result_text(&served.response(id)).1);
-    served.signal(Signal::TERM);
-    assert_eq!(served.exit().code(), Some(0));
-    let stderr = served.stderr();
-    let lines: Vec<Value> = stderr
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    for line in &lines {
-        for field in ["time", "level", "target", "message"] {
-            assert!(line.get(field).is_some(), "{field} missing: {line}");
-        }
-    }
-    let plugin = lines
-        .iter()
-        .find(|l| l["message"] == "hello from the plugin")
-        .unwrap_or_else(|| panic!("the plugin's line: {stderr}"));
-    assert_eq!(plugin["level"], "WARN");
-    assert_eq!(plugin["target"], "plugin");
-    assert_eq!(plugin["tool"], "log");
-    assert_eq!(plugin["ensemble"], "talk");
-    assert!(
-        plugin["session"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("mcp-stdio-"))
-    );
-    assert!(lines.iter().any(|l| {
-        l["level"] == "WARN"
-            && l["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("SIGTERM"))
-    }));
-}
-
-#[test]
-fn the_shipped_systemd_unit_verifies() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let unit = std::fs::read_to_string(root.join("deploy/systemd/toolhost.service"))
-        .expect("deploy/systemd/toolhost.service");
-    assert!(unit.contains("Type=notify") && unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
-    // The unit names /usr/local/bin/toolhost; verify it against the binary built here.
-    let dir = tempfile::tempdir().expect("dir");
-    let local = dir.path().join("toolhost.service");
-    std::fs::write(
-        &local,
-        unit.replace("/usr/local/bin/toolhost", env!("CARGO_BIN_EXE_toolhost")),
-    )
-    .expect("unit");
-    let output = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&local)
-        .output()
-        .expect("systemd-analyze (Debian's systemd, which scripts/test-tools.sh installs)");
-    let said = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success() && said.trim().is_empty(), "{said}");
-    // The example toolhost.toml it points at is one this host accepts (its ensembles
-    // directory and cache replaced by a fixture's).
-    let fixture = Fixture::new();
-    fixture.write_echo();
-    let example = root.join("deploy/systemd/toolhost.toml");
-    let check = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .arg("--config")
-        .arg(&example)
-        .arg("--ensembles")
-        .arg(fixture.ensembles())
-        .arg("--cache-dir")
-        .arg(crate::support::cache_dir())
-        .arg("check")
-        .output()
-        .expect("check");
-    assert!(
-        check.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
-}
-
-/// The codes of the README's exit-code table, as written in its first column.
-fn readme_exit_codes() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let table = readme
-        .split("**Exit codes**")
-        .nth(1)
-        .expect("the README has an exit-code table");
-    table
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|l| l.split('|').nth(1).unwrap_or("").trim().to_string())
-        .collect()
-}
-
-#[test]
-fn exit_codes_are_those_the_readme_lists() {
-    assert_eq!(readme_exit_codes(), ["0", "1", "2", "3", "4", "130, 143"]);
-    let fixture = fixture("");
-    let run = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        configure(&mut command, &fixture);
-        let output = command.args(args).output().expect("toolhost runs");
-        output.status.code()
-    };
-    assert_eq!(run(&["check"]), Some(0));
-    assert_eq!(run(&["call", "echo", "{}"]), Some(0));
-    // A refused call (an unknown tool) and a failed check.
-    assert_eq!(run(&["call", "no_such_tool", "{}"]), Some(1));
-    fixture.write("broken.toml", "schema-version = 1\n[ensemble]\nname = 3\n");
-    assert_eq!(run(&["check"]), Some(1));
-    assert_eq!(run(&["--no-such-flag", "check"]), Some(2));
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[host]\ndrain-timeout-s = -1\n",
-    )
-    .expect("toolhost.toml");
-    assert_eq!(run(&["list"]), Some(3));
-    // 4 and 130 / 143: `the_drain_deadline_cancels_what_is_left_audits_it_and_exits_4` and
-    // `a_second_signal_cancels_at_once_and_exits_with_its_number`.
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Tools that talk back (`toolhost:plugin@0.2.0`), over MCP: results of every kind of content
-//! item with a structured result, progress with the request's token, sampling the client's
-//! model and asking the person, each only when granted, bounded per call, and only to the
-//! session whose call made it.
+//! item with a structured result, and progress with the request's token, only to the session
+//! whose call made it and cut at the per-call limit, from Rust and from Python. The harness the
+//! other `talk_*` tests share lives here: the talker's ensemble, and a client that answers
+//! sampling and elicitation as each test asks.
 
 // Sampling: deprecated at 2026-07-28, part of the revisions toolhost serves.
 #![allow(deprecated)]
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 /// How a test client answers elicitations.
 #[derive(Clone, Copy, Default, PartialEq)]
-enum Answer {
+pub(crate) enum Answer {
     #[default]
     Accept,
     Decline,
@@ -38,12 +39,12 @@ enum Answer {
 /// A client that declares sampling and elicitation (unless `plain`), answers them, and
 /// counts the progress reports it gets and the requests the server cancels.
 #[derive(Clone, Default)]
-struct Talker {
-    plain: bool,
-    answer: Answer,
-    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
-    sampled: Arc<AtomicUsize>,
-    cancelled: Arc<Mutex<Vec<CancelledNotificationParam>>>,
+pub(crate) struct Talker {
+    pub(crate) plain: bool,
+    pub(crate) answer: Answer,
+    pub(crate) progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    pub(crate) sampled: Arc<AtomicUsize>,
+    pub(crate) cancelled: Arc<Mutex<Vec<CancelledNotificationParam>>>,
 }
 
 impl ClientHandler for Talker {
@@ -130,7 +131,7 @@ impl ClientHandler for Talker {
     }
 }
 
-fn fixture(grants: &str) -> Fixture {
+pub(crate) fn fixture(grants: &str) -> Fixture {
     let fixture = Fixture::new();
     std::fs::copy(toolhost_testkit::TALKER, fixture.root().join("talker.wasm")).expect("copy");
     let invokers = "[defaults]\ntimeout-ms = 3000\n\n\
@@ -152,10 +153,10 @@ fn fixture(grants: &str) -> Fixture {
     fixture
 }
 
-const GRANTS: &str = "[grants]\nsampling = true\nelicitation = true\n";
+pub(crate) const GRANTS: &str = "[grants]\nsampling = true\nelicitation = true\n";
 
 /// Waits until `reports` holds `count` reports (a failure deadline, not a timing check).
-async fn wait_for(reports: &Mutex<Vec<ProgressNotificationParam>>, count: usize) {
+pub(crate) async fn wait_for(reports: &Mutex<Vec<ProgressNotificationParam>>, count: usize) {
     let wait = async {
         while reports.lock().expect("reports").len() < count {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -166,7 +167,7 @@ async fn wait_for(reports: &Mutex<Vec<ProgressNotificationParam>>, count: usize)
         .expect("progress reports arrive");
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -175,7 +176,7 @@ fn text(result: &CallToolResult) -> String {
     texts.join("\n")
 }
 
-async fn start(fixture: &Fixture, client: Talker) -> RunningService<RoleClient, Talker> {
+pub(crate) async fn start(fixture: &Fixture, client: Talker) -> RunningService<RoleClient, Talker> {
     client
         .serve(stdio_serve(fixture))
         .await
@@ -311,168 +312,6 @@ async fn progress_goes_to_the_calling_session_alone_and_a_flood_is_cut_at_the_li
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sampling_asks_the_clients_model_only_when_granted_and_bounded() {
-    let fixture = fixture(GRANTS);
-    let talker = Talker::default();
-    let sampled = talker.sampled.clone();
-    let client = start(&fixture, talker).await;
-    let once = call(
-        &client,
-        "ask_model",
-        json!({"prompt": "capital of France?"}),
-    )
-    .await;
-    assert_eq!(text(&once), "answer to capital of France? (test-model)");
-
-    let ungranted = call(&client, "ask_model_ungranted", json!({})).await;
-    assert!(
-        text(&ungranted).starts_with("not-granted: sampling is not granted"),
-        "{}",
-        text(&ungranted)
-    );
-
-    sampled.store(0, Ordering::SeqCst);
-    let looping = call(&client, "ask_model", json!({"times": 50})).await;
-    let lines: Vec<String> = text(&looping).lines().map(str::to_string).collect();
-    let limit = toolhost::contract::SAMPLES_PER_CALL as usize;
-    assert_eq!(lines.len(), limit + 1, "{lines:?}");
-    assert!(lines[limit].starts_with("limit-reached: a call may sample at most 8 times"));
-    assert_eq!(sampled.load(Ordering::SeqCst), limit);
-    client.cancel().await.expect("close");
-
-    // A client that did not declare sampling is never sent the request.
-    let plain = Talker {
-        plain: true,
-        ..Talker::default()
-    };
-    let sampled = plain.sampled.clone();
-    let client = start(&fixture, plain).await;
-    let refused = call(&client, "ask_model", json!({})).await;
-    assert!(
-        text(&refused)
-            .starts_with("unsupported: the client did not declare the sampling capability"),
-        "{}",
-        text(&refused)
-    );
-    let person = call(&client, "ask_person", json!({})).await;
-    assert!(text(&person).starts_with("unsupported: the client did not declare the elicitation"));
-    assert_eq!(sampled.load(Ordering::SeqCst), 0);
-    client.cancel().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn elicitation_asks_the_person_with_a_form_and_a_silent_person_ends_at_the_timeout() {
-    let fixture = fixture(GRANTS);
-    let client = start(&fixture, Talker::default()).await;
-    let accepted = call(&client, "ask_person", json!({})).await;
-    assert_eq!(text(&accepted), r#"accepted: {"name":"Ada"}"#);
-    let bad = call(&client, "ask_badly", json!({})).await;
-    assert!(
-        text(&bad).starts_with("failed: the requested schema is not one MCP elicitation allows"),
-        "{}",
-        text(&bad)
-    );
-    let forever = call(&client, "ask_forever", json!({})).await;
-    assert!(
-        text(&forever).starts_with("asked 4 times, then limit-reached"),
-        "{}",
-        text(&forever)
-    );
-    client.cancel().await.expect("close");
-
-    let declining = Talker {
-        answer: Answer::Decline,
-        ..Talker::default()
-    };
-    let client = start(&fixture, declining).await;
-    assert_eq!(
-        text(&call(&client, "ask_person", json!({})).await),
-        "declined"
-    );
-    client.cancel().await.expect("close");
-
-    // A client's answer is checked against the form it was sent: the tool gets `failed`.
-    let misfit = Talker {
-        answer: Answer::Misfit,
-        ..Talker::default()
-    };
-    let client = start(&fixture, misfit).await;
-    let refused = text(&call(&client, "ask_person", json!({})).await);
-    assert!(
-        refused.starts_with("failed: the answer does not fit the requested schema at /name:"),
-        "{refused}"
-    );
-    client.cancel().await.expect("close");
-
-    // Properties the form did not ask for never reach the tool, named in the failure.
-    let extra = Talker {
-        answer: Answer::Extra,
-        ..Talker::default()
-    };
-    let client = start(&fixture, extra).await;
-    let refused = text(&call(&client, "ask_person", json!({})).await);
-    assert!(
-        refused.starts_with(
-            "failed: the answer does not fit the requested schema at /isAdmin: the form did not ask"
-        ),
-        "{refused}"
-    );
-    client.cancel().await.expect("close");
-
-    let silent = Talker {
-        answer: Answer::Never,
-        ..Talker::default()
-    };
-    let client = start(&fixture, silent).await;
-    let waited = tokio::time::timeout(
-        Duration::from_secs(60),
-        call(&client, "ask_person", json!({})),
-    )
-    .await
-    .expect("the call ends by itself");
-    assert_eq!(waited.is_error, Some(true));
-    assert!(text(&waited).starts_with("timeout:"), "{}", text(&waited));
-    // The question the timeout abandoned is withdrawn at the client, not left open.
-    let withdrawn = async {
-        loop {
-            if let Some(param) = client
-                .service()
-                .cancelled
-                .lock()
-                .expect("cancelled")
-                .first()
-            {
-                return param.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let param = tokio::time::timeout(Duration::from_secs(30), withdrawn)
-        .await
-        .expect("notifications/cancelled for the abandoned question");
-    assert!(param.request_id.is_some(), "{param:?}");
-    client.cancel().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asking_for_sampling_or_elicitation_the_ensemble_does_not_grant_is_a_file_line_error() {
-    let fixture = fixture("");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &fixture);
-    let out = command.arg("check").output().expect("check");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stderr.contains(
-            "invoker `ask_model` asks for sampling, which ensemble `talker` does not grant"
-        ),
-        "{stderr}"
-    );
-    assert!(stderr.contains("talker.toml:"), "{stderr}");
-    assert!(stderr.contains("asks for elicitation"), "{stderr}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_plugin_reports_progress_and_asks_the_person_as_the_readme_shows() {
     let fixture = Fixture::new();
     let wasm = toolhost_testkit::languages::python_talker();
@@ -511,123 +350,6 @@ async fn a_python_plugin_reports_progress_and_asks_the_person_as_the_readme_show
     client.cancel().await.expect("close");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_2026_07_28_progress_flows_and_asking_the_client_is_unsupported_at_once() {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-    let fixture = fixture(GRANTS);
-    let talker = Talker::default();
-    let reports = talker.progress.clone();
-    let sampled = talker.sampled.clone();
-    let client = talker
-        .serve_with_lifecycle(
-            stdio_serve(&fixture),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("a 2026-07-28 connection");
-    assert_eq!(
-        client.peer_info().expect("discovered").protocol_version,
-        ProtocolVersion::V_2026_07_28
-    );
-    assert_eq!(
-        text(&call(&client, "report", json!({"steps": 2})).await),
-        "reported 2"
-    );
-    wait_for(&reports, 2).await;
-    for tool in ["ask_model", "ask_person"] {
-        let refused = call(&client, tool, json!({})).await;
-        assert!(
-            text(&refused).starts_with("unsupported: the client speaks MCP 2026-07-28"),
-            "{}",
-            text(&refused)
-        );
-    }
-    assert_eq!(sampled.load(Ordering::SeqCst), 0);
-    client.cancel().await.expect("close");
-}
-
-/// Answers every elicitation of a chat with a fixed name.
-struct Person;
-
-impl toolhost::agent::Approver for Person {
-    fn approve<'a>(
-        &'a self,
-        _request: &'a toolhost::agent::ApprovalRequest,
-    ) -> toolhost::contract::BoxFuture<'a, toolhost::agent::Approval> {
-        Box::pin(std::future::ready(toolhost::agent::Approval::Approved))
-    }
-
-    fn elicit<'a>(
-        &'a self,
-        request: &'a toolhost::agent::ElicitRequest,
-    ) -> toolhost::contract::BoxFuture<
-        'a,
-        Result<toolhost::contract::ElicitAnswer, toolhost::contract::AskError>,
-    > {
-        assert_eq!(request.tool, "ask_person");
-        assert_eq!(request.schema["required"], json!(["name"]));
-        Box::pin(std::future::ready(Ok(
-            toolhost::contract::ElicitAnswer::Accept(json!({"name": "Grace"})),
-        )))
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_a_chat_sampling_uses_the_chats_model_and_elicitation_asks_the_person() {
-    use crate::scripted::{Scripted, openai};
-    use toolhost::agent::{Agent, AgentOptions};
-    use toolhost::provider::conversation::{Conversation, Message};
-    use toolhost::provider::{ProviderKind, ProviderSettings};
-
-    let fixture = fixture(GRANTS);
-    let server = Scripted::start(vec![
-        openai::stream("", &[("m", "ask_model", r#"{"prompt": "a haiku"}"#)]),
-        // The tool's own request: the chat's model, asked without tools.
-        openai::text("five seven five"),
-        openai::stream("", &[("p", "ask_person", "{}")]),
-        openai::text("all done"),
-    ]);
-    let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "scripted-model");
-    settings.base_url = server.base_url.clone();
-    settings.api_key = Some("test-key".into());
-    let provider = settings.build().expect("provider");
-    let host = Arc::new(fixture.host().await);
-    let agent = Agent::new(
-        host,
-        Arc::from(provider),
-        Arc::new(Person),
-        AgentOptions::default(),
-    );
-    let session = Arc::new(toolhost::invoke::Session::new("chat-talk"));
-    let mut conversation = Conversation::new(Some("You are a test.".into()));
-    conversation.push_user("go");
-    let outcome = agent
-        .run(&mut conversation, &session, &|_| {})
-        .await
-        .expect("the run ends");
-    assert_eq!(outcome.text, "all done");
-
-    let results: Vec<String> = conversation
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Results { results } => Some(results[0].content.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        results,
-        ["five seven five (openai)", r#"accepted: {"name":"Grace"}"#]
-    );
-    let requests = server.requests();
-    let sampled = &requests[1].body;
-    assert!(sampled.get("tools").is_none(), "{sampled}");
-    assert_eq!(sampled["messages"][0]["content"], "Answer briefly.");
-    assert_eq!(sampled["messages"][1]["content"], "a haiku");
-}
-
 /// Adds the talker's `ask_person`, granted elicitation, to `fixture`.
 pub(crate) fn add_ask_person(fixture: &Fixture) {
     std::fs::copy(toolhost_testkit::TALKER, fixture.root().join("talker.wasm")).expect("copy");
@@ -642,153 +364,4 @@ pub(crate) fn add_ask_person(fixture: &Fixture) {
             ),
         ),
     );
-}
-
-/// The web chat asks the person on the page: an `elicitation_request` event in the run's
-/// stream, answered by a request naming it; content the form's schema refuses is a 400 that
-/// names the property and leaves the question pending; the log keeps question and answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_the_web_chat_a_tools_question_is_answered_by_a_request_naming_it() {
-    use crate::scripted::{Scripted, openai};
-    use crate::web::{base, chat, get, post_json, serve};
-
-    let ask = |id: &str| openai::stream("", &[(id, "ask_person", "{}")]);
-    let model = Scripted::start(vec![
-        ask("p1"),
-        openai::text("Hello, Grace."),
-        ask("p2"),
-        openai::text("As you wish."),
-        ask("p3"),
-        openai::text("Nobody there."),
-    ]);
-    let fixture = crate::web::fixture(&model.base_url, "approval-timeout-s = 2");
-    add_ask_person(&fixture);
-    let server = serve(&fixture, &[]);
-    let api = format!("{}/api/conversations", base(&server));
-
-    // Accepted, after one answer the schema refuses.
-    let mut events = chat(&api, json!({"message": "Who am I?"})).await;
-    let first = events.until("elicitation_request").await;
-    let id = first[0]["id"].as_str().expect("id").to_string();
-    let question = first.last().expect("question");
-    assert_eq!(question["id"], "p1-ask-1");
-    assert_eq!(question["call_id"], "p1");
-    assert_eq!(question["tool"], "ask_person");
-    assert_eq!(question["message"], "What is your name?");
-    assert_eq!(question["schema"]["required"], json!(["name"]));
-    let answer = |question: &str, body: Value| {
-        let url = format!("{api}/{id}/elicitations/{question}");
-        async move { post_json(&url, body).await }
-    };
-    let (status, refused) = answer(
-        "p1-ask-1",
-        json!({"action": "accept", "content": {"name": 7}}),
-    )
-    .await;
-    assert_eq!(status, 400, "{refused}");
-    let refused = refused["error"].as_str().expect("error");
-    assert!(refused.starts_with("/content/name: "), "{refused}");
-    for extra in ["extra", "isAdmin", "__proto__"] {
-        let mut content = json!({"name": "Grace"});
-        content[extra] = json!(true);
-        let (status, refused) =
-            answer("p1-ask-1", json!({"action": "accept", "content": content})).await;
-        assert_eq!(status, 400, "{extra}: {refused}");
-        assert_eq!(
-            refused["error"],
-            format!("/content/{extra}: the form did not ask for this property"),
-        );
-    }
-    assert_eq!(answer("p1-ask-1", json!({"action": "maybe"})).await.0, 400);
-    assert_eq!(
-        answer("p1-ask-1", json!({"action": "accept"})).await.0,
-        400,
-        "no content"
-    );
-    assert_eq!(answer("nope", json!({"action": "decline"})).await.0, 404);
-    let accept = json!({"action": "accept", "content": {"name": "Grace"}});
-    assert_eq!(answer("p1-ask-1", accept.clone()).await.0, 204);
-    assert_eq!(answer("p1-ask-1", accept).await.0, 404, "answered already");
-    let rest = events.rest().await;
-    let result = rest
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("result");
-    assert_eq!(
-        result["content"], r#"accepted: {"name":"Grace"}"#,
-        "{rest:#?}"
-    );
-    assert!(
-        rest.iter()
-            .any(|e| e["type"] == "elicitation" && e["action"] == "accept"),
-        "{rest:#?}"
-    );
-
-    // Declined.
-    let mut events = chat(&format!("{api}/{id}/messages"), json!({"message": "Again"})).await;
-    events.until("elicitation_request").await;
-    assert_eq!(
-        answer("p2-ask-1", json!({"action": "decline"})).await.0,
-        204
-    );
-    let rest = events.rest().await;
-    let result = rest
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("result");
-    assert_eq!(result["content"], "declined", "{rest:#?}");
-
-    // Nobody answers: the tool is told so after approval-timeout-s, and the model goes on.
-    let mut events = chat(
-        &format!("{api}/{id}/messages"),
-        json!({"message": "Once more"}),
-    )
-    .await;
-    let rest = events.rest().await;
-    let result = rest
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("result");
-    assert_eq!(
-        result["content"], "failed: nobody answered within 2 s ([chat] approval-timeout-s)",
-        "{rest:#?}"
-    );
-    assert!(
-        rest.iter()
-            .any(|e| e["type"] == "elicitation" && e["action"] == "timeout"),
-        "{rest:#?}"
-    );
-
-    // The log keeps each question and how it ended.
-    let (_, kept) = get(&format!("{api}/{id}")).await;
-    let log = kept["log"].as_array().expect("log");
-    let actions: Vec<&Value> = log
-        .iter()
-        .filter(|e| e["type"] == "elicitation")
-        .map(|e| &e["action"])
-        .collect();
-    assert_eq!(
-        actions,
-        [&json!("accept"), &json!("decline"), &json!("timeout")]
-    );
-    assert_eq!(
-        log.iter()
-            .filter(|e| e["type"] == "elicitation_request")
-            .count(),
-        3
-    );
-    assert_eq!(
-        model.requests().len(),
-        6,
-        "every scripted answer was asked for"
-    );
-    // As docs/chat-api.openapi.yaml describes them.
-    let validator = crate::web::event_validator();
-    for event in log {
-        let errors: Vec<String> = validator
-            .iter_errors(event)
-            .map(|e| e.to_string())
-            .collect();
-        assert!(errors.is_empty(), "{event}: {errors:?}");
-    }
 }

@@ -1,7 +1,7 @@
 """The web chat in a real browser: Debian's headless Chromium through Debian's chromedriver
 (Selenium never fetches a driver), against a `toolhost serve --http` whose model is scripted.
 
-Run by `web::the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser`:
+Run by `web_page::the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser`:
 
     webchat.py --url http://127.0.0.1:PORT/ --ensembles DIR --pending DIR --screenshot OUT.png
 

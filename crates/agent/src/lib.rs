@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use toolhost_core::invoke::{
-    Arguments, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session,
+    Arguments, Attached, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session,
 };
 
 /// How a run behaves.
@@ -428,9 +428,10 @@ impl Agent {
                     running.spawn(async move {
                         // The semaphore is never closed; without a permit the call still runs.
                         let _permit = limit.acquire_owned().await.ok();
-                        let outcome = host
-                            .run_with(&session, prepared, cancel.cancelled_owned(), &link)
-                            .await;
+                        let attached = Attached::default()
+                            .until(cancel.cancelled_owned())
+                            .linked(&link);
+                        let outcome = host.run(&session, prepared, attached).await;
                         (index, outcome)
                     });
                 }

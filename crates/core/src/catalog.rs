@@ -14,7 +14,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
-use toolhost_config::{Access, DedupMode, Span};
+use toolhost_config::{DedupMode, Span};
 use toolhost_contract::CallLimits;
 use toolhost_contract::SourceHash;
 use toolhost_runtime::sandbox::SandboxSpec;
@@ -103,9 +103,6 @@ pub struct Tool {
     /// The name the model calls (with the ensemble's prefix, if any).
     pub name: String,
     pub ensemble: Arc<str>,
-    /// The ensemble file, and the file that describes this invoker (the same file when inline).
-    pub ensemble_file: Arc<Path>,
-    pub invoker_file: Arc<Path>,
     pub enabled: bool,
     /// What runs a call (shared by the invokers of one component or server).
     pub backend: Arc<dyn Backend>,
@@ -158,26 +155,6 @@ impl Tool {
     /// The component file, or the MCP server's command line or URL, for listings.
     pub fn source(&self) -> String {
         self.backend.describe()
-    }
-
-    /// A one-line description of the granted directories, for listings.
-    pub fn grants_summary(&self) -> String {
-        let mut parts: Vec<String> = self
-            .sandbox
-            .preopens
-            .iter()
-            .map(|p| {
-                let access = if p.writable {
-                    Access::ReadWrite
-                } else {
-                    Access::Read
-                };
-                format!("{}:{access}", p.guest)
-            })
-            .collect();
-        parts.extend(self.sandbox.env.iter().map(|(k, _)| format!("env:{k}")));
-        parts.extend(self.sandbox.network.iter().map(|p| format!("net:{p}")));
-        parts.join(",")
     }
 }
 

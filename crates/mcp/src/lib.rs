@@ -50,7 +50,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use toolhost_contract::CallerLink;
 use toolhost_core::backend::mcp::content;
-use toolhost_core::invoke::{Host, Session};
+use toolhost_core::invoke::{Call, Host, Session};
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
@@ -264,15 +264,10 @@ async fn call(
     link: Arc<dyn CallerLink>,
 ) -> CallToolResult {
     let arguments = Value::Object(request.arguments.unwrap_or_default());
-    let outcome = host
-        .invoke_with(
-            &session,
-            &request.name,
-            arguments,
-            cancel.cancelled(),
-            &link,
-        )
-        .await;
+    let call = Call::new(&session, &request.name, arguments)
+        .until(cancel.cancelled())
+        .linked(&link);
+    let outcome = host.call(call).await;
     match outcome.result {
         Ok(result) => {
             let mut answer = CallToolResult::success(content::to_mcp(&result));

@@ -57,7 +57,10 @@ pub(crate) async fn run(
     // Nothing waits for a compile: what is loaded or cached serves at once, the rest joins
     // the catalog when its compile ends.
     let resolver = settings.resolver(runtime.clone(), toolhost::registry::Fetch::Missing);
-    let reloader = Reloader::start_serving_with(resolver, settings.ensembles.clone()).await;
+    let reloader = Reloader::builder(resolver)
+        .serving()
+        .start(settings.ensembles.clone())
+        .await;
     for refused in reloader.status().refused {
         tracing::warn!(
             "{} was refused ({} error(s)); run `toolhost check` for details",

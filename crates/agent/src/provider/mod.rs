@@ -9,6 +9,8 @@
 
 mod anthropic;
 pub mod conversation;
+#[cfg(feature = "test-support")]
+pub mod fake;
 mod openai;
 mod prompted;
 pub mod sse;

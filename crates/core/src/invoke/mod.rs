@@ -9,14 +9,19 @@
 //! - [`Host::run`]: dedup (single-flight, per session) -> the invoker's admission gate -> the
 //!   tool's backend -> audit. Or [`Host::refuse`], which audits the call as refused.
 //!
-//! [`Host::invoke`] is both in one. [`Host::shutdown`] drains: no new call runs, the calls in
+//! [`Host::call`] is both in one, for a call described by one value ([`Call`]: session, tool,
+//! arguments, and optionally a cancellation and a link back to the caller);
+//! [`Host::invoke`] is that with the defaults. [`Host::shutdown`] drains: no new call runs, the calls in
 //! flight finish or are cancelled at a deadline (`drain`). Every failure is a typed
 //! [`CallError`]; none of them ends the host. The backend runs the call (a component in a fresh instance, or an imported MCP
 //! server); this module never asks which.
 
+mod call;
 mod dedup;
 mod drain;
 mod error;
+
+pub use call::{Attached, Call};
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
@@ -33,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolhost_audit::{self as audit, AuditLog, AuditRecord, OnAuditError};
 use toolhost_config::DedupMode;
-use toolhost_contract::{CallerLink, ToolResult, Unlinked};
+use toolhost_contract::{CallerLink, ToolResult};
 use tracing::Instrument;
 
 /// The arguments of a call, as text (checked here) or as a value already parsed.
@@ -228,45 +233,23 @@ impl Host {
         &self.catalog
     }
 
-    /// Calls `tool` with `arguments` on behalf of `session`: [`Host::prepare`], then
-    /// [`Host::run`].
+    /// Runs `call`: [`Host::prepare`], then [`Host::run`] with what the call attached.
+    pub async fn call(&self, call: Call<'_>) -> CallOutcome {
+        match self.prepare(call.session, call.tool, call.arguments) {
+            Ok(prepared) => self.run(call.session, prepared, call.attached).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Calls `tool` with `arguments` on behalf of `session`, with the defaults: [`Host::call`]
+    /// of [`Call::new`].
     pub async fn invoke(
         &self,
         session: &Session,
         tool: &str,
         arguments: impl Into<Arguments>,
     ) -> CallOutcome {
-        self.invoke_until(session, tool, arguments, std::future::pending())
-            .await
-    }
-
-    /// [`Host::invoke`], ended as `cancelled` (and audited) when `cancel` resolves first: its
-    /// caller no longer wants the result (an MCP client cancelled the task).
-    pub async fn invoke_until(
-        &self,
-        session: &Session,
-        tool: &str,
-        arguments: impl Into<Arguments>,
-        cancel: impl Future<Output = ()>,
-    ) -> CallOutcome {
-        self.invoke_with(session, tool, arguments, cancel, &unlinked())
-            .await
-    }
-
-    /// [`Host::invoke_until`] for a caller that can be talked back to: the tool's progress
-    /// reports and questions go to `link` (and to no other caller).
-    pub async fn invoke_with(
-        &self,
-        session: &Session,
-        tool: &str,
-        arguments: impl Into<Arguments>,
-        cancel: impl Future<Output = ()>,
-        link: &Arc<dyn CallerLink>,
-    ) -> CallOutcome {
-        match self.prepare(session, tool, arguments) {
-            Ok(call) => self.run_with(session, call, cancel, link).await,
-            Err(outcome) => outcome,
-        }
+        self.call(Call::new(session, tool, arguments)).await
     }
 
     /// Checks a call on one snapshot of the catalog: the tool exists and is enabled, the
@@ -310,32 +293,20 @@ impl Host {
     }
 
     /// Runs a prepared call: answered from the session's dedup memory if an identical call
-    /// succeeded (or is in flight), else through the invoker's admission gate on its backend.
-    /// A host that is shutting down refuses the call, and so does a host whose audit log
-    /// refuses writes under `on-audit-error = "refuse"`; both refusals are audited.
-    pub async fn run(&self, session: &Session, call: PreparedCall) -> CallOutcome {
-        self.run_until(session, call, std::future::pending()).await
-    }
-
-    /// [`Host::run`], ended as `cancelled` when `cancel` resolves first.
-    pub async fn run_until(
+    /// succeeded (or is in flight), else through the invoker's admission gate on its backend,
+    /// ended as `cancelled` if what `attached` says comes first, and with the tool's progress
+    /// reports and questions going to its link (a call answered by dedup does not run, so it
+    /// reports nothing). A host that is shutting down refuses the call, and so does a host
+    /// whose audit log refuses writes under `on-audit-error = "refuse"`; both refusals are
+    /// audited.
+    pub async fn run(
         &self,
         session: &Session,
         call: PreparedCall,
-        cancel: impl Future<Output = ()>,
+        attached: Attached<'_>,
     ) -> CallOutcome {
-        self.run_with(session, call, cancel, &unlinked()).await
-    }
-
-    /// [`Host::run_until`], with the tool's progress reports and questions going to `link`.
-    /// A call answered by dedup does not run, so it reports nothing.
-    pub async fn run_with(
-        &self,
-        session: &Session,
-        call: PreparedCall,
-        cancel: impl Future<Output = ()>,
-        link: &Arc<dyn CallerLink>,
-    ) -> CallOutcome {
+        let (cancel, link) = attached.into_parts();
+        let link = &link;
         let Some(_in_flight) = self.drain.enter() else {
             let error = CallError::new(
                 ErrorKind::Unavailable,
@@ -368,7 +339,7 @@ impl Host {
                         ),
                     ))
                 }
-                () = cancel => Err(CallError::new(
+                () = Attached::cancelled(cancel) => Err(CallError::new(
                     ErrorKind::Cancelled,
                     format!("tool `{}` was cancelled by its caller", call.tool.name),
                 )),
@@ -461,13 +432,6 @@ impl Host {
         // A record the file refuses is held and written later; the log says so itself, once.
         let _ = log.append(&record);
     }
-}
-
-/// The link of a caller with nobody to talk back to.
-fn unlinked() -> Arc<dyn CallerLink> {
-    static UNLINKED: std::sync::LazyLock<Arc<dyn CallerLink>> =
-        std::sync::LazyLock::new(|| Arc::new(Unlinked));
-    Arc::clone(&UNLINKED)
 }
 
 /// The enabled tool `name` of `catalog`, if the session may call it.

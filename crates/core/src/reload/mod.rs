@@ -177,30 +177,53 @@ pub struct Reloader {
     compiled: Mutex<Option<broadcast::Receiver<SourceHash>>>,
 }
 
+/// How a [`Reloader`] starts: [`Reloader::builder`], then [`ReloaderBuilder::start`].
+pub struct ReloaderBuilder {
+    resolver: Resolver,
+    compiles: Compiles,
+}
+
+impl ReloaderBuilder {
+    /// Waits for no compile, at the first load or later: what is loaded or in the cache serves
+    /// at once, and each ensemble whose component must be compiled joins the catalog when its
+    /// compile ends (a reload of its own); until then a changed ensemble's previous version
+    /// serves. For `serve`, so that a slow or hostile compile delays nothing already loaded.
+    pub fn serving(self) -> Self {
+        self.compiles(Compiles::InBackground)
+    }
+
+    /// Whether loads wait for compiles.
+    pub fn compiles(mut self, compiles: Compiles) -> Self {
+        self.compiles = compiles;
+        self
+    }
+
+    /// Loads `dir` for the first time; the result's refusals are in the status.
+    pub async fn start(self, dir: PathBuf) -> Arc<Reloader> {
+        Reloader::begin(self.resolver, dir, self.compiles).await
+    }
+}
+
 impl Reloader {
-    /// Loads `dir` for the first time, waiting for every compile; later reloads wait too. The
-    /// result's refusals are in the status.
+    /// Loads `dir` for the first time through the runtime's own resolver (no registry),
+    /// waiting for every compile; later reloads wait too. The result's refusals are in the
+    /// status. [`Reloader::builder`] starts one any other way.
     pub async fn start(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
-        Self::start_with(Resolver::new(runtime), dir, Compiles::Wait).await
+        Self::builder(Resolver::new(runtime)).start(dir).await
     }
 
-    /// Loads `dir` for the first time without waiting for any compile: what is loaded or in
-    /// the cache serves at once, and each ensemble whose component must be compiled joins the
-    /// catalog when its compile ends (a reload of its own). Later reloads never wait for a
-    /// compile either: the ensemble's previous version serves until the new one is ready. For
-    /// `serve`, so that a slow or hostile compile delays nothing that is already loaded.
-    pub async fn start_serving(runtime: Arc<Runtime>, dir: PathBuf) -> Arc<Self> {
-        Self::start_with(Resolver::new(runtime), dir, Compiles::InBackground).await
+    /// A reloader that resolves through `resolver` (its registry) and, unless told
+    /// otherwise, waits for compiles.
+    pub fn builder(resolver: Resolver) -> ReloaderBuilder {
+        ReloaderBuilder {
+            resolver,
+            compiles: Compiles::Wait,
+        }
     }
 
-    /// As [`Reloader::start_serving`], with a resolver of the caller's (its registry).
-    pub async fn start_serving_with(resolver: Resolver, dir: PathBuf) -> Arc<Self> {
-        Self::start_with(resolver, dir, Compiles::InBackground).await
-    }
-
-    /// Loads `dir` for the first time through `resolver` (its registry), waiting for
-    /// compiles or not as `compiles` says.
-    pub async fn start_with(resolver: Resolver, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
+    /// Loads `dir` for the first time through `resolver`, waiting for compiles or not as
+    /// `compiles` says.
+    async fn begin(resolver: Resolver, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
         let compiled = resolver.runtime().loads_finished();
         let (resolved, loading, named) = match resolver.ensembles(&dir, compiles).await {
             Ok(outcomes) => {

@@ -497,12 +497,6 @@ impl Resolver {
         let mut tool = Tool {
             name: invoker.name.clone(),
             ensemble: Arc::clone(&shared.name),
-            ensemble_file: Arc::clone(&shared.file),
-            invoker_file: if Arc::ptr_eq(&invoker.source, &ensemble.source) {
-                Arc::clone(&shared.file)
-            } else {
-                Arc::from(invoker.source.path.as_path())
-            },
             enabled: ensemble.enabled && invoker.section.enabled,
             backend: Arc::clone(&bound.backend),
             backend_tool: offer.name.clone(),

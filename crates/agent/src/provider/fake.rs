@@ -1,13 +1,14 @@
-//! An in-process model for agent-loop tests where HTTP is not the point: it answers with
-//! scripted turns, in order, and records what the loop asked it (the tools on offer and the
-//! conversation so far). The wire formats are tested against scripted servers (`scripted`).
+//! An in-process model for tests of the agent loop where HTTP is not the point (feature
+//! `test-support`): it answers with scripted turns, in order, and records what the loop asked
+//! it (the tools on offer and the conversation so far). The wire formats are tested against
+//! scripted servers that speak them (`tests/all/scripted.rs`).
 
+use super::conversation::{Invocation, Message};
+use super::{ModelRequest, ModelTurn, Provider, ProviderError, TextSink, Usage};
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use toolhost::contract::BoxFuture;
-use toolhost::provider::conversation::{Invocation, Message};
-use toolhost::provider::{ModelRequest, ModelTurn, Provider, ProviderError, TextSink, Usage};
+use std::sync::{Mutex, PoisonError};
+use toolhost_contract::BoxFuture;
 
 /// What the loop asked for one turn.
 #[derive(Debug, Clone)]
@@ -32,7 +33,10 @@ impl FakeModel {
 
     /// Every request so far, in order.
     pub fn asked(&self) -> Vec<Asked> {
-        self.asked.lock().expect("asked").clone()
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -46,11 +50,18 @@ impl Provider for FakeModel {
         request: ModelRequest<'a>,
         on_text: TextSink<'a>,
     ) -> BoxFuture<'a, Result<ModelTurn, ProviderError>> {
-        self.asked.lock().expect("asked").push(Asked {
-            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
-            messages: request.messages.to_vec(),
-        });
-        let turn = self.turns.lock().expect("turns").pop_front();
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Asked {
+                tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+                messages: request.messages.to_vec(),
+            });
+        let turn = self
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
         Box::pin(async move {
             let turn =
                 turn.ok_or_else(|| ProviderError::Setup("the fake model ran out of turns".into()))?;

@@ -1,0 +1,117 @@
+//! `toolhost serve --http` driven by rmcp over streamable HTTP and by plain requests: list,
+//! call and list_changed after a reload, foreign hosts and origins refused, the bearer token,
+//! no address beyond loopback without one, and a clean stop on SIGTERM.
+
+use crate::mcp::{Client, DEADLINE, HttpServer, call, configure, fixture, post, text, tool_names};
+use crate::support::fail_ensemble;
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::json;
+use std::process::Command;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_serves_lists_calls_and_announces_reloads() {
+    let fixture = fixture();
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let handler = Client::default();
+    let changed = handler.changed.clone();
+    let client = handler
+        .serve(StreamableHttpClientTransport::from_uri(server.url.clone()))
+        .await
+        .expect("MCP session");
+    assert_eq!(tool_names(&client).await, ["echo", "flood_stdout", "spin"]);
+    let result = call(&client, "echo", json!({"via": "http"})).await;
+    assert_eq!(text(&result), r#"{"via":"http"}"#);
+
+    fixture.write("more.toml", &fail_ensemble("more"));
+    tokio::time::timeout(DEADLINE, changed.notified())
+        .await
+        .expect("notifications/tools/list_changed");
+    assert!(tool_names(&client).await.contains(&"fail".to_string()));
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_foreign_hosts_and_origins() {
+    let fixture = fixture();
+    let server = HttpServer::start(&fixture, &[], &[]);
+    assert_eq!(post(&server.url, &[]).await, 200);
+    assert_eq!(
+        post(&server.url, &[("origin", "https://evil.example")]).await,
+        403
+    );
+    assert_eq!(
+        post(&server.url, &[("origin", "http://localhost:5173")]).await,
+        200
+    );
+    assert_eq!(post(&server.url, &[("host", "evil.example")]).await, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_with_a_token_refuses_requests_without_it() {
+    let fixture = fixture();
+    let server = HttpServer::start(
+        &fixture,
+        &["--token-env", "TOOLHOST_TEST_TOKEN"],
+        &[("TOOLHOST_TEST_TOKEN", "s3cret")],
+    );
+    assert_eq!(post(&server.url, &[]).await, 401);
+    assert_eq!(
+        post(&server.url, &[("authorization", "Bearer wrong")]).await,
+        401
+    );
+    assert_eq!(
+        post(&server.url, &[("authorization", "Bearer s3cret")]).await,
+        200
+    );
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    assert_eq!(
+        post(&server.url, &[("authorization", "bearer s3cret")]).await,
+        200
+    );
+    assert_eq!(
+        post(&server.url, &[("authorization", "bearer S3CRET")]).await,
+        401
+    );
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            server.url.clone(),
+        )
+        .auth_header("s3cret");
+    let client = Client::default()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("MCP session");
+    assert_eq!(tool_names(&client).await.len(), 3);
+    client.cancel().await.expect("close");
+}
+
+#[test]
+fn http_beyond_loopback_needs_a_token() {
+    let fixture = fixture();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--token-env"));
+}
+
+#[test]
+fn serve_stops_cleanly_on_sigterm() {
+    let fixture = fixture();
+    let mut server = HttpServer::start(&fixture, &[], &[]);
+    let pid = server.child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let status = server.child.wait().expect("serve exits");
+    assert!(
+        status.success(),
+        "serve did not exit cleanly on SIGTERM: {status:?}"
+    );
+}
