@@ -10,7 +10,8 @@ rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2 \
     --manifest-path plugins/Cargo.toml --target-dir target/wasm32-plugins
 mkdir -p plugins/dist
-for plugin in calculator text json files fetch conformance; do
+# Every member of the plugins' workspace (the same build, and target folder, as the tests').
+for plugin in $(sed -n 's/^members = \[\(.*\)\]$/\1/p' plugins/Cargo.toml | tr -d '"' | tr ',' ' '); do
     cp "target/wasm32-plugins/wasm32-wasip2/release/$plugin.wasm" "plugins/dist/$plugin.wasm"
 done
 

@@ -58,8 +58,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # wkg: a client toolhost did not write, for the registry interop test (built once, reused).
+# A debug build: the test pushes and pulls one small component, and an optimised build of its
+# dependencies took most of this script's time.
 wkg=0.16.1
 if [ "$("$dir/wkg/bin/wkg" --version 2>/dev/null)" != "wkg $wkg" ]; then
-    CARGO_TARGET_DIR=target/wkg-build cargo install --quiet --locked wkg --version "$wkg" --root "$dir/wkg"
+    CARGO_TARGET_DIR=target/wkg-build cargo install --quiet --debug --locked wkg --version "$wkg" --root "$dir/wkg"
     rm -rf target/wkg-build
 fi

@@ -7,25 +7,32 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const WORKSPACES: &[(&str, &[&str])] = &[
-    (
-        "../plugins",
-        &[
-            "calculator",
-            "text",
-            "json",
-            "files",
-            "fetch",
-            "conformance",
-        ],
-    ),
-    (
-        "plugins",
-        &[
-            "echo", "spinner", "sprawl", "talker", "testbed", "typed", "verbose",
-        ],
-    ),
-];
+/// The plugin workspaces, relative to this crate; their members are read from each one's
+/// `Cargo.toml`, so a new plugin needs no line here.
+const WORKSPACES: &[&str] = &["../plugins", "plugins"];
+
+/// A workspace's members, as its `Cargo.toml` lists them.
+fn members(root: &Path) -> Vec<String> {
+    let manifest = root.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", manifest.display()));
+    let table: toml::Table = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let members = table
+        .get("workspace")
+        .and_then(|w| w.get("members"))
+        .and_then(|m| m.as_array())
+        .unwrap_or_else(|| panic!("{} lists no workspace members", manifest.display()));
+    members
+        .iter()
+        .map(|m| {
+            m.as_str()
+                .unwrap_or_else(|| panic!("{}: a member is not a string", manifest.display()))
+                .to_owned()
+        })
+        .collect()
+}
 
 fn main() {
     let manifest_dir =
@@ -44,16 +51,17 @@ fn main() {
         manifest_dir.join("../wit").display()
     );
     let mut constants = String::new();
-    for (workspace, members) in WORKSPACES {
+    for workspace in WORKSPACES {
         let root = manifest_dir.join(workspace);
+        let members = members(&root);
         for file in ["Cargo.toml", "Cargo.lock"] {
             println!("cargo:rerun-if-changed={}", root.join(file).display());
         }
-        for member in *members {
+        for member in &members {
             println!("cargo:rerun-if-changed={}", root.join(member).display());
         }
         build_workspace(&cargo, &root, &target_dir);
-        for member in *members {
+        for member in &members {
             let wasm = target_dir
                 .join("wasm32-wasip2/release")
                 .join(format!("{member}.wasm"));
