@@ -64,7 +64,7 @@ impl Approver for ReloadingApprover {
             *self.asked.lock().expect("asked") = Some(request.version);
             self.fixture.write("testbed.toml", &testbed("read"));
             let resolved = self.fixture.resolve().await;
-            let new = resolved.catalog.get("write").expect("write").version;
+            let new = resolved.catalog.get("write").expect("write").version();
             *self.reloaded_to.lock().expect("reloaded") = Some(new);
             self.host.catalog().replace(resolved.catalog, Vec::new());
             Approval::Approved
@@ -83,7 +83,7 @@ async fn an_approved_call_runs_the_version_that_was_approved_even_across_a_reloa
         .snapshot()
         .get("write")
         .expect("write")
-        .version;
+        .version();
     let approver = Arc::new(ReloadingApprover {
         fixture: Arc::clone(&fixture),
         host: Arc::clone(&host),
@@ -128,7 +128,7 @@ async fn an_approved_call_runs_the_version_that_was_approved_even_across_a_reloa
             .snapshot()
             .get("write")
             .expect("write")
-            .version,
+            .version(),
         reloaded
     );
     let asked = model.asked();

@@ -297,7 +297,7 @@ async fn another_components_artifact_copied_over_a_cache_entry_is_never_run() {
         .await;
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     let echo = resolved.catalog.get("echo").expect("echo");
-    assert_eq!(echo.backend_tool, "echo");
+    assert_eq!(echo.backend_tool(), "echo");
     assert_eq!(
         (
             second.compile_stats().compiled,

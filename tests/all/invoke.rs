@@ -132,12 +132,12 @@ async fn a_disabled_ensembles_tools_are_gone() {
     );
     let host = fixture.host().await;
     let catalog = host.catalog().snapshot();
-    let active: Vec<&str> = catalog.tools().map(|t| t.name.as_str()).collect();
+    let active: Vec<&str> = catalog.tools().map(|t| t.name()).collect();
     assert_eq!(active, ["echo"]);
     let disabled: Vec<&str> = catalog
         .all_tools()
-        .filter(|t| !t.enabled)
-        .map(|t| t.name.as_str())
+        .filter(|t| !t.enabled())
+        .map(|t| t.name())
         .collect();
     assert_eq!(disabled, ["half_off", "off_echo", "echo"]);
     for name in ["off_echo", "half_off"] {
@@ -173,10 +173,10 @@ async fn description_and_schema_default_to_describe_and_can_be_overridden() {
     let host = fixture.host().await;
     let catalog = host.catalog().snapshot();
     let echo = catalog.get("echo").expect("echo");
-    assert_eq!(&*echo.description, "Return the arguments exactly as given.");
+    assert_eq!(echo.description(), "Return the arguments exactly as given.");
     assert_eq!(echo.input_schema()["properties"]["text"]["type"], "string");
     let shout = catalog.get("shout").expect("shout");
-    assert_eq!(&*shout.description, "Says it louder");
+    assert_eq!(shout.description(), "Says it louder");
     assert_eq!(shout.input_schema()["required"], json!(["text"]));
     assert_eq!(
         err(&host.invoke(&session(), "shout", json!({})).await).kind,
@@ -193,11 +193,11 @@ async fn limits_come_from_the_invoker_then_the_defaults_then_built_ins() {
     let host = fixture.host().await;
     let catalog = host.catalog().snapshot();
     let echo = catalog.get("echo").expect("echo");
-    assert_eq!(echo.limits.timeout.as_millis(), 1234);
-    assert_eq!(echo.limits.memory_bytes, 20 << 20);
-    assert_eq!(echo.limits.max_output_bytes, 1 << 20);
+    assert_eq!(echo.policy().limits.timeout.as_millis(), 1234);
+    assert_eq!(echo.policy().limits.memory_bytes, 20 << 20);
+    assert_eq!(echo.policy().limits.max_output_bytes, 1 << 20);
     let reject = catalog.get("reject").expect("reject");
-    assert_eq!(reject.limits.memory_bytes, 64 << 20);
+    assert_eq!(reject.policy().limits.memory_bytes, 64 << 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,11 +426,11 @@ async fn invokers_written_flat_load_like_inline_ones() {
     let host = fixture.host().await;
     let snapshot = host.catalog().snapshot();
     let say = snapshot.get("say").expect("say");
-    assert_eq!(&*say.description, "Says it back.");
-    assert!(say.destructive);
-    assert_eq!(say.limits.timeout, Duration::from_millis(1500));
-    let hidden = snapshot.all_tools().find(|t| t.name == "hidden");
-    assert!(!hidden.expect("hidden is listed").enabled);
+    assert_eq!(say.description(), "Says it back.");
+    assert!(say.policy().destructive);
+    assert_eq!(say.policy().limits.timeout, Duration::from_millis(1500));
+    let hidden = snapshot.all_tools().find(|t| t.name() == "hidden");
+    assert!(!hidden.expect("hidden is listed").enabled());
     assert_eq!(
         ok(&host.invoke(&session(), "say", json!({"text": "x"})).await),
         r#"{"text":"x"}"#

@@ -103,7 +103,7 @@ async fn python_tools_of_both_kinds_run() {
     let (plugin, typed) = python_components();
     let (_fixture, host) = host_over(&[("py", &plugin), ("pytyped", &typed)]).await;
     let snapshot = host.catalog().snapshot();
-    let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name.as_str()).collect();
+    let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name()).collect();
     names.sort();
     // componentize-py's own `exports/init` is not a tool.
     assert_eq!(

@@ -84,11 +84,11 @@ async fn an_imported_servers_tools_are_validated_called_deduplicated_and_audited
     let audit = outer.root().join("audit.jsonl");
     let host = outer.host_with_audit(Some(&audit)).await;
     let catalog = host.catalog().snapshot();
-    let mut names: Vec<&str> = catalog.tools().map(|t| t.name.as_str()).collect();
+    let mut names: Vec<&str> = catalog.tools().map(|t| t.name()).collect();
     names.sort();
     assert_eq!(names, ["in_echo", "in_fail", "in_sleep", "shout"]);
     let shout = catalog.get("shout").expect("shout");
-    assert_eq!(&*shout.description, "Echo, strictly");
+    assert_eq!(shout.description(), "Echo, strictly");
     assert!(shout.source().starts_with("mcp: "), "{}", shout.source());
 
     let s = session();

@@ -340,7 +340,7 @@ async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_i
         .snapshot()
         .get("echo")
         .expect("echo")
-        .version;
+        .version();
     assert!(host.invoke(&s, "echo", args.clone()).await.deduplicated);
 
     // Nothing moved: a reload resolves the tag to the same digest, the same version.
@@ -350,7 +350,7 @@ async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_i
         .snapshot()
         .get("echo")
         .expect("echo")
-        .version;
+        .version();
     assert_eq!(same, version_before);
     assert!(host.invoke(&s, "echo", args.clone()).await.deduplicated);
 
@@ -360,7 +360,8 @@ async fn a_moved_tag_is_a_new_version_after_a_reload_and_dedup_does_not_answer_i
     let after = reloader.catalog().snapshot();
     let tool = after.get("echo").expect("echo");
     assert_ne!(
-        tool.version, version_before,
+        tool.version(),
+        version_before,
         "a new digest is a new version"
     );
     assert_eq!(tool.source(), second);

@@ -77,7 +77,7 @@ impl Live {
             .catalog()
             .snapshot()
             .get(tool)
-            .map(|t| t.description.to_string())
+            .map(|t| t.description().to_string())
     }
 }
 

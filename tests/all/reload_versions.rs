@@ -273,7 +273,7 @@ async fn a_reload_keeps_an_invokers_gate_while_its_bounds_stay_and_tells_of_new_
     let reloader = Reloader::start(runtime(), fixture.ensembles()).await;
     let gate = |reloader: &Reloader| {
         let tool = reloader.catalog().snapshot().get("echo").cloned();
-        tool.map(|t| Arc::clone(&t.gate)).expect("echo")
+        tool.map(|t| Arc::clone(&t.policy().gate)).expect("echo")
     };
     let first = gate(&reloader);
     // Calls running on the old catalog still hold their turns in the new one.

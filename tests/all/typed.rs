@@ -17,14 +17,14 @@ fn schema_of(host: &Host, tool: &str) -> Value {
     let tool = snapshot
         .get(tool)
         .unwrap_or_else(|| panic!("no tool {tool}"));
-    Value::Object((*tool.schema.object).clone())
+    Value::Object((*tool.accepts().schema.object).clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_export_is_a_tool_named_after_its_function() {
     let host = typed_host().await;
     let snapshot = host.catalog().snapshot();
-    let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name.as_str()).collect();
+    let mut names: Vec<&str> = snapshot.all_tools().map(|t| t.name()).collect();
     names.sort();
     assert_eq!(
         names,
@@ -42,10 +42,10 @@ async fn every_export_is_a_tool_named_after_its_function() {
         ]
     );
     let forecast = snapshot.get("get_forecast").expect("get_forecast");
-    assert_eq!(forecast.backend_tool, "weather/get-forecast");
+    assert_eq!(forecast.backend_tool(), "weather/get-forecast");
     // No doc comments in this build: the description says what is called, with what.
     assert_eq!(
-        &*forecast.description,
+        forecast.description(),
         "Calls `weather/get-forecast`(where_to, days, extras) of a typed component."
     );
 }
@@ -258,7 +258,7 @@ async fn an_operators_wider_schema_still_cannot_pass_what_wit_cannot_hold() {
     // `tool` may name the export by its id; the invoker's description wins.
     let snapshot = host.catalog().snapshot();
     assert_eq!(
-        &*snapshot.get("forecast").expect("forecast").description,
+        snapshot.get("forecast").expect("forecast").description(),
         "Weather."
     );
     ok(&host
@@ -442,8 +442,16 @@ mod properties {
         let host = typed_host().await;
         let snapshot = host.catalog().snapshot();
         let tool = snapshot.get("echo_everything").expect("echo_everything");
-        let input = Value::Object((*tool.schema.object).clone());
-        let output = Value::Object((*tool.output.as_ref().expect("output schema").schema).clone());
+        let input = Value::Object((*tool.accepts().schema.object).clone());
+        let output = Value::Object(
+            (*tool
+                .accepts()
+                .output
+                .as_ref()
+                .expect("output schema")
+                .schema)
+                .clone(),
+        );
         let output = jsonschema::validator_for(&output).expect("output schema compiles");
         let strategy = valid(&input);
         let mut runner = TestRunner::new(Config {

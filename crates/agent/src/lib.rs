@@ -132,12 +132,12 @@ impl Agent {
         }
         let catalog = self.host.catalog().snapshot();
         for tool in catalog.tools() {
-            if !session.policy.permits(&tool.name) || self.builtin(&tool.name).is_some() {
+            if !session.policy.permits(tool.name()) || self.builtin(tool.name()).is_some() {
                 continue;
             }
             specs.push(ToolSpec {
-                name: tool.name.clone(),
-                description: tool.description.to_string(),
+                name: tool.name().to_string(),
+                description: tool.description().to_string(),
                 parameters: serde_json::Value::Object(tool.input_schema().clone()),
             });
         }
@@ -422,7 +422,7 @@ impl Agent {
                     let link: Arc<dyn toolhost_contract::CallerLink> = Arc::new(talk::AgentLink {
                         provider: Arc::clone(&self.provider),
                         approver: Arc::clone(&self.approver),
-                        tool: prepared.tool().name.clone(),
+                        tool: prepared.tool().name().to_string(),
                         call_id: calls[index].id.clone(),
                     });
                     running.spawn(async move {
@@ -477,16 +477,16 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Step {
         let tool = prepared.tool();
-        if !tool.destructive {
+        if !tool.policy().destructive {
             return Step::Run(prepared);
         }
         let request = ApprovalRequest {
             call_id: call.id.clone(),
-            tool: tool.name.clone(),
-            ensemble: tool.ensemble.to_string(),
-            description: tool.description.to_string(),
+            tool: tool.name().to_string(),
+            ensemble: tool.ensemble().to_string(),
+            description: tool.description().to_string(),
             arguments: prepared.arguments().clone(),
-            version: tool.version,
+            version: tool.version(),
         };
         // The approver first: one that watches the token itself says how it ended.
         let approval = tokio::select! {

@@ -98,18 +98,31 @@ impl fmt::Debug for Schema {
     }
 }
 
-/// One tool as the model sees it: a resolved invoker.
+/// One tool as the model sees it: a resolved invoker. What it is (its name, ensemble,
+/// description, version and where it is defined), what it accepts ([`Accepts`]), the policy
+/// its calls run under ([`Policy`]) and what runs it (its backend, and the tool's name there).
+/// Made by `resolve` alone; read through its methods.
 pub struct Tool {
     /// The name the model calls (with the ensemble's prefix, if any).
-    pub name: String,
-    pub ensemble: Arc<str>,
-    pub enabled: bool,
-    /// What runs a call (shared by the invokers of one component or server).
-    pub backend: Arc<dyn Backend>,
-    /// The tool's name inside the backend.
-    pub backend_tool: String,
+    pub(crate) name: String,
+    pub(crate) ensemble: Arc<str>,
+    pub(crate) enabled: bool,
     /// What the tool does, for the model (shared with its backend's when not overridden).
-    pub description: Arc<str>,
+    pub(crate) description: Arc<str>,
+    pub(crate) version: VersionHash,
+    /// Where the invoker's name is written, for messages that point at it.
+    pub(crate) definition: Span,
+    pub(crate) accepts: Accepts,
+    pub(crate) policy: Policy,
+    /// What runs a call (shared by the invokers of one component or server).
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The tool's name inside the backend.
+    pub(crate) backend_tool: String,
+}
+
+/// What a tool accepts and promises to return.
+#[derive(Debug)]
+pub struct Accepts {
     /// The arguments' schema (shared by invokers with the same one).
     pub schema: Arc<Schema>,
     /// The schema of its result, where the backend knows it (a typed component's export).
@@ -117,6 +130,11 @@ pub struct Tool {
     /// The compiled output schema a `toolhost:plugin@0.2.0` tool declared: every structured
     /// result it returns is checked against it before a caller sees it.
     pub output_check: Option<Arc<Schema>>,
+}
+
+/// The policy a tool's calls run under.
+#[derive(Debug)]
+pub struct Policy {
     pub limits: CallLimits,
     pub dedup: DedupMode,
     /// Needs a yes before it runs (the invoker's `destructive`, or its server's hint).
@@ -126,9 +144,6 @@ pub struct Tool {
     pub sandbox: SandboxSpec,
     /// Per-invoker admission: `max-concurrency` running, `max-queue` waiting.
     pub gate: Arc<CallGate>,
-    pub version: VersionHash,
-    /// Where the invoker's name is written, for messages that point at it.
-    pub definition: Span,
 }
 
 impl fmt::Debug for Tool {
@@ -142,9 +157,59 @@ impl fmt::Debug for Tool {
 }
 
 impl Tool {
+    /// The name the model calls (with the ensemble's prefix, if any).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ensemble it belongs to.
+    pub fn ensemble(&self) -> &str {
+        &self.ensemble
+    }
+
+    /// Whether it may be called (its invoker and its ensemble both enabled).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// What the tool does, for the model.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Its version: changes whenever anything a call depends on does.
+    pub fn version(&self) -> VersionHash {
+        self.version
+    }
+
+    /// Where the invoker's name is written.
+    pub fn definition(&self) -> &Span {
+        &self.definition
+    }
+
+    /// What it accepts and promises to return.
+    pub fn accepts(&self) -> &Accepts {
+        &self.accepts
+    }
+
+    /// The policy its calls run under.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// What runs a call.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The tool's name inside its backend.
+    pub fn backend_tool(&self) -> &str {
+        &self.backend_tool
+    }
+
     /// The arguments' JSON Schema (an object).
     pub fn input_schema(&self) -> &Map<String, Value> {
-        &self.schema.object
+        &self.accepts.schema.object
     }
 
     /// What its backend runs: the component's hash, or the MCP server's settings' hash.

@@ -86,17 +86,21 @@ impl ToolList {
 /// The MCP form of a tool: name, description, input schema (shared, not copied), and what
 /// it may do (`destructiveHint` always; `readOnlyHint` where its backend says so).
 fn mcp_tool(tool: &Tool) -> McpTool {
-    let mut annotations = ToolAnnotations::new().destructive(tool.destructive);
-    if tool.read_only {
+    let mut annotations = ToolAnnotations::new().destructive(tool.policy().destructive);
+    if tool.policy().read_only {
         annotations = annotations.read_only(true);
     }
     let mut listed = McpTool::new(
-        tool.name.clone(),
-        tool.description.to_string(),
-        Arc::clone(&tool.schema.object),
+        tool.name().to_string(),
+        tool.description().to_string(),
+        Arc::clone(&tool.accepts().schema.object),
     )
     .annotate(annotations);
-    listed.output_schema = tool.output.as_ref().map(|o| Arc::clone(&o.schema));
+    listed.output_schema = tool
+        .accepts()
+        .output
+        .as_ref()
+        .map(|o| Arc::clone(&o.schema));
     listed
 }
 
@@ -105,6 +109,14 @@ fn mcp_tool(tool: &Tool) -> McpTool {
 fn listed_size(tool: &Tool) -> usize {
     const KEYS_AND_ANNOTATIONS: usize = 120;
     // An output schema is about as large as its input schema's share of a component's.
-    let output = tool.output.as_ref().map_or(0, |_| tool.schema.json_len);
-    tool.name.len() + tool.description.len() + tool.schema.json_len + output + KEYS_AND_ANNOTATIONS
+    let output = tool
+        .accepts()
+        .output
+        .as_ref()
+        .map_or(0, |_| tool.accepts().schema.json_len);
+    tool.name().len()
+        + tool.description().len()
+        + tool.accepts().schema.json_len
+        + output
+        + KEYS_AND_ANNOTATIONS
 }

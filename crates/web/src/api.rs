@@ -162,8 +162,8 @@ fn plan(web: &Web, request: &ChatRequest) -> Result<Plan, ApiError> {
             .catalog()
             .snapshot()
             .tools()
-            .filter(|t| chat.policy.permits(&t.name) && asked.permits(&t.name))
-            .map(|t| t.name.clone())
+            .filter(|t| chat.policy.permits(t.name()) && asked.permits(t.name()))
+            .map(|t| t.name().to_string())
             .collect();
         CallPolicy {
             allow: Some(names),

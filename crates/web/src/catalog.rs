@@ -19,13 +19,13 @@ pub(super) fn describe(reloader: &Reloader) -> Value {
     let snapshot = reloader.catalog().snapshot();
     let mut tools: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for tool in snapshot.tools() {
-        tools.entry(&tool.ensemble).or_default().push(json!({
-            "name": tool.name,
-            "description": &*tool.description,
-            "enabled": tool.enabled,
-            "destructive": tool.destructive,
-            "read_only": tool.read_only,
-            "version": tool.version.to_string(),
+        tools.entry(tool.ensemble()).or_default().push(json!({
+            "name": tool.name(),
+            "description": tool.description(),
+            "enabled": tool.enabled(),
+            "destructive": tool.policy().destructive,
+            "read_only": tool.policy().read_only,
+            "version": tool.version().to_string(),
             "input_schema": tool.input_schema(),
         }));
     }

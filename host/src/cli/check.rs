@@ -21,7 +21,7 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             "ensembles": catalog.ensembles(),
             "refused": resolved.refused.iter().map(|r| &r.file).collect::<Vec<_>>(),
             "tools": catalog.all_tools().map(|t| serde_json::json!({
-                "name": t.name, "ensemble": t.ensemble, "enabled": t.enabled, "component": t.source_hash().to_string(),
+                "name": t.name(), "ensemble": t.ensemble(), "enabled": t.enabled(), "component": t.source_hash().to_string(),
             })).collect::<Vec<_>>(),
             "errors": diagnostics.iter().map(|d| serde_json::json!({
                 "message": d.message,

@@ -300,10 +300,10 @@ impl Scrape {
         metrics.mcp_servers_up.reset();
         let mut seen = std::collections::HashSet::new();
         for tool in catalog.tools() {
-            if let Some(up) = tool.backend.is_up()
-                && seen.insert(Arc::clone(&tool.ensemble))
+            if let Some(up) = tool.backend().is_up()
+                && seen.insert(tool.ensemble())
             {
-                (metrics.mcp_servers_up.with_label_values(&[&*tool.ensemble])).set(i64::from(up));
+                (metrics.mcp_servers_up.with_label_values(&[tool.ensemble()])).set(i64::from(up));
             }
         }
         if let Some(log) = self.host.audit_log() {

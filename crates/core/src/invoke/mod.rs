@@ -279,7 +279,7 @@ impl Host {
         ) {
             (Ok(found), Ok(arguments)) => match validate(found, &arguments) {
                 Ok(()) => Ok(PreparedCall {
-                    key: (found.dedup == DedupMode::Exact)
+                    key: (found.policy.dedup == DedupMode::Exact)
                         .then(|| DedupKey::new(&found.name, &found.version, &arguments)),
                     tool: Arc::clone(found),
                     arguments,
@@ -471,12 +471,12 @@ async fn run_on_backend(
     session: &str,
     link: &Arc<dyn CallerLink>,
 ) -> Result<Arc<ToolResult>, CallError> {
-    let _turn = tool.gate.enter().await.map_err(|_| {
+    let _turn = tool.policy.gate.enter().await.map_err(|_| {
         CallError::new(
             ErrorKind::Busy,
             format!(
                 "tool `{}` is busy: {} call(s) running and {} waiting, its limits; try again shortly",
-                tool.name, tool.gate.max_running, tool.gate.max_waiting
+                tool.name, tool.policy.gate.max_running, tool.policy.gate.max_waiting
             ),
         )
     })?;
@@ -485,16 +485,15 @@ async fn run_on_backend(
         session,
         tool: &tool.backend_tool,
         arguments,
-        limits: tool.limits,
-        sandbox: &tool.sandbox,
+        limits: tool.policy.limits,
+        sandbox: &tool.policy.sandbox,
         link,
     };
-    let result = tool
-        .backend
-        .call(call)
-        .await
-        .map_err(|e| CallError::from_backend(&tool.name, e, tool.limits.max_output_bytes))?;
-    if let (Some(check), Some(structured)) = (&tool.output_check, &result.structured)
+    let result =
+        tool.backend.call(call).await.map_err(|e| {
+            CallError::from_backend(&tool.name, e, tool.policy.limits.max_output_bytes)
+        })?;
+    if let (Some(check), Some(structured)) = (&tool.accepts.output_check, &result.structured)
         && let Some(error) = check.validator.iter_errors(structured).next()
     {
         return Err(CallError::new(
@@ -532,7 +531,7 @@ fn parse_arguments(arguments: Arguments) -> Result<Value, CallError> {
 
 /// Checks `arguments` against the tool's schema and lists every violation.
 pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
-    check_arguments(&tool.name, &tool.schema, arguments)
+    check_arguments(&tool.name, &tool.accepts.schema, arguments)
 }
 
 /// Checks `arguments` against `schema` (of the tool `name`) and lists the violations, as

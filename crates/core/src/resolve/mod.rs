@@ -37,7 +37,7 @@ pub use settings::{
 };
 
 use crate::backend::mcp::ImportedServers;
-use crate::catalog::{CallGate, Catalog, Ensemble, Schema, Tool, VersionHash};
+use crate::catalog::{Accepts, CallGate, Catalog, Ensemble, Policy, Schema, Tool, VersionHash};
 use bind::{Binder, Bound, Unbound};
 use draft::{EnsembleDraft, InvokerDraft};
 use schema::{SchemaCache, SchemaError};
@@ -501,20 +501,24 @@ impl Resolver {
             backend: Arc::clone(&bound.backend),
             backend_tool: offer.name.clone(),
             description,
-            schema,
-            output: offer.output.clone(),
-            output_check,
-            limits: settings.limits,
-            dedup: settings.dedup,
-            destructive,
-            read_only: offer.hints.read_only && !destructive,
-            sandbox,
-            gate: self.gate(
-                &shared.file,
-                &invoker.name,
-                settings.max_running,
-                settings.max_waiting,
-            ),
+            accepts: Accepts {
+                schema,
+                output: offer.output.clone(),
+                output_check,
+            },
+            policy: Policy {
+                limits: settings.limits,
+                dedup: settings.dedup,
+                destructive,
+                read_only: offer.hints.read_only && !destructive,
+                sandbox,
+                gate: self.gate(
+                    &shared.file,
+                    &invoker.name,
+                    settings.max_running,
+                    settings.max_waiting,
+                ),
+            },
             version: VersionHash::default(),
             definition: invoker.definition(),
         };
@@ -609,8 +613,8 @@ fn version_hash(tool: &Tool) -> VersionHash {
         hasher.update(&(text.len() as u64).to_le_bytes());
         hasher.update(text.as_bytes());
     }
-    hasher.update(&tool.schema.hash);
-    let limits = &tool.limits;
+    hasher.update(&tool.accepts.schema.hash);
+    let limits = &tool.policy.limits;
     for number in [
         limits.timeout.as_millis() as u64,
         limits.memory_bytes as u64,
@@ -620,12 +624,12 @@ fn version_hash(tool: &Tool) -> VersionHash {
         hasher.update(&number.to_le_bytes());
     }
     // A sandbox is a few paths and patterns; serializing it cannot fail.
-    let sandbox = serde_json::to_vec(&tool.sandbox).unwrap_or_default();
+    let sandbox = serde_json::to_vec(&tool.policy.sandbox).unwrap_or_default();
     hasher.update(&sandbox);
     hasher.update(&[
-        tool.dedup as u8,
-        u8::from(tool.destructive),
-        u8::from(tool.read_only),
+        tool.policy.dedup as u8,
+        u8::from(tool.policy.destructive),
+        u8::from(tool.policy.read_only),
     ]);
     VersionHash(*hasher.finalize().as_bytes())
 }
