@@ -114,15 +114,9 @@ fn invocation_bytes(call: &Invocation) -> usize {
 /// Cuts `text` to its first `keep` bytes (on a character boundary) and says what was left out
 /// and why; unchanged when it is no longer than that.
 pub fn cut_with_marker(text: &mut String, keep: usize, why: &str) {
-    if text.len() <= keep {
-        return;
-    }
-    let left_out = text.len() - text.floor_char_boundary(keep);
-    text.truncate(text.floor_char_boundary(keep));
-    text.push_str(&format!(
-        "\n[toolhost: {} left out here: {why}]",
-        size(left_out)
-    ));
+    toolhost_contract::cut_in_place(text, keep, |left_out| {
+        format!("\n[toolhost: {} left out here: {why}]", size(left_out))
+    });
 }
 
 /// The messages as they may be sent within `budget` bytes, of which `fixed` go to what is

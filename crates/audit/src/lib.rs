@@ -67,10 +67,7 @@ pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
 
 /// `text` cut to [`MAX_TEXT_BYTES`] on a character boundary, marked when cut.
 pub fn cut_text(text: &str) -> String {
-    if text.len() <= MAX_TEXT_BYTES {
-        return text.to_string();
-    }
-    format!("{}…", &text[..text.floor_char_boundary(MAX_TEXT_BYTES)])
+    toolhost_contract::cut(text, MAX_TEXT_BYTES, |_| "…".into()).into_owned()
 }
 
 /// The first `SUMMARY_CHARS` characters of a result, on one line.

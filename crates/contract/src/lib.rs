@@ -7,7 +7,8 @@
 //! - [`talk`]: a call talking back to its caller (progress, sampling, elicitation), the link
 //!   the caller gives it, what may be granted and the bounds of each;
 //! - [`RunError`]: how a call fails, one error for every kind of tool;
-//! - [`CallLimits`], [`SourceHash`], [`BoxFuture`], and the process's TLS provider ([`tls`]).
+//! - [`CallLimits`], [`SourceHash`], [`BoxFuture`], [`cut`] (every bound on a text cuts it
+//!   this way), and the process's TLS provider ([`tls`]).
 
 pub mod content;
 mod failure;
@@ -23,6 +24,7 @@ pub use talk::{
     TalkGrants, Unlinked, fit_answer,
 };
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::io::Write;
@@ -82,4 +84,45 @@ pub fn json_len(value: &serde_json::Value) -> usize {
     // Writing to a counter cannot fail.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, followed by `mark(bytes left
+/// out)` when anything was: the one way every bound on a text cuts it (each bound says how
+/// its cut shows). Borrowed when nothing was cut.
+pub fn cut(text: &str, limit: usize, mark: impl FnOnce(usize) -> String) -> Cow<'_, str> {
+    if text.len() <= limit {
+        return Cow::Borrowed(text);
+    }
+    let kept = &text[..text.floor_char_boundary(limit)];
+    Cow::Owned(format!("{kept}{}", mark(text.len() - kept.len())))
+}
+
+/// [`cut`], in place.
+pub fn cut_in_place(text: &mut String, limit: usize, mark: impl FnOnce(usize) -> String) {
+    if text.len() <= limit {
+        return;
+    }
+    let kept = text.floor_char_boundary(limit);
+    let left_out = text.len() - kept;
+    text.truncate(kept);
+    text.push_str(&mark(left_out));
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_keeps_whole_characters_and_says_what_it_left_out() {
+        let mark = |n: usize| format!("[{n} cut]");
+        assert_eq!(cut("short", 10, mark), "short");
+        // "é" is two bytes: a cut at 2 keeps "a" and leaves out 4 bytes.
+        assert_eq!(cut("aébc", 2, mark), "a[4 cut]");
+        let mut text = String::from("aébc");
+        cut_in_place(&mut text, 3, |_| String::new());
+        assert_eq!(text, "aé");
+        let mut text = String::from("fits");
+        cut_in_place(&mut text, 4, |_| unreachable!("nothing is cut"));
+        assert_eq!(text, "fits");
+    }
 }

@@ -163,11 +163,10 @@ pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskErro
     })
 }
 
-/// Cuts `text` to at most `bytes`, on a character boundary.
+/// Cuts `text` to at most `bytes`, on a character boundary, with no mark: a field whose bound
+/// its reader knows.
 pub(crate) fn cut(text: &mut String, bytes: usize) {
-    if text.len() > bytes {
-        text.truncate(text.floor_char_boundary(bytes));
-    }
+    toolhost_contract::cut_in_place(text, bytes, |_| String::new());
 }
 
 #[cfg(test)]

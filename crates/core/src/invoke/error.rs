@@ -80,11 +80,7 @@ const VIOLATION_BYTES: usize = 300;
 
 /// `text` cut at `limit` bytes (on a character boundary), saying how much was cut.
 pub(crate) fn cut(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let kept = &text[..text.floor_char_boundary(limit)];
-    format!("{kept}... [{} more bytes cut]", text.len() - kept.len())
+    toolhost_contract::cut(text, limit, |n| format!("... [{n} more bytes cut]")).into_owned()
 }
 
 /// Why a call failed, with a message written for the model.
