@@ -86,23 +86,29 @@ fn main() {
     std::fs::write(out_dir.join("plugins.rs"), constants).expect("OUT_DIR is writable");
 }
 
-/// A macro that calls `$m!(<case>)` for every golden case (a directory of `tests/ui`), so
-/// that each case is a test of its own in the one test binary.
+/// A macro that calls `$m!(<stage>, <case>)` for every golden case (a directory of
+/// `tests/ui/config` or `tests/ui/resolve`), so that each case is a test of its own in the one
+/// test binary.
 fn ui_cases(ui: &Path) -> String {
     println!("cargo:rerun-if-changed={}", ui.display());
-    let mut cases: Vec<String> = std::fs::read_dir(ui)
-        .expect("tests/ui exists")
-        .map(|e| e.expect("a tests/ui entry"))
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut cases: Vec<(&str, String)> = Vec::new();
+    for stage in ["config", "resolve"] {
+        let dir = ui.join(stage);
+        println!("cargo:rerun-if-changed={}", dir.display());
+        for entry in std::fs::read_dir(&dir).expect("tests/ui/<stage> exists") {
+            let entry = entry.expect("a tests/ui entry");
+            if entry.path().is_dir() {
+                cases.push((stage, entry.file_name().to_string_lossy().into_owned()));
+            }
+        }
+    }
     cases.sort();
     let calls: String = cases
         .iter()
-        .map(|c| format!("        $m!({c});\n"))
+        .map(|(stage, case)| format!("        $m!({stage}, {case});\n"))
         .collect();
     format!(
-        "/// Calls `$m!(case)` for each of the {} golden cases in `tests/ui`.\n\
+        "/// Calls `$m!(stage, case)` for each of the {} golden cases in `tests/ui`.\n\
          #[macro_export]\nmacro_rules! for_each_ui_case {{\n    ($m:ident) => {{\n{calls}    }};\n}}\n\
          /// How many golden cases `tests/ui` holds.\npub const UI_CASES: usize = {};\n",
         cases.len(),

@@ -23,8 +23,8 @@
 //! toolhost-agent     the agent loop (prepare -> approve -> run over several steps), its
 //!                    bounds (limits), built-in tools, events; the LLM APIs behind one trait
 //!                    (provider: openai, anthropic, prompted; streaming, retries)
-//! toolhost-core      reload (watch -> resolve -> keep the last good -> swap), resolve (draft:
-//!                    every check without an engine; bind: components and MCP servers), invoke
+//! toolhost-core      reload (watch -> resolve -> keep the last good -> swap), resolve (drafts
+//!                    from toolhost-config; bind: components and MCP servers; names), invoke
 //!                    (one call: prepare -> dedup -> admission -> backend -> audit; the drain),
 //!                    catalog (the live catalog behind an atomic pointer), backend (component,
 //!                    imported MCP server), metrics
@@ -34,8 +34,10 @@
 //!                    with limits and an epoch deadline; both plugin versions and typed
 //!                    components adapted to one result; inspect; sandbox (capabilities -> WASI
 //!                    context, wasi:http checks, bounded stdio capture)
-//! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); the
-//!                    files the host reads and keeps (bounded reads, private directories)
+//! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); draft
+//!                    (every check of an ensemble without an engine: entries, limits, grants
+//!                    into a sandbox spec, argument schemas, MCP import settings); the files
+//!                    the host reads and keeps (bounded reads, private directories)
 //! toolhost-audit     one redacted JSON line per call, written through, reopened after rotation
 //! toolhost-contract  what every caller and backend share: results and content items, talking
 //!                    back (the link, grants, bounds), RunError, call limits, source hashes, TLS
@@ -43,8 +45,8 @@
 //!
 //! Where a change goes: a new kind of tool is a module in `backend` (toolhost-core)
 //! implementing [`backend::Backend`], plus the arm in `resolve::bind` that its TOML selects; a
-//! new check of a descriptor goes in `resolve::draft` (no engine) or `resolve::bind` (needs
-//! the component); a new caller of tools goes through [`invoke::Host::prepare`] and
+//! new check of a descriptor goes in `config::draft` (no engine; with a golden case in
+//! `tests/ui/config`) or `resolve::bind` (needs the component; `tests/ui/resolve`); a new caller of tools goes through [`invoke::Host::prepare`] and
 //! [`invoke::Host::run`]. The runtime never sees TOML.
 
 pub use toolhost_agent as agent;

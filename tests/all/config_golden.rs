@@ -1,9 +1,13 @@
-//! Golden tests for bad configuration: each directory under `tests/ui/` is an ensembles
-//! directory with mistakes in it, and `expected.err` holds the exact text `check` prints for
-//! them (components are written as `.wat` text, assembled into `.wasm` when the case is
-//! copied). Each case is a test of its own (the testkit's build script lists them), so one
-//! failing case does not hide another. Run with `BLESS=1` to rewrite the expectations after
-//! improving a message on purpose.
+//! Golden tests for bad configuration: each directory under `tests/ui/config/` and
+//! `tests/ui/resolve/` is an ensembles directory with mistakes in it, and `expected.err` holds
+//! the exact text `check` prints for them (components are written as `.wat` text, assembled
+//! into `.wasm` when the case is copied). Each case is a test of its own (the testkit's build
+//! script lists them), so one failing case does not hide another. Run with `BLESS=1` to
+//! rewrite the expectations after improving a message on purpose.
+//!
+//! Here every case goes through the whole resolve. The cases of `config/` are the mistakes
+//! the configuration alone shows; `toolhost-config`'s own golden test (crates/config/tests)
+//! checks them against its drafts alone, with no engine built, and expects the same text.
 
 use crate::support::Fixture;
 use std::path::{Path, PathBuf};
@@ -30,8 +34,8 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Resolves the case's ensembles and compares every diagnostic with `expected.err`.
-async fn check_case(name: &str) {
-    let case = ui_dir().join(name);
+async fn check_case(stage: &str, name: &str) {
+    let case = ui_dir().join(stage).join(name);
     let fixture = Fixture::new();
     let ensembles = fixture.ensembles();
     copy_dir(&case, &ensembles);
@@ -55,10 +59,10 @@ async fn check_case(name: &str) {
 }
 
 macro_rules! golden_case {
-    ($case:ident) => {
+    ($stage:ident, $case:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $case() {
-            check_case(stringify!($case)).await;
+            check_case(stringify!($stage), stringify!($case)).await;
         }
     };
 }

@@ -96,6 +96,50 @@ fn callers_of_tools_do_not_reach_for_the_runtime() {
     }
 }
 
+/// Every package `package` depends on, however far down (normal and build dependencies),
+/// read from `Cargo.lock`.
+fn locked_dependencies(package: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(workspace().join("Cargo.lock")).expect("Cargo.lock");
+    let lock: toml::Table = text.parse().expect("Cargo.lock parses");
+    let packages = lock["package"].as_array().expect("[[package]]");
+    let dependencies_of = |name: &str| -> Vec<String> {
+        packages
+            .iter()
+            .filter(|p| p["name"].as_str() == Some(name))
+            .flat_map(|p| p.get("dependencies").and_then(|d| d.as_array()).cloned())
+            .flatten()
+            .filter_map(|d| Some(d.as_str()?.split(' ').next()?.to_string()))
+            .collect()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut next = vec![package.to_string()];
+    while let Some(name) = next.pop() {
+        for dependency in dependencies_of(&name) {
+            if seen.insert(dependency.clone()) {
+                next.push(dependency);
+            }
+        }
+    }
+    seen
+}
+
+/// The configuration (and with it every golden case of `tests/ui/config`) builds and runs
+/// without an engine, an HTTP client or an async runtime.
+#[test]
+fn configuration_needs_no_engine() {
+    let below = locked_dependencies("toolhost-config");
+    assert!(
+        below.contains("toml"),
+        "the walk of Cargo.lock found nothing"
+    );
+    for heavy in ["wasmtime", "cranelift-codegen", "reqwest", "tokio", "rmcp"] {
+        assert!(
+            !below.contains(heavy),
+            "toolhost-config depends on {heavy}: its checks need no engine"
+        );
+    }
+}
+
 #[test]
 fn no_source_file_is_over_the_size_of_one_concern() {
     let mut files = Vec::new();

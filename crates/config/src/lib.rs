@@ -1,4 +1,6 @@
-//! config: TOML text -> raw descriptor types, with errors that carry file:line:col.
+//! config: TOML text -> raw descriptor types, with errors that carry file:line:col, and
+//! those types -> [`draft`]s: everything about an ensemble that can be checked without an
+//! engine (limits, grants into a [`sandbox`] spec, [`schema`]s of arguments, names).
 //!
 //! Every file starts with `schema-version`. [`parse`] first probes that one field, then
 //! deserializes with that version's types (today only [`v1`]); a later version adds a module
@@ -6,8 +8,11 @@
 
 mod chat;
 mod diagnostic;
+pub mod draft;
 mod files;
 mod names;
+pub mod sandbox;
+pub mod schema;
 pub mod v1;
 
 pub use chat::{ProviderKind, ToolChoice};

@@ -14,6 +14,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
+pub use toolhost_config::schema::Schema;
 use toolhost_config::{DedupMode, Span};
 use toolhost_contract::CallLimits;
 use toolhost_contract::SourceHash;
@@ -75,26 +76,6 @@ impl CallGate {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         // The semaphore is never closed.
         permit.map_err(|_| GateFull)
-    }
-}
-
-/// An arguments schema (always a JSON object) with its compiled validator. Invokers with the
-/// same schema share one.
-pub struct Schema {
-    /// The schema, shared as it is with whoever lists it (an MCP `inputSchema` is one).
-    pub object: Arc<Map<String, Value>>,
-    pub(crate) validator: jsonschema::Validator,
-    /// blake3 of the schema's JSON text, for version hashes.
-    pub(crate) hash: [u8; 32],
-    /// The length of its JSON text, for budgets.
-    pub json_len: usize,
-}
-
-impl fmt::Debug for Schema {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Schema")
-            .field("object", &self.object)
-            .finish_non_exhaustive()
     }
 }
 

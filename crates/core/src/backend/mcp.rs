@@ -27,15 +27,15 @@ use rmcp::service::{
     RunningService,
 };
 use rmcp::{ClientHandler, RoleClient};
-use serde::Serialize;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use toolhost_contract::{BoxFuture, RunError, SourceHash, ToolFailure, ToolResult};
 
 use stderr::forward_stderr;
 use tokio::sync::broadcast;
+pub use toolhost_config::draft::{McpSpec, McpTarget};
 
 pub mod content;
 mod servers;
@@ -49,64 +49,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The most bytes of tool names, descriptions and schemas taken from one server, however many
 /// pages it spreads them over: as much as one component may describe.
 pub const MAX_LISTED_BYTES: usize = toolhost_runtime::MAX_DESCRIBED_BYTES;
-
-/// How to reach a server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub enum McpTarget {
-    /// A child process speaking MCP on its stdin and stdout.
-    Command {
-        program: String,
-        args: Vec<String>,
-        /// The complete environment of the process.
-        env: Vec<(String, String)>,
-        /// Its working directory: the ensemble file's directory.
-        cwd: PathBuf,
-    },
-    /// A streamable HTTP endpoint.
-    Url(String),
-}
-
-/// One imported server's settings.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct McpSpec {
-    pub target: McpTarget,
-    #[serde(skip)]
-    pub startup_timeout: Duration,
-    /// The most tools taken from the server (`max-tools`).
-    #[serde(skip)]
-    pub max_tools: usize,
-}
-
-impl McpSpec {
-    /// Identifies the server's settings (what `list` shows where a component shows its hash).
-    pub fn hash(&self) -> SourceHash {
-        let text = serde_json::to_string(&self.target).unwrap_or_default();
-        SourceHash(*blake3::hash(text.as_bytes()).as_bytes())
-    }
-
-    /// Identifies every setting of the import, its bounds included: an import is reused only
-    /// when this is the same, so a changed `max-tools` or `startup-timeout-ms` takes effect
-    /// at the reload that reads it (with a new server process).
-    /// What makes two imports the same server (its hash, and the bounds of its start).
-    pub fn key(&self) -> [u8; 32] {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&self.hash().0);
-        hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
-        hasher.update(&(self.max_tools as u64).to_le_bytes());
-        *hasher.finalize().as_bytes()
-    }
-
-    /// The command line or URL, for messages.
-    pub fn describe(&self) -> String {
-        match &self.target {
-            McpTarget::Command { program, args, .. } => std::iter::once(program.as_str())
-                .chain(args.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-            McpTarget::Url(url) => url.clone(),
-        }
-    }
-}
 
 /// Why a server could not be used.
 #[derive(Debug, Clone, thiserror::Error)]

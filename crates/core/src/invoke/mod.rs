@@ -494,7 +494,7 @@ async fn run_on_backend(
             CallError::from_backend(&tool.name, e, tool.policy.limits.max_output_bytes)
         })?;
     if let (Some(check), Some(structured)) = (&tool.accepts.output_check, &result.structured)
-        && let Some(error) = check.validator.iter_errors(structured).next()
+        && let Some(error) = check.validator().iter_errors(structured).next()
     {
         return Err(CallError::new(
             ErrorKind::ToolError,
@@ -537,7 +537,7 @@ pub fn validate(tool: &Tool, arguments: &Value) -> Result<(), CallError> {
 /// Checks `arguments` against `schema` (of the tool `name`) and lists the violations, as
 /// every call does before its tool runs.
 pub fn check_arguments(name: &str, schema: &Schema, arguments: &Value) -> Result<(), CallError> {
-    match CallError::violations(name, &schema.validator, arguments) {
+    match CallError::violations(name, schema.validator(), arguments) {
         Some(error) => Err(error),
         None => Ok(()),
     }

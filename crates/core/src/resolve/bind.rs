@@ -3,8 +3,6 @@
 //! tools). Each component file is read and loaded once per resolve, whatever number of
 //! invokers name it, and failures are typed ([`BindError`]) up to the diagnostic.
 
-use super::draft::{ComponentRef, McpDraft};
-use super::schema::{SchemaCache, SchemaError};
 use crate::backend::component::ComponentBackend;
 use crate::backend::mcp::{Background, ImportedServers, McpError, McpSpec};
 use crate::backend::{Backend, ToolOffer};
@@ -12,6 +10,8 @@ use crate::catalog::Schema;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use toolhost_config::draft::{ComponentRef, McpDraft};
+use toolhost_config::schema::{SchemaCache, SchemaError};
 use toolhost_config::{Diagnostic, Span};
 use toolhost_contract::SourceHash;
 use toolhost_registry::{Pulled, RegistryError};

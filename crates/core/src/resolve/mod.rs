@@ -1,10 +1,10 @@
 //! resolve: raw descriptors -> a [`Catalog`], in three steps split along their data.
 //!
-//! 1. [`draft`]: read an ensemble file and its invoker files (entries written by `source`,
-//!    inline or flat: [`entries`]), and check everything that needs no engine: limits and
-//!    defaults, names with their prefix, `[grants]` and each
-//!    invoker's `[capabilities]` ([`grants`]), `[arguments]` schemas ([`schema`]),
-//!    `[ensemble.mcp]` settings.
+//! 1. [`draft`] (configuration's, in `toolhost_config`): read an ensemble file and its
+//!    invoker files, and check everything that needs no engine: entry shapes, limits and
+//!    defaults, names with their prefix, `[grants]` and each invoker's `[capabilities]`,
+//!    `[arguments]` schemas, `[ensemble.mcp]` settings. `oci://` references are checked by
+//!    the registry's parser, handed to it.
 //! 2. [`bind`]: the only step that touches the runtime, MCP servers or registries: resolve
 //!    and pull the `oci://` references the drafts name (through [`toolhost_registry`], all at
 //!    once, before anything is loaded; a signature required is checked here), load the
@@ -18,32 +18,28 @@
 //! reloader's policy, not this module's.
 
 mod bind;
-mod draft;
-mod entries;
-mod grants;
 mod names;
-mod schema;
-mod settings;
 
 pub use bind::Compiles;
 pub use names::CatalogBuilder;
-pub use schema::{
-    MAX_PATTERN_CHARS, MAX_PATTERNS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_SUBSCHEMAS,
-};
-pub use settings::{
+pub use toolhost_config::draft::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS,
     DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT_MS,
 };
+pub use toolhost_config::schema::{
+    MAX_PATTERN_CHARS, MAX_PATTERNS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_SUBSCHEMAS,
+};
 
+use crate::backend::ToolOffer;
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{Accepts, CallGate, Catalog, Ensemble, Policy, Schema, Tool, VersionHash};
 use bind::{Binder, Bound, Unbound};
-use draft::{EnsembleDraft, InvokerDraft};
-use schema::{SchemaCache, SchemaError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use toolhost_config::draft::{self, EnsembleDraft, InvokerDraft, ensemble_files};
+use toolhost_config::schema::{SchemaCache, SchemaError};
 use toolhost_config::{Diagnostic, Location};
 use toolhost_contract::SourceHash;
 use toolhost_registry::{Digest, Fetch, Pulled, Reference, Registry, RegistryError};
@@ -248,7 +244,7 @@ impl Resolver {
         let drafts: Vec<(PathBuf, Result<EnsembleDraft, Diagnostic>)> = files
             .into_iter()
             .map(|file| {
-                let draft = draft::read(&file, &self.schemas);
+                let draft = draft::read(&file, &self.schemas, check_reference);
                 (file, draft)
             })
             .collect();
@@ -290,7 +286,8 @@ impl Resolver {
         let mut seen = std::collections::HashSet::new();
         let references: Vec<(PathBuf, Reference)> = components
             .iter()
-            .filter_map(|c| Some((c.path.clone(), c.oci.clone()?)))
+            // A reference that does not parse was refused when drafted.
+            .filter_map(|c| Some((c.path.clone(), Reference::parse(c.oci.as_deref()?).ok()?)))
             .filter(|(path, _)| seen.insert(path.clone()))
             .collect();
         let (keys, references): (Vec<PathBuf>, Vec<Reference>) = references.into_iter().unzip();
@@ -338,7 +335,7 @@ impl Resolver {
         if let Some(Ok(server)) = &server
             && draft.imports_every_tool()
         {
-            draft.draft_offers(&server.offers.list, &self.schemas);
+            draft.draft_offers(offered_names(&server.offers.list), &self.schemas);
         }
         // A component ensemble without invokers offers every tool of its component.
         let mut waiting = None;
@@ -347,7 +344,7 @@ impl Resolver {
             && let Some(component) = draft.component().cloned()
         {
             match binder.component(&component).await {
-                Ok(bound) => draft.draft_offers(&bound.offers.list, &self.schemas),
+                Ok(bound) => draft.draft_offers(offered_names(&bound.offers.list), &self.schemas),
                 Err(Unbound::Error(diagnostic)) => draft.errors.push(diagnostic),
                 Err(Unbound::Compiling(path)) => waiting = Some(path),
                 Err(Unbound::Starting(_)) => {}
@@ -587,20 +584,16 @@ impl Resolved {
     }
 }
 
-fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
+/// The registry's check of an `oci://` reference, for the drafts.
+fn check_reference(text: &str) -> Result<(), String> {
+    Reference::parse(text).map(drop)
+}
+
+/// The names a backend offers its tools under (an alias where it has one).
+fn offered_names(offers: &[ToolOffer]) -> impl Iterator<Item = &str> {
+    offers
+        .iter()
+        .map(|offer| offer.alias.as_deref().unwrap_or(&offer.name))
 }
 
 /// blake3 over what runs (the backend's source and tool) and everything the descriptor
@@ -613,7 +606,7 @@ fn version_hash(tool: &Tool) -> VersionHash {
         hasher.update(&(text.len() as u64).to_le_bytes());
         hasher.update(text.as_bytes());
     }
-    hasher.update(&tool.accepts.schema.hash);
+    hasher.update(tool.accepts.schema.hash());
     let limits = &tool.policy.limits;
     for number in [
         limits.timeout.as_millis() as u64,

@@ -2,48 +2,23 @@
 //! network, no sockets, no name lookups, no environment, no inherited stdio, no arguments.
 //! Clocks and random stay. A plugin's stdout and stderr go to bounded in-memory [`Capture`]s.
 //!
-//! What a call may reach is exactly what its [`SandboxSpec`] lists; `resolve` builds that spec
-//! from the invoker's `[capabilities]` after checking them against the ensemble's `[grants]`.
+//! What a call may reach is exactly what its [`SandboxSpec`] lists (configuration's type:
+//! `toolhost_config::draft` builds it from the invoker's `[capabilities]` after checking them
+//! against the ensemble's `[grants]`).
 //! Network access is outgoing HTTP only, each request checked in the host (`http`) against
 //! the granted patterns ([`network`]); raw sockets and name lookups stay closed.
 
 mod capture;
 mod http;
-pub mod network;
 
 pub(crate) use capture::Capture;
 pub(crate) use http::NetworkGuard;
 pub use http::{DNS_LOOKUPS, REMEMBERED_REFUSALS, REQUESTS_PER_CALL};
-pub use network::NetPattern;
+pub use toolhost_config::sandbox::{NetPattern, Preopen, SandboxSpec, network};
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::Arc;
-use toolhost_contract::TalkGrants;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
-
-/// A host directory made visible to the guest.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
-pub struct Preopen {
-    /// Absolute, canonical host path.
-    pub host: PathBuf,
-    /// Where the guest sees it, e.g. `/data`.
-    pub guest: String,
-    /// Whether the guest may create, write, rename and delete.
-    pub writable: bool,
-}
-
-/// Everything a call's sandbox grants.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
-pub struct SandboxSpec {
-    pub preopens: Vec<Preopen>,
-    /// Variables with the values the host had when the catalog was built.
-    pub env: Vec<(String, String)>,
-    /// Where outgoing HTTP may go; shared with every call's checks, never copied per call.
-    pub network: Arc<[NetPattern]>,
-    /// What the call may ask of its caller (`toolhost:plugin@0.2.0`'s `host` functions).
-    pub talk: TalkGrants,
-}
 
 /// Why a sandbox could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

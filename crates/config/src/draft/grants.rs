@@ -1,15 +1,15 @@
 //! An ensemble's `[grants]` and the checks of each invoker's `[capabilities]` against them.
 //! No engine is needed: the result is the [`SandboxSpec`] a call of the invoker runs in.
 
+use crate::sandbox::{NetPattern, Preopen, SandboxSpec};
+use crate::v1::{self, Capabilities};
+use crate::{Access, Diagnostic, EnvVarName, Location, SourceFile};
 use std::path::PathBuf;
 use std::sync::Arc;
 use toml::Spanned;
-use toolhost_config::v1::{self, Capabilities};
-use toolhost_config::{Access, Diagnostic, EnvVarName, Location, SourceFile};
-use toolhost_runtime::sandbox::{NetPattern, Preopen, SandboxSpec};
 
 /// The ensemble's `[grants]`, with patterns parsed and host directories resolved.
-pub(super) struct Grants {
+pub struct Grants {
     source: Arc<SourceFile>,
     ensemble: String,
     network: Vec<(NetPattern, Spanned<String>)>,
@@ -22,7 +22,7 @@ pub(super) struct Grants {
 impl Grants {
     /// Checks `[grants]` of the ensemble `ensemble` in `source`; every bad grant is a
     /// diagnostic, and the good ones still apply.
-    pub(super) fn resolve(
+    pub fn resolve(
         source: &Arc<SourceFile>,
         ensemble: &str,
         grants: v1::Grants,
@@ -67,7 +67,7 @@ impl Grants {
     }
 
     /// True when the ensemble grants nothing at all.
-    pub(super) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.network.is_empty()
             && self.files.is_empty()
             && self.env.is_empty()
@@ -137,7 +137,7 @@ impl Grants {
 
     /// The sandbox of invoker `name` (written in `source`) with `capabilities`, or `None`
     /// after a diagnostic for every capability the ensemble does not grant.
-    pub(super) fn sandbox(
+    pub fn sandbox(
         &self,
         source: &SourceFile,
         name: &str,
@@ -300,10 +300,10 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolhost_config::FileKind;
+    use crate::FileKind;
 
     fn parse<T: serde::de::DeserializeOwned>(source: &SourceFile) -> T {
-        toolhost_config::parse(&source.path, &source.text, FileKind::Ensemble).unwrap()
+        crate::parse(&source.path, &source.text, FileKind::Ensemble).unwrap()
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! An invoker's limits, dedup mode and admission: its own `[limits]`, else its ensemble's
 //! `[defaults]`, else the built-ins. The one place the three are merged.
 
+use crate::DedupMode;
+use crate::v1::{Defaults, Limits};
 use std::time::Duration;
-use toolhost_config::DedupMode;
-use toolhost_config::v1::{Defaults, Limits};
 use toolhost_contract::CallLimits;
 
 /// Built-in limits, used when neither the invoker nor its ensemble's `[defaults]` set one.
@@ -18,17 +18,17 @@ pub const DEFAULT_MAX_QUEUE: u64 = 64;
 
 /// The limits, dedup mode and admission of one invoker, defaults applied.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Settings {
-    pub(super) limits: CallLimits,
-    pub(super) dedup: DedupMode,
-    pub(super) max_running: usize,
-    pub(super) max_waiting: usize,
+pub struct Settings {
+    pub limits: CallLimits,
+    pub dedup: DedupMode,
+    pub max_running: usize,
+    pub max_waiting: usize,
 }
 
 impl Settings {
     /// The invoker's own `[limits]` (and `dedup`), else the ensemble's `[defaults]`, else the
     /// built-ins.
-    pub(super) fn merge(own: &Limits, dedup: Option<DedupMode>, defaults: &Defaults) -> Self {
+    pub fn merge(own: &Limits, dedup: Option<DedupMode>, defaults: &Defaults) -> Self {
         fn pick<T: Into<u64>>(own: Option<T>, default: Option<T>, builtin: u64) -> u64 {
             own.or(default).map_or(builtin, Into::into)
         }

@@ -2,18 +2,18 @@
 //! `source` file, an inline `invoker = { ... }` table, or flat (the keys of `[invoker]` in the
 //! entry itself), each turned into the same [`InvokerTables`].
 
+use crate::v1::{Capabilities, InvokerEntry, InvokerFile, InvokerSection, Limits};
+use crate::{Diagnostic, FileKind, SourceFile};
 use std::sync::Arc;
 use toml::Spanned;
-use toolhost_config::v1::{Capabilities, InvokerEntry, InvokerFile, InvokerSection, Limits};
-use toolhost_config::{Diagnostic, FileKind, SourceFile};
 
 /// The tables of one invoker, from its own file or inline.
 pub(super) struct InvokerTables {
-    pub(super) source: Arc<SourceFile>,
-    pub(super) section: InvokerSection,
-    pub(super) limits: Limits,
-    pub(super) capabilities: Capabilities,
-    pub(super) arguments: Option<Spanned<toml::Value>>,
+    pub source: Arc<SourceFile>,
+    pub section: InvokerSection,
+    pub limits: Limits,
+    pub capabilities: Capabilities,
+    pub arguments: Option<Spanned<toml::Value>>,
 }
 
 /// The `[invoker]` keys of an entry written flat, taken out of it: `None` when it has none,
@@ -49,7 +49,7 @@ fn flat_section(
 }
 
 /// The tables of one `[[invokers]]` entry: its file's, or its own inline (nested or flat).
-pub(super) fn entry_tables(
+pub fn entry_tables(
     source: &Arc<SourceFile>,
     entry: Spanned<InvokerEntry>,
     errors: &mut Vec<Diagnostic>,

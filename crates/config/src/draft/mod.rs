@@ -4,39 +4,50 @@
 //! their prefix, `[ensemble.mcp]` settings), and each error is kept, so that an invoker whose
 //! component is missing still has all its other errors reported.
 //!
-//! What is left for binding is what the component (or server) decides: which tools exist,
-//! their own schemas and descriptions.
+//! What is left for binding (`toolhost_core::resolve`) is what the component (or server)
+//! decides: which tools exist, their own schemas and descriptions. [`check_dir`] is what
+//! `toolhost check` can say of a directory without an engine (the golden tests of
+//! `tests/ui/config` run against it alone).
 
-use super::entries::{InvokerTables, entry_tables};
-use super::grants::Grants;
-use super::schema::{SchemaCache, SchemaError};
-use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS, Settings};
-use crate::backend::ToolOffer;
-use crate::backend::mcp::{McpSpec, McpTarget};
-use crate::catalog::Schema;
+mod entries;
+mod grants;
+mod mcp;
+mod settings;
+
+pub use mcp::{McpSpec, McpTarget};
+pub use settings::{
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS,
+    DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT_MS, Settings,
+};
+
+use crate::sandbox::SandboxSpec;
+use crate::schema::{Schema, SchemaCache, SchemaError};
+use crate::v1::{Capabilities, Defaults, EnsembleFile, InvokerSection, Limits};
+use crate::{Blake3Hex, Diagnostic, FileKind, Location, SourceFile, Span, ToolName};
+use entries::{InvokerTables, entry_tables};
+use grants::Grants;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 use toml::Spanned;
-use toolhost_config::v1::{
-    Capabilities, Defaults, EnsembleFile, InvokerSection, Limits, McpSection,
-};
-use toolhost_config::{Blake3Hex, Diagnostic, FileKind, SourceFile, Span, ToolName};
-use toolhost_registry::Reference;
-use toolhost_runtime::sandbox::SandboxSpec;
+
+/// The check of an `oci://` reference's text: the registry layer's parser, which this layer
+/// cannot name (it would pull in the registry client); `Ok` for any text where none is at
+/// hand.
+pub type CheckReference = fn(&str) -> Result<(), String>;
 
 /// An ensemble file and its invokers, checked as far as they can be without binding.
-pub(super) struct EnsembleDraft {
-    pub(super) source: Arc<SourceFile>,
-    pub(super) name: String,
-    pub(super) enabled: bool,
-    pub(super) description: Option<String>,
+pub struct EnsembleDraft {
+    pub source: Arc<SourceFile>,
+    pub name: String,
+    pub enabled: bool,
+    pub description: Option<String>,
     /// The MCP server the ensemble imports, when it names one instead of a component.
-    pub(super) mcp: Option<McpDraft>,
-    pub(super) invokers: Vec<InvokerDraft>,
+    pub mcp: Option<McpDraft>,
+    pub invokers: Vec<InvokerDraft>,
     /// Errors of the ensemble as a whole: its entries, grants and `[ensemble.mcp]`.
-    pub(super) errors: Vec<Diagnostic>,
+    pub errors: Vec<Diagnostic>,
     context: Context,
 }
 
@@ -52,27 +63,29 @@ struct Context {
     lists_invokers: bool,
     /// `require-signature` of `[ensemble]`, for the invokers' own components.
     require_signature: bool,
+    check: CheckReference,
 }
 
 /// An `[ensemble.mcp]` server: its settings, and where they are written.
-pub(super) struct McpDraft {
+pub struct McpDraft {
     /// `None` when the settings have an error (reported in the ensemble's errors).
-    pub(super) spec: Option<McpSpec>,
-    pub(super) at: Span,
+    pub spec: Option<McpSpec>,
+    pub at: Span,
 }
 
 /// The component an invoker runs on, as a descriptor names it.
 #[derive(Debug, Clone)]
-pub(super) struct ComponentRef {
+pub struct ComponentRef {
     /// The file; for a registry reference, the reference as written (the key it is bound by).
-    pub(super) path: PathBuf,
+    pub path: PathBuf,
     /// Where the path is written.
-    pub(super) at: Span,
-    pub(super) pin: Option<(Blake3Hex, Span)>,
-    /// Set when the component is an `oci://` reference rather than a file.
-    pub(super) oci: Option<Reference>,
+    pub at: Span,
+    pub pin: Option<(Blake3Hex, Span)>,
+    /// The reference as written when the component is an `oci://` reference (checked when
+    /// drafted) rather than a file.
+    pub oci: Option<String>,
     /// Its ensemble requires it to be signed by a trusted key.
-    pub(super) require_signature: bool,
+    pub require_signature: bool,
 }
 
 impl ComponentRef {
@@ -83,12 +96,12 @@ impl ComponentRef {
         path: &Spanned<String>,
         pin: Option<&Spanned<Blake3Hex>>,
         require_signature: bool,
+        check: CheckReference,
     ) -> Result<Self, Diagnostic> {
         let text = path.get_ref();
-        let oci = if text.starts_with(toolhost_registry::SCHEME) {
-            let reference =
-                Reference::parse(text).map_err(|e| Diagnostic::new(source.at(path.span()), e))?;
-            Some(reference)
+        let oci = if text.starts_with(REGISTRY_SCHEME) {
+            check(text).map_err(|e| Diagnostic::new(source.at(path.span()), e))?;
+            Some(text.clone())
         } else {
             None
         };
@@ -106,30 +119,30 @@ impl ComponentRef {
 }
 
 /// One invoker, checked as far as it can be without its component.
-pub(super) struct InvokerDraft {
+pub struct InvokerDraft {
     /// The file it is written in (the ensemble file when inline).
-    pub(super) source: Arc<SourceFile>,
-    pub(super) section: InvokerSection,
+    pub source: Arc<SourceFile>,
+    pub section: InvokerSection,
     /// The name the model sees, with the ensemble's prefix.
-    pub(super) name: String,
-    pub(super) settings: Settings,
+    pub name: String,
+    pub settings: Settings,
     /// `None` when a capability was refused.
-    pub(super) sandbox: Option<SandboxSpec>,
+    pub sandbox: Option<SandboxSpec>,
     /// The compiled `[arguments]`, when the descriptor has a usable one.
-    pub(super) arguments: Option<Arc<Schema>>,
+    pub arguments: Option<Arc<Schema>>,
     /// Its component (its own, else the ensemble's); `None` for an MCP ensemble's invokers.
-    pub(super) component: Option<ComponentRef>,
-    pub(super) errors: Vec<Diagnostic>,
+    pub component: Option<ComponentRef>,
+    pub errors: Vec<Diagnostic>,
 }
 
 impl InvokerDraft {
     /// Where its name is written.
-    pub(super) fn definition(&self) -> Span {
+    pub fn definition(&self) -> Span {
         Span::new(&self.source, self.section.name.span())
     }
 
     /// The tool's name inside the component or on the server, and where it is written.
-    pub(super) fn backend_tool(&self) -> (&str, std::ops::Range<usize>) {
+    pub fn backend_tool(&self) -> (&str, std::ops::Range<usize>) {
         match &self.section.tool {
             Some(tool) => (tool.get_ref().as_str(), tool.span()),
             None => (
@@ -140,9 +153,17 @@ impl InvokerDraft {
     }
 }
 
+/// How a component names a registry reference instead of a file.
+pub const REGISTRY_SCHEME: &str = "oci://";
+
 /// Reads the ensemble file at `file` and everything it names, and checks what can be
-/// checked without binding. A file that cannot be read or parsed is its only error.
-pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, Diagnostic> {
+/// checked without binding (an `oci://` reference by `check`). A file that cannot be read or
+/// parsed is its only error.
+pub fn read(
+    file: &Path,
+    schemas: &SchemaCache,
+    check: CheckReference,
+) -> Result<EnsembleDraft, Diagnostic> {
     let source = Arc::new(SourceFile::read(file, FileKind::Ensemble)?);
     let parsed: EnsembleFile = source.parse(FileKind::Ensemble)?;
     let EnsembleFile {
@@ -165,7 +186,7 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
     let mcp = head.mcp.map(|section| {
         let has_component = head.component.as_ref().map(Spanned::span);
         let pin = head.blake3.as_ref().map(Spanned::span);
-        mcp_draft(
+        mcp::draft(
             &source,
             section,
             has_component,
@@ -188,13 +209,20 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
         defaults,
         grants,
         component: head.component.and_then(|path| {
-            ComponentRef::new(&source, &path, head.blake3.as_ref(), head.require_signature)
-                .map_err(|e| errors.push(e))
-                .ok()
+            ComponentRef::new(
+                &source,
+                &path,
+                head.blake3.as_ref(),
+                head.require_signature,
+                check,
+            )
+            .map_err(|e| errors.push(e))
+            .ok()
         }),
         is_mcp: mcp.is_some(),
         lists_invokers,
         require_signature: head.require_signature,
+        check,
     };
     let invokers = tables
         .into_iter()
@@ -215,17 +243,22 @@ pub(super) fn read(file: &Path, schemas: &SchemaCache) -> Result<EnsembleDraft, 
 impl EnsembleDraft {
     /// True for an ensemble without `[[invokers]]` that names an MCP server or a component:
     /// it offers every tool the server or component has.
-    pub(super) fn imports_every_tool(&self) -> bool {
+    pub fn imports_every_tool(&self) -> bool {
         !self.context.lists_invokers && (self.mcp.is_some() || self.context.component.is_some())
     }
 
     /// The ensemble's own component, when it names one.
-    pub(super) fn component(&self) -> Option<&ComponentRef> {
+    pub fn component(&self) -> Option<&ComponentRef> {
         self.context.component.as_ref()
     }
 
-    /// Drafts one invoker per tool the server or component offers, named as it names it.
-    pub(super) fn draft_offers(&mut self, offers: &[ToolOffer], schemas: &SchemaCache) {
+    /// Drafts one invoker per tool the server or component offers (by the names it offers
+    /// them under).
+    pub fn draft_offers<'a>(
+        &mut self,
+        offered: impl IntoIterator<Item = &'a str>,
+        schemas: &SchemaCache,
+    ) {
         let (at, origin) = match (&self.mcp, &self.context.component) {
             (Some(mcp), _) => (
                 mcp.at.clone(),
@@ -240,9 +273,8 @@ impl EnsembleDraft {
             ),
             (None, None) => return,
         };
-        for offer in offers {
-            let offered = offer.alias.as_ref().unwrap_or(&offer.name);
-            match ToolName::try_from(offered.clone()) {
+        for offered in offered {
+            match ToolName::try_from(offered.to_string()) {
                 Ok(name) => {
                     let tables = InvokerTables {
                         source: Arc::clone(&self.source),
@@ -274,7 +306,7 @@ impl EnsembleDraft {
     }
 
     /// An error for every invoker whose name an earlier invoker of the ensemble took.
-    pub(super) fn duplicates(&self) -> Vec<Diagnostic> {
+    pub fn duplicates(&self) -> Vec<Diagnostic> {
         let mut first: HashMap<&str, &InvokerDraft> = HashMap::new();
         let mut errors = Vec::new();
         for invoker in &self.invokers {
@@ -400,6 +432,7 @@ impl Context {
                 path,
                 section.blake3.as_ref(),
                 self.require_signature,
+                self.check,
             )
             .map_err(|e| errors.push(e))
             .ok(),
@@ -418,104 +451,58 @@ impl Context {
     }
 }
 
-/// Checks `[ensemble.mcp]` and builds the server's settings; the server is started later,
-/// when the ensemble is bound.
-fn mcp_draft(
-    source: &Arc<SourceFile>,
-    section: Spanned<McpSection>,
-    component: Option<std::ops::Range<usize>>,
-    pin: Option<std::ops::Range<usize>>,
-    no_grants: bool,
-    errors: &mut Vec<Diagnostic>,
-) -> McpDraft {
-    let at = Span::new(source, section.span());
-    let before = errors.len();
-    if let Some(component) = component {
-        errors.push(Diagnostic::new(
-            source.at(component),
-            "an ensemble names either a `component` or an MCP server ([ensemble.mcp]), not both",
-        ));
+/// The ensemble files of `dir`: every `*.toml` in it (not recursively: invoker files live in
+/// subdirectories and are reached through `source`), hidden ones left out, in file-name
+/// order.
+pub fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            files.push(path);
+        }
     }
-    if let Some(pin) = pin {
-        errors.push(Diagnostic::new(
-            source.at(pin),
-            "a `blake3` pin applies to a component; an MCP server has none",
-        ));
-    }
-    if !no_grants {
-        errors.push(Diagnostic::new(
-            at.location(),
-            "[grants] do not apply to an MCP server: it is its own process, outside the sandbox; \
-             remove them",
-        ));
-    }
-    let mcp = section.into_inner();
-    let target = match (&mcp.command, &mcp.url) {
-        (Some(command), None) => {
-            let program = command.get_ref();
-            // A path is relative to this file; a bare name is looked up on PATH.
-            let program = if program.contains('/') {
-                source.relative(program).display().to_string()
-            } else {
-                program.clone()
-            };
-            let mut env: Vec<(String, String)> = Vec::new();
-            if let Ok(path) = std::env::var("PATH") {
-                env.push(("PATH".into(), path));
-            }
-            for variable in &mcp.inherit_env {
-                if let Ok(value) = std::env::var(variable.get_ref().as_str()) {
-                    env.push((variable.get_ref().to_string(), value));
+    files.sort();
+    Ok(files)
+}
+
+/// Every error the ensemble files of `dir` have that shows without an engine, in the order
+/// `toolhost check` prints them: each file's own, then each invoker's, then names defined
+/// twice. (Resolving adds what only the components can say.)
+pub fn check_dir(dir: &Path, check: CheckReference) -> Result<Vec<Diagnostic>, Diagnostic> {
+    let files = ensemble_files(dir).map_err(|e| {
+        Diagnostic::new(
+            Location::file(dir),
+            format!("cannot read the ensembles directory: {e}"),
+        )
+    })?;
+    let schemas = SchemaCache::default();
+    let mut errors = Vec::new();
+    for file in files {
+        match read(&file, &schemas, check) {
+            Ok(mut draft) => {
+                errors.append(&mut draft.errors);
+                for invoker in &mut draft.invokers {
+                    errors.append(&mut invoker.errors);
                 }
+                errors.extend(draft.duplicates());
             }
-            env.extend(mcp.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-            Some(McpTarget::Command {
-                program,
-                args: mcp.args.clone(),
-                env,
-                cwd: source
-                    .path
-                    .parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| PathBuf::from(".")),
-            })
+            Err(error) => errors.push(error),
         }
-        (None, Some(url)) => {
-            let text = url.get_ref();
-            if !(text.starts_with("http://") || text.starts_with("https://")) {
-                errors.push(Diagnostic::new(
-                    source.at(url.span()),
-                    format!("{text:?} is not an http:// or https:// URL"),
-                ));
-            }
-            Some(McpTarget::Url(text.clone()))
-        }
-        _ => {
-            errors.push(Diagnostic::new(
-                at.location(),
-                "[ensemble.mcp] needs either `command` (with `args`, `env`) or `url`, not both",
-            ));
-            None
-        }
-    };
-    let spec = target
-        .filter(|_| errors.len() == before)
-        .map(|target| McpSpec {
-            target,
-            startup_timeout: Duration::from_millis(
-                mcp.startup_timeout_ms
-                    .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
-            ),
-            max_tools: mcp.max_tools.map_or(DEFAULT_MCP_MAX_TOOLS, |m| m.get()) as usize,
-        });
-    McpDraft { spec, at }
+    }
+    Ok(errors)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve::settings::DEFAULT_MEMORY_MIB;
-    use toolhost_config::DedupMode;
+    use crate::DedupMode;
+    use settings::DEFAULT_MEMORY_MIB;
+    use std::time::Duration;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);
@@ -537,7 +524,7 @@ mod tests {
              [[invokers]]\ninvoker = { name = \"b\", dedup = \"off\" }\nlimits = { timeout-ms = 10 }\n\n\
              [[invokers]]\ninvoker = { name = \"a\" }\n",
         );
-        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
         assert!(draft.errors.is_empty(), "{:?}", draft.errors);
         let [a, b, again] = &draft.invokers[..] else {
             panic!("three invokers")
@@ -581,7 +568,7 @@ mod tests {
              [[invokers]]\ninvoker = { name = \"t\", component = \"c.wasm\" }\n\
              capabilities = { env = [\"TZ\"] }\n",
         );
-        let draft = read(&file, &SchemaCache::default()).expect("the file parses");
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
         let messages: Vec<&str> = draft.errors.iter().map(|d| d.message.as_str()).collect();
         assert_eq!(messages.len(), 3, "{messages:?}");
         assert!(messages[0].contains("`blake3` pin applies to a component"));

@@ -8,14 +8,46 @@
 //! (a schema that doubles at each level is refused, not evaluated), and its patterns, whose
 //! matching is also bounded in backtracking steps.
 
-use crate::catalog::Schema;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// An arguments schema (always a JSON object) with its compiled validator. Invokers with the
+/// same schema share one.
+pub struct Schema {
+    /// The schema, shared as it is with whoever lists it (an MCP `inputSchema` is one).
+    pub object: Arc<Map<String, Value>>,
+    validator: jsonschema::Validator,
+    /// blake3 of the schema's JSON text, for version hashes.
+    hash: [u8; 32],
+    /// The length of its JSON text, for budgets.
+    pub json_len: usize,
+}
+
+impl Schema {
+    /// What checks a value against it.
+    pub fn validator(&self) -> &jsonschema::Validator {
+        &self.validator
+    }
+
+    /// blake3 of its JSON text.
+    pub fn hash(&self) -> &[u8; 32] {
+        &self.hash
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schema")
+            .field("object", &self.object)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Why a schema cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum SchemaError {
+pub enum SchemaError {
     /// The text is not JSON at all.
     NotJson(String),
     /// It is JSON, but not a valid JSON Schema of an object.
@@ -24,13 +56,13 @@ pub(super) enum SchemaError {
 
 /// The schemas the catalogs of one host hold, by the blake3 of their JSON text.
 #[derive(Debug, Default)]
-pub(super) struct SchemaCache {
+pub struct SchemaCache {
     schemas: Mutex<HashMap<[u8; 32], Weak<Schema>>>,
 }
 
 impl SchemaCache {
     /// The compiled schema of `value`, shared with every other user of the same schema.
-    pub(super) fn of_value(&self, value: Value) -> Result<Arc<Schema>, SchemaError> {
+    pub fn of_value(&self, value: Value) -> Result<Arc<Schema>, SchemaError> {
         // Measured before it is written out: a descriptor's `[arguments]` may be megabytes.
         check_size(toolhost_contract::json_len(&value)).map_err(SchemaError::Unusable)?;
         let text = value.to_string();
@@ -38,7 +70,7 @@ impl SchemaCache {
     }
 
     /// The compiled schema whose JSON text is `text`.
-    pub(super) fn of_text(&self, text: &str) -> Result<Arc<Schema>, SchemaError> {
+    pub fn of_text(&self, text: &str) -> Result<Arc<Schema>, SchemaError> {
         self.get_or_compile(text, || {
             serde_json::from_str(text).map_err(|e| SchemaError::NotJson(e.to_string()))
         })
@@ -72,7 +104,7 @@ impl SchemaCache {
     }
 
     /// Forgets the schemas no catalog holds any more.
-    pub(super) fn prune(&self) {
+    pub fn prune(&self) {
         self.lock().retain(|_, schema| schema.strong_count() > 0);
     }
 

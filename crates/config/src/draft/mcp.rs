@@ -1,0 +1,165 @@
+//! An imported MCP server as an ensemble's `[ensemble.mcp]` names it: how to reach it
+//! ([`McpTarget`]) and the bounds of its import ([`McpSpec`]), checked here; the server is
+//! started when the ensemble is bound (`toolhost_core::backend::mcp`).
+
+use super::McpDraft;
+use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS};
+use crate::v1::McpSection;
+use crate::{Diagnostic, SourceFile, Span};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+use toolhost_contract::SourceHash;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum McpTarget {
+    /// A child process speaking MCP on its stdin and stdout.
+    Command {
+        program: String,
+        args: Vec<String>,
+        /// The complete environment of the process.
+        env: Vec<(String, String)>,
+        /// Its working directory: the ensemble file's directory.
+        cwd: PathBuf,
+    },
+    /// A streamable HTTP endpoint.
+    Url(String),
+}
+
+/// One imported server's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct McpSpec {
+    pub target: McpTarget,
+    #[serde(skip)]
+    pub startup_timeout: Duration,
+    /// The most tools taken from the server (`max-tools`).
+    #[serde(skip)]
+    pub max_tools: usize,
+}
+
+impl McpSpec {
+    /// Identifies the server's settings (what `list` shows where a component shows its hash).
+    pub fn hash(&self) -> SourceHash {
+        let text = serde_json::to_string(&self.target).unwrap_or_default();
+        SourceHash(*blake3::hash(text.as_bytes()).as_bytes())
+    }
+
+    /// Identifies every setting of the import, its bounds included: an import is reused only
+    /// when this is the same, so a changed `max-tools` or `startup-timeout-ms` takes effect
+    /// at the reload that reads it (with a new server process).
+    /// What makes two imports the same server (its hash, and the bounds of its start).
+    pub fn key(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.hash().0);
+        hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
+        hasher.update(&(self.max_tools as u64).to_le_bytes());
+        *hasher.finalize().as_bytes()
+    }
+
+    /// The command line or URL, for messages.
+    pub fn describe(&self) -> String {
+        match &self.target {
+            McpTarget::Command { program, args, .. } => std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+            McpTarget::Url(url) => url.clone(),
+        }
+    }
+}
+
+/// Checks `[ensemble.mcp]` and builds the server's settings; the server is started later,
+/// when the ensemble is bound.
+pub(super) fn draft(
+    source: &Arc<SourceFile>,
+    section: Spanned<McpSection>,
+    component: Option<std::ops::Range<usize>>,
+    pin: Option<std::ops::Range<usize>>,
+    no_grants: bool,
+    errors: &mut Vec<Diagnostic>,
+) -> McpDraft {
+    let at = Span::new(source, section.span());
+    let before = errors.len();
+    if let Some(component) = component {
+        errors.push(Diagnostic::new(
+            source.at(component),
+            "an ensemble names either a `component` or an MCP server ([ensemble.mcp]), not both",
+        ));
+    }
+    if let Some(pin) = pin {
+        errors.push(Diagnostic::new(
+            source.at(pin),
+            "a `blake3` pin applies to a component; an MCP server has none",
+        ));
+    }
+    if !no_grants {
+        errors.push(Diagnostic::new(
+            at.location(),
+            "[grants] do not apply to an MCP server: it is its own process, outside the sandbox; \
+             remove them",
+        ));
+    }
+    let mcp = section.into_inner();
+    let target = match (&mcp.command, &mcp.url) {
+        (Some(command), None) => {
+            let program = command.get_ref();
+            // A path is relative to this file; a bare name is looked up on PATH.
+            let program = if program.contains('/') {
+                source.relative(program).display().to_string()
+            } else {
+                program.clone()
+            };
+            let mut env: Vec<(String, String)> = Vec::new();
+            if let Ok(path) = std::env::var("PATH") {
+                env.push(("PATH".into(), path));
+            }
+            for variable in &mcp.inherit_env {
+                if let Ok(value) = std::env::var(variable.get_ref().as_str()) {
+                    env.push((variable.get_ref().to_string(), value));
+                }
+            }
+            env.extend(mcp.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Some(McpTarget::Command {
+                program,
+                args: mcp.args.clone(),
+                env,
+                cwd: source
+                    .path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from(".")),
+            })
+        }
+        (None, Some(url)) => {
+            let text = url.get_ref();
+            if !(text.starts_with("http://") || text.starts_with("https://")) {
+                errors.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!("{text:?} is not an http:// or https:// URL"),
+                ));
+            }
+            Some(McpTarget::Url(text.clone()))
+        }
+        _ => {
+            errors.push(Diagnostic::new(
+                at.location(),
+                "[ensemble.mcp] needs either `command` (with `args`, `env`) or `url`, not both",
+            ));
+            None
+        }
+    };
+    let spec = target
+        .filter(|_| errors.len() == before)
+        .map(|target| McpSpec {
+            target,
+            startup_timeout: Duration::from_millis(
+                mcp.startup_timeout_ms
+                    .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
+            ),
+            max_tools: mcp.max_tools.map_or(DEFAULT_MCP_MAX_TOOLS, |m| m.get()) as usize,
+        });
+    McpDraft { spec, at }
+}
