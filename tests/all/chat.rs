@@ -141,11 +141,7 @@ fn settings_come_from_toolhost_toml_and_the_key_from_the_environment() {
 #[test]
 fn a_key_written_in_toolhost_toml_is_refused_with_its_location() {
     let fixture = fixture();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n\n[chat]\nmodel = \"m\"\napi-key = \"sk-secret\"\n",
-    )
-    .expect("write");
+    fixture.write_host_file("chat", "model = \"m\"\napi-key = \"sk-secret\"");
     let output = toolhost_with_stdin(&fixture, &["chat", "hi"], None);
     assert_eq!(output.status.code(), Some(3));
     let err = stderr(&output);
@@ -232,11 +228,7 @@ fn without_a_terminal_a_destructive_call_is_refused_unless_yes() {
 fn auto_approve_in_toolhost_toml_lets_a_named_tool_run() {
     let fixture = destructive_fixture();
     let server = Scripted::start(write_then_answer());
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n\n[chat]\nauto-approve = [\"wri*\"]\n",
-    )
-    .expect("write");
+    fixture.write_host_file("chat", "auto-approve = [\"wri*\"]");
     let output = chat(&fixture, &server, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(fixture.root().join("data/out.txt").exists());
@@ -313,11 +305,7 @@ fn tool_choice_maps_to_anthropics_wire_format_from_toolhost_toml() {
 #[test]
 fn an_empty_tool_choice_in_toolhost_toml_is_refused_with_its_location() {
     let fixture = fixture();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n\n[chat]\nmodel = \"m\"\ntool-choice = \"\"\n",
-    )
-    .expect("write");
+    fixture.write_host_file("chat", "model = \"m\"\ntool-choice = \"\"");
     let output = toolhost_with_stdin(&fixture, &["chat", "hi"], None);
     assert_eq!(output.status.code(), Some(3));
     let err = stderr(&output);

@@ -6,7 +6,7 @@
 
 use crate::chat_bounds::{DEADLINE, big_calls, borrowed, fixture};
 use crate::scripted::{Reply, Scripted, openai};
-use crate::support::{Fixture, peak_kib};
+use crate::support::{Fixture, peak_kib, scripted_chat};
 use crate::web::{base, chat, get, post_json, serve};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -18,12 +18,7 @@ fn web_host(
 ) -> (Scripted, Fixture, crate::mcp::HttpServer, String) {
     let model = Scripted::start(replies);
     let fixture = fixture();
-    let config = format!(
-        "schema-version = 1\n\n[chat]\nmodel = \"scripted-model\"\nbase-url = \"{}\"\n\
-         api-key-env = \"SCRIPTED_KEY\"\n{chat}\n",
-        model.base_url
-    );
-    std::fs::write(fixture.root().join("toolhost.toml"), config).expect("config");
+    fixture.write_host_file("chat", &scripted_chat(&model.base_url, chat));
     let server = serve(&fixture, &[]);
     let api = format!("{}/api/conversations", base(&server));
     (model, fixture, server, api)

@@ -179,15 +179,11 @@ fn a_typed_error_gives_exit_1_and_one_line() {
 #[test]
 fn a_bad_host_file_stops_the_host_with_its_location() {
     let fixture = good_fixture();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[host]\nensemble = \"x\"\n",
-    )
-    .expect("write");
+    fixture.write_host_file("host", "ensemble = \"x\"");
     let output = toolhost(&fixture, &["list"]);
     assert_eq!(output.status.code(), Some(3));
     let text = stderr(&output);
-    assert!(text.contains("toolhost.toml:3:1"), "{text}");
+    assert!(text.contains("toolhost.toml:4:1"), "{text}");
     assert!(text.contains("unknown field `ensemble`"), "{text}");
 
     // A bound of zero (which would switch it off) or past its top is refused where it stands.
@@ -219,15 +215,11 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
             "allowed hosts are host names or addresses as the Host header carries them",
         ),
     ] {
-        std::fs::write(
-            fixture.root().join("toolhost.toml"),
-            format!("schema-version = 1\n[host]\n{line}\n"),
-        )
-        .expect("write");
+        fixture.write_host_file("host", line);
         let output = toolhost(&fixture, &["list"]);
         assert_eq!(output.status.code(), Some(3), "{line}");
         let text = stderr(&output);
-        let at = format!("toolhost.toml:{}:", 2 + line.lines().count());
+        let at = format!("toolhost.toml:{}:", 3 + line.lines().count());
         assert!(text.contains(&at), "{line}: {text}");
         assert!(text.contains(expected), "{line}: {text}");
     }

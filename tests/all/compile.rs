@@ -326,12 +326,7 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
     use rmcp::model::CallToolRequestParams;
     let fixture = Fixture::new();
     fixture.write_echo();
-    let config = fixture.root().join("toolhost.toml");
-    std::fs::write(
-        &config,
-        "schema-version = 1\n[host]\ncompile-cpu-seconds = 3\n",
-    )
-    .expect("toolhost.toml");
+    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3");
     let server =
         crate::mcp::HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);
     let client = ()

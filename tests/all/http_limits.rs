@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 fn server(host: &str) -> (Fixture, HttpServer) {
     let fixture = Fixture::new();
     fixture.write_echo();
-    let config = fixture.root().join("toolhost.toml");
-    std::fs::write(&config, format!("schema-version = 1\n[host]\n{host}\n")).expect("config");
+    let config = fixture.write_host_file("host", host);
     let server = HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);
     (fixture, server)
 }

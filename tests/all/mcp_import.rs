@@ -216,9 +216,9 @@ async fn a_server_that_dies_mid_call_fails_that_call_and_is_started_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_cannot_start_refuses_only_its_ensemble() {
     let outer = Fixture::new();
-    outer.write(
-        "broken.toml",
-        "schema-version = 1\n\n[ensemble]\nname = \"broken\"\n\n[ensemble.mcp]\ncommand = \"./no-such-server\"\nargs = [\"--stdio\"]\n",
+    outer.write_mcp_import(
+        "broken",
+        "command = \"./no-such-server\"\nargs = [\"--stdio\"]",
     );
     outer.write_echo();
     let resolved = outer.resolve().await;
@@ -283,12 +283,7 @@ async fn a_server_over_streamable_http_is_imported_by_url() {
     };
     std::thread::spawn(move || lines.for_each(drop));
     let outer = Fixture::new();
-    outer.write(
-        "remote.toml",
-        &format!(
-            "schema-version = 1\n\n[ensemble]\nname = \"remote\"\n\n[ensemble.mcp]\nurl = {url:?}\n"
-        ),
-    );
+    outer.write_mcp_import("remote", &format!("url = {url:?}"));
     let host = outer_host(&outer).await;
     assert_eq!(
         ok(&host

@@ -159,13 +159,7 @@ async fn servers_at_either_revision_are_imported_called_and_followed_the_same_wa
         let tools = changer.tools.clone();
         let (port, server) = serve_over_http(changer).await;
         let outer = Fixture::new();
-        outer.write(
-            "changer.toml",
-            &format!(
-                "schema-version = 1\n\n[ensemble]\nname = \"changer\"\n\n[ensemble.mcp]\n\
-                 url = \"http://127.0.0.1:{port}/mcp\"\n"
-            ),
-        );
+        outer.write_mcp_import("changer", &format!("url = \"http://127.0.0.1:{port}/mcp\""));
         let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
         let status = reloader.status();
         assert!(

@@ -18,10 +18,9 @@ async fn a_server_that_never_answers_initialize_delays_nothing_serve_has() {
     let outer = Fixture::new();
     outer.write_echo();
     // A "server" that reads its stdin and never says a word.
-    outer.write(
-        "silent.toml",
-        "schema-version = 1\n\n[ensemble]\nname = \"silent\"\n\n[ensemble.mcp]\n\
-         command = \"sleep\"\nargs = [\"600\"]\nstartup-timeout-ms = 3000\n",
+    outer.write_mcp_import(
+        "silent",
+        "command = \"sleep\"\nargs = [\"600\"]\nstartup-timeout-ms = 3000",
     );
     let status = outer.root().join("status.json");
     let client = ().serve(crate::mcp::stdio_serve(&outer)).await.expect("MCP session");
@@ -157,13 +156,7 @@ async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
     .await;
 
     let outer = Fixture::new();
-    outer.write(
-        "flood.toml",
-        &format!(
-            "schema-version = 1\n\n[ensemble]\nname = \"flood\"\n\n[ensemble.mcp]\n\
-             url = \"http://127.0.0.1:{port}/mcp\"\n"
-        ),
-    );
+    outer.write_mcp_import("flood", &format!("url = \"http://127.0.0.1:{port}/mcp\""));
     let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
     assert!(reloader.catalog().snapshot().get("steady").is_some());
     let mut changes = reloader.subscribe();
@@ -197,13 +190,7 @@ async fn a_flood_of_list_changed_writes_little_to_the_log_even_at_v() {
     };
     let (port, server) = serve_over_http(flooder).await;
     let outer = Fixture::new();
-    outer.write(
-        "flood.toml",
-        &format!(
-            "schema-version = 1\n\n[ensemble]\nname = \"flood\"\n\n[ensemble.mcp]\n\
-             url = \"http://127.0.0.1:{port}/mcp\"\n"
-        ),
-    );
+    outer.write_mcp_import("flood", &format!("url = \"http://127.0.0.1:{port}/mcp\""));
     for verbosity in ["-v", "-vv"] {
         let before = sent.load(std::sync::atomic::Ordering::Relaxed);
         let host = crate::mcp::HttpServer::start(&outer, &[verbosity], &[]);
@@ -318,12 +305,9 @@ impl rmcp::ServerHandler for Verbose {
 async fn a_server_that_lists_megabytes_page_after_page_is_cut_off_by_size() {
     let (port, server) = serve_over_http(Verbose).await;
     let outer = Fixture::new();
-    outer.write(
-        "wordy.toml",
-        &format!(
-            "schema-version = 1\n\n[ensemble]\nname = \"wordy\"\n\n[ensemble.mcp]\n\
-             url = \"http://127.0.0.1:{port}/mcp\"\nstartup-timeout-ms = 60000\n"
-        ),
+    outer.write_mcp_import(
+        "wordy",
+        &format!("url = \"http://127.0.0.1:{port}/mcp\"\nstartup-timeout-ms = 60000"),
     );
     outer.write_echo();
     let resolved = outer.resolve().await;

@@ -356,12 +356,7 @@ async fn over_http_only_a_named_conversation_with_the_same_credentials_shares_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_less_requests_do_not_count_as_sessions_but_a_disguised_initialize_is_refused() {
     let fixture = fixture();
-    let config = fixture.root().join("toolhost.toml");
-    std::fs::write(
-        &config,
-        "schema-version = 1\n[host]\nmax-mcp-sessions = 1\n",
-    )
-    .expect("config");
+    let config = fixture.write_host_file("host", "max-mcp-sessions = 1");
     let server = HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);
     let url = server.url.as_str();
     let first = crate::mcp::post(url, &[]).await;

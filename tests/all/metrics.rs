@@ -125,11 +125,7 @@ async fn metrics_need_the_token_when_mcp_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_the_audit_file_refuses_show_as_held() {
     let fixture = fixture();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[host]\non-audit-error = \"continue\"\n",
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file("host", "on-audit-error = \"continue\"");
     let audit = fixture.root().join("full.jsonl");
     std::os::unix::fs::symlink("/dev/full", &audit).expect("link");
     let server = HttpServer::start(
@@ -178,11 +174,7 @@ async fn not_ready_while_the_first_load_compiles_then_ready() {
         "hog.toml",
         &ensemble("hog", "hog", "[[invokers]]\ninvoker = { name = \"hog\" }\n"),
     );
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[host]\ncompile-cpu-seconds = 2\n",
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file("host", "compile-cpu-seconds = 2");
     let server = HttpServer::start(&fixture, &[], &[]);
     let probe = |path: &str| {
         let url = server.url.replace("/mcp", path);

@@ -98,11 +98,7 @@ async fn signatures_are_verified_offline_against_the_trusted_keys() {
     std::fs::write(keys.join("a.key"), private_a).expect("a.key");
     std::fs::write(keys.join("a.pub"), public_a).expect("a.pub");
     std::fs::write(keys.join("b.key"), private_b).expect("b.key");
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n\n[trust]\nkeys = [\"keys/a.pub\"]\n",
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file("trust", "keys = [\"keys/a.pub\"]");
     let sign_with = |key: &str, password: &str, reference: &str, label: &str| {
         let file = fixture.root().join(format!("{label}.wasm"));
         std::fs::write(&file, echo_variant(label)).expect("component");
@@ -208,11 +204,10 @@ async fn signatures_are_verified_offline_against_the_trusted_keys() {
 
     // The host as a whole may require signatures: then an ensemble that does not ask still
     // gets only signed components.
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n\n[trust]\nkeys = [\"keys/a.pub\"]\nrequire-signatures = true\n",
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file(
+        "trust",
+        "keys = [\"keys/a.pub\"]\nrequire-signatures = true",
+    );
     for file in ["signed.toml", "other.toml", "copied.toml", "file.toml"] {
         std::fs::remove_file(fixture.ensembles().join(file)).expect("remove");
     }

@@ -29,11 +29,7 @@ pub(crate) fn fixture(host: &str) -> Fixture {
         capabilities = { files = [{ guest = \"/data\", access = \"read-write\" }] }\n";
     fixture.write("slow.toml", &ensemble("slow", "testbed", slow));
     fixture.write_echo();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        format!("schema-version = 1\n[host]\n{host}\n"),
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file("host", host);
     fixture
 }
 

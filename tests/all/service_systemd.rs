@@ -160,11 +160,7 @@ fn exit_codes_are_those_the_readme_lists() {
     fixture.write("broken.toml", "schema-version = 1\n[ensemble]\nname = 3\n");
     assert_eq!(run(&["check"]), Some(1));
     assert_eq!(run(&["--no-such-flag", "check"]), Some(2));
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[host]\ndrain-timeout-s = -1\n",
-    )
-    .expect("toolhost.toml");
+    fixture.write_host_file("host", "drain-timeout-s = -1");
     assert_eq!(run(&["list"]), Some(3));
     // 4 and 130 / 143: `the_drain_deadline_cancels_what_is_left_audits_it_and_exits_4` and
     // `a_second_signal_cancels_at_once_and_exits_with_its_number`.

@@ -122,6 +122,27 @@ impl Fixture {
         )
     }
 
+    /// Writes `toolhost.toml` at the fixture root with one `section` (`host`, `chat`, `trust`)
+    /// holding `lines`, which start on line 4; returns its path.
+    pub fn write_host_file(&self, section: &str, lines: &str) -> PathBuf {
+        let path = self.root().join("toolhost.toml");
+        let text = format!("schema-version = 1\n\n[{section}]\n{lines}\n");
+        std::fs::write(&path, text).expect("write toolhost.toml");
+        path
+    }
+
+    /// Writes `ensembles/<name>.toml`: an ensemble `name` importing the MCP server `server`
+    /// describes (`command = ...` with `args`, or `url = ...`, and any other key of
+    /// `[ensemble.mcp]`).
+    pub fn write_mcp_import(&self, name: &str, server: &str) -> PathBuf {
+        self.write(
+            &format!("{name}.toml"),
+            &format!(
+                "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\n\n[ensemble.mcp]\n{server}\n"
+            ),
+        )
+    }
+
     /// Makes a directory under the fixture root and returns its path.
     pub fn mkdir(&self, relative: &str) -> PathBuf {
         let path = self.root().join(relative);
@@ -159,6 +180,14 @@ impl Fixture {
 pub fn ensemble(name: &str, component: &str, rest: &str) -> String {
     format!(
         "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\ncomponent = \"../{component}.wasm\"\n\n{rest}\n"
+    )
+}
+
+/// `[chat]` lines for the scripted model server at `base_url` (its key in `SCRIPTED_KEY`),
+/// then `extra`.
+pub fn scripted_chat(base_url: &str, extra: &str) -> String {
+    format!(
+        "model = \"scripted-model\"\nbase-url = \"{base_url}\"\napi-key-env = \"SCRIPTED_KEY\"\n{extra}"
     )
 }
 

@@ -4,7 +4,7 @@
 
 use crate::mcp::HttpServer;
 use crate::scripted::{Reply, Scripted, openai};
-use crate::support::{Fixture, ensemble};
+use crate::support::{Fixture, ensemble, scripted_chat};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -30,11 +30,7 @@ pub(crate) fn fixture(model_url: &str, chat: &str) -> Fixture {
             "[[invokers]]\ninvoker = { name = \"say\", destructive = true }\n",
         ),
     );
-    let config = format!(
-        "schema-version = 1\n\n[chat]\nmodel = \"scripted-model\"\nbase-url = \"{model_url}\"\n\
-         api-key-env = \"SCRIPTED_KEY\"\n{chat}\n"
-    );
-    std::fs::write(fixture.root().join("toolhost.toml"), config).expect("config");
+    fixture.write_host_file("chat", &scripted_chat(model_url, chat));
     fixture
 }
 

@@ -11,11 +11,7 @@ use serde_json::json;
 async fn without_a_model_or_with_a_corrupt_database_the_chat_says_why_and_mcp_serves() {
     let fixture = Fixture::new();
     fixture.write_echo();
-    std::fs::write(
-        fixture.root().join("toolhost.toml"),
-        "schema-version = 1\n[chat]\ndatabase = \"chat.db\"\n",
-    )
-    .expect("config");
+    fixture.write_host_file("chat", "database = \"chat.db\"");
     let server = serve(&fixture, &[]);
     let (status, settings) = get(&format!("{}/api/settings", base(&server))).await;
     assert_eq!(status, 200);
