@@ -141,8 +141,23 @@ fn is_tool_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
+/// A number of a configuration file in the unit the code that uses it counts in: each
+/// bounded setting says its unit once, where its range is declared (`bounded!`'s last
+/// argument), and [`written_or`] is the one way a setting meets its default.
+pub trait Setting: Copy {
+    type Value;
+    fn value(self) -> Self::Value;
+}
+
+/// The setting as written, in its user's unit, else `default`.
+pub fn written_or<S: Setting>(written: Option<S>, default: S::Value) -> S::Value {
+    written.map_or(default, S::value)
+}
+
+/// A bounded number; with a unit, a [`Setting`] too: `number T` (the number as written, as
+/// a T), `kib T` and `mib T` (bytes, as a T), `seconds` and `millis` (a `Duration`).
 macro_rules! bounded {
-    ($(#[$doc:meta])* $name:ident, $key:literal, $min:expr, $max:expr) => {
+    ($(#[$doc:meta])* $name:ident, $key:literal, $min:expr, $max:expr $(, $unit:ident $($ty:ty)?)?) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[serde(try_from = "i64", into = "u64")]
@@ -171,180 +186,227 @@ macro_rules! bounded {
                 self.0
             }
         }
+
+        $(unit!($name, $unit $($ty)?);)?
+    };
+}
+
+/// The [`Setting`] of a bounded number in `unit`. Every range fits its unit's type (the
+/// largest, 1 TiB in bytes, fits a 64-bit usize).
+macro_rules! unit {
+    ($name:ident, number $ty:ty) => {
+        impl Setting for $name {
+            type Value = $ty;
+            fn value(self) -> $ty {
+                self.0 as $ty
+            }
+        }
+    };
+    ($name:ident, kib $ty:ty) => {
+        impl Setting for $name {
+            type Value = $ty;
+            fn value(self) -> $ty {
+                (self.0 as $ty) << 10
+            }
+        }
+    };
+    ($name:ident, mib $ty:ty) => {
+        impl Setting for $name {
+            type Value = $ty;
+            fn value(self) -> $ty {
+                (self.0 as $ty) << 20
+            }
+        }
+    };
+    ($name:ident, seconds) => {
+        impl Setting for $name {
+            type Value = std::time::Duration;
+            fn value(self) -> std::time::Duration {
+                std::time::Duration::from_secs(self.0)
+            }
+        }
+    };
+    ($name:ident, millis) => {
+        impl Setting for $name {
+            type Value = std::time::Duration;
+            fn value(self) -> std::time::Duration {
+                std::time::Duration::from_millis(self.0)
+            }
+        }
     };
 }
 
 bounded!(
     /// `keep-resident-mib`: MiB of each linear memory kept resident between calls, 0 to 4096.
-    KeepResidentMib, "keep-resident-mib", 0, 4096
+    KeepResidentMib, "keep-resident-mib", 0, 4096, mib usize
 );
 bounded!(
     /// `cache-keep`: compiled components no ensemble uses that the cache keeps, 0 to 100,000.
-    CacheKeep, "cache-keep", 0, 100_000
+    CacheKeep, "cache-keep", 0, 100_000, number usize
 );
 bounded!(
     /// `timeout-ms`: 1 ms to 1 hour.
-    TimeoutMs, "timeout-ms", 1, 3_600_000
+    TimeoutMs, "timeout-ms", 1, 3_600_000, millis
 );
 bounded!(
     /// `memory-mib`: 1 MiB to 4 GiB (the 32-bit address space of a core module).
-    MemoryMib, "memory-mib", 1, 4096
+    MemoryMib, "memory-mib", 1, 4096, mib usize
 );
 bounded!(
     /// `max-concurrency`: calls of one invoker that may run at once, 1 to 1024.
-    MaxConcurrency, "max-concurrency", 1, 1024
+    MaxConcurrency, "max-concurrency", 1, 1024, number usize
 );
 bounded!(
     /// `max-queue`: calls of one invoker that may wait for a turn, 0 to 65536.
-    MaxQueue, "max-queue", 0, 65536
+    MaxQueue, "max-queue", 0, 65536, number usize
 );
 bounded!(
     /// `max-response-bytes`: the largest HTTP response body a call may read, 1 byte to 1 GiB.
-    MaxResponseBytes, "max-response-bytes", 1, 1 << 30
+    MaxResponseBytes, "max-response-bytes", 1, 1 << 30, number u64
 );
 bounded!(
     /// `max-tools` of an imported MCP server: 1 to 100,000 tools.
-    MaxTools, "max-tools", 1, 100_000
+    MaxTools, "max-tools", 1, 100_000, number usize
 );
 bounded!(
     /// `max-output-bytes`: 1 byte to 64 MiB.
-    MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024
+    MaxOutputBytes, "max-output-bytes", 1, 64 * 1024 * 1024, number usize
 );
 
 // `toolhost.toml`: the host's own bounds. Zero would turn each of them off or make the host
 // refuse everything, so every one starts at 1; the tops keep a typo from overflowing a size.
 bounded!(
     /// `[host] max-concurrent-calls`: instances running at once, 1 to 10,000.
-    MaxConcurrentCalls, "max-concurrent-calls", 1, 10_000
+    MaxConcurrentCalls, "max-concurrent-calls", 1, 10_000, number u32
 );
 bounded!(
     /// `[host] compile-memory-mib`: the compile worker's address space, 1 MiB to 1 TiB.
-    CompileMemoryMib, "compile-memory-mib", 1, 1 << 20
+    CompileMemoryMib, "compile-memory-mib", 1, 1 << 20, number u64
 );
 bounded!(
     /// `[host] compile-cpu-seconds`: the compile worker's CPU time, 1 s to a day.
-    CompileCpuSeconds, "compile-cpu-seconds", 1, 86_400
+    CompileCpuSeconds, "compile-cpu-seconds", 1, 86_400, number u64
 );
 bounded!(
     /// `[host] compile-timeout-s`: one compile on the clock, 1 s to a day.
-    CompileTimeoutS, "compile-timeout-s", 1, 86_400
+    CompileTimeoutS, "compile-timeout-s", 1, 86_400, seconds
 );
 bounded!(
     /// `[host] max-parallel-compiles`: compiles at once, 1 to 256.
-    MaxParallelCompiles, "max-parallel-compiles", 1, 256
+    MaxParallelCompiles, "max-parallel-compiles", 1, 256, number usize
 );
 bounded!(
     /// `[host] max-component-mib`: the largest component file accepted, 1 MiB to 4 GiB.
-    MaxComponentMib, "max-component-mib", 1, 4096
+    MaxComponentMib, "max-component-mib", 1, 4096, mib u64
 );
 bounded!(
     /// `[host] describe-timeout-ms`: a component's `describe()` at load, 1 ms to 10 minutes.
-    DescribeTimeoutMs, "describe-timeout-ms", 1, 600_000
+    DescribeTimeoutMs, "describe-timeout-ms", 1, 600_000, millis
 );
 bounded!(
     /// `[host] dedup-session-mib` and `dedup-total-mib`: results remembered, 1 MiB to 64 GiB.
-    DedupMib, "dedup-session-mib and dedup-total-mib", 1, 65_536
+    DedupMib, "dedup-session-mib and dedup-total-mib", 1, 65_536, mib usize
 );
 bounded!(
     /// `[host] max-mcp-sessions`: MCP sessions over HTTP at once, 1 to 1,000,000.
-    MaxMcpSessions, "max-mcp-sessions", 1, 1_000_000
+    MaxMcpSessions, "max-mcp-sessions", 1, 1_000_000, number usize
 );
 bounded!(
     /// `[host] mcp-session-idle-s`: an idle MCP session's life, 1 s to a week.
-    McpSessionIdleS, "mcp-session-idle-s", 1, 604_800
+    McpSessionIdleS, "mcp-session-idle-s", 1, 604_800, seconds
 );
 bounded!(
     /// `[host] max-http-connections`: HTTP connections at once, 1 to 1,000,000.
-    MaxHttpConnections, "max-http-connections", 1, 1_000_000
+    MaxHttpConnections, "max-http-connections", 1, 1_000_000, number usize
 );
 bounded!(
     /// `[host] max-http-streams`: long-lived responses open at once (event streams), 1 to
     /// 500,000; at most half of `max-http-connections`.
-    MaxHttpStreams, "max-http-streams", 1, 500_000
+    MaxHttpStreams, "max-http-streams", 1, 500_000, number usize
 );
 bounded!(
     /// `[host] http-header-timeout-ms`: the wait for a request's headers, 1 ms to 10 minutes.
-    HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000
+    HttpHeaderTimeoutMs, "http-header-timeout-ms", 1, 600_000, millis
 );
 bounded!(
     /// `[host] http-body-timeout-s`: how long a request's body may take once its headers
     /// arrived, 1 s to an hour.
-    HttpBodyTimeoutS, "http-body-timeout-s", 1, 3600
+    HttpBodyTimeoutS, "http-body-timeout-s", 1, 3600, seconds
 );
 bounded!(
     /// `[host] drain-timeout-s`: how long a shutdown waits for calls in flight, 0 s to an hour.
-    DrainTimeoutS, "drain-timeout-s", 0, 3600
+    DrainTimeoutS, "drain-timeout-s", 0, 3600, seconds
 );
 bounded!(
     /// `[chat] max-response-mib`: the most one model answer may bring, 1 MiB to 4 GiB.
-    MaxResponseMib, "max-response-mib", 1, 4096
+    MaxResponseMib, "max-response-mib", 1, 4096, mib usize
 );
 bounded!(
     /// `[chat] max-tokens`: the most tokens the model may write in one answer, 1 to 10 million.
-    MaxTokens, "max-tokens", 1, 10_000_000
+    MaxTokens, "max-tokens", 1, 10_000_000, number u32
 );
 bounded!(
     /// `[chat] max-iterations`: model turns in one run, 1 to 10,000.
-    MaxIterations, "max-iterations", 1, 10_000
+    MaxIterations, "max-iterations", 1, 10_000, number u32
 );
 bounded!(
     /// `[chat] max-parallel-calls`: tool calls of one model turn run at once, 1 to 256.
-    MaxParallelCalls, "max-parallel-calls", 1, 256
+    MaxParallelCalls, "max-parallel-calls", 1, 256, number usize
 );
 bounded!(
     /// `[chat] request-timeout-s`: one request to the model, 1 s to 1 hour.
-    RequestTimeoutS, "request-timeout-s", 1, 3600
+    RequestTimeoutS, "request-timeout-s", 1, 3600, seconds
 );
 bounded!(
     /// `[chat] max-attempts`: tries of one request to the model, 1 to 100.
-    MaxAttempts, "max-attempts", 1, 100
+    MaxAttempts, "max-attempts", 1, 100, number u32
 );
 bounded!(
     /// `[chat] retry-delay-ms`: the first wait before a retry (it doubles), 0 to 10 minutes.
-    RetryDelayMs, "retry-delay-ms", 0, 600_000
+    RetryDelayMs, "retry-delay-ms", 0, 600_000, millis
 );
 bounded!(
     /// `[chat] max-calls-per-answer`: tool calls of one model answer that run, 1 to 10,000.
-    MaxCallsPerAnswer, "max-calls-per-answer", 1, 10_000
+    MaxCallsPerAnswer, "max-calls-per-answer", 1, 10_000, number usize
 );
 bounded!(
     /// `[chat] max-run-result-mib`, `max-request-mib` and `max-conversation-mib`: 1 MiB to
     /// 4 GiB.
-    ChatMib, "max-run-result-mib, max-request-mib and max-conversation-mib", 1, 4096
+    ChatMib, "max-run-result-mib, max-request-mib and max-conversation-mib", 1, 4096, mib usize
 );
 bounded!(
     /// `[chat] max-runs`: runs of the HTTP chat API at once, 1 to 10,000.
-    MaxRuns, "max-runs", 1, 10_000
+    MaxRuns, "max-runs", 1, 10_000, number usize
 );
 bounded!(
     /// `[chat] max-conversations`: conversations the chat database keeps, 1 to 10 million.
-    MaxConversations, "max-conversations", 1, 10_000_000
+    MaxConversations, "max-conversations", 1, 10_000_000, number usize
 );
 bounded!(
     /// `[chat] max-database-mib`: the chat database's size in use, 1 MiB to 1 TiB.
-    MaxDatabaseMib, "max-database-mib", 1, 1 << 20
+    MaxDatabaseMib, "max-database-mib", 1, 1 << 20, mib u64
 );
 bounded!(
     /// `[chat] approval-timeout-s`: how long a destructive call waits for a person's answer
     /// in the HTTP chat API, 1 s to a day.
-    ApprovalTimeoutS, "approval-timeout-s", 1, 86_400
+    ApprovalTimeoutS, "approval-timeout-s", 1, 86_400, seconds
 );
 
 bounded!(
     /// `[registry] max-manifest-kib`: the largest manifest read, 1 KiB to 64 MiB.
-    MaxManifestKib, "max-manifest-kib", 1, 65_536
+    MaxManifestKib, "max-manifest-kib", 1, 65_536, kib u64
 );
 bounded!(
     /// `[registry] max-blob-mib`: the largest component pulled, 1 MiB to 4 GiB.
-    MaxBlobMib, "max-blob-mib", 1, 4096
+    MaxBlobMib, "max-blob-mib", 1, 4096, mib u64
 );
 bounded!(
     /// `[registry] resolve-timeout-ms`: how long resolving a tag may take, 100 ms to 1 min.
-    ResolveTimeoutMs, "resolve-timeout-ms", 100, 60_000
+    ResolveTimeoutMs, "resolve-timeout-ms", 100, 60_000, millis
 );
 bounded!(
     /// `[registry] pull-timeout-s`: how long pulling one component may take, 1 s to 1 h.
-    PullTimeoutS, "pull-timeout-s", 1, 3600
+    PullTimeoutS, "pull-timeout-s", 1, 3600, seconds
 );
 
 /// Whether identical calls are answered from the first result.
@@ -393,5 +455,26 @@ mod tests {
         }
         assert!(TimeoutMs::try_from(0).is_err());
         assert!(EnvVarName::try_from("1X".to_string()).is_err());
+    }
+
+    #[test]
+    fn a_setting_is_written_in_its_unit_and_only_then_replaces_the_default() {
+        use std::time::Duration;
+        let mib = ChatMib::try_from(3).expect("in range");
+        assert_eq!(written_or(Some(mib), 7), 3 << 20);
+        assert_eq!(written_or(None::<ChatMib>, 7), 7);
+        let kib = MaxManifestKib::try_from(2).expect("in range");
+        assert_eq!(kib.value(), 2048);
+        let seconds = DrainTimeoutS::try_from(0).expect("in range");
+        assert_eq!(written_or(Some(seconds), Duration::MAX), Duration::ZERO);
+        let millis = RetryDelayMs::try_from(250).expect("in range");
+        assert_eq!(millis.value(), Duration::from_millis(250));
+        // The largest byte setting fits its type.
+        let database = MaxDatabaseMib::try_from(1 << 20).expect("in range");
+        assert_eq!(database.value(), 1 << 40);
+        assert_eq!(
+            MaxIterations::try_from(10_000).expect("in range").value(),
+            10_000u32
+        );
     }
 }

@@ -17,11 +17,11 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
     Ending, Event, RunLimits,
 };
+use toolhost::config::{Setting, written_or};
 use toolhost::contract::BoxFuture;
 use toolhost::contract::{AskError, ElicitAnswer};
 use toolhost::invoke::CallPolicy;
@@ -89,15 +89,13 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let chat = &settings.chat;
     let agent_options = AgentOptions {
-        max_iterations: options
-            .max_iterations
-            .or(chat.max_iterations.map(|n| n.get() as u32))
-            .unwrap_or(AgentOptions::default().max_iterations),
-        max_parallel_calls: chat
-            .max_parallel_calls
-            .map_or(AgentOptions::default().max_parallel_calls, |n| {
-                n.get() as usize
-            }),
+        max_iterations: options.max_iterations.unwrap_or_else(|| {
+            written_or(chat.max_iterations, AgentOptions::default().max_iterations)
+        }),
+        max_parallel_calls: written_or(
+            chat.max_parallel_calls,
+            AgentOptions::default().max_parallel_calls,
+        ),
         builtins: true,
         tool_choice: options
             .tool_choice
@@ -213,35 +211,25 @@ fn provider_settings(
         );
     }
     provider.stream = !options.no_stream && chat.stream.unwrap_or(true);
-    provider.max_tokens = chat.max_tokens.map(|n| n.get() as u32);
-    if let Some(mib) = chat.max_response_mib {
-        provider.max_response_bytes = (mib.get() as usize) << 20;
-    }
-    if let Some(seconds) = chat.request_timeout_s {
-        provider.request_timeout = Duration::from_secs(seconds.get());
-    }
-    if let Some(attempts) = chat.max_attempts {
-        provider.retry.attempts = attempts.get() as u32;
-    }
-    if let Some(ms) = chat.retry_delay_ms {
-        provider.retry.base_delay = Duration::from_millis(ms.get());
-    }
+    provider.max_tokens = chat.max_tokens.map(Setting::value);
+    provider.max_response_bytes = written_or(chat.max_response_mib, provider.max_response_bytes);
+    provider.request_timeout = written_or(chat.request_timeout_s, provider.request_timeout);
+    provider.retry.attempts = written_or(chat.max_attempts, provider.retry.attempts);
+    provider.retry.base_delay = written_or(chat.retry_delay_ms, provider.retry.base_delay);
     Ok(provider)
 }
 
 /// What one run may hold and send: `[chat]`'s bounds over the defaults.
 fn run_limits(chat: &toolhost::config::v1::ChatSection) -> RunLimits {
     let defaults = RunLimits::default();
-    let mib = |value: Option<toolhost::config::ChatMib>, default: usize| {
-        value.map_or(default, |v| (v.get() as usize) << 20)
-    };
     RunLimits {
-        max_calls_per_answer: chat
-            .max_calls_per_answer
-            .map_or(defaults.max_calls_per_answer, |n| n.get() as usize),
-        max_run_result_bytes: mib(chat.max_run_result_mib, defaults.max_run_result_bytes),
-        max_request_bytes: mib(chat.max_request_mib, defaults.max_request_bytes),
-        max_conversation_bytes: mib(chat.max_conversation_mib, defaults.max_conversation_bytes),
+        max_calls_per_answer: written_or(chat.max_calls_per_answer, defaults.max_calls_per_answer),
+        max_run_result_bytes: written_or(chat.max_run_result_mib, defaults.max_run_result_bytes),
+        max_request_bytes: written_or(chat.max_request_mib, defaults.max_request_bytes),
+        max_conversation_bytes: written_or(
+            chat.max_conversation_mib,
+            defaults.max_conversation_bytes,
+        ),
     }
 }
 
@@ -264,24 +252,16 @@ pub(crate) fn web_settings(settings: &Settings) -> toolhost::web::ChatSettings {
     toolhost::web::ChatSettings {
         provider,
         models: chat.models.clone(),
-        max_iterations: chat
-            .max_iterations
-            .map_or(defaults.max_iterations, |n| n.get() as u32),
-        max_parallel_calls: chat
-            .max_parallel_calls
-            .map_or(defaults.max_parallel_calls, |n| n.get() as usize),
+        max_iterations: written_or(chat.max_iterations, defaults.max_iterations),
+        max_parallel_calls: written_or(chat.max_parallel_calls, defaults.max_parallel_calls),
         tool_choice: chat.tool_choice.clone().unwrap_or_default(),
         policy: CallPolicy {
             allow: chat.allow.clone(),
             deny: chat.deny.clone(),
         },
         auto_approve: chat.auto_approve.clone(),
-        approval_timeout: chat
-            .approval_timeout_s
-            .map_or(defaults.approval_timeout, |s| Duration::from_secs(s.get())),
-        max_runs: chat
-            .max_runs
-            .map_or(defaults.max_runs, |n| n.get() as usize),
+        approval_timeout: written_or(chat.approval_timeout_s, defaults.approval_timeout),
+        max_runs: written_or(chat.max_runs, defaults.max_runs),
         system: chat.system.clone(),
         limits: run_limits(chat),
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
 use toolhost::config::v1::{ChatSection, HostFile};
-use toolhost::config::{Diagnostic, FileKind, SourceFile};
+use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
 use toolhost::invoke::Host;
 use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
 use toolhost::resolve::{Resolved, Resolver};
@@ -96,8 +96,10 @@ impl Settings {
                     );
                     bail!("\n{diagnostic}");
                 }
-                let connections = (file.host.max_http_connections)
-                    .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize);
+                let connections = written_or(
+                    file.host.max_http_connections,
+                    super::http::DEFAULT_MAX_CONNECTIONS,
+                );
                 if let Some(streams) = &file.host.max_http_streams
                     && streams.get_ref().get() as usize > connections / 2
                 {
@@ -140,8 +142,7 @@ impl Settings {
         };
         let cache_keep = cli
             .cache_keep
-            .or(host.cache_keep.map(|v| v.get() as usize))
-            .unwrap_or(DEFAULT_CACHE_KEEP);
+            .unwrap_or_else(|| written_or(host.cache_keep, DEFAULT_CACHE_KEEP));
         let audit = cli.audit.clone().or_else(|| from_file(&host.audit));
         let status_file = cli
             .status_file
@@ -151,96 +152,68 @@ impl Settings {
         let chat_database =
             from_file(&chat.database).or_else(|| state_dir().map(|d| d.join("chat.sqlite3")));
         let chat_store = toolhost::web::StoreLimits {
-            max_conversations: chat
-                .max_conversations
-                .map_or(toolhost::web::DEFAULT_MAX_CONVERSATIONS, |n| {
-                    n.get() as usize
-                }),
-            max_bytes: chat
-                .max_database_mib
-                .map_or(toolhost::web::DEFAULT_MAX_DATABASE_MIB, |n| n.get())
-                << 20,
+            max_conversations: written_or(
+                chat.max_conversations,
+                toolhost::web::DEFAULT_MAX_CONVERSATIONS,
+            ),
+            max_bytes: written_or(
+                chat.max_database_mib,
+                toolhost::web::DEFAULT_MAX_DATABASE_MIB << 20,
+            ),
         };
         // Every number was range-checked while `toolhost.toml` was read (file:line on error).
-        let max_instances = host
-            .max_concurrent_calls
-            .map_or(RuntimeSettings::default().max_instances, |v| v.get() as u32);
+        let max_instances = written_or(
+            host.max_concurrent_calls,
+            RuntimeSettings::default().max_instances,
+        );
         let defaults = CompileSettings::default();
         let compile = CompileSettings {
             // The compile worker is this very program: the running binary itself, even when
             // an upgrade has replaced the file since it started (a newer compiler's artifacts
             // would not load in this host).
             worker: Some(std::path::PathBuf::from("/proc/self/exe")),
-            memory_mib: host
-                .compile_memory_mib
-                .map_or(defaults.memory_mib, |v| v.get()),
-            cpu_seconds: host
-                .compile_cpu_seconds
-                .map_or(defaults.cpu_seconds, |v| v.get()),
-            timeout: host
-                .compile_timeout_s
-                .map_or(defaults.timeout, |v| Duration::from_secs(v.get())),
-            parallel: host
-                .max_parallel_compiles
-                .map_or(defaults.parallel, |v| v.get() as usize),
-            max_component_bytes: host
-                .max_component_mib
-                .map_or(defaults.max_component_bytes, |v| v.get() << 20),
+            memory_mib: written_or(host.compile_memory_mib, defaults.memory_mib),
+            cpu_seconds: written_or(host.compile_cpu_seconds, defaults.cpu_seconds),
+            timeout: written_or(host.compile_timeout_s, defaults.timeout),
+            parallel: written_or(host.max_parallel_compiles, defaults.parallel),
+            max_component_bytes: written_or(host.max_component_mib, defaults.max_component_bytes),
         };
-        let describe_timeout = host
-            .describe_timeout_ms
-            .map_or(RuntimeSettings::default().describe_timeout, |v| {
-                Duration::from_millis(v.get())
-            });
+        let describe_timeout = written_or(
+            host.describe_timeout_ms,
+            RuntimeSettings::default().describe_timeout,
+        );
+        let max_connections = written_or(
+            host.max_http_connections,
+            super::http::DEFAULT_MAX_CONNECTIONS,
+        );
         let http = HttpLimits {
-            max_sessions: host
-                .max_mcp_sessions
-                .map_or(super::http::DEFAULT_MAX_SESSIONS, |v| v.get() as usize),
-            session_idle: host
-                .mcp_session_idle_s
-                .map_or(super::http::DEFAULT_SESSION_IDLE, |v| {
-                    Duration::from_secs(v.get())
-                }),
-            max_connections: host
-                .max_http_connections
-                .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize),
-            max_streams: host.max_http_streams.as_ref().map_or_else(
-                || {
-                    let connections = (host.max_http_connections)
-                        .map_or(super::http::DEFAULT_MAX_CONNECTIONS, |v| v.get() as usize);
-                    super::http::DEFAULT_MAX_STREAMS.min(connections / 2).max(1)
-                },
-                |v| v.get_ref().get() as usize,
+            max_sessions: written_or(host.max_mcp_sessions, super::http::DEFAULT_MAX_SESSIONS),
+            session_idle: written_or(host.mcp_session_idle_s, super::http::DEFAULT_SESSION_IDLE),
+            max_connections,
+            max_streams: written_or(
+                host.max_http_streams.as_ref().map(|v| *v.get_ref()),
+                super::http::DEFAULT_MAX_STREAMS
+                    .min(max_connections / 2)
+                    .max(1),
             ),
-            body_timeout: host
-                .http_body_timeout_s
-                .map_or(super::http::DEFAULT_BODY_TIMEOUT, |v| {
-                    Duration::from_secs(v.get())
-                }),
-            header_timeout: host
-                .http_header_timeout_ms
-                .map_or(super::http::DEFAULT_HEADER_TIMEOUT, |v| {
-                    Duration::from_millis(v.get())
-                }),
+            body_timeout: written_or(host.http_body_timeout_s, super::http::DEFAULT_BODY_TIMEOUT),
+            header_timeout: written_or(
+                host.http_header_timeout_ms,
+                super::http::DEFAULT_HEADER_TIMEOUT,
+            ),
         };
-        let mib =
-            |value: Option<u64>, default: usize| value.map_or(default, |v| (v as usize) << 20);
         let dedup = (
-            mib(
-                host.dedup_session_mib.map(|v| v.get()),
+            written_or(
+                host.dedup_session_mib,
                 toolhost::invoke::DEFAULT_DEDUP_SESSION_MIB << 20,
             ),
-            mib(
-                host.dedup_total_mib.map(|v| v.get()),
+            written_or(
+                host.dedup_total_mib,
                 toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB << 20,
             ),
         );
-        let keep_resident = host
-            .keep_resident_mib
-            .map_or(0, |v| (v.get() as usize) << 20);
-        let drain_timeout = host
-            .drain_timeout_s
-            .map_or(DEFAULT_DRAIN_TIMEOUT, |v| Duration::from_secs(v.get()));
+        let keep_resident = written_or(host.keep_resident_mib, 0);
+        let drain_timeout = written_or(host.drain_timeout_s, DEFAULT_DRAIN_TIMEOUT);
         let mut registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
         (registry.trusted_keys, registry.require_signatures) = trust;
         Ok(Settings {
@@ -430,19 +403,11 @@ fn registry_settings(
             .iter()
             .map(|r| r.get_ref().clone())
             .collect(),
-        max_manifest_bytes: section
-            .max_manifest_kib
-            .map_or(defaults.max_manifest_bytes, |v| v.get() << 10),
-        max_blob_bytes: section
-            .max_blob_mib
-            .map_or(defaults.max_blob_bytes, |v| v.get() << 20)
+        max_manifest_bytes: written_or(section.max_manifest_kib, defaults.max_manifest_bytes),
+        max_blob_bytes: written_or(section.max_blob_mib, defaults.max_blob_bytes)
             .min(compile.max_component_bytes),
-        resolve_timeout: section
-            .resolve_timeout_ms
-            .map_or(defaults.resolve_timeout, |v| Duration::from_millis(v.get())),
-        pull_timeout: section
-            .pull_timeout_s
-            .map_or(defaults.pull_timeout, |v| Duration::from_secs(v.get())),
+        resolve_timeout: written_or(section.resolve_timeout_ms, defaults.resolve_timeout),
+        pull_timeout: written_or(section.pull_timeout_s, defaults.pull_timeout),
         credentials,
         trusted_keys: Vec::new(),
         require_signatures: false,

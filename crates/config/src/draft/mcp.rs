@@ -5,7 +5,7 @@
 use super::McpDraft;
 use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS};
 use crate::v1::McpSection;
-use crate::{Diagnostic, SourceFile, Span};
+use crate::{Diagnostic, SourceFile, Span, written_or};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,11 +155,11 @@ pub(super) fn draft(
         .filter(|_| errors.len() == before)
         .map(|target| McpSpec {
             target,
-            startup_timeout: Duration::from_millis(
-                mcp.startup_timeout_ms
-                    .map_or(DEFAULT_MCP_STARTUP_TIMEOUT_MS, |t| t.get()),
+            startup_timeout: written_or(
+                mcp.startup_timeout_ms,
+                Duration::from_millis(DEFAULT_MCP_STARTUP_TIMEOUT_MS),
             ),
-            max_tools: mcp.max_tools.map_or(DEFAULT_MCP_MAX_TOOLS, |m| m.get()) as usize,
+            max_tools: written_or(mcp.max_tools, DEFAULT_MCP_MAX_TOOLS as usize),
         });
     McpDraft { spec, at }
 }

@@ -1,8 +1,8 @@
 //! An invoker's limits, dedup mode and admission: its own `[limits]`, else its ensemble's
 //! `[defaults]`, else the built-ins. The one place the three are merged.
 
-use crate::DedupMode;
 use crate::v1::{Defaults, Limits};
+use crate::{DedupMode, written_or};
 use std::time::Duration;
 use toolhost_contract::CallLimits;
 
@@ -29,36 +29,34 @@ impl Settings {
     /// The invoker's own `[limits]` (and `dedup`), else the ensemble's `[defaults]`, else the
     /// built-ins.
     pub fn merge(own: &Limits, dedup: Option<DedupMode>, defaults: &Defaults) -> Self {
-        fn pick<T: Into<u64>>(own: Option<T>, default: Option<T>, builtin: u64) -> u64 {
-            own.or(default).map_or(builtin, Into::into)
-        }
         Settings {
             limits: CallLimits {
-                timeout: Duration::from_millis(pick(
-                    own.timeout_ms,
-                    defaults.timeout_ms,
-                    DEFAULT_TIMEOUT_MS,
-                )),
-                memory_bytes: (pick(own.memory_mib, defaults.memory_mib, DEFAULT_MEMORY_MIB) << 20)
-                    as usize,
-                max_output_bytes: pick(
-                    own.max_output_bytes,
-                    defaults.max_output_bytes,
-                    DEFAULT_MAX_OUTPUT_BYTES,
-                ) as usize,
-                max_response_bytes: pick(
-                    own.max_response_bytes,
-                    defaults.max_response_bytes,
+                timeout: written_or(
+                    own.timeout_ms.or(defaults.timeout_ms),
+                    Duration::from_millis(DEFAULT_TIMEOUT_MS),
+                ),
+                memory_bytes: written_or(
+                    own.memory_mib.or(defaults.memory_mib),
+                    (DEFAULT_MEMORY_MIB << 20) as usize,
+                ),
+                max_output_bytes: written_or(
+                    own.max_output_bytes.or(defaults.max_output_bytes),
+                    DEFAULT_MAX_OUTPUT_BYTES as usize,
+                ),
+                max_response_bytes: written_or(
+                    own.max_response_bytes.or(defaults.max_response_bytes),
                     DEFAULT_MAX_RESPONSE_BYTES,
                 ),
             },
             dedup: dedup.or(defaults.dedup).unwrap_or_default(),
-            max_running: pick(
-                own.max_concurrency,
-                defaults.max_concurrency,
-                DEFAULT_MAX_CONCURRENCY,
-            ) as usize,
-            max_waiting: pick(own.max_queue, defaults.max_queue, DEFAULT_MAX_QUEUE) as usize,
+            max_running: written_or(
+                own.max_concurrency.or(defaults.max_concurrency),
+                DEFAULT_MAX_CONCURRENCY as usize,
+            ),
+            max_waiting: written_or(
+                own.max_queue.or(defaults.max_queue),
+                DEFAULT_MAX_QUEUE as usize,
+            ),
         }
     }
 }
