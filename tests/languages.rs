@@ -1,7 +1,7 @@
 //! Components in Python (componentize-py) and JavaScript (componentize-js), built from the
 //! sources in `tests/plugins` with the toolchains in the test tools folder, each build kept
-//! under `target/tmp/language-builds` by the hash of its sources (a build takes tens of
-//! seconds).
+//! under `target/tmp/language-builds` by the hash of its inputs, its sources and the pinned
+//! toolchains (a build takes tens of seconds).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +30,8 @@ use super::REPO_ROOT;
 fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) -> PathBuf {
     let mut hasher = blake3::Hasher::new();
     hasher.update(name.as_bytes());
+    // The toolchains' versions are inputs too: a new componentize-py builds afresh.
+    hasher.update(&std::fs::read(tools().join("pins")).expect("read the tools' pins"));
     for source in sources {
         let mut files = vec![source.clone()];
         if source.is_dir() {
