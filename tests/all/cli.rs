@@ -248,10 +248,45 @@ fn the_host_file_sets_paths_relative_to_itself() {
 }
 
 #[test]
+fn a_missing_component_is_named_by_the_path_it_was_looked_for_at() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "web.toml",
+        &ensemble(
+            "web",
+            "nope",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n",
+        ),
+    );
+    // The ensembles folder named relatively, as a newcomer does.
+    let output = toolhost(&fixture, &["--ensembles", "ensembles", "check"]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output) + &stderr(&output);
+    let looked_at = fixture.root().join("nope.wasm");
+    assert!(
+        text.contains(&format!(
+            "cannot read component {}: No such file or directory (os error 2); a component's \
+             path is relative to the folder of the file that names it",
+            looked_at.display()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let fixture = good_fixture();
     assert_eq!(toolhost(&fixture, &["call"]).status.code(), Some(2));
     assert_eq!(toolhost(&fixture, &["frobnicate"]).status.code(), Some(2));
+    // A project name `new` cannot use is a bad command line, said before anything is written.
+    let output = toolhost(&fixture, &["new", "word_count"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("(try `word-count`)"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!fixture.root().join("word_count").exists());
 }
 
 #[test]
@@ -288,7 +323,6 @@ fn text_from_a_tool_reaches_the_terminal_escaped_and_json_exact() {
 #[test]
 fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
     let fixture = Fixture::new();
-    let typed = fixture.root().join("typed.wasm");
     let output = toolhost(&fixture, &["describe", "typed.wasm", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
@@ -315,10 +349,9 @@ fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
     );
     // The ensemble it offers loads as it is, with every tool.
     let text = report["ensemble"].as_str().expect("an ensemble");
-    assert!(
-        text.contains(&format!("component = \"{}\"", typed.display())),
-        "{text}"
-    );
+    // Relative to the ensembles folder (`<root>/ensembles`), where it is saved.
+    assert!(text.contains("component = \"../typed.wasm\""), "{text}");
+    assert_eq!(report["unused_exports"], serde_json::json!([]));
     fixture.write("typed.toml", text);
     let check = toolhost(&fixture, &["check"]);
     assert!(check.status.success(), "{}", stdout(&check));

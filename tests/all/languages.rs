@@ -177,6 +177,32 @@ fn new_project_answers(lang: &str) {
         "{}",
         String::from_utf8_lossy(&called.stderr)
     );
+    // `describe` as the README has the author run it: nothing the host provides is marked
+    // missing (the types-only instance the toolchains import included), a toolchain's own
+    // export is said to be unused, and the ensemble it suggests names the component relative
+    // to the ensembles folder, unpinned.
+    let described = Command::new(toolhost)
+        .current_dir(&project)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .args(["describe", &format!("{name}.wasm")])
+        .output()
+        .expect("describe runs");
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(described.status.success(), "{text}");
+    assert!(!text.contains("not provided"), "{lang}: {text}");
+    if lang == "python" {
+        assert!(
+            text.contains("  exports   <- no tools in it (the toolchain's own); not used"),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!(
+            "component = \"../{name}.wasm\"\n# For a release, pin"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("\n# blake3 = \""), "{text}");
 }
 
 #[test]

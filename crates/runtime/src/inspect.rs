@@ -6,6 +6,7 @@ use super::outcome::not_a_component;
 use super::{LoadError, Runtime, SourceHash, ToolDescription, typed};
 use std::path::Path;
 use std::sync::Arc;
+use wasmtime::component::types::ComponentItem;
 
 /// What a component is and offers.
 #[derive(Debug)]
@@ -79,6 +80,18 @@ pub(super) fn provided(name: &str) -> bool {
     }
 }
 
+/// True for an instance that holds types alone (`toolhost:plugin/types`, which toolchains
+/// such as componentize-js import for the types the world uses): there is nothing in it for
+/// the host to provide, and it links as it is.
+fn only_types(item: &ComponentItem, engine: &wasmtime::Engine) -> bool {
+    match item {
+        ComponentItem::ComponentInstance(instance) => instance
+            .exports(engine)
+            .all(|(_, item)| matches!(item.ty, ComponentItem::Type(_))),
+        _ => false,
+    }
+}
+
 impl Runtime {
     /// Compiles (or takes from the cache) the component in `bytes` and says what it is. Fails
     /// only when it cannot be compiled; a component that compiles but does not link or
@@ -96,9 +109,9 @@ impl Runtime {
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
-            .map(|(name, _)| Import {
+            .map(|(name, item)| Import {
                 name: name.to_string(),
-                provided: provided(name),
+                provided: provided(name) || only_types(&item.ty, &self.engine),
             })
             .collect();
         let exports = ty

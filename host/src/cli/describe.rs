@@ -19,9 +19,10 @@ pub(crate) async fn run(
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
     let runtime = settings.bare_runtime()?;
     let inspection = runtime.inspect(file, bytes).await?;
-    // The path as an ensemble file anywhere can name it.
-    let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    let ensemble = ensemble_text(&absolute, &inspection);
+    // The path as an ensemble file in the ensembles directory names it: relative to that
+    // folder, so that the project can move.
+    let component = relative_to(&settings.ensembles, file);
+    let ensemble = ensemble_text(file, &component, &inspection);
     if as_json {
         let tools = match &inspection.tools {
             Ok(tools) => json!(tools.iter().map(tool_json).collect::<Vec<_>>()),
@@ -41,6 +42,8 @@ pub(crate) async fn run(
                 "name": i.name, "provided": i.provided,
             })).collect::<Vec<_>>(),
             "exports": inspection.exports,
+            "unused_exports": inspection.exports.iter()
+                .filter(|e| !used(e, &inspection)).collect::<Vec<_>>(),
             "tools": tools,
             "error": inspection.tools.as_ref().err().map(ToString::to_string),
             "ensemble": ensemble,
@@ -91,7 +94,12 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
     }
     println!("exports:");
     for export in &inspection.exports {
-        println!("  {}", safe(export));
+        let note = if used(export, inspection) {
+            ""
+        } else {
+            "   <- no tools in it (the toolchain's own); not used"
+        };
+        println!("  {}{note}", safe(export));
     }
     match &inspection.tools {
         Ok(tools) => {
@@ -113,14 +121,71 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
         Err(error) => println!("error: {}", safe(&error.to_string())),
     }
     if let Some(ensemble) = ensemble {
-        println!("\nAn ensemble to start from (save it as ensembles/<name>.toml):\n");
+        println!(
+            "\nAn ensemble to start from (save it in the ensembles folder; the component's path \
+             is relative to it):\n"
+        );
         print!("{}", safe(ensemble));
     }
 }
 
+/// Whether toolhost uses `export`: the plugin world's tool interface, or an instance or
+/// function a typed component's tools come from. Toolchains add exports of their own
+/// (componentize-py's `exports`), which are listed as unused.
+fn used(export: &str, inspection: &Inspection) -> bool {
+    match &inspection.world {
+        Ok(World::Plugin | World::Plugin2) => export.starts_with("toolhost:plugin/tool@"),
+        Ok(World::Typed) => {
+            // `example:greeter/greetings@0.1.0` offers `greetings/greet`.
+            let interface = export.split('@').next().unwrap_or(export);
+            let short = interface.rsplit('/').next().unwrap_or(interface);
+            inspection.tools.as_ref().is_ok_and(|tools| {
+                tools.iter().any(|t| {
+                    t.name == export
+                        || t.name
+                            .strip_prefix(short)
+                            .is_some_and(|rest| rest.starts_with('/'))
+                })
+            })
+        }
+        Err(_) => true,
+    }
+}
+
+/// `file` as a path relative to `dir` (both made absolute; through `..` where they part),
+/// or absolute when they share nothing but the root.
+fn relative_to(dir: &Path, file: &Path) -> String {
+    let absolute = |p: &Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| std::path::absolute(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
+    let (dir, file) = (absolute(dir), absolute(file));
+    let (mut from, mut to) = (dir.components().peekable(), file.components().peekable());
+    let mut shared = 0;
+    while let (Some(a), Some(b)) = (from.peek(), to.peek())
+        && a == b
+    {
+        from.next();
+        to.next();
+        shared += 1;
+    }
+    if shared <= 1 {
+        return file.display().to_string();
+    }
+    let mut path = std::path::PathBuf::new();
+    for _ in from {
+        path.push("..");
+    }
+    path.extend(to);
+    path.display().to_string()
+}
+
 /// An ensemble file that offers every tool of the component, each as a flat invoker the
-/// operator can edit or delete; `None` when it offers no tools.
-fn ensemble_text(file: &Path, inspection: &Inspection) -> Option<String> {
+/// operator can edit or delete; `None` when it offers no tools. The component is named by
+/// `component`, unpinned (a pin refuses every rebuild until it is updated), with the pin
+/// for a release in a comment.
+fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Option<String> {
     let tools = inspection.tools.as_ref().ok()?;
     let stem = file.file_stem()?.to_string_lossy().to_lowercase();
     let name: String = stem
@@ -131,9 +196,11 @@ fn ensemble_text(file: &Path, inspection: &Inspection) -> Option<String> {
     let name = if name.is_empty() { "tools" } else { name };
     let quote = |text: &str| toml_string(text);
     let mut out = format!(
-        "schema-version = 1\n\n[ensemble]\nname = {}\ncomponent = {}\nblake3 = {}\n",
+        "schema-version = 1\n\n[ensemble]\nname = {}\ncomponent = {}\n\
+         # For a release, pin this build: any other file is then refused until the pin changes.\n\
+         # blake3 = {}\n",
         quote(name),
-        quote(&file.display().to_string()),
+        quote(component),
         quote(&inspection.hash.to_string()),
     );
     for tool in tools {

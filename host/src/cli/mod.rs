@@ -125,6 +125,7 @@ enum Command {
     /// `toolhost call` as written.
     New {
         /// The project's name ([a-z0-9-]): its folder, ensemble and component.
+        #[arg(value_parser = new::project_name)]
         name: String,
         /// The language to write it in.
         #[arg(long, value_enum, default_value = "rust")]

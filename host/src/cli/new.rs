@@ -17,7 +17,10 @@ pub(crate) enum Lang {
 /// The WIT of the world this host speaks, copied into every project.
 const PLUGIN_WIT: &str = include_str!("../../../wit/toolhost-plugin-0.1.0/plugin.wit");
 
-pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+/// A project name as the command line takes it (a bad one is a usage error, exit 2):
+/// `[a-z0-9-]`, starting with a letter, 1 to 64 characters, since it names the ensemble and
+/// the component.
+pub(crate) fn project_name(name: &str) -> Result<String, String> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -25,11 +28,20 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !valid {
-        bail!(
-            "{name:?}: a project name is [a-z0-9-], starts with a letter, 1 to 64 characters \
-             (it names the ensemble and the component)"
-        );
+        let hint = if name.contains('_') {
+            format!(" (try `{}`)", name.replace('_', "-").to_ascii_lowercase())
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "a project name is [a-z0-9-], starts with a letter, 1 to 64 characters (it names \
+             the ensemble and the component){hint}"
+        ));
     }
+    Ok(name.to_string())
+}
+
+pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     let root = dir.map_or_else(|| Path::new(name).to_path_buf(), Path::to_path_buf);
     if root.exists() {
         bail!(

@@ -282,9 +282,18 @@ impl<'r> Binder<'r> {
         self.files
             .entry(path.to_path_buf())
             .or_insert_with(|| {
+                // The path it was looked for at: a relative one is the ensemble file's folder
+                // joined with what is written, which is what a newcomer gets wrong.
                 let error = |reason: String| BindError::Read {
-                    path: path.to_path_buf(),
-                    reason,
+                    path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+                    reason: if path.exists() {
+                        reason
+                    } else {
+                        format!(
+                            "{reason}; a component's path is relative to the folder of the file \
+                             that names it"
+                        )
+                    },
                 };
                 let bytes = toolhost_config::read_limited(path, limit).map_err(error)?;
                 Ok((SourceHash::of(&bytes), Arc::from(bytes)))
