@@ -97,8 +97,10 @@ pub(super) fn classify(
             limit_bytes: limits.memory_bytes,
         };
     }
-    // What came before a panic (Python's traceback before componentize-py's runtime gives up)
-    // says more than the panic itself.
+    if let Some(message) = language_exception(stderr) {
+        return RunError::Crashed { message };
+    }
+    // What came before a panic says more than the panic itself.
     let before_panic = stderr
         .find("panicked at ")
         .map(|at| stderr[..at].rfind('\n').map_or("", |line| &stderr[..line]));
@@ -121,6 +123,42 @@ pub(super) fn classify(
         None => message,
     };
     RunError::Crashed { message }
+}
+
+/// An exception of the language a component was written in, as its author would read it,
+/// without the toolchain's own frames: a JavaScript value thrown out of a function
+/// (componentize-js reports that it could not convert it into the function's error variant,
+/// naming what was thrown, then aborts), or a Python exception (componentize-py's runtime
+/// prints the traceback, then panics at a line of its own source).
+fn language_exception(stderr: &str) -> Option<String> {
+    const JS_THROWN: &str = "(received `";
+    const JS_END: &str = "`) specified for `";
+    if let Some(start) = stderr.find(JS_THROWN) {
+        let rest = &stderr[start + JS_THROWN.len()..];
+        if let Some(end) = rest.find(JS_END) {
+            let thrown = toolhost_contract::cut(&rest[..end], 2048, |_| "...".into());
+            return Some(format!(
+                "JavaScript exception: {} (a function of the world ends with its result or \
+                 by throwing its error variant, e.g. `throw {{ tag: \"failed\", val: \
+                 \"why\" }}`; anything else thrown is a crash)",
+                toolhost_audit::redact_text(&thrown)
+            ));
+        }
+    }
+    const PY_TRACEBACK: &str = "Traceback (most recent call last):";
+    if stderr.contains("Python function threw an unexpected exception")
+        && let Some(start) = stderr.rfind(PY_TRACEBACK)
+    {
+        // Up to componentize-py's own panic, which follows the traceback.
+        let traceback = &stderr[start..];
+        let traceback = traceback
+            .find("\nthread '")
+            .map_or(traceback, |end| &traceback[..end]);
+        let tail = stderr_tail(traceback)?;
+        let last = tail.lines().last().unwrap_or_default().trim().to_string();
+        return Some(format!("Python exception: {last}\n{tail}"));
+    }
+    None
 }
 
 /// The last lines of a plugin's stderr (at most 12 lines and 2 KiB, secrets redacted), for
@@ -161,7 +199,37 @@ fn panic_message(stderr: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{panic_message, stderr_tail};
+    use super::{language_exception, panic_message, stderr_tail};
+
+    #[test]
+    fn a_language_exception_is_told_without_the_toolchain() {
+        // As componentize-js 0.23 writes it.
+        let js = "invalid variant tag value `undefined` (received `ReferenceError: x is not \
+                  defined`) specified for `ToolError` Stack:\n  export_tool_0_1_0$call@/tmp/a/\
+                  sources/initializer.js:226:17\nRedirecting call to abort() to mozalloc_abort\n";
+        let message = language_exception(js).expect("recognised");
+        assert!(
+            message.starts_with("JavaScript exception: ReferenceError: x is not defined ("),
+            "{message}"
+        );
+        assert!(!message.contains("initializer.js") && !message.contains("mozalloc"));
+        // As componentize-py 0.25 writes it.
+        let py = "Traceback (most recent call last):\n  File \"/0/app.py\", line 20, in call\n\
+                  ValueError: boom\n\nthread '<unnamed>' panicked at runtime/src/lib.rs:1293:29:\n\
+                  Python function threw an unexpected exception\nnote: run with \
+                  `RUST_BACKTRACE=1`\n";
+        let message = language_exception(py).expect("recognised");
+        assert_eq!(
+            message,
+            "Python exception: ValueError: boom\nTraceback (most recent call last):\n  File \
+             \"/0/app.py\", line 20, in call\nValueError: boom"
+        );
+        // A Rust panic is not a language exception.
+        assert_eq!(
+            language_exception("thread 'main' panicked at src/lib.rs:1:1:\nboom\n"),
+            None
+        );
+    }
 
     #[test]
     fn the_stderr_tail_is_its_last_lines_bounded_and_redacted() {
