@@ -9,6 +9,7 @@ mod chat_bounds;
 mod chat_bounds_web;
 mod cli;
 mod compile;
+mod compile_serving;
 mod config_golden;
 mod conformance;
 mod dedup;

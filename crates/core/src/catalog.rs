@@ -237,6 +237,22 @@ pub struct Catalog {
     /// The accepted ensembles, in load order, and where each is by file.
     ensembles: Vec<Arc<Ensemble>>,
     by_file: HashMap<PathBuf, usize>,
+    /// Ensemble files that do not serve yet, for the message of a call to a tool they will
+    /// offer.
+    pending: Vec<Pending>,
+}
+
+/// An ensemble file that does not serve yet: its components compile, or its MCP server
+/// starts, in the background.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub file: PathBuf,
+    /// The component files it waits for.
+    pub compiling: Vec<PathBuf>,
+    /// The MCP servers it waits for (their command lines or URLs).
+    pub starting: Vec<String>,
+    /// Since when it has waited (the first reload that found it waiting).
+    pub since: std::time::Instant,
 }
 
 impl Catalog {
@@ -258,7 +274,19 @@ impl Catalog {
             active,
             ensembles,
             by_file,
+            pending: Vec::new(),
         }
+    }
+
+    /// The same catalog, told which ensemble files do not serve yet.
+    pub fn with_pending(mut self, pending: Vec<Pending>) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// The ensemble files that do not serve yet.
+    pub fn pending(&self) -> &[Pending] {
+        &self.pending
     }
 
     /// The enabled tool called `name`.

@@ -449,10 +449,18 @@ fn lookup<'c>(
             .collect();
         return Err(CallError::new(
             ErrorKind::UnknownTool,
-            format!(
-                "there is no tool named `{name}`; available tools: {}",
-                names.join(", ")
-            ),
+            match catalog.pending() {
+                [] => format!(
+                    "there is no tool named `{name}`; available tools: {}",
+                    names.join(", ")
+                ),
+                pending => format!(
+                    "there is no tool named `{name}` yet: {}; its tools join when that ends \
+                     (`toolhost status` and /readyz say when); available now: {}",
+                    loading(pending),
+                    names.join(", ")
+                ),
+            },
         ));
     };
     if !session.policy.permits(name) {
@@ -462,6 +470,37 @@ fn lookup<'c>(
         ));
     }
     Ok(tool)
+}
+
+/// What the ensembles that do not serve yet wait for, and how long they have: "ensembles/a.toml
+/// is loading (compiling /x/a.wasm for 12 s)", at most three of them.
+fn loading(pending: &[crate::catalog::Pending]) -> String {
+    const SHOWN: usize = 3;
+    let mut parts: Vec<String> = pending
+        .iter()
+        .take(SHOWN)
+        .map(|p| {
+            let compiling = p
+                .compiling
+                .iter()
+                .map(|c| format!("compiling {}", c.display()));
+            let starting = p
+                .starting
+                .iter()
+                .map(|s| format!("starting MCP server `{s}`"));
+            let waits: Vec<String> = compiling.chain(starting).collect();
+            format!(
+                "{} is loading ({} for {} s)",
+                p.file.display(),
+                waits.join(", "),
+                p.since.elapsed().as_secs()
+            )
+        })
+        .collect();
+    if pending.len() > SHOWN {
+        parts.push(format!("{} more", pending.len() - SHOWN));
+    }
+    parts.join("; ")
 }
 
 /// One run of `tool` on its backend, once the invoker's gate lets it in.

@@ -19,14 +19,14 @@
 
 mod targets;
 
-use crate::catalog::{Catalog, CatalogChange, LiveCatalog, RefusedEnsemble};
+use crate::catalog::{Catalog, CatalogChange, LiveCatalog, Pending, RefusedEnsemble};
 use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use targets::WatchTargets;
 use tokio::sync::{broadcast, mpsc};
 use toolhost_audit as audit;
@@ -175,6 +175,8 @@ pub struct Reloader {
     /// Subscribed before the first resolve, so that a compile it started that ends before
     /// anyone follows the compiles is not missed; taken by the first follower.
     compiled: Mutex<Option<broadcast::Receiver<SourceHash>>>,
+    /// Since when each ensemble file that does not serve yet has waited.
+    waiting_since: Mutex<HashMap<PathBuf, Instant>>,
 }
 
 /// How a [`Reloader`] starts: [`Reloader::builder`], then [`ReloaderBuilder::start`].
@@ -225,7 +227,7 @@ impl Reloader {
     /// `compiles` says.
     async fn begin(resolver: Resolver, dir: PathBuf, compiles: Compiles) -> Arc<Self> {
         let compiled = resolver.runtime().loads_finished();
-        let (resolved, loading, named) = match resolver.ensembles(&dir, compiles).await {
+        let (mut resolved, loading, named) = match resolver.ensembles(&dir, compiles).await {
             Ok(outcomes) => {
                 let named = named_components(&outcomes);
                 let (resolved, loading) = keep_last_good(outcomes, &Catalog::default());
@@ -240,6 +242,9 @@ impl Reloader {
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
         report(&resolved.refused, &refused, &[]);
+        let mut waiting_since = HashMap::new();
+        resolved.catalog = std::mem::take(&mut resolved.catalog)
+            .with_pending(pending(&loading, &mut waiting_since));
         let status = ReloadStatus::default().next(0, &resolved.catalog, refused, loading);
         Arc::new(Reloader {
             resolver,
@@ -250,6 +255,7 @@ impl Reloader {
             status: Mutex::new(status),
             named: Mutex::new(named),
             compiled: Mutex::new(Some(compiled)),
+            waiting_since: Mutex::new(waiting_since),
         })
     }
 
@@ -347,7 +353,8 @@ impl Reloader {
     pub async fn reload(&self) -> Arc<CatalogChange> {
         let _one_at_a_time = self.reloading.lock().await;
         let previous = self.catalog.snapshot();
-        let (resolved, loading) = match self.resolver.ensembles(&self.dir, self.compiles).await {
+        let (mut resolved, loading) = match self.resolver.ensembles(&self.dir, self.compiles).await
+        {
             Ok(outcomes) => {
                 *self.named.lock().unwrap_or_else(PoisonError::into_inner) =
                     named_components(&outcomes);
@@ -360,6 +367,14 @@ impl Reloader {
         };
         let refused: Vec<RefusedEnsemble> =
             resolved.refused.iter().map(RefusedEnsemble::from).collect();
+        let waiting = pending(
+            &loading,
+            &mut self
+                .waiting_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        resolved.catalog = std::mem::take(&mut resolved.catalog).with_pending(waiting);
         // The status is locked across the swap: a subscriber told of the change and asking
         // for the status sees this reload's.
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
@@ -515,6 +530,22 @@ fn named_components(outcomes: &[Outcome]) -> Vec<PathBuf> {
         .flat_map(|o| o.components.iter())
         .filter(|path| seen.insert(path.as_path()))
         .cloned()
+        .collect()
+}
+
+/// The ensembles of `loading` as a catalog tells callers, each waiting since the first reload
+/// that found it waiting (kept in `since`, which forgets those that wait no more).
+fn pending(loading: &[LoadingEnsemble], since: &mut HashMap<PathBuf, Instant>) -> Vec<Pending> {
+    let now = Instant::now();
+    since.retain(|file, _| loading.iter().any(|l| &l.file == file));
+    loading
+        .iter()
+        .map(|ensemble| Pending {
+            file: ensemble.file.clone(),
+            compiling: ensemble.components.clone(),
+            starting: ensemble.servers.clone(),
+            since: *since.entry(ensemble.file.clone()).or_insert(now),
+        })
         .collect()
 }
 
