@@ -274,6 +274,28 @@ fn a_missing_component_is_named_by_the_path_it_was_looked_for_at() {
 }
 
 #[test]
+fn new_projects_name_a_schema_their_ensemble_fits() {
+    use toolhost::config::file_schemas::Kind;
+    let fixture = Fixture::new();
+    for lang in ["rust", "python", "js"] {
+        let name = format!("fits-{lang}");
+        let output = toolhost(&fixture, &["new", &name, "--lang", lang]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let project = fixture.root().join(&name);
+        let ensemble = std::fs::read_to_string(project.join(format!("ensembles/{name}.toml")))
+            .expect("the ensemble");
+        assert!(
+            ensemble.starts_with("#:schema ../schemas/ensemble.schema.json\n"),
+            "{ensemble}"
+        );
+        assert_eq!(Kind::Ensemble.check(&ensemble), Vec::<String>::new());
+        let schema = std::fs::read_to_string(project.join("schemas/ensemble.schema.json"))
+            .expect("the schema beside it");
+        assert_eq!(schema, Kind::Ensemble.schema_text());
+    }
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let fixture = good_fixture();
     assert_eq!(toolhost(&fixture, &["call"]).status.code(), Some(2));

@@ -29,7 +29,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 pub const MAX_HELD_BYTES: usize = 4 << 20;
 
 /// What the host does while its audit log cannot be written (`[host] on-audit-error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnAuditError {
     /// Calls are refused (`unavailable`) until the log takes writes again; nothing runs

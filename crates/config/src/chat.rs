@@ -73,8 +73,23 @@ impl<'de> Deserialize<'de> for ToolChoice {
     }
 }
 
+impl schemars::JsonSchema for ToolChoice {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolChoice".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "`auto`, `required`, `none`, or the name of the tool the model must call",
+            "type": "string",
+            "minLength": 1,
+            "examples": ["auto", "required", "none"]
+        })
+    }
+}
+
 /// Which API a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     OpenAi,

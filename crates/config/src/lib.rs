@@ -9,6 +9,7 @@
 mod chat;
 mod diagnostic;
 pub mod draft;
+pub mod file_schemas;
 mod files;
 mod names;
 pub mod sandbox;

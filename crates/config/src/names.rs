@@ -38,6 +38,17 @@ macro_rules! string_newtype {
                 f.write_str(&self.0)
             }
         }
+
+        // A string to editors; the host's own check says more (file:line:col).
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "minLength": 1 })
+            }
+        }
     };
 }
 
@@ -184,6 +195,20 @@ macro_rules! bounded {
             /// The validated number.
             pub fn get(self) -> u64 {
                 self.0
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "type": "integer",
+                    "minimum": $min as i64,
+                    "maximum": $max as i64,
+                })
             }
         }
 
@@ -410,7 +435,9 @@ bounded!(
 );
 
 /// Whether identical calls are answered from the first result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DedupMode {
     /// Identical calls (same tool version, same canonical arguments) in one session run once.
@@ -421,7 +448,19 @@ pub enum DedupMode {
 }
 
 /// How a granted directory may be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Access {
     /// Files may be read, listed and stat'ed.

@@ -12,6 +12,7 @@ use super::names::{
     McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs,
     TimeoutMs, ToolName,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -20,9 +21,10 @@ fn yes() -> bool {
 }
 
 /// `ensembles/<name>.toml`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EnsembleFile {
+    #[schemars(range(min = 1, max = 1))]
     pub schema_version: u32,
     pub ensemble: EnsembleSection,
     #[serde(default)]
@@ -30,32 +32,39 @@ pub struct EnsembleFile {
     #[serde(default)]
     pub grants: Grants,
     #[serde(default)]
+    #[schemars(with = "Vec<InvokerEntry>")]
     pub invokers: Vec<Spanned<InvokerEntry>>,
 }
 
 /// `[ensemble]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EnsembleSection {
+    #[schemars(with = "EnsembleName")]
     pub name: Spanned<EnsembleName>,
     #[serde(default = "yes")]
     pub enabled: bool,
     pub description: Option<String>,
+    #[schemars(with = "Option<String>")]
     pub component: Option<Spanned<String>>,
+    #[schemars(with = "Option<Blake3Hex>")]
     pub blake3: Option<Spanned<Blake3Hex>>,
     /// Its components must be `oci://` references signed by a key of `[trust]`.
     #[serde(default)]
     pub require_signature: bool,
+    #[schemars(with = "Option<ToolName>")]
     pub prefix: Option<Spanned<ToolName>>,
     /// An MCP server whose tools this ensemble imports, instead of a component.
+    #[schemars(with = "Option<McpSection>")]
     pub mcp: Option<Spanned<McpSection>>,
 }
 
 /// `[ensemble.mcp]`: a server started as a child process (`command`, `args`, `env`) or
 /// reached over streamable HTTP (`url`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct McpSection {
+    #[schemars(with = "Option<String>")]
     pub command: Option<Spanned<String>>,
     #[serde(default)]
     pub args: Vec<String>,
@@ -66,7 +75,9 @@ pub struct McpSection {
     /// Host variables passed through with the host's values (tokens, say), so that their
     /// values need not be written here.
     #[serde(default)]
+    #[schemars(with = "Vec<EnvVarName>")]
     pub inherit_env: Vec<Spanned<EnvVarName>>,
+    #[schemars(with = "Option<String>")]
     pub url: Option<Spanned<String>>,
     /// How long starting the server and listing its tools may take (default 10000).
     pub startup_timeout_ms: Option<TimeoutMs>,
@@ -75,7 +86,7 @@ pub struct McpSection {
 }
 
 /// `[defaults]`: what each invoker inherits unless it sets its own.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Defaults {
     pub timeout_ms: Option<TimeoutMs>,
@@ -88,25 +99,31 @@ pub struct Defaults {
 }
 
 /// `[grants]`: the ceiling of what the ensemble's invokers may be given.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Grants {
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub network: Vec<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "Vec<FileGrant>")]
     pub files: Vec<Spanned<FileGrant>>,
     #[serde(default)]
+    #[schemars(with = "Vec<EnvVarName>")]
     pub env: Vec<Spanned<EnvVarName>>,
     /// Whether invokers may sample the caller's model (`toolhost:plugin@0.2.0`'s `sample`).
+    #[schemars(with = "Option<bool>")]
     pub sampling: Option<Spanned<bool>>,
     /// Whether invokers may ask the person behind the caller (`elicit`).
+    #[schemars(with = "Option<bool>")]
     pub elicitation: Option<Spanned<bool>>,
 }
 
 /// One granted directory: `{ host = "data/", guest = "/data", access = "read" }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileGrant {
+    #[schemars(with = "String")]
     pub host: Spanned<String>,
     pub guest: GuestPath,
     pub access: Access,
@@ -116,43 +133,57 @@ pub struct FileGrant {
 /// file inline (`invoker`, `limits`, `capabilities`, `arguments`); or flat, the `[invoker]`
 /// keys written in the entry itself (`name = "read_file"`, `description = ...`) beside
 /// `limits`, `capabilities` and `arguments`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InvokerEntry {
+    #[schemars(with = "Option<String>")]
     pub source: Option<Spanned<String>>,
     pub invoker: Option<InvokerSection>,
     // The flat form: the keys of `[invoker]`, each optional here (`name` is then required).
+    #[schemars(with = "Option<ToolName>")]
     pub name: Option<Spanned<ToolName>>,
+    #[schemars(with = "Option<BackendToolName>")]
     pub tool: Option<Spanned<BackendToolName>>,
+    #[schemars(with = "Option<bool>")]
     pub enabled: Option<Spanned<bool>>,
+    #[schemars(with = "Option<String>")]
     pub description: Option<Spanned<String>>,
+    #[schemars(with = "Option<bool>")]
     pub destructive: Option<Spanned<bool>>,
+    #[schemars(with = "Option<DedupMode>")]
     pub dedup: Option<Spanned<DedupMode>>,
+    #[schemars(with = "Option<String>")]
     pub component: Option<Spanned<String>>,
+    #[schemars(with = "Option<Blake3Hex>")]
     pub blake3: Option<Spanned<Blake3Hex>>,
     pub limits: Option<Limits>,
     pub capabilities: Option<Capabilities>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub arguments: Option<Spanned<toml::Value>>,
 }
 
 /// `ensembles/<ensemble>/<invoker>.toml`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InvokerFile {
+    #[schemars(range(min = 1, max = 1))]
     pub schema_version: u32,
     pub invoker: InvokerSection,
     #[serde(default)]
     pub limits: Limits,
     #[serde(default)]
     pub capabilities: Capabilities,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub arguments: Option<Spanned<toml::Value>>,
 }
 
 /// `[invoker]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InvokerSection {
+    #[schemars(with = "ToolName")]
     pub name: Spanned<ToolName>,
+    #[schemars(with = "Option<BackendToolName>")]
     pub tool: Option<Spanned<BackendToolName>>,
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -160,12 +191,14 @@ pub struct InvokerSection {
     #[serde(default)]
     pub destructive: bool,
     pub dedup: Option<DedupMode>,
+    #[schemars(with = "Option<String>")]
     pub component: Option<Spanned<String>>,
+    #[schemars(with = "Option<Blake3Hex>")]
     pub blake3: Option<Spanned<Blake3Hex>>,
 }
 
 /// `[limits]` of an invoker.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
     pub timeout_ms: Option<TimeoutMs>,
@@ -177,28 +210,33 @@ pub struct Limits {
 }
 
 /// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Capabilities {
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub network: Vec<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "Vec<FileCapability>")]
     pub files: Vec<Spanned<FileCapability>>,
     #[serde(default)]
+    #[schemars(with = "Vec<EnvVarName>")]
     pub env: Vec<Spanned<EnvVarName>>,
     /// `host.log` lines reach the host's log and the caller (default true).
     pub log: Option<bool>,
     /// Progress reports reach the caller (default true).
     pub progress: Option<bool>,
     /// May sample the caller's model; needs the ensemble's grant (default false).
+    #[schemars(with = "Option<bool>")]
     pub sampling: Option<Spanned<bool>>,
     /// May ask the person behind the caller; needs the ensemble's grant (default false).
+    #[schemars(with = "Option<bool>")]
     pub elicitation: Option<Spanned<bool>>,
 }
 
 /// A directory the invoker needs, by its guest path: `{ guest = "/data", access = "read" }`.
 /// The host directory comes from the ensemble's grant of that guest path (or of a parent).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileCapability {
     pub guest: GuestPath,
@@ -206,9 +244,10 @@ pub struct FileCapability {
 }
 
 /// `toolhost.toml`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct HostFile {
+    #[schemars(range(min = 1, max = 1))]
     pub schema_version: u32,
     #[serde(default)]
     pub host: HostSection,
@@ -222,24 +261,27 @@ pub struct HostFile {
 
 /// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed
 /// with, and whether every one must be.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TrustSection {
     /// PEM public keys (`cosign.pub`), relative to `toolhost.toml`.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub keys: Vec<Spanned<String>>,
     /// Every `oci://` component must be signed by one of `keys`.
     #[serde(default)]
+    #[schemars(with = "Option<bool>")]
     pub require_signatures: Option<Spanned<bool>>,
 }
 
 /// `[registry]` of `toolhost.toml`: how `oci://` components are fetched. Credentials are
 /// never read from this file (the environment or a Docker `config.json`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RegistrySection {
     /// Registries reached over plain HTTP (`host:port`); those on loopback always are.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub insecure: Vec<Spanned<String>>,
     /// The largest manifest read, in KiB (default 1024).
     pub max_manifest_kib: Option<MaxManifestKib>,
@@ -253,7 +295,7 @@ pub struct RegistrySection {
 }
 
 /// `[host]` of `toolhost.toml`; relative paths are relative to that file.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct HostSection {
     pub ensembles: Option<String>,
@@ -292,6 +334,7 @@ pub struct HostSection {
     /// Long-lived responses (event streams: MCP's GET streams and `subscriptions/listen`,
     /// chat runs, the catalog's stream) open at once; at most half of the connections
     /// (default 256, or half of `max-http-connections` if that is less).
+    #[schemars(with = "Option<MaxHttpStreams>")]
     pub max_http_streams: Option<Spanned<MaxHttpStreams>>,
     /// How long a connection may take to send a request's headers (default 10000).
     pub http_header_timeout_ms: Option<HttpHeaderTimeoutMs>,
@@ -312,7 +355,7 @@ pub struct HostSection {
 
 /// `[chat]` of `toolhost.toml`: the agent loop's model and limits. API keys are never read
 /// from this file: `api-key-env` names the environment variable that holds the key.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ChatSection {
     /// `openai`, `anthropic` or `prompted`.
@@ -321,6 +364,8 @@ pub struct ChatSection {
     pub base_url: Option<String>,
     pub api_key_env: Option<EnvVarName>,
     /// Accepted only to be refused with a message that says where keys go.
+    // Left out of the schema, so that an editor marks it as the host does.
+    #[schemars(skip)]
     pub api_key: Option<Spanned<toml::Value>>,
     pub stream: Option<bool>,
     pub max_tokens: Option<MaxTokens>,

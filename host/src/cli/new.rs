@@ -1,10 +1,12 @@
 //! `toolhost new NAME --lang rust|python|js`: a plugin project that builds and answers
 //! `toolhost call` as written: the source of one tool, the WIT it is built against, a build
-//! script, and an ensemble that names the component it builds.
+//! script, and an ensemble that names the component it builds (and, on its first line, the
+//! JSON Schema written beside it for editors).
 
 use anyhow::{Context, bail};
 use std::path::Path;
 use std::process::ExitCode;
+use toolhost::config::file_schemas::Kind;
 
 /// The languages `new` writes projects in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,11 +73,13 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
             ("build.sh", include_str!("templates/js/build.sh")),
         ],
     };
+    // The first line names the schema written beside it, for editors' completion.
     let ensemble = format!(
-        "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\ncomponent = \"../{name}.wasm\"\n\n\
+        "#:schema ../schemas/{schema}\nschema-version = 1\n\n[ensemble]\nname = \"{name}\"\ncomponent = \"../{name}.wasm\"\n\n\
          [defaults]\ntimeout-ms = 5000\nmemory-mib = 128\n\n\
          # Every tool of the component is offered; to rename one, restrict its schema or mark\n\
-         # it destructive, list it:\n# [[invokers]]\n# name = \"{tool}\"\n# destructive = false\n"
+         # it destructive, list it:\n# [[invokers]]\n# name = \"{tool}\"\n# destructive = false\n",
+        schema = Kind::Ensemble.file_name(),
     );
     let write = |relative: &str, text: &str| -> anyhow::Result<()> {
         let path = root.join(relative);
@@ -90,6 +94,10 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
     }
     write("wit/plugin.wit", PLUGIN_WIT)?;
     write(&format!("ensembles/{name}.toml"), &ensemble)?;
+    write(
+        &format!("schemas/{}", Kind::Ensemble.file_name()),
+        &Kind::Ensemble.schema_text(),
+    )?;
     make_executable(&root.join("build.sh"))?;
     let language = match lang {
         Lang::Rust => "Rust",
