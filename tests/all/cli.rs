@@ -411,6 +411,69 @@ fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
 }
 
 #[test]
+fn add_docs_gives_a_cargo_built_typed_component_its_wit_descriptions() {
+    let fixture = Fixture::new();
+    let description = |file: &str, tool: &str| -> String {
+        let output = toolhost(&fixture, &["describe", file, "--json"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let report: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+        let tools = report["tools"].as_array().expect("tools").clone();
+        let found = tools.iter().find(|t| t["name"] == tool).expect("the tool");
+        found["description"]
+            .as_str()
+            .expect("a description")
+            .to_string()
+    };
+    // Built by cargo with wit-bindgen: the WIT's doc comments did not reach the component.
+    assert!(description("typed.wasm", "get_forecast").starts_with("Calls `weather/get-forecast`"));
+    let wit = std::path::Path::new(toolhost_testkit::REPO_ROOT).join("tests/plugins/typed/wit");
+    let before = std::fs::read(fixture.root().join("typed.wasm")).expect("read");
+    let wit = wit.to_str().expect("path");
+    let output = toolhost(
+        &fixture,
+        &[
+            "add-docs",
+            "typed.wasm",
+            "--wit",
+            wit,
+            "-o",
+            "documented.wasm",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("the doc comments of example:typed@0.1.0"),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(
+        description("documented.wasm", "get_forecast"),
+        "The forecast for a place; an unknown place is an error."
+    );
+    assert_eq!(description("documented.wasm", "add"), "Adds two numbers.");
+    assert_eq!(
+        std::fs::read(fixture.root().join("typed.wasm")).expect("read"),
+        before
+    );
+    // In place, and again over its own section.
+    for _ in 0..2 {
+        let output = toolhost(&fixture, &["add-docs", "typed.wasm", "--wit", wit]);
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    assert_eq!(description("typed.wasm", "greet"), "Says hello.");
+    let output = toolhost(
+        &fixture,
+        &["add-docs", "typed.wasm", "--wit", "no-such-wit"],
+    );
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        stderr(&output).contains("cannot read the WIT at no-such-wit"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn the_cache_keeps_what_ensembles_use_and_prune_removes_the_rest() {
     let fixture = Fixture::new();
     fixture.write_echo();

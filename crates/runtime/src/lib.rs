@@ -36,6 +36,7 @@ pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::LoadError;
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
+pub use typed::with_package_docs;
 
 use crate::sandbox::{Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::Plugin;

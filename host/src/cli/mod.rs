@@ -14,6 +14,7 @@ mod call;
 mod chat;
 mod check;
 mod describe;
+mod docs;
 mod http;
 mod list;
 mod logging;
@@ -168,6 +169,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put the WIT doc comments of DIR into a typed component, as its `package-docs`
+    /// section: the tools' descriptions (cargo with wit-bindgen leaves them out).
+    AddDocs {
+        /// The component file (.wasm), rewritten in place unless --output is given.
+        file: std::path::PathBuf,
+        /// The WIT folder (or file) the component was built from.
+        #[arg(long, value_name = "DIR")]
+        wit: std::path::PathBuf,
+        /// Write the component here instead.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
     /// Show what the running `toolhost serve` loaded, when, with which hashes, and what failed.
     Status {
         /// Print JSON.
@@ -277,6 +290,7 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         }
         Command::New { name, lang, dir } => new::run(&name, lang, dir.as_deref()),
         Command::Describe { file, json } => describe::run(&settings, &file, json).await,
+        Command::AddDocs { file, wit, output } => docs::run(&file, &wit, output.as_deref()),
         Command::CompileWorker { .. } => unreachable_worker(),
     }
 }

@@ -260,6 +260,52 @@ fn package_docs(bytes: &[u8]) -> Option<Value> {
     None
 }
 
+/// `component` with `docs` (wit-component's encoding: a version byte, then JSON) as its
+/// `package-docs` custom section, in place of any it had: how a build that lost its WIT doc
+/// comments (cargo with wit-bindgen) gets them back (`toolhost add-docs`). `None` when the
+/// bytes are not a component's.
+pub fn with_package_docs(component: &[u8], docs: &[u8]) -> Option<Vec<u8>> {
+    const NAME: &[u8] = b"package-docs";
+    let header = component.get(..8)?;
+    if !header.starts_with(b"\0asm") {
+        return None;
+    }
+    let mut out = header.to_vec();
+    let mut rest = &component[8..];
+    while let Some((&id, after)) = rest.split_first() {
+        let (size, body) = leb128(after)?;
+        let section = body.get(..size)?;
+        let whole = &rest[..rest.len() - body.len() + size];
+        rest = &body[size..];
+        let named_docs = id == 0
+            && leb128(section).is_some_and(|(length, named)| named.get(..length) == Some(NAME));
+        if !named_docs {
+            out.extend_from_slice(whole);
+        }
+    }
+    let mut payload = leb128_bytes(NAME.len());
+    payload.extend_from_slice(NAME);
+    payload.extend_from_slice(docs);
+    out.push(0);
+    out.extend(leb128_bytes(payload.len()));
+    out.extend(payload);
+    Some(out)
+}
+
+/// `value` as unsigned LEB128.
+fn leb128_bytes(mut value: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 /// An unsigned LEB128 of at most 32 bits, and what follows it.
 fn leb128(bytes: &[u8]) -> Option<(usize, &[u8])> {
     let mut value = 0usize;
@@ -319,6 +365,27 @@ mod tests {
             Some("Forecast.")
         );
         assert_eq!(doc_of(&docs, Some("weather"), "add"), None);
+    }
+
+    #[test]
+    fn package_docs_written_are_read_back_and_replace_any_before() {
+        let component = b"\0asm\x0d\0\x01\0".to_vec();
+        let first = with_package_docs(&component, b"\x01{\"docs\":\"one\"}").expect("written");
+        let second = with_package_docs(&first, b"\x01{\"docs\":\"two\"}").expect("written");
+        assert_eq!(
+            package_docs(&second),
+            Some(serde_json::json!({"docs": "two"}))
+        );
+        assert_eq!(second.len(), first.len(), "the first section was replaced");
+        let long = format!("\x01{{\"docs\":\"{}\"}}", "x".repeat(300));
+        let written = with_package_docs(&component, long.as_bytes()).expect("written");
+        assert_eq!(
+            package_docs(&written).expect("read")["docs"]
+                .as_str()
+                .map(str::len),
+            Some(300)
+        );
+        assert_eq!(with_package_docs(b"not wasm", b"\x01{}"), None);
     }
 
     #[test]
