@@ -472,26 +472,31 @@ fn lookup<'c>(
     Ok(tool)
 }
 
-/// What the ensembles that do not serve yet wait for, and how long they have: "ensembles/a.toml
-/// is loading (compiling /x/a.wasm for 12 s)", at most three of them.
+/// What the ensembles that do not serve yet wait for, and how long they have: "hello.toml is
+/// loading (compiling hello.wasm for 12 s)", at most three of them. File names only: the
+/// caller is told what to wait for, not where the operator keeps things (nor an imported
+/// server's command line or URL, which may carry a secret).
 fn loading(pending: &[crate::catalog::Pending]) -> String {
     const SHOWN: usize = 3;
+    let name = |path: &std::path::Path| {
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
     let mut parts: Vec<String> = pending
         .iter()
         .take(SHOWN)
         .map(|p| {
-            let compiling = p
-                .compiling
-                .iter()
-                .map(|c| format!("compiling {}", c.display()));
+            let compiling = p.compiling.iter().map(|c| format!("compiling {}", name(c)));
             let starting = p
                 .starting
                 .iter()
-                .map(|s| format!("starting MCP server `{s}`"));
+                .map(|_| "starting its MCP server".to_string());
             let waits: Vec<String> = compiling.chain(starting).collect();
             format!(
                 "{} is loading ({} for {} s)",
-                p.file.display(),
+                name(&p.file),
                 waits.join(", "),
                 p.since.elapsed().as_secs()
             )
