@@ -36,6 +36,7 @@ mod metrics;
 mod network;
 mod plugins;
 mod props;
+mod quickstarts;
 mod registry;
 mod registry_hostile;
 mod registry_trust;
