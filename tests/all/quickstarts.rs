@@ -166,6 +166,11 @@ fn the_javascript_quick_start_runs_as_written() {
 }
 
 #[test]
+fn the_typed_quick_start_runs_as_written() {
+    run("typed");
+}
+
+#[test]
 fn the_rust_quick_start_runs_as_written() {
     let (temp, _) = run("rust");
     described(&temp.path().join("word-count"), "rust");
