@@ -8,8 +8,9 @@
 # run, haproxy, the load balancer of the fleet test, and chromium with chromium-driver, the
 # browser of the web chat's test, docker-registry (the CNCF distribution registry) and
 # htpasswd for the registry tests, when they are missing; wkg, the Bytecode Alliance's
-# registry client, built from crates.io into target/test-tools/wkg (the interop test); and
-# the official MCP conformance suite from npm (target/test-tools/conformance).
+# registry client, built from crates.io into target/test-tools/wkg (the interop test);
+# mdBook, which builds the docs book (target/test-tools/mdbook); and the official MCP
+# conformance suite from npm (target/test-tools/conformance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +56,14 @@ command -v htpasswd >/dev/null || missing+=(apache2-utils)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# mdBook: the docs book (docs/), which the test suite builds and checks (tests/all/book.rs).
+mdbook=0.5.4
+if [ "$("$dir/mdbook/bin/mdbook" --version 2>/dev/null)" != "mdbook v$mdbook" ]; then
+    CARGO_TARGET_DIR=target/mdbook-build cargo install --quiet --locked mdbook --version "$mdbook" \
+        --no-default-features --features search --root "$dir/mdbook"
+    rm -rf target/mdbook-build
 fi
 
 # wkg: a client toolhost did not write, for the registry interop test (built once, reused).

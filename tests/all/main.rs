@@ -4,6 +4,7 @@ mod agent;
 mod agent_approvals;
 mod agent_loop;
 mod agent_providers;
+mod book;
 mod chat;
 mod chat_bounds;
 mod chat_bounds_web;

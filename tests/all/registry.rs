@@ -1,6 +1,6 @@
 //! Components from OCI registries against a real one (Debian's `docker-registry`, the CNCF
 //! distribution registry, started on 127.0.0.1 by each test): push, pull, check, call, offline
-//! after a pull, the README's commands, a moved tag as a new version, wkg both ways, and bad
+//! after a pull, the book's commands, a moved tag as a new version, wkg both ways, and bad
 //! references and settings as file:line errors. The harness `registry_trust` shares lives here;
 //! a registry that misbehaves has its own tests (`registry_hostile`).
 
@@ -195,20 +195,20 @@ fn a_pushed_component_is_checked_pulled_called_and_served_with_the_registry_gone
     assert_eq!(std::fs::read_dir(&blobs).expect("blobs").count(), 0);
 }
 
-/// The README's commands, as written but for the registry's port, in a fresh directory.
+/// The book's registry commands (docs/registry.md), as written but for the registry's port, in
+/// a fresh directory.
 #[test]
-fn the_readme_commands_work_as_written() {
+fn the_books_registry_commands_work_as_written() {
     let registry = LocalRegistry::start();
     let fixture = Fixture::new();
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let block = readme
-        .split("## Installing tools from a registry")
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/registry.md"))
+            .expect("docs/registry.md");
+    let block = page
+        .split("```sh\n")
         .nth(1)
-        .and_then(|rest| rest.split("```sh\n").nth(1))
         .and_then(|block| block.split("```").next())
-        .expect("a sh block in the README's registry section");
+        .expect("a sh block in docs/registry.md");
     assert!(block.contains("localhost:5000"), "{block}");
     let script = block.replace("localhost:5000", &registry.address);
     let binary = Path::new(env!("CARGO_BIN_EXE_toolhost"));

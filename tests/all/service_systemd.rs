@@ -1,5 +1,5 @@
 //! `toolhost serve` under a service manager: systemd's readiness messages, the shipped systemd
-//! unit, JSON log lines that carry the call, and the exit codes the README lists.
+//! unit, JSON log lines that carry the call, and the exit codes the book lists (docs/service.md).
 
 use crate::mcp::configure;
 use crate::service::{DEADLINE, Served, fixture, result_text};
@@ -125,15 +125,15 @@ fn the_shipped_systemd_unit_verifies() {
     );
 }
 
-/// The codes of the README's exit-code table, as written in its first column.
+/// The codes of the book's exit-code table (docs/service.md), as written in its first column.
 fn readme_exit_codes() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let table = readme
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/service.md"))
+            .expect("docs/service.md");
+    let table = page
         .split("**Exit codes**")
         .nth(1)
-        .expect("the README has an exit-code table");
+        .expect("docs/service.md has an exit-code table");
     table
         .lines()
         .skip_while(|l| !l.starts_with('|'))

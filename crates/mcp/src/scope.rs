@@ -1,7 +1,7 @@
 //! Which earlier calls an MCP call may be answered from: dedup's scope, now that the
 //! 2026-07-28 revision has no sessions.
 //!
-//! The rule (README, "Deduplication over MCP"; docs/decisions.md):
+//! The rule (docs/mcp-clients.md, "Using it from an MCP client"; docs/decisions.md):
 //!
 //! - A request whose `_meta` carries [`CONVERSATION_KEY`] belongs to that conversation, among
 //!   the requests that present the same credentials: the same bearer token over HTTP (every

@@ -61,7 +61,7 @@ pub(super) fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
             "it is a core WebAssembly module, not a component; build a component: Rust with \
              `cargo build --target wasm32-wasip2`, Python with componentize-py, JavaScript with \
              componentize-js, C with clang and wasi-libc linked by wasm-component-ld \
-             (`-fuse-ld=wasm-component-ld`); see the README, \"Writing a plugin\"",
+             (`-fuse-ld=wasm-component-ld`); see docs/plugins.md (\"Writing a plugin\")",
         );
     }
     None

@@ -7,7 +7,7 @@
 //! unusable cache directory, `chat` without a model or a key); 4 a shutdown (SIGTERM,
 //! SIGINT) had to cancel calls at its drain deadline; 128 + N a second signal N ended it at
 //! once (130 for SIGINT, 143 for SIGTERM). A first signal whose drain cancelled nothing
-//! exits 0. The README's table says the same.
+//! exits 0. The table in docs/service.md says the same.
 
 mod cache;
 mod call;
