@@ -9,8 +9,9 @@
 # browser of the web chat's test, docker-registry (the CNCF distribution registry) and
 # htpasswd for the registry tests, when they are missing; wkg, the Bytecode Alliance's
 # registry client, built from crates.io into target/test-tools/wkg (the interop test);
-# mdBook, which builds the docs book (target/test-tools/mdbook); and the official MCP
-# conformance suite from npm (target/test-tools/conformance).
+# mdBook, which builds the docs book (target/test-tools/mdbook); clang, lld and wasi-libc
+# (Debian) and wit-bindgen's C generator (target/test-tools/wit-bindgen), which build the C
+# quick start; and the official MCP conformance suite from npm (target/test-tools/conformance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +54,9 @@ command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v htpasswd >/dev/null || missing+=(apache2-utils)
+# clang, lld and wasi-libc build the C quick start's component (docs/quickstart/c.md).
+dpkg -s clang lld wasi-libc libclang-rt-14-dev-wasm32 >/dev/null 2>&1 \
+    || missing+=(clang lld wasi-libc libclang-rt-14-dev-wasm32)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
@@ -64,6 +68,14 @@ if [ "$("$dir/mdbook/bin/mdbook" --version 2>/dev/null)" != "mdbook v$mdbook" ];
     CARGO_TARGET_DIR=target/mdbook-build cargo install --quiet --locked mdbook --version "$mdbook" \
         --no-default-features --features search --root "$dir/mdbook"
     rm -rf target/mdbook-build
+fi
+
+# wit-bindgen's C generator, for the C quick start (a debug build: it writes two files).
+witbindgen=0.61.1
+if [ "$("$dir/wit-bindgen/bin/wit-bindgen" --version 2>/dev/null)" != "wit-bindgen-cli $witbindgen" ]; then
+    CARGO_TARGET_DIR=target/wit-bindgen-build cargo install --quiet --debug --locked wit-bindgen-cli \
+        --version "$witbindgen" --root "$dir/wit-bindgen"
+    rm -rf target/wit-bindgen-build
 fi
 
 # wkg: a client toolhost did not write, for the registry interop test (built once, reused).

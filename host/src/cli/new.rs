@@ -1,4 +1,4 @@
-//! `toolhost new NAME --lang rust|python|js`: a plugin project that builds and answers
+//! `toolhost new NAME --lang rust|python|js|c`: a plugin project that builds and answers
 //! `toolhost call` as written: the source of one tool, the WIT it is built against, a build
 //! script, and an ensemble that names the component it builds (and, on its first line, the
 //! JSON Schema written beside it for editors).
@@ -14,6 +14,7 @@ pub(crate) enum Lang {
     Rust,
     Python,
     Js,
+    C,
 }
 
 /// The WIT of the world this host speaks, copied into every project.
@@ -72,6 +73,10 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
             ("app.js", include_str!("templates/js/app.js")),
             ("build.sh", include_str!("templates/js/build.sh")),
         ],
+        Lang::C => vec![
+            ("tool.c", include_str!("templates/c/tool.c")),
+            ("build.sh", include_str!("templates/c/build.sh")),
+        ],
     };
     // The first line names the schema written beside it, for editors' completion.
     let ensemble = format!(
@@ -103,6 +108,7 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
         Lang::Rust => "Rust",
         Lang::Python => "Python",
         Lang::Js => "JavaScript",
+        Lang::C => "C",
     };
     println!("wrote {} (a {language} plugin); then:", root.display());
     println!("  cd {} && ./build.sh", root.display());
