@@ -63,9 +63,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # mdBook: the docs book (docs/), which the test suite builds and checks (tests/all/book.rs).
+# A debug build, like wkg's: it renders one small book, and the tools build beside the tests.
 mdbook=0.5.4
 if [ "$("$dir/mdbook/bin/mdbook" --version 2>/dev/null)" != "mdbook v$mdbook" ]; then
-    CARGO_TARGET_DIR=target/mdbook-build cargo install --quiet --locked mdbook --version "$mdbook" \
+    CARGO_TARGET_DIR=target/mdbook-build cargo install --quiet --debug --locked mdbook --version "$mdbook" \
         --no-default-features --features search --root "$dir/mdbook"
     rm -rf target/mdbook-build
 fi
