@@ -219,43 +219,21 @@ macro_rules! bounded {
 /// The [`Setting`] of a bounded number in `unit`. Every range fits its unit's type (the
 /// largest, 1 TiB in bytes, fits a 64-bit usize).
 macro_rules! unit {
-    ($name:ident, number $ty:ty) => {
-        impl Setting for $name {
-            type Value = $ty;
-            fn value(self) -> $ty {
-                self.0 as $ty
-            }
-        }
-    };
-    ($name:ident, kib $ty:ty) => {
-        impl Setting for $name {
-            type Value = $ty;
-            fn value(self) -> $ty {
-                (self.0 as $ty) << 10
-            }
-        }
-    };
-    ($name:ident, mib $ty:ty) => {
-        impl Setting for $name {
-            type Value = $ty;
-            fn value(self) -> $ty {
-                (self.0 as $ty) << 20
-            }
-        }
-    };
+    ($name:ident, number $ty:ty) => { unit!(@as $name, $ty, |n| n as $ty); };
+    ($name:ident, kib $ty:ty) => { unit!(@as $name, $ty, |n| (n as $ty) << 10); };
+    ($name:ident, mib $ty:ty) => { unit!(@as $name, $ty, |n| (n as $ty) << 20); };
     ($name:ident, seconds) => {
-        impl Setting for $name {
-            type Value = std::time::Duration;
-            fn value(self) -> std::time::Duration {
-                std::time::Duration::from_secs(self.0)
-            }
-        }
+        unit!(@as $name, std::time::Duration, |n| std::time::Duration::from_secs(n));
     };
     ($name:ident, millis) => {
+        unit!(@as $name, std::time::Duration, |n| std::time::Duration::from_millis(n));
+    };
+    (@as $name:ident, $ty:ty, |$n:ident| $value:expr) => {
         impl Setting for $name {
-            type Value = std::time::Duration;
-            fn value(self) -> std::time::Duration {
-                std::time::Duration::from_millis(self.0)
+            type Value = $ty;
+            fn value(self) -> $ty {
+                let $n = self.0;
+                $value
             }
         }
     };
