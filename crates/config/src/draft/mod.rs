@@ -453,11 +453,17 @@ impl Context {
 
 /// The ensemble files of `dir`: every `*.toml` in it (not recursively: invoker files live in
 /// subdirectories and are reached through `source`), hidden ones left out, in file-name
-/// order.
-pub fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// order; or why the directory cannot be read.
+pub fn ensemble_files(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
+    let unreadable = |e: std::io::Error| {
+        Diagnostic::new(
+            Location::file(dir),
+            format!("cannot read the ensembles directory: {e}"),
+        )
+    };
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let path = entry.map_err(unreadable)?.path();
         let hidden = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -474,12 +480,7 @@ pub fn ensemble_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// `toolhost check` prints them: each file's own, then each invoker's, then names defined
 /// twice. (Resolving adds what only the components can say.)
 pub fn check_dir(dir: &Path, check: CheckReference) -> Result<Vec<Diagnostic>, Diagnostic> {
-    let files = ensemble_files(dir).map_err(|e| {
-        Diagnostic::new(
-            Location::file(dir),
-            format!("cannot read the ensembles directory: {e}"),
-        )
-    })?;
+    let files = ensemble_files(dir)?;
     let schemas = SchemaCache::default();
     let mut errors = Vec::new();
     for file in files {

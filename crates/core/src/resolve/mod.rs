@@ -38,9 +38,9 @@ use bind::{Binder, Bound, Unbound};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use toolhost_config::Diagnostic;
 use toolhost_config::draft::{self, EnsembleDraft, InvokerDraft, ensemble_files};
 use toolhost_config::schema::{SchemaCache, SchemaError};
-use toolhost_config::{Diagnostic, Location};
 use toolhost_contract::SourceHash;
 use toolhost_registry::{Digest, Fetch, Pulled, Reference, Registry, RegistryError};
 use toolhost_runtime::Runtime;
@@ -231,12 +231,7 @@ impl Resolver {
         dir: &Path,
         compiles: Compiles,
     ) -> Result<Vec<Outcome>, Diagnostic> {
-        let files = ensemble_files(dir).map_err(|e| {
-            Diagnostic::new(
-                Location::file(dir),
-                format!("cannot read the ensembles directory: {e}"),
-            )
-        })?;
+        let files = ensemble_files(dir)?;
         self.schemas.prune();
         // Components that finished loading in the background before this resolve are bound
         // by it or not wanted any more.
