@@ -11,7 +11,8 @@
 # registry client, built from crates.io into target/test-tools/wkg (the interop test);
 # mdBook, which builds the docs book (target/test-tools/mdbook); clang, lld and wasi-libc
 # (Debian) and wit-bindgen's C generator (target/test-tools/wit-bindgen), which build the C
-# quick start; and the official MCP conformance suite from npm (target/test-tools/conformance).
+# quick start; the official MCP conformance suite from npm (target/test-tools/conformance);
+# and oidc-provider from npm (target/test-tools/oidc), the OpenID provider of the access tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +39,16 @@ if [ "$(cat "$dir/conformance/version" 2>/dev/null)" != "$conformance" ]; then
     (cd "$dir/conformance" && npm install --no-fund --no-audit --loglevel=error \
         "@modelcontextprotocol/conformance@$conformance")
     echo "$conformance" > "$dir/conformance/version"
+fi
+
+# oidc-provider (an OpenID-certified authorization server) for the access tests: the
+# provider they start on loopback (tests/oidc/provider.mjs) issues the tokens they present.
+oidc=9.13.3
+if [ "$(cat "$dir/oidc/version" 2>/dev/null)" != "$oidc" ]; then
+    rm -rf "$dir/oidc"
+    mkdir -p "$dir/oidc"
+    (cd "$dir/oidc" && npm install --no-fund --no-audit --loglevel=error "oidc-provider@$oidc")
+    echo "$oidc" > "$dir/oidc/version"
 fi
 
 # Selenium talks to Debian's chromedriver, never to a driver it downloads itself.

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolhost::invoke::{CallPolicy, Host, Session};
+use toolhost::invoke::{Host, Session};
 use toolhost::mcp::tools::ToolList;
 use toolhost::reload::Reloader;
 use toolhost::resolve::Resolver;
@@ -220,11 +220,11 @@ fn measure(n: usize, layout: Layout, cache: &Path) {
     }
 
     let catalog = reloader.catalog().snapshot();
-    let policy = CallPolicy::default();
+    let session = Session::new("list");
     let list_all = |list: &ToolList| {
         let (mut cursor, mut count) = (None::<String>, 0);
         loop {
-            let (page, next) = list.page(&catalog, &policy, cursor.as_deref());
+            let (page, next) = list.page(&catalog, &session, cursor.as_deref());
             count += page.len();
             match next {
                 Some(next) => cursor = Some(next),

@@ -23,6 +23,9 @@
 //! toolhost-agent     the agent loop (prepare -> approve -> run over several steps), its
 //!                    bounds (limits), built-in tools, events; the LLM APIs behind one trait
 //!                    (provider: openai, anthropic, prompted; streaming, retries)
+//! toolhost-access    who a request over HTTP comes from (named static tokens, OAuth 2.1
+//!                    access tokens checked against an OpenID provider's keys, loopback) and
+//!                    what the rules of `[access]` let each identity list and call
 //! toolhost-core      reload (watch -> resolve -> keep the last good -> swap), resolve (drafts
 //!                    from toolhost-config; bind: components and MCP servers; names), invoke
 //!                    (one call: prepare -> dedup -> admission -> backend -> audit; the drain),
@@ -49,6 +52,7 @@
 //! `tests/ui/config`) or `resolve::bind` (needs the component; `tests/ui/resolve`); a new caller of tools goes through [`invoke::Host::prepare`] and
 //! [`invoke::Host::run`]. The runtime never sees TOML.
 
+pub use toolhost_access as access;
 pub use toolhost_agent as agent;
 pub use toolhost_agent::provider;
 pub use toolhost_audit as audit;

@@ -1,5 +1,7 @@
 //! The integration test suite: one binary (it links once), a module per area.
 
+mod access;
+mod access_chat;
 mod agent;
 mod agent_approvals;
 mod agent_loop;

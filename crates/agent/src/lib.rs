@@ -132,7 +132,7 @@ impl Agent {
         }
         let catalog = self.host.catalog().snapshot();
         for tool in catalog.tools() {
-            if !session.policy.permits(tool.name()) || self.builtin(tool.name()).is_some() {
+            if !session.permits(tool) || self.builtin(tool.name()).is_some() {
                 continue;
             }
             specs.push(ToolSpec {

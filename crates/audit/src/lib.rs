@@ -31,6 +31,9 @@ pub struct AuditRecord {
     /// RFC 3339, UTC, milliseconds.
     pub time: String,
     pub session: String,
+    /// Who called (over HTTP): the identity's kind, name, client and groups; never a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<toolhost_contract::Identity>,
     pub tool: String,
     pub ensemble: Option<String>,
     pub component: Option<String>,

@@ -6,12 +6,15 @@
 //! deserializes with that version's types (today only [`v1`]); a later version adds a module
 //! and an upgrade step here, and the rest of the host keeps seeing one set of types.
 
+// First: its macros (`bounded!`) serve the modules after it.
+#[macro_use]
+mod names;
+pub mod access;
 mod chat;
 mod diagnostic;
 pub mod draft;
 pub mod file_schemas;
 mod files;
-mod names;
 pub mod sandbox;
 pub mod schema;
 pub mod v1;

@@ -257,6 +257,9 @@ pub struct HostFile {
     pub registry: RegistrySection,
     #[serde(default)]
     pub trust: TrustSection,
+    /// Who may reach `serve --http`, and what each identity may list and call.
+    #[serde(default)]
+    pub access: crate::access::AccessSection,
 }
 
 /// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed

@@ -7,16 +7,19 @@
 //! - [`talk`]: a call talking back to its caller (progress, sampling, elicitation), the link
 //!   the caller gives it, what may be granted and the bounds of each;
 //! - [`RunError`]: how a call fails, one error for every kind of tool;
+//! - [`Identity`]: who a call comes from (the local operator, a named token, a subject);
 //! - [`CallLimits`], [`SourceHash`], [`BoxFuture`], [`cut`] (every bound on a text cuts it
 //!   this way), and the process's TLS provider ([`tls`]).
 
 pub mod content;
 mod failure;
+mod identity;
 pub mod talk;
 pub mod tls;
 
 pub use content::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 pub use failure::{RunError, ToolFailure};
+pub use identity::{Identity, IdentityKind, OPERATOR_TOKEN};
 pub use talk::{
     ANSWER_BYTES, Answer, AnswerRefused, AskError, CallerLink, ELICIT_SCHEMA_BYTES,
     ELICITATIONS_PER_CALL, ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role,

@@ -48,9 +48,9 @@ use tasks::Tasks;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
-use toolhost_contract::CallerLink;
+use toolhost_contract::{CallerLink, IdentityKind};
 use toolhost_core::backend::mcp::content;
-use toolhost_core::invoke::{Call, Host, Session};
+use toolhost_core::invoke::{Call, Caller, Host, Session};
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
@@ -166,7 +166,11 @@ pub struct McpServer {
     /// The tool listing, shared by the sessions of the host.
     tools: Arc<ToolList>,
     logs: Option<LogRelay>,
-    session: Arc<Session>,
+    /// The session's id in audit records.
+    id: String,
+    /// Made at the first request, for its caller: over HTTP the guard lets no other identity
+    /// use this session.
+    session: std::sync::OnceLock<Arc<Session>>,
     /// The least severe level this session wants relayed (`logging/setLevel`).
     log_level: Arc<AtomicU8>,
     /// The session's relay tasks (tool list changes, log lines), stopped when it ends: a task
@@ -192,7 +196,8 @@ impl McpServer {
 
     fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, shared: Arc<Shared>, id: String) -> Self {
         McpServer {
-            session: Arc::new(host.session(id, Default::default())),
+            id,
+            session: std::sync::OnceLock::new(),
             host,
             shared,
             tools,
@@ -233,25 +238,49 @@ impl McpServer {
     /// The session a call's results are remembered in: the conversation its `_meta` names
     /// (among the requests with the same credentials), or this server's own.
     fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Session>, ErrorData> {
+        let caller = caller(context);
         let Some(id) = scope::conversation_id(&context.meta)? else {
-            return Ok(Arc::clone(&self.session));
+            return Ok(self.own_session(caller));
         };
         Ok(self
             .shared
             .conversations
-            .session(&self.host, &credentials(context), id))
+            .session(&self.host, &credentials(context), id, caller))
+    }
+
+    /// This server's own session, made for the caller of its first request.
+    fn own_session(&self, caller: Option<Caller>) -> Arc<Session> {
+        Arc::clone(self.session.get_or_init(|| {
+            let session = self.host.session(self.id.clone(), Default::default());
+            Arc::new(match caller {
+                Some(caller) => session.for_caller(caller),
+                None => session,
+            })
+        }))
     }
 }
 
-/// Who a request comes from, as far as conversations and tasks go: over HTTP, a hash of its
-/// Authorization header; over stdio, nobody in particular (the connection's conversations and
-/// tasks are its own).
-fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
+/// The caller the HTTP guard found for a request (none over stdio: the local operator).
+fn caller(context: &RequestContext<RoleServer>) -> Option<Caller> {
     context
         .extensions
         .get::<http::request::Parts>()
-        .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
-        .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes())
+        .and_then(|request| request.extensions.get::<Caller>())
+        .cloned()
+}
+
+/// Who a request comes from, as far as conversations and tasks go: over HTTP, the identity
+/// the guard found (every token of one identity alike, any two identities apart; the local
+/// operator's requests told apart by their Authorization header, as when no token is set);
+/// over stdio, nobody in particular (the connection's conversations and tasks are its own).
+fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
+    let parts = context.extensions.get::<http::request::Parts>();
+    match parts.and_then(|request| request.extensions.get::<Caller>()) {
+        Some(caller) if caller.identity.kind != IdentityKind::Local => caller.identity.key(),
+        _ => parts
+            .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
+            .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes()),
+    }
 }
 
 /// One `tools/call` through the host, as an MCP result: every failure is a tool result the
@@ -313,11 +342,12 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let catalog = self.host.catalog().snapshot();
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (tools, next) = self.tools.page(&catalog, &self.session.policy, cursor);
+        let session = self.own_session(caller(&context));
+        let (tools, next) = self.tools.page(&catalog, &session, cursor);
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;
         // 2026-07-28's cache hints (rmcp leaves them out for older revisions). Private: the
@@ -469,7 +499,7 @@ impl ServerHandler for McpServer {
                 logs.subscribe(),
                 context.peer.clone(),
                 self.log_level.clone(),
-                self.session.id.clone(),
+                self.id.clone(),
             ));
         }
         let mut changes = self.host.catalog().subscribe();

@@ -4,8 +4,9 @@
 //! The rule (docs/mcp-clients.md, "Using it from an MCP client"; docs/decisions.md):
 //!
 //! - A request whose `_meta` carries [`CONVERSATION_KEY`] belongs to that conversation, among
-//!   the requests that present the same credentials: the same bearer token over HTTP (every
-//!   loopback client is one party when no token is set), the same connection over stdio.
+//!   the requests of the same identity: over HTTP the identity the guard found (every token
+//!   of one identity alike; every loopback client is one party, the local operator, when it
+//!   presents no token), the same connection over stdio.
 //!   The id is a secret the client makes up, at least [`MIN_ID_CHARS`] characters (a UUID);
 //!   it is hashed with the credentials, never stored or logged as it is.
 //! - Without one: the MCP session (2025-11-25 and older, over HTTP), the connection (stdio,
@@ -13,7 +14,7 @@
 //!   conversation id is answered only from its own call.
 //!
 //! So a call is never answered from another party's results: two clients share results only
-//! when they hold the same token and the same secret conversation id.
+//! when they are the same identity and hold the same secret conversation id.
 //!
 //! Conversations are kept in memory per host (per replica), at most [`MAX_CONVERSATIONS`];
 //! one unused for the idle time is forgotten first when the table is full, and otherwise the
@@ -25,7 +26,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use toolhost_core::invoke::{Host, Session};
+use toolhost_core::invoke::{Caller, Host, Session};
 
 /// The request `_meta` key naming a conversation.
 pub const CONVERSATION_KEY: &str = "io.toolhost/conversation";
@@ -98,7 +99,13 @@ impl Conversations {
     }
 
     /// The session of conversation `id` among the requests that present `credentials`.
-    pub fn session(&self, host: &Host, credentials: &[u8], id: &str) -> Arc<Session> {
+    pub fn session(
+        &self,
+        host: &Host,
+        credentials: &[u8],
+        id: &str,
+        caller: Option<Caller>,
+    ) -> Arc<Session> {
         let mut hasher = blake3::Hasher::new();
         // Lengths first, so that no two (credentials, id) pairs hash the same bytes.
         hasher.update(&(credentials.len() as u64).to_le_bytes());
@@ -119,7 +126,11 @@ impl Conversations {
             self.prefix,
             &blake3::Hash::from(key).to_hex()[..12]
         );
-        let session = Arc::new(host.session(name, Default::default()));
+        let session = host.session(name, Default::default());
+        let session = Arc::new(match caller {
+            Some(caller) => session.for_caller(caller),
+            None => session,
+        });
         entries.insert(
             key,
             Entry {
@@ -204,17 +215,17 @@ mod tests {
         let host = host();
         let conversations = Conversations::new("t", Duration::from_secs(60));
         let id = "a-conversation-id-0001";
-        let mine = conversations.session(&host, b"token-a", id);
+        let mine = conversations.session(&host, b"token-a", id, None);
         assert!(Arc::ptr_eq(
             &mine,
-            &conversations.session(&host, b"token-a", id)
+            &conversations.session(&host, b"token-a", id, None)
         ));
-        let theirs = conversations.session(&host, b"token-b", id);
+        let theirs = conversations.session(&host, b"token-b", id, None);
         assert!(!Arc::ptr_eq(&mine, &theirs));
-        let other = conversations.session(&host, b"token-a", "a-conversation-id-0002");
+        let other = conversations.session(&host, b"token-a", "a-conversation-id-0002", None);
         assert!(!Arc::ptr_eq(&mine, &other));
         // Credentials and id are not simply joined: moving bytes between them changes the key.
-        let shifted = conversations.session(&host, b"token-a-", "conversation-id-0001");
+        let shifted = conversations.session(&host, b"token-a-", "conversation-id-0001", None);
         assert!(!Arc::ptr_eq(&mine, &shifted));
         assert!(
             !mine.id.contains(id),
@@ -228,23 +239,23 @@ mod tests {
         let conversations = Conversations::with_capacity("t", Duration::from_secs(3600), 3);
         let ids: Vec<String> = (0..4).map(|n| format!("conversation-number-{n}")).collect();
         let tick = || std::thread::sleep(Duration::from_millis(2));
-        let first = conversations.session(&host, b"", &ids[0]);
+        let first = conversations.session(&host, b"", &ids[0], None);
         tick();
-        let second = conversations.session(&host, b"", &ids[1]);
+        let second = conversations.session(&host, b"", &ids[1], None);
         tick();
-        conversations.session(&host, b"", &ids[2]);
+        conversations.session(&host, b"", &ids[2], None);
         tick();
         // The first is used again, so the second is now the least recently used.
-        conversations.session(&host, b"", &ids[0]);
-        conversations.session(&host, b"", &ids[3]);
+        conversations.session(&host, b"", &ids[0], None);
+        conversations.session(&host, b"", &ids[3], None);
         assert_eq!(conversations.len(), 3);
         assert!(Arc::ptr_eq(
             &first,
-            &conversations.session(&host, b"", &ids[0])
+            &conversations.session(&host, b"", &ids[0], None)
         ));
         assert!(!Arc::ptr_eq(
             &second,
-            &conversations.session(&host, b"", &ids[1])
+            &conversations.session(&host, b"", &ids[1], None)
         ));
     }
 }

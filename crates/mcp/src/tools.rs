@@ -11,17 +11,18 @@
 use rmcp::model::{Tool as McpTool, ToolAnnotations};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use toolhost_core::catalog::{Catalog, Tool};
-use toolhost_core::invoke::CallPolicy;
+use toolhost_core::invoke::Session;
 
 /// Tools per page, at most.
 pub const PAGE_TOOLS: usize = 2000;
 /// Serialized bytes per page, at most (a page always has at least one tool).
 pub const PAGE_BYTES: usize = 1 << 20;
 
-/// One catalog version's tools in MCP form, sorted by name, with their serialized sizes.
+/// One catalog version's tools in MCP form, sorted by name, with their serialized sizes
+/// (and the tools themselves, which the access rules are asked about).
 struct Listing {
     catalog: Weak<Catalog>,
-    tools: Arc<[(McpTool, usize)]>,
+    tools: Arc<[(McpTool, usize, Arc<Tool>)]>,
 }
 
 /// The listing of the newest catalog version asked for, shared by the sessions of a host.
@@ -32,24 +33,25 @@ pub struct ToolList {
 
 impl ToolList {
     /// The page of `catalog`'s tools after the tool named `cursor` (from the first without
-    /// one) that `policy` permits, and the cursor of the next page if there is more.
+    /// one) that `session` may call (its policy, its caller's rules), and the cursor of the
+    /// next page if there is more.
     pub fn page(
         &self,
         catalog: &Arc<Catalog>,
-        policy: &CallPolicy,
+        session: &Session,
         cursor: Option<&str>,
     ) -> (Vec<McpTool>, Option<String>) {
         let tools = self.listing(catalog);
         let start = cursor.map_or(0, |after| {
-            tools.partition_point(|(tool, _)| tool.name.as_ref() <= after)
+            tools.partition_point(|(tool, _, _)| tool.name.as_ref() <= after)
         });
         let mut page = Vec::new();
         let mut bytes = 0;
         let mut permitted = tools[start..]
             .iter()
-            .filter(|(tool, _)| policy.permits(&tool.name))
+            .filter(|(_, _, tool)| session.permits(tool))
             .peekable();
-        while let Some((tool, size)) = permitted.peek() {
+        while let Some((tool, size, _)) = permitted.peek() {
             if page.len() == PAGE_TOOLS || (!page.is_empty() && bytes + size > PAGE_BYTES) {
                 break;
             }
@@ -64,16 +66,16 @@ impl ToolList {
         (page, next)
     }
 
-    fn listing(&self, catalog: &Arc<Catalog>) -> Arc<[(McpTool, usize)]> {
+    fn listing(&self, catalog: &Arc<Catalog>) -> Arc<[(McpTool, usize, Arc<Tool>)]> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(listing) = current.as_ref()
             && std::ptr::eq(listing.catalog.as_ptr(), Arc::as_ptr(catalog))
         {
             return Arc::clone(&listing.tools);
         }
-        let tools: Arc<[(McpTool, usize)]> = catalog
+        let tools: Arc<[(McpTool, usize, Arc<Tool>)]> = catalog
             .tools()
-            .map(|tool| (mcp_tool(tool), listed_size(tool)))
+            .map(|tool| (mcp_tool(tool), listed_size(tool), Arc::clone(tool)))
             .collect();
         *current = Some(Listing {
             catalog: Arc::downgrade(catalog),

@@ -6,7 +6,7 @@ use super::chat_run::{Resumed, start_run};
 use super::runs::{Busy, Decision, Unanswered};
 use super::store::{Store, StoreError, Stored};
 use super::{ChatSettings, Web};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use toolhost_agent::provider::ToolChoice;
 use toolhost_agent::provider::conversation::Conversation;
 use toolhost_agent::{AgentOptions, limits};
-use toolhost_core::invoke::CallPolicy;
+use toolhost_core::invoke::{CallPolicy, Caller};
 
 /// The longest message a request may carry.
 const MAX_MESSAGE: usize = 256 << 10;
@@ -71,6 +71,9 @@ pub(super) struct Plan {
     pub(super) options: AgentOptions,
     pub(super) provider: toolhost_agent::provider::ProviderSettings,
     pub(super) policy: CallPolicy,
+    /// Whom the run calls tools for (over `serve --http`, the guard's caller): the run's
+    /// model sees, and its calls reach, only what the caller may call.
+    pub(super) caller: Option<Caller>,
 }
 
 /// A JSON body; a bad one is a 400 naming the field by its path (`/max_iterations: ...`).
@@ -88,7 +91,7 @@ fn from_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
 }
 
 /// Checks a request against what `[chat]` permits.
-fn plan(web: &Web, request: &ChatRequest) -> Result<Plan, ApiError> {
+fn plan(web: &Web, request: &ChatRequest, caller: Option<Caller>) -> Result<Plan, ApiError> {
     let bad = |message: String| error(StatusCode::BAD_REQUEST, message);
     let chat: &ChatSettings = &web.chat;
     let mut provider = chat
@@ -183,6 +186,7 @@ fn plan(web: &Web, request: &ChatRequest) -> Result<Plan, ApiError> {
         },
         provider,
         policy,
+        caller,
     })
 }
 
@@ -249,9 +253,37 @@ pub(super) async fn settings(State(web): State<Arc<Web>>) -> Response {
     .into_response()
 }
 
-pub(super) async fn list(State(web): State<Arc<Web>>) -> Result<Response, ApiError> {
+/// Whose conversations a request sees: its identity's (by its key), or the local operator's
+/// (`None`: loopback without a token, `--token-env`'s token, a host without a guard).
+fn owner(caller: &Option<Extension<Caller>>) -> Option<String> {
+    let Extension(caller) = caller.as_ref()?;
+    let identity = &caller.identity;
+    (!identity.is_operator()).then(|| blake3::Hash::from(identity.key()).to_hex().to_string())
+}
+
+/// Whether the request may answer the approvals and questions of conversation `id`: its
+/// owner's, or an approver's (`approve = true` in a rule of `[access]`). Told apart from a
+/// conversation that does not exist by nothing.
+async fn may_answer(
+    web: &Web,
+    id: &str,
+    caller: &Option<Extension<Caller>>,
+) -> Result<bool, ApiError> {
+    if caller.as_ref().is_some_and(|Extension(c)| c.may_approve()) {
+        return Ok(true);
+    }
+    let store = store(web)?;
+    let (id, owner) = (id.to_string(), owner(caller));
+    blocking(move || store.owns(&id, owner.as_deref())).await
+}
+
+pub(super) async fn list(
+    State(web): State<Arc<Web>>,
+    caller: Option<Extension<Caller>>,
+) -> Result<Response, ApiError> {
     let store = store(&web)?;
-    let conversations: Vec<Value> = blocking(move || store.list())
+    let owner = owner(&caller);
+    let conversations: Vec<Value> = blocking(move || store.list(owner.as_deref()))
         .await?
         .into_iter()
         .map(|s| {
@@ -264,10 +296,10 @@ pub(super) async fn list(State(web): State<Arc<Web>>) -> Result<Response, ApiErr
     Ok(axum::Json(json!({ "conversations": conversations })).into_response())
 }
 
-async fn load(web: &Web, id: String) -> Result<Stored, ApiError> {
+async fn load(web: &Web, id: String, owner: Option<String>) -> Result<Stored, ApiError> {
     let store = store(web)?;
     let missing = format!("no conversation `{id}`");
-    blocking(move || store.get(&id))
+    blocking(move || store.get(&id, owner.as_deref()))
         .await?
         .ok_or_else(|| error(StatusCode::NOT_FOUND, missing))
 }
@@ -275,8 +307,9 @@ async fn load(web: &Web, id: String) -> Result<Stored, ApiError> {
 pub(super) async fn read(
     State(web): State<Arc<Web>>,
     Path(id): Path<String>,
+    caller: Option<Extension<Caller>>,
 ) -> Result<Response, ApiError> {
-    let stored = load(&web, id).await?;
+    let stored = load(&web, id, owner(&caller)).await?;
     Ok(axum::Json(json!({
             "id": stored.summary.id,
             "title": stored.summary.title,
@@ -295,11 +328,17 @@ pub(super) async fn read(
 pub(super) async fn delete(
     State(web): State<Arc<Web>>,
     Path(id): Path<String>,
+    caller: Option<Extension<Caller>>,
 ) -> Result<Response, ApiError> {
     let store = store(&web)?;
-    web.runs.cancel(&id);
     let missing = format!("no conversation `{id}`");
-    if blocking(move || store.delete(&id)).await? {
+    let owner = owner(&caller);
+    let (key, kept, whose) = (id.clone(), store.clone(), owner.clone());
+    if !blocking(move || kept.owns(&key, whose.as_deref())).await? {
+        return Err(error(StatusCode::NOT_FOUND, missing));
+    }
+    web.runs.cancel(&id);
+    if blocking(move || store.delete(&id, owner.as_deref())).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(error(StatusCode::NOT_FOUND, missing))
@@ -309,6 +348,7 @@ pub(super) async fn delete(
 pub(super) async fn decide(
     State(web): State<Arc<Web>>,
     Path((id, call)): Path<(String, String)>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     #[derive(Deserialize)]
@@ -317,7 +357,7 @@ pub(super) async fn decide(
         decision: Decision,
     }
     let answer: Answer = from_json(&body)?;
-    if web.runs.decide(&id, &call, answer.decision) {
+    if may_answer(&web, &id, &caller).await? && web.runs.decide(&id, &call, answer.decision) {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(error(
@@ -330,9 +370,15 @@ pub(super) async fn decide(
 pub(super) async fn answer(
     State(web): State<Arc<Web>>,
     Path((id, question)): Path<(String, String)>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    match web.runs.answer(&id, &question, from_json(&body)?) {
+    let answered = if may_answer(&web, &id, &caller).await? {
+        web.runs.answer(&id, &question, from_json(&body)?)
+    } else {
+        Err(Unanswered::NotPending)
+    };
+    match answered {
         Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
         Err(Unanswered::Invalid(message)) => Err(error(StatusCode::BAD_REQUEST, message)),
         Err(Unanswered::NotPending) => Err(error(
@@ -344,6 +390,7 @@ pub(super) async fn answer(
 
 pub(super) async fn start_conversation(
     State(web): State<Arc<Web>>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = from_json(&body)?;
@@ -353,14 +400,15 @@ pub(super) async fn start_conversation(
             "/reply_to: a new conversation answers no question; continue the one that asked",
         ));
     }
-    let plan = plan(&web, &request)?;
+    let owner = owner(&caller);
+    let plan = plan(&web, &request, caller.map(|Extension(caller)| caller))?;
     let store = store(&web)?;
     let id = new_id();
     let slot = web.runs.start(&id).map_err(busy)?;
     let conversation = Conversation::new(request.system.clone().or(web.chat.system.clone()));
     let title = title_of(&request.message);
     let (key, kept) = (id.clone(), conversation.clone());
-    blocking(move || store.create(&key, &title, &kept)).await?;
+    blocking(move || store.create(&key, &title, &kept, owner.as_deref())).await?;
     let first = json!({ "type": "conversation", "id": id });
     let from = Resumed {
         id,
@@ -374,6 +422,7 @@ pub(super) async fn start_conversation(
 pub(super) async fn continue_conversation(
     State(web): State<Arc<Web>>,
     Path(id): Path<String>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = from_json(&body)?;
@@ -383,15 +432,16 @@ pub(super) async fn continue_conversation(
             "/system: the system prompt is set when a conversation starts",
         ));
     }
-    let plan = plan(&web, &request)?;
-    let slot = web.runs.start(&id).map_err(busy)?;
-    // What it holds, asked of the database before anything is read.
+    let owner = owner(&caller);
+    let plan = plan(&web, &request, caller.map(|Extension(caller)| caller))?;
+    // What it holds, asked of the database before anything is read; another identity's
+    // conversation is not there for this one (not even as busy).
     let limit = web.chat.limits.max_conversation_bytes;
     let database = store(&web)?;
-    let key = id.clone();
+    let (key, whose) = (id.clone(), owner.clone());
     let sizes = blocking(move || {
         database.has_room()?;
-        database.sizes(&key)
+        database.sizes(&key, whose.as_deref())
     })
     .await?;
     let Some((_, log_bytes)) = sizes else {
@@ -400,10 +450,11 @@ pub(super) async fn continue_conversation(
             format!("no conversation `{id}`"),
         ));
     };
+    let slot = web.runs.start(&id).map_err(busy)?;
     if log_bytes as usize >= limit {
         return Err(too_large(&id, log_bytes as usize, limit, "its log"));
     }
-    let stored = load(&web, id.clone()).await?;
+    let stored = load(&web, id.clone(), owner).await?;
     if let Some(call) = &request.reply_to
         && stored.pending_question.as_deref() != Some(call.as_str())
     {

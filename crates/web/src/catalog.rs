@@ -4,13 +4,14 @@
 
 use super::Web;
 use super::sse::{self, EventStream, frame};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
+use toolhost_core::invoke::Caller;
 use toolhost_core::reload::Reloader;
 
 /// The catalog and its reload status, as one JSON value (`"type": "catalog"`).
@@ -86,17 +87,56 @@ impl Described {
     }
 }
 
-pub(super) async fn catalog(State(web): State<Arc<Web>>) -> Response {
-    axum::Json(web.described.get(&web.reloader)).into_response()
+pub(super) async fn catalog(
+    State(web): State<Arc<Web>>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let caller = caller.map(|Extension(caller)| caller);
+    axum::Json(for_caller(
+        &web,
+        web.described.get(&web.reloader),
+        caller.as_ref(),
+    ))
+    .into_response()
+}
+
+/// The description as `caller` may see it: without the tools it may not call.
+fn for_caller(web: &Web, described: Arc<Value>, caller: Option<&Caller>) -> Arc<Value> {
+    let Some(caller) = caller else {
+        return described;
+    };
+    let snapshot = web.reloader.catalog().snapshot();
+    let hidden: std::collections::HashSet<&str> = (snapshot.tools())
+        .filter(|tool| !caller.permits(tool))
+        .map(|tool| tool.name())
+        .collect();
+    if hidden.is_empty() {
+        return described;
+    }
+    let mut value = described.as_ref().clone();
+    if let Some(ensembles) = value["ensembles"].as_array_mut() {
+        for ensemble in ensembles {
+            if let Some(tools) = ensemble["tools"].as_array_mut() {
+                tools.retain(|t| !t["name"].as_str().is_some_and(|n| hidden.contains(n)));
+            }
+        }
+    }
+    Arc::new(value)
 }
 
 /// The catalog now, then again after every reload, until the client goes away or the host
 /// stops.
-pub(super) async fn events(State(web): State<Arc<Web>>) -> Response {
+pub(super) async fn events(
+    State(web): State<Arc<Web>>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let caller = caller.map(|Extension(caller)| caller);
     // A client that reads none of the catalogs sent has its stream closed.
     let (sender, frames) = sse::channel(sse::MAX_UNREAD, CancellationToken::new());
     let mut changes = web.reloader.subscribe();
-    let _ = sender.send(frame(&web.described.get(&web.reloader)));
+    let described =
+        move |web: &Web| for_caller(web, web.described.get(&web.reloader), caller.as_ref());
+    let _ = sender.send(frame(&described(&web)));
     let host = web.host.clone();
     tokio::spawn(async move {
         loop {
@@ -109,7 +149,7 @@ pub(super) async fn events(State(web): State<Arc<Web>>) -> Response {
                 () = sender.closed() => return,
                 () = host.stopping() => return,
             }
-            if !sender.send(frame(&web.described.get(&web.reloader))) {
+            if !sender.send(frame(&described(&web))) {
                 return;
             }
         }

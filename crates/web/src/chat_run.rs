@@ -199,7 +199,11 @@ async fn run(web: Arc<Web>, slot: RunSlot, from: Resumed, plan: Plan, sender: ss
                 Arc::new(approver),
                 plan.options,
             );
-            let session = Arc::new(web.host.session(format!("chat-{id}"), plan.policy));
+            let session = web.host.session(format!("chat-{id}"), plan.policy);
+            let session = Arc::new(match plan.caller {
+                Some(caller) => session.for_caller(caller),
+                None => session,
+            });
             let sink = |event: Event| emit(event_json(&event));
             // A provider failure was reported as the run's `done` event.
             let _ = agent

@@ -279,7 +279,7 @@ pub(crate) async fn serve<T>(
     let mut warned = false;
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // Out of file descriptors, say: wait a moment rather than spin.
@@ -328,8 +328,9 @@ pub(crate) async fn serve<T>(
         warned = false;
         let inner = hyper_util::service::TowerToHyperService::new(router.clone());
         let (state, connection_state) = (Arc::clone(&open), Arc::clone(&admitted.connection));
-        let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
             let busy = Busy::enter(&state, &connection_state);
+            request.extensions_mut().insert(Peer(peer));
             let request = request.map(|body| TimedBody {
                 body,
                 deadline: Box::pin(tokio::time::sleep(body_timeout)),
@@ -368,6 +369,11 @@ pub(crate) async fn serve<T>(
         });
     }
 }
+
+/// The address a request's connection came from (in its extensions): the guard tells
+/// loopback apart by it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
 
 /// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
 /// GET of /mcp), a chat run, the catalog's stream. (A `subscriptions/listen` stream is counted

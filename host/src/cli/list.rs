@@ -1,13 +1,29 @@
-//! `toolhost list`: the tools of the loaded ensembles, enabled or not.
+//! `toolhost list`: the tools of the loaded ensembles, enabled or not; with `--as`, only
+//! those an identity may list and call under `[access]`.
 
 use super::settings::Settings;
 use super::terminal::safe;
 use std::process::ExitCode;
 
-pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
+/// `--as`: who to list for.
+pub(crate) struct Identity {
+    pub(crate) name: String,
+    pub(crate) scopes: Vec<String>,
+    pub(crate) groups: Vec<String>,
+}
+
+pub(crate) async fn run(
+    settings: &Settings,
+    json: bool,
+    identity: Option<Identity>,
+) -> anyhow::Result<ExitCode> {
     let host = settings.host().await?;
     let catalog = host.catalog().snapshot();
-    let tools: Vec<_> = catalog.all_tools().collect();
+    let mut tools: Vec<_> = catalog.all_tools().collect();
+    if let Some(identity) = identity {
+        let caller = caller_of(settings, identity)?;
+        tools.retain(|tool| tool.enabled() && caller.permits(tool));
+    }
     if json {
         let rows: Vec<_> = tools
             .iter()
@@ -85,4 +101,29 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         println!("from {}", safe(&source));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The caller `--as` names: a static token of `[access]` (its groups), or else the subject
+/// of an access token with the scopes and groups given.
+fn caller_of(settings: &Settings, identity: Identity) -> anyhow::Result<toolhost::invoke::Caller> {
+    use toolhost::contract::{Identity as Who, IdentityKind};
+    let access = toolhost::access::Access::new(settings.access.clone(), None)?;
+    let who = match access.token_identity(&identity.name) {
+        Some(token) if identity.scopes.is_empty() => Who {
+            groups: [token.groups, identity.groups].concat(),
+            ..token
+        },
+        Some(_) => anyhow::bail!(
+            "--as {}: a static token has no scopes; --scope is for an access token's subject",
+            identity.name
+        ),
+        None => Who {
+            kind: IdentityKind::Oauth,
+            name: identity.name,
+            client: None,
+            groups: identity.groups,
+            scopes: identity.scopes,
+        },
+    };
+    Ok(access.caller(who))
 }

@@ -15,6 +15,7 @@ mod chat;
 mod check;
 mod describe;
 mod docs;
+mod guard;
 mod http;
 mod list;
 mod logging;
@@ -88,6 +89,16 @@ enum Command {
         /// Print JSON (with each tool's input schema and limits).
         #[arg(long)]
         json: bool,
+        /// Only the tools IDENTITY may list and call under `[access]`: a static token's name
+        /// (with its groups), or an access token's subject (with --scope and --group).
+        #[arg(long = "as", value_name = "IDENTITY")]
+        as_identity: Option<String>,
+        /// A scope of the access token IDENTITY would present (repeatable).
+        #[arg(long, value_name = "SCOPE", requires = "as_identity")]
+        scope: Vec<String>,
+        /// A group IDENTITY's access token would carry (repeatable).
+        #[arg(long, value_name = "GROUP", requires = "as_identity")]
+        group: Vec<String>,
     },
     /// Call one tool and print its result.
     Call {
@@ -251,7 +262,19 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
     let settings = settings::Settings::from_cli(&cli)?;
     match cli.command {
         Command::Check { json } => check::run(&settings, json).await,
-        Command::List { json } => list::run(&settings, json).await,
+        Command::List {
+            json,
+            as_identity,
+            scope,
+            group,
+        } => {
+            let identity = as_identity.map(|name| list::Identity {
+                name,
+                scopes: scope,
+                groups: group,
+            });
+            list::run(&settings, json, identity).await
+        }
         Command::Call {
             tool,
             arguments,

@@ -7,9 +7,8 @@ use super::service::{self, AbortOnDrop, Signals};
 use super::settings::Settings;
 use anyhow::{Context, bail};
 use axum::extract::Request;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
@@ -17,7 +16,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use toolhost::invoke::{DrainReport, Host};
 use toolhost::mcp::McpServer;
@@ -53,6 +52,10 @@ pub(crate) async fn run(
     if token.as_deref().is_some_and(str::is_empty) {
         bail!("--token-env: the token is empty");
     }
+    let access = Arc::new(
+        toolhost::access::Access::new(settings.access.clone(), token.as_deref())
+            .context("[access]")?,
+    );
     let runtime = settings.runtime()?;
     // Nothing waits for a compile: what is loaded or cached serves at once, the rest joins
     // the catalog when its compile ends.
@@ -90,7 +93,13 @@ pub(crate) async fn run(
             path.clone(),
         )
     });
-    let _hangup = service::reload_on_hangup(hangup, reloader.clone(), host.clone());
+    // SIGHUP reads `[access]` again too: the next request sees the new rules and tokens (a
+    // file that no longer checks keeps the last good ones, and says why).
+    let reread = {
+        let (access, path) = (access.clone(), settings.config_path.clone());
+        move || reread_access(&access, path.as_deref(), token.as_deref())
+    };
+    let _hangup = service::reload_on_hangup(hangup, reloader.clone(), host.clone(), reread);
     let _sync = service::sync_audit(host.clone());
     let drain = service::drain_on_signal(host.clone(), signals, settings.drain_timeout);
     let code = match &options.http {
@@ -105,7 +114,7 @@ pub(crate) async fn run(
             let limits = (settings.http, settings.allowed_hosts.clone());
             let web = web(settings, host.clone(), reloader.clone()).await;
             let web = (web, options.page);
-            serve_http(scrape, logs, address, token, limits, web, drain).await
+            serve_http(scrape, logs, address, access, limits, web, drain).await
         }
     };
     service::close_audit(&host);
@@ -323,7 +332,7 @@ async fn serve_http(
     scrape: Scrape,
     logs: LogRelay,
     address: &str,
-    token: Option<String>,
+    access: Arc<toolhost::access::Access>,
     (limits, allowed_hosts): (super::settings::HttpLimits, Vec<String>),
     (web, page): (Arc<toolhost::web::Web>, Option<bool>),
     drain: impl Future<Output = DrainReport>,
@@ -331,10 +340,22 @@ async fn serve_http(
     let address: SocketAddr = address
         .parse()
         .with_context(|| format!("--http {address}: expected IP:PORT, e.g. 127.0.0.1:8750"))?;
-    if !address.ip().is_loopback() && token.is_none() {
+    if !address.ip().is_loopback() && !access.has_identities() {
         bail!(
-            "--http {address} is not a loopback address: set --token-env VAR so that clients must present a bearer token"
+            "--http {address} is not a loopback address: name tokens or a provider in [access] of \
+             toolhost.toml (or set --token-env VAR) so that clients must present a bearer token"
         );
+    }
+    if !access.local_allowed() && !access.has_identities() {
+        bail!(
+            "[access] require-token is set, but no token or provider is named: nobody could \
+             connect; add [[access.tokens]] or [access.oidc]"
+        );
+    }
+    // The provider's keys are fetched ahead of the first token (a failure is logged, and
+    // fetched again when a token needs them).
+    if let Some(oidc) = access.oidc() {
+        tokio::spawn(async move { oidc.prefetch().await });
     }
     let listener = tokio::net::TcpListener::bind(address)
         .await
@@ -379,12 +400,13 @@ async fn serve_http(
     sessions.session_config.keep_alive = Some(limits.session_idle);
     let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
-    let guard_state = Arc::new(Guard {
-        token: token.map(|t| blake3::hash(t.as_bytes())),
+    let metadata = super::guard::metadata(&access);
+    let guard_state = Arc::new(super::guard::Guard::new(
+        access,
+        host.clone(),
         sessions,
-        max_sessions: limits.max_sessions,
-        opening: AtomicUsize::new(0),
-    });
+        limits.max_sessions,
+    ));
     // Probes come from kubelets and load balancers, which carry no token: they are outside
     // the guard, and say nothing but whether this host serves.
     let scrape = Arc::new(scrape);
@@ -416,7 +438,7 @@ async fn serve_http(
         ))
         .layer(axum::middleware::from_fn(move |request, next| {
             let guard_state = guard_state.clone();
-            async move { guard(&guard_state, request, next).await }
+            async move { super::guard::guard(&guard_state, request, next).await }
         }))
         .layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
@@ -430,7 +452,8 @@ async fn serve_http(
                 }
             },
         ))
-        .merge(probes(ready.clone()));
+        .merge(probes(ready.clone()))
+        .merge(metadata);
     // Past the connection cap with every connection busy, a new one is answered by this.
     let probes_alone = probes(ready).fallback(|| async {
         (
@@ -487,137 +510,22 @@ fn probes(ready: Arc<Scrape>) -> axum::Router {
         )
 }
 
-/// What every HTTP request is checked against.
-struct Guard {
-    /// The token's hash: comparing hashes takes the same time whatever the guess shares
-    /// with the token (`blake3::Hash` compares in constant time).
-    token: Option<blake3::Hash>,
-    sessions: Arc<LocalSessionManager>,
-    max_sessions: usize,
-    /// Requests that may open a session and have not finished yet: counted with the open
-    /// sessions, so a burst of them cannot all pass the cap before the first one opens.
-    opening: AtomicUsize,
-}
-
-/// One request counted in [`Guard::opening`] until it ends.
-struct Opening<'a>(&'a AtomicUsize);
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// True for a request that cannot open a session: one that says it is 2026-07-28 (or later)
-/// and names one method other than `initialize` in `Mcp-Method`. rmcp refuses such a request
-/// whose body is an `initialize` all the same (the header must match the body at these
-/// revisions), so only a real `initialize` opens a session; a request without the headers
-/// is counted as one that may.
-fn is_sessionless(headers: &HeaderMap) -> bool {
-    let modern = headers
-        .get("mcp-protocol-version")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|version| version >= "2026-07-28");
-    let mut methods = headers.get_all("mcp-method").iter();
-    let method = methods.next();
-    modern && methods.next().is_none() && method.is_some_and(|m| m != "initialize")
-}
-
-/// Refuses requests from other origins (a web page the user visits must not reach local
-/// tools), requests without the token when one is set (but for the page's own files, which
-/// hold nothing and ask for the token), and a new MCP session when `max-mcp-sessions` are
-/// open. rmcp checks the Host header.
-async fn guard(guard: &Guard, request: Request, next: Next) -> Response {
-    if let Some(origin) = request
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|o| o.to_str().ok())
-        && !is_local_origin(origin)
-        // Only the web chat's paths check the Host header for everything they answer.
-        && !(toolhost::web::is_web_path(request.uri().path())
-            && is_same_origin(origin, request.headers()))
-    {
-        return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
-    }
-    if let Some(expected) = guard.token
-        && !toolhost::web::is_page_asset(request.method(), request.uri().path())
-        && bearer(request.headers()).map(|t| blake3::hash(t.as_bytes())) != Some(expected)
-    {
-        return (StatusCode::UNAUTHORIZED, "a bearer token is required").into_response();
-    }
-    let opens_a_session = request.method() == axum::http::Method::POST
-        && !request.headers().contains_key("mcp-session-id")
-        && !is_sessionless(request.headers());
-    let (opening, _counted) = if opens_a_session {
-        let opening = guard.opening.fetch_add(1, Ordering::SeqCst);
-        (opening, Some(Opening(&guard.opening)))
-    } else {
-        (0, None)
-    };
-    if opens_a_session && guard.sessions.sessions.read().await.len() + opening >= guard.max_sessions
-    {
-        let message = format!(
-            "{} MCP sessions are open, the most this host takes (max-mcp-sessions); \
-             close one or try again later",
-            guard.max_sessions
-        );
-        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    }
-    next.run(request).await
-}
-
-/// The token of `Authorization: Bearer <token>`; the scheme is case-insensitive (RFC 9110).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// True when `origin` is the host the request was sent to (a page this host served): its
-/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
-/// taken only on the web chat's paths, where `check_host` holds the Host header to the
-/// allowed names.
-fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    origin
-        .parse::<axum::http::Uri>()
-        .ok()
-        .and_then(|uri| uri.authority().map(|a| a.as_str().to_ascii_lowercase()))
-        .is_some_and(|authority| host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)))
-}
-
-fn is_local_origin(origin: &str) -> bool {
-    origin.parse::<axum::http::Uri>().is_ok_and(|uri| {
-        matches!(
-            uri.host(),
-            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_local_origin;
-
-    #[test]
-    fn only_local_origins_pass() {
-        for origin in [
-            "http://localhost:3000",
-            "http://127.0.0.1",
-            "https://localhost",
-            "http://[::1]:8080",
-            "http://[::1]",
-        ] {
-            assert!(is_local_origin(origin), "{origin}");
-        }
-        for origin in [
-            "https://evil.example",
-            "http://localhost.evil.example",
-            "http://127.0.0.1.nip.io:80",
-            "null",
-            "http://[::2]",
-        ] {
-            assert!(!is_local_origin(origin), "{origin}");
-        }
+/// `[access]` of `toolhost.toml` read again and put in force; a file that no longer checks
+/// keeps the rules in force, and the log says why.
+fn reread_access(
+    access: &toolhost::access::Access,
+    path: Option<&std::path::Path>,
+    legacy: Option<&str>,
+) {
+    let Some(path) = path else { return };
+    match super::settings::reread_access(path) {
+        Ok(settings) => match access.replace(settings, legacy) {
+            Ok(()) => tracing::info!("SIGHUP: [access] of {} is in force", path.display()),
+            Err(e) => tracing::error!("SIGHUP: [access] kept as it was: {e}"),
+        },
+        Err(e) => tracing::error!(
+            "SIGHUP: [access] of {} kept as it was: {e:#}",
+            path.display()
+        ),
     }
 }

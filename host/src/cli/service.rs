@@ -157,12 +157,14 @@ pub(crate) fn catch_hangup() -> anyhow::Result<Signal> {
     signal(SignalKind::hangup()).context("cannot catch SIGHUP")
 }
 
-/// On SIGHUP: reload the configuration now and reopen the audit log, telling systemd
-/// RELOADING=1 and READY=1 around it. Stops when dropped.
+/// On SIGHUP: reload the configuration now (the ensembles, and what `also` reads again) and
+/// reopen the audit log, telling systemd RELOADING=1 and READY=1 around it. Stops when
+/// dropped.
 pub(crate) fn reload_on_hangup(
     mut hangup: Signal,
     reloader: Arc<Reloader>,
     host: Arc<Host>,
+    also: impl Fn() + Send + 'static,
 ) -> AbortOnDrop {
     // A reopen whose open(2) hangs (a stuck network file system) is left to finish on its own
     // thread; SIGHUP goes on reloading, and starts no second reopen meanwhile.
@@ -174,6 +176,7 @@ pub(crate) fn reload_on_hangup(
                 NotifyState::monotonic_usec_now().unwrap_or(NotifyState::Status("reloading")),
             ]);
             reopen_audit(&host, &reopening).await;
+            also();
             let change = reloader.reload().await;
             tracing::info!(
                 generation = change.generation,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
+use toolhost::config::access::{AccessSection, AccessSettings};
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
 use toolhost::invoke::Host;
@@ -61,6 +62,10 @@ pub(crate) struct Settings {
     pub(crate) chat: ChatSection,
     /// How `oci://` components are fetched and where they are kept.
     pub(crate) registry: RegistrySettings,
+    /// `[access]`, checked: who may reach `serve --http` and what each identity may use.
+    pub(crate) access: AccessSettings,
+    /// `toolhost.toml`, when one was read (a reload reads its `[access]` again).
+    pub(crate) config_path: Option<PathBuf>,
 }
 
 impl Settings {
@@ -69,7 +74,7 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
-        let (host, chat, registry, trust, base) = match &config_path {
+        let (host, chat, registry, trust, base, access) = match &config_path {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
@@ -116,7 +121,8 @@ impl Settings {
                 }
                 let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
                 let trust = trusted_keys(&file.trust, &source, &base)?;
-                (file.host, file.chat, file.registry, trust, base)
+                let access = check_access(&file.access, &source)?;
+                (file.host, file.chat, file.registry, trust, base, access)
             }
             None => (
                 Default::default(),
@@ -124,6 +130,7 @@ impl Settings {
                 Default::default(),
                 (Vec::new(), false),
                 PathBuf::from("."),
+                AccessSettings::default(),
             ),
         };
         let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
@@ -237,6 +244,8 @@ impl Settings {
                 .map(|h| h.as_str().to_string())
                 .collect(),
             chat,
+            access,
+            config_path,
         })
     }
 
@@ -423,4 +432,23 @@ fn default_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
     Some(base.join("toolhost"))
+}
+
+/// `[access]` checked, with every mistake at its file:line:col.
+fn check_access(section: &AccessSection, source: &SourceFile) -> anyhow::Result<AccessSettings> {
+    section
+        .check(source, &|var| std::env::var(var).ok())
+        .map_err(|diagnostics| {
+            let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+            anyhow::anyhow!("\n{}", all.join("\n"))
+        })
+}
+
+/// `[access]` of `path` read again (a reload): the new rules and tokens, or why not.
+pub(crate) fn reread_access(path: &Path) -> anyhow::Result<AccessSettings> {
+    let source = SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let file: HostFile = source
+        .parse(FileKind::Host)
+        .map_err(|d| anyhow::anyhow!("\n{d}"))?;
+    check_access(&file.access, &source)
 }

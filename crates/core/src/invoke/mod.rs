@@ -17,11 +17,13 @@
 //! server); this module never asks which.
 
 mod call;
+mod caller;
 mod dedup;
 mod drain;
 mod error;
 
 pub use call::{Attached, Call};
+pub use caller::{Caller, Permits};
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
@@ -86,10 +88,12 @@ impl CallPolicy {
     }
 }
 
-/// One caller's scope: its id (in audit records), its policy and its dedup memory.
+/// One caller's scope: its id (in audit records), its policy, whom it calls for (over HTTP)
+/// and its dedup memory.
 pub struct Session {
     pub id: String,
     pub policy: CallPolicy,
+    caller: Option<Caller>,
     dedup: DedupCache,
 }
 
@@ -113,8 +117,26 @@ impl Session {
         Session {
             id: id.into(),
             policy,
+            caller: None,
             dedup: DedupCache::new(budget),
         }
+    }
+
+    /// The session of `caller`: it calls only what the caller may, and its calls are
+    /// audited with the caller's identity.
+    pub fn for_caller(mut self, caller: Caller) -> Self {
+        self.caller = Some(caller);
+        self
+    }
+
+    /// Whom the session calls for, if anyone in particular.
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
+    }
+
+    /// Whether the session may list and call `tool`: its policy, and its caller's rules.
+    pub fn permits(&self, tool: &Tool) -> bool {
+        self.policy.permits(&tool.name) && self.caller.as_ref().is_none_or(|c| c.permits(tool))
     }
 
     /// The results this session remembers.
@@ -417,6 +439,7 @@ impl Host {
         let record = AuditRecord {
             time: audit::now_rfc3339(),
             session: session.id.clone(),
+            identity: session.caller().map(|c| c.identity.clone()),
             tool: audit::cut_text(&outcome.tool),
             ensemble: tool.map(|t| t.ensemble.to_string()),
             component: tool.map(|t| t.source_hash().to_string()),
@@ -440,11 +463,14 @@ fn lookup<'c>(
     session: &Session,
     name: &str,
 ) -> Result<&'c Arc<Tool>, CallError> {
-    let Some(tool) = catalog.get(name) else {
+    // A tool the caller's rules do not grant is unknown to it, not forbidden: its name is
+    // not told apart from one that does not exist.
+    let hidden = |tool: &Tool| session.caller().is_some_and(|c| !c.permits(tool));
+    let Some(tool) = catalog.get(name).filter(|t| !hidden(t)) else {
         let names: Vec<&str> = catalog
             .tools()
+            .filter(|t| session.permits(t))
             .map(|t| t.name.as_str())
-            .filter(|n| session.policy.permits(n))
             .take(50)
             .collect();
         return Err(CallError::new(

@@ -136,6 +136,27 @@ CREATE TABLE IF NOT EXISTS log (
 );
 ";
 
+/// Whose conversations: an identity's key in hex, or `None` for the local operator's (and
+/// those kept before conversations had owners).
+pub type Owner<'a> = Option<&'a str>;
+
+/// The `owner` column, added to a database made before conversations had owners (their
+/// conversations are the local operator's), and its index.
+fn add_owners(connection: &Connection) -> rusqlite::Result<()> {
+    let has: i64 = connection.query_row(
+        "SELECT count(*) FROM pragma_table_info('conversations') WHERE name = 'owner'",
+        [],
+        |row| row.get(0),
+    )?;
+    if has == 0 {
+        connection.execute_batch("ALTER TABLE conversations ADD COLUMN owner TEXT")?;
+    }
+    connection.execute_batch(
+        "CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations \
+         (owner, updated_order DESC)",
+    )
+}
+
 impl Store {
     /// Opens (or creates) the database at `path`, its directory too (0700: conversations are
     /// the operator's). A file that is not a database, or one locked by another program past
@@ -171,6 +192,7 @@ impl Store {
                  PRAGMA journal_size_limit = 67108864;",
             )
             .and_then(|()| connection.execute_batch(SCHEMA))
+            .and_then(|()| add_owners(&connection))
             .map_err(|e| fail(e.to_string()))?;
         let identity = identity(path).map_err(|e| fail(e.to_string()))?;
         Ok(Store {
@@ -238,14 +260,14 @@ impl Store {
         work(&mut connection)
     }
 
-    /// Every conversation, the most recently updated first.
-    pub fn list(&self) -> Result<Vec<Summary>, StoreError> {
+    /// Every conversation of `owner`, the most recently updated first.
+    pub fn list(&self, owner: Owner<'_>) -> Result<Vec<Summary>, StoreError> {
         self.with(|c| {
             let mut statement = c.prepare(
-                "SELECT id, title, created, updated FROM conversations \
+                "SELECT id, title, created, updated FROM conversations WHERE owner IS ?1 \
                  ORDER BY updated_order DESC, rowid DESC",
             )?;
-            let rows = statement.query_map([], |row| {
+            let rows = statement.query_map(params![owner], |row| {
                 Ok(Summary {
                     id: row.get(0)?,
                     title: row.get(1)?,
@@ -288,6 +310,7 @@ impl Store {
         id: &str,
         title: &str,
         conversation: &Conversation,
+        owner: Owner<'_>,
     ) -> Result<Summary, StoreError> {
         let text = serde_json::to_string(conversation)?;
         self.with(|c| {
@@ -300,9 +323,10 @@ impl Store {
             }
             let now = toolhost_audit::now_rfc3339();
             transaction.execute(
-                "INSERT INTO conversations (id, title, created, updated, updated_order, conversation) \
-                 VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
-                params![id, title, now, order(), text],
+                "INSERT INTO conversations \
+                 (id, title, created, updated, updated_order, conversation, owner) \
+                 VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)",
+                params![id, title, now, order(), text, owner],
             )?;
             transaction.commit()?;
             Ok(Summary {
@@ -314,29 +338,40 @@ impl Store {
         })
     }
 
-    /// The bytes a conversation holds as stored: its messages (as JSON) and its log, or
-    /// `None` when there is no such conversation. Read without reading either.
-    pub fn sizes(&self, id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+    /// Whether `owner` has the conversation `id`.
+    pub fn owns(&self, id: &str, owner: Owner<'_>) -> Result<bool, StoreError> {
+        self.with(|c| {
+            Ok(c.query_row(
+                "SELECT count(*) FROM conversations WHERE id = ?1 AND owner IS ?2",
+                params![id, owner],
+                |row| row.get::<_, i64>(0),
+            )? > 0)
+        })
+    }
+
+    /// The bytes a conversation of `owner` holds as stored: its messages (as JSON) and its
+    /// log, or `None` when it has no such conversation. Read without reading either.
+    pub fn sizes(&self, id: &str, owner: Owner<'_>) -> Result<Option<(u64, u64)>, StoreError> {
         self.with(|c| {
             Ok(c.query_row(
                 "SELECT octet_length(conversation), \
                  (SELECT coalesce(sum(octet_length(event)), 0) FROM log WHERE conversation = ?1) \
-                 FROM conversations WHERE id = ?1",
-                params![id],
+                 FROM conversations WHERE id = ?1 AND owner IS ?2",
+                params![id, owner],
                 |row| Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64)),
             )
             .optional()?)
         })
     }
 
-    /// One conversation, or `None`.
-    pub fn get(&self, id: &str) -> Result<Option<Stored>, StoreError> {
+    /// One conversation of `owner`, or `None`.
+    pub fn get(&self, id: &str, owner: Owner<'_>) -> Result<Option<Stored>, StoreError> {
         self.with(|c| {
             let row = c
                 .query_row(
                     "SELECT title, created, updated, conversation, allowed_tools, pending_question \
-                     FROM conversations WHERE id = ?1",
-                    params![id],
+                     FROM conversations WHERE id = ?1 AND owner IS ?2",
+                    params![id, owner],
                     |row| {
                         Ok((
                             row.get::<_, String>(0)?,
@@ -428,13 +463,17 @@ impl Store {
         })
     }
 
-    /// Deletes a conversation and its log; false if there was none.
-    pub fn delete(&self, id: &str) -> Result<bool, StoreError> {
+    /// Deletes a conversation of `owner` and its log; false if it had none.
+    pub fn delete(&self, id: &str, owner: Owner<'_>) -> Result<bool, StoreError> {
         self.with(|c| {
             let transaction = c.transaction()?;
-            transaction.execute("DELETE FROM log WHERE conversation = ?1", params![id])?;
-            let deleted =
-                transaction.execute("DELETE FROM conversations WHERE id = ?1", params![id])?;
+            let deleted = transaction.execute(
+                "DELETE FROM conversations WHERE id = ?1 AND owner IS ?2",
+                params![id, owner],
+            )?;
+            if deleted > 0 {
+                transaction.execute("DELETE FROM log WHERE conversation = ?1", params![id])?;
+            }
             transaction.commit()?;
             Ok(deleted > 0)
         })
@@ -460,151 +499,4 @@ fn order() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn store(dir: &tempfile::TempDir, max: usize) -> Store {
-        let limits = StoreLimits {
-            max_conversations: max,
-            ..StoreLimits::default()
-        };
-        Store::open(&dir.path().join("state/chat.sqlite3"), limits).expect("open")
-    }
-
-    #[test]
-    fn conversations_survive_reopening() {
-        let dir = tempfile::tempdir().expect("dir");
-        let mut conversation = Conversation::new(Some("terse".into()));
-        conversation.push_user("hi");
-        {
-            let store = store(&dir, 10);
-            store.create("a", "hi", &conversation).expect("create");
-            conversation.push_user("again");
-            let log = [json!({"type": "user", "text": "hi"})];
-            let record = RunRecord {
-                conversation: &conversation,
-                log: &log,
-                allowed_tools: &["say".to_string()],
-                pending_question: Some("q1"),
-            };
-            assert!(store.save_run("a", &record).expect("save"));
-            let log = [json!({"type": "user", "text": "again"})];
-            let record = RunRecord {
-                log: &log,
-                ..record
-            };
-            assert!(store.save_run("a", &record).expect("save"));
-        }
-        let store = store(&dir, 10);
-        let stored = store.get("a").expect("get").expect("kept");
-        assert_eq!(stored.conversation, conversation);
-        assert_eq!(stored.log.len(), 2);
-        assert_eq!(stored.log[1]["text"], "again");
-        assert_eq!(stored.allowed_tools, ["say"]);
-        assert_eq!(stored.pending_question.as_deref(), Some("q1"));
-        assert_eq!(store.list().expect("list").len(), 1);
-        assert!(store.delete("a").expect("delete"));
-        assert!(store.get("a").expect("get").is_none());
-        assert!(!store.delete("a").expect("delete"));
-    }
-
-    #[test]
-    fn the_most_recently_updated_comes_first_and_the_cap_holds() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = store(&dir, 2);
-        let conversation = Conversation::default();
-        store.create("a", "first", &conversation).expect("a");
-        store.create("b", "second", &conversation).expect("b");
-        let full = store.create("c", "third", &conversation).expect_err("full");
-        assert!(full.to_string().contains("max-conversations"), "{full}");
-        let record = RunRecord {
-            conversation: &conversation,
-            log: &[],
-            allowed_tools: &[],
-            pending_question: None,
-        };
-        store.save_run("a", &record).expect("save");
-        let ids: Vec<String> = store
-            .list()
-            .expect("list")
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
-        assert_eq!(ids, ["a", "b"]);
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_database_is_refused_with_its_path() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("chat.sqlite3");
-        std::fs::write(&path, vec![b'x'; 8192]).expect("write");
-        let error = Store::open(&path, StoreLimits::default()).expect_err("corrupt");
-        let text = error.to_string();
-        assert!(text.contains("chat.sqlite3"), "{text}");
-        assert!(text.contains("not a database"), "{text}");
-    }
-
-    #[test]
-    fn a_database_deleted_or_replaced_while_open_is_refused_until_it_is_back() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = store(&dir, 10);
-        let conversation = Conversation::default();
-        store.create("a", "first", &conversation).expect("a");
-        let path = store.path().to_path_buf();
-        let aside = dir.path().join("aside.sqlite3");
-        std::fs::rename(&path, &aside).expect("move away");
-        let refused = store
-            .create("b", "second", &conversation)
-            .expect_err("gone");
-        assert!(matches!(refused, StoreError::Detached { .. }), "{refused}");
-        assert!(
-            refused.to_string().contains("deleted or moved away"),
-            "{refused}"
-        );
-        assert!(store.list().is_err(), "a read is refused too");
-        std::fs::create_dir(&path).expect("a directory where it was");
-        let refused = store.get("a").expect_err("a directory");
-        assert!(refused.to_string().contains("replaced"), "{refused}");
-        std::fs::remove_dir(&path).expect("rmdir");
-        std::fs::rename(&aside, &path).expect("back");
-        assert_eq!(store.list().expect("back").len(), 1);
-    }
-
-    #[test]
-    fn a_database_past_its_size_bound_takes_no_new_conversation_until_some_are_deleted() {
-        let dir = tempfile::tempdir().expect("dir");
-        let limits = StoreLimits {
-            max_conversations: 100,
-            max_bytes: 1 << 20,
-        };
-        let store = Store::open(&dir.path().join("chat.sqlite3"), limits).expect("open");
-        let mut big = Conversation::default();
-        big.push_user("x".repeat(600_000));
-        store.create("a", "a", &big).expect("a");
-        store.create("b", "b", &big).expect("b: 600 KB in use");
-        let full = store.create("c", "c", &big).expect_err("past 1 MiB");
-        assert!(matches!(full, StoreError::DatabaseFull { .. }), "{full}");
-        assert!(full.to_string().contains("max-database-mib"), "{full}");
-        assert!(store.has_room().is_err());
-        // A run that was going when the bound was reached keeps its conversation, not its log.
-        let log = [json!({"type": "text", "text": "w".repeat(500_000)})];
-        let record = RunRecord {
-            conversation: &big,
-            log: &log,
-            allowed_tools: &[],
-            pending_question: None,
-        };
-        assert!(store.save_run("b", &record).expect("saved"));
-        let kept = store.get("b").expect("get").expect("b");
-        assert_eq!(kept.log.len(), 1);
-        assert!(
-            kept.log[0]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("not kept"))
-        );
-        assert!(store.delete("a").expect("delete"));
-        store.has_room().expect("room again after a deletion");
-        store.create("c", "c", &big).expect("c");
-    }
-}
+mod tests;

@@ -1,0 +1,181 @@
+//! The rules of `[[access.rules]]`, applied: which tools an identity may list and call, who
+//! may read `/metrics`, and which scope would let an access token call a tool it may not.
+//!
+//! Deny by default once one rule exists: an identity may use what some rule that matches it
+//! grants, and nothing else. Without rules every identity that authenticated may use every
+//! tool (one operator's set-up, as with `--token-env` alone). The local operator (stdio,
+//! loopback without a token where that is allowed) is never bound by rules.
+
+use toolhost_config::access::Rule;
+use toolhost_contract::{Identity, IdentityKind};
+use toolhost_core::catalog::Tool;
+
+/// The rules in force.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+}
+
+impl Policy {
+    pub fn new(rules: Vec<Rule>) -> Self {
+        Policy { rules }
+    }
+
+    /// Whether any rule is written (then what none grants is denied).
+    pub fn is_restrictive(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// Whether `identity` may list and call `tool`.
+    pub fn may_call(&self, identity: &Identity, tool: &Tool) -> bool {
+        self.unbound(identity)
+            || self
+                .matching(identity)
+                .any(|rule| grants(rule, tool.ensemble(), tool.name()))
+    }
+
+    /// Whether `identity` may answer the approvals and questions of any conversation.
+    pub fn may_approve(&self, identity: &Identity) -> bool {
+        self.unbound(identity) || self.matching(identity).any(|rule| rule.approve)
+    }
+
+    /// Whether `identity` may read `/metrics`.
+    pub fn may_read_metrics(&self, identity: &Identity) -> bool {
+        self.unbound(identity) || self.matching(identity).any(|rule| rule.metrics)
+    }
+
+    /// The scopes that would let `identity`, an access token's, call `tool` which it may not
+    /// call now: those of the rules that grant the tool by scope alone (for the step-up
+    /// challenge, `403 insufficient_scope`). Empty when no scope would.
+    pub fn scopes_for(&self, identity: &Identity, tool: &Tool) -> Vec<&str> {
+        if identity.kind != IdentityKind::Oauth || self.may_call(identity, tool) {
+            return Vec::new();
+        }
+        let mut scopes: Vec<&str> = self
+            .rules
+            .iter()
+            .filter(|rule| grants(rule, tool.ensemble(), tool.name()))
+            .flat_map(|rule| rule.scopes.iter().map(String::as_str))
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        scopes
+    }
+
+    /// Every scope the rules name: what an access token may be asked for (the protected
+    /// resource metadata's `scopes_supported`, a `401` challenge's `scope`).
+    pub fn scopes(&self) -> Vec<&str> {
+        let mut scopes: Vec<&str> = (self.rules.iter())
+            .flat_map(|rule| rule.scopes.iter().map(String::as_str))
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        scopes
+    }
+
+    /// True for an identity no rule binds: the local operator, or anyone when no rule exists.
+    fn unbound(&self, identity: &Identity) -> bool {
+        identity.kind == IdentityKind::Local || self.rules.is_empty()
+    }
+
+    /// The rules that apply to `identity`: it is named, in one of the groups, or (an access
+    /// token) holds one of the scopes.
+    fn matching<'a>(&'a self, identity: &'a Identity) -> impl Iterator<Item = &'a Rule> {
+        self.rules.iter().filter(move |rule| {
+            rule.identities.contains(&identity.name)
+                || rule.groups.iter().any(|g| identity.groups.contains(g))
+                || (identity.kind == IdentityKind::Oauth
+                    && rule.scopes.iter().any(|s| identity.scopes.contains(s)))
+        })
+    }
+}
+
+/// Whether `rule` grants the tool `name` of `ensemble`.
+fn grants(rule: &Rule, ensemble: &str, name: &str) -> bool {
+    rule.tools.iter().any(|pattern| glob(pattern, name))
+        || rule.ensembles.iter().any(|pattern| glob(pattern, ensemble))
+}
+
+/// `*` matches any run of characters (none too), `?` one character; the rest itself.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (pattern, text): (Vec<char>, Vec<char>) =
+        (pattern.chars().collect(), text.chars().collect());
+    // The classic two-pointer match with one backtrack point: linear in practice, never
+    // exponential (names are 64 characters at most anyway).
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_runs_and_single_characters() {
+        assert!(glob("calculate", "calculate"));
+        assert!(!glob("calculate", "calculator"));
+        assert!(glob("fetch_*", "fetch_page"));
+        assert!(glob("fetch_*", "fetch_"));
+        assert!(glob("*", "anything"));
+        assert!(glob("*_page", "fetch_page"));
+        assert!(glob("f?tch*", "fetch_page"));
+        assert!(!glob("f?tch", "ftch"));
+        assert!(glob("a*b*c", "axxbyyc"));
+        assert!(!glob("a*b*c", "axxbyy"));
+    }
+
+    fn identity(kind: IdentityKind, name: &str, groups: &[&str], scopes: &[&str]) -> Identity {
+        Identity {
+            kind,
+            name: name.into(),
+            client: None,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn rules_match_names_groups_and_only_an_access_tokens_scopes() {
+        let policy = Policy::new(vec![
+            Rule {
+                scopes: vec!["tools:calculate".into()],
+                tools: vec!["calculate".into()],
+                ..Rule::default()
+            },
+            Rule {
+                groups: vec!["ops".into()],
+                ensembles: vec!["*".into()],
+                metrics: true,
+                ..Rule::default()
+            },
+        ]);
+        let oauth = identity(IdentityKind::Oauth, "alice", &[], &["tools:calculate"]);
+        let matched: Vec<_> = policy.matching(&oauth).collect();
+        assert_eq!(matched.len(), 1);
+        assert!(!policy.may_read_metrics(&oauth));
+        // A static token named like a scope is not a scope.
+        let token = identity(IdentityKind::Token, "t", &[], &["tools:calculate"]);
+        assert_eq!(policy.matching(&token).count(), 0);
+        let ops = identity(IdentityKind::Token, "t", &["ops"], &[]);
+        assert!(policy.may_read_metrics(&ops));
+        assert!(policy.may_read_metrics(&Identity::local()));
+        assert_eq!(policy.scopes(), ["tools:calculate"]);
+        assert!(Policy::default().may_read_metrics(&token));
+    }
+}

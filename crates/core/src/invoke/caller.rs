@@ -1,0 +1,63 @@
+//! Who a session calls on behalf of, and what the access rules let them call: set on the
+//! sessions of `serve --http` (toolhost-access decides both), absent elsewhere (stdio, the
+//! CLI, `toolhost chat`: the local operator, bound only by the session's [`super::CallPolicy`]).
+
+use crate::catalog::Tool;
+use std::sync::Arc;
+use toolhost_contract::Identity;
+
+/// Whether an identity may list and call a tool. Implemented by toolhost-access over the
+/// rules in force at the moment it is asked, so that a reload's rules apply to the next call
+/// of a session opened before it.
+pub trait Permits: Send + Sync {
+    fn permits(&self, tool: &Tool) -> bool;
+
+    /// Whether the identity may answer the approvals and questions of conversations it did
+    /// not start (an approver).
+    fn may_approve(&self) -> bool {
+        false
+    }
+}
+
+/// An identity, and what it may call.
+#[derive(Clone)]
+pub struct Caller {
+    pub identity: Identity,
+    pub access: Arc<dyn Permits>,
+}
+
+impl Caller {
+    /// A caller the rules let call everything (the local operator, or no rules written).
+    pub fn unrestricted(identity: Identity) -> Self {
+        struct Everything;
+        impl Permits for Everything {
+            fn permits(&self, _: &Tool) -> bool {
+                true
+            }
+
+            fn may_approve(&self) -> bool {
+                true
+            }
+        }
+        Caller {
+            identity,
+            access: Arc::new(Everything),
+        }
+    }
+
+    pub fn permits(&self, tool: &Tool) -> bool {
+        self.access.permits(tool)
+    }
+
+    pub fn may_approve(&self) -> bool {
+        self.access.may_approve()
+    }
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}

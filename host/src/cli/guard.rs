@@ -1,0 +1,350 @@
+//! The guard of `serve --http`: every request but the probes and the protected resource
+//! metadata passes it. It refuses other origins, authenticates the request (toolhost-access:
+//! loopback, a named token, an access token) and hands the caller on in the request's
+//! extensions, where the MCP server and the chat API find it; it binds an MCP session to the
+//! identity that opened it, answers a call a scope would allow with `403 insufficient_scope`,
+//! keeps `/metrics` to those the rules let read it, and caps the MCP sessions open.
+//!
+//! Refusals carry RFC 6750's `WWW-Authenticate` challenge (with RFC 9728's
+//! `resource_metadata` when a provider is trusted) and a JSON body with `error` and
+//! `error_description`; each is audited without its body, at most [`REFUSALS_PER_SECOND`]
+//! a second (the rest counted in the next record), so a flood of bad tokens cannot fill the
+//! disk.
+
+use super::http::Peer;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+use toolhost::access::{Access, Refusal};
+use toolhost::invoke::{Caller, Host};
+
+/// Refused requests recorded in the audit log per second, at most.
+pub(crate) const REFUSALS_PER_SECOND: u32 = 20;
+/// The largest `/mcp` POST read ahead to tell a call a scope would allow (step-up); a larger
+/// one goes on, and a tool it may not call is refused as unknown.
+const STEP_UP_PEEK_BYTES: u64 = 1 << 20;
+
+/// What every HTTP request is checked against.
+pub(crate) struct Guard {
+    pub(crate) access: Arc<Access>,
+    pub(crate) host: Arc<Host>,
+    pub(crate) sessions: Arc<LocalSessionManager>,
+    pub(crate) max_sessions: usize,
+    /// Requests that may open a session and have not finished yet: counted with the open
+    /// sessions, so a burst of them cannot all pass the cap before the first one opens.
+    pub(crate) opening: AtomicUsize,
+    /// The identity (its key) that opened each MCP session: no other may use it.
+    pub(crate) owners: Mutex<HashMap<String, [u8; 32]>>,
+    /// The refusals audited in the current second, and those left out since the last record.
+    pub(crate) refusals: Mutex<Refusals>,
+}
+
+/// The audit log's share of refusals: at most [`REFUSALS_PER_SECOND`] records a second.
+#[derive(Default)]
+pub(crate) struct Refusals {
+    second: Option<Instant>,
+    written: u32,
+    skipped: u64,
+}
+
+impl Guard {
+    pub(crate) fn new(
+        access: Arc<Access>,
+        host: Arc<Host>,
+        sessions: Arc<LocalSessionManager>,
+        max_sessions: usize,
+    ) -> Self {
+        Guard {
+            access,
+            host,
+            sessions,
+            max_sessions,
+            opening: AtomicUsize::new(0),
+            owners: Mutex::default(),
+            refusals: Mutex::default(),
+        }
+    }
+
+    /// `refusal` as an HTTP answer, audited (within the rate).
+    fn refuse(&self, refusal: &Refusal, path: &str) -> Response {
+        self.audit_refusal(refusal, path);
+        let challenge = self.access.challenge(refusal);
+        let body = serde_json::json!({
+            "error": refusal.error,
+            "error_description": refusal.description,
+        });
+        let mut response = (refusal.status, axum::Json(body)).into_response();
+        if let Ok(value) = challenge.parse() {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+
+    fn audit_refusal(&self, refusal: &Refusal, path: &str) {
+        let Some(log) = self.host.audit_log() else {
+            return;
+        };
+        let skipped = {
+            let mut counts = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+            if counts.second.is_none_or(|s| s.elapsed().as_secs() >= 1) {
+                counts.second = Some(Instant::now());
+                counts.written = 0;
+            }
+            if counts.written >= REFUSALS_PER_SECOND {
+                counts.skipped += 1;
+                return;
+            }
+            counts.written += 1;
+            std::mem::take(&mut counts.skipped)
+        };
+        let mut error = format!("{}: {}", refusal.error, refusal.description);
+        if skipped > 0 {
+            error.push_str(&format!(
+                " ({skipped} refusals before this one were not recorded: more than \
+                 {REFUSALS_PER_SECOND} a second)"
+            ));
+        }
+        let record = toolhost::audit::AuditRecord {
+            time: toolhost::audit::now_rfc3339(),
+            session: "http".into(),
+            identity: None,
+            tool: toolhost::audit::cut_text(path),
+            ensemble: None,
+            component: None,
+            arguments: serde_json::Value::Null,
+            arguments_bytes: None,
+            outcome: format!("refused-{}", refusal.status.as_u16()),
+            error: Some(toolhost::audit::cut_text(&error)),
+            duration_ms: 0.0,
+            deduplicated: false,
+            result_bytes: 0,
+            summary: String::new(),
+        };
+        let _ = log.append(&record);
+    }
+}
+
+/// One request counted in [`Guard::opening`] until it ends.
+struct Opening<'a>(&'a AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// True for a request that cannot open a session: one that says it is 2026-07-28 (or later)
+/// and names one method other than `initialize` in `Mcp-Method`. rmcp refuses such a request
+/// whose body is an `initialize` all the same (the header must match the body at these
+/// revisions), so only a real `initialize` opens a session; a request without the headers
+/// is counted as one that may.
+fn is_sessionless(headers: &HeaderMap) -> bool {
+    let modern = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|version| version >= "2026-07-28");
+    let mut methods = headers.get_all("mcp-method").iter();
+    let method = methods.next();
+    modern && methods.next().is_none() && method.is_some_and(|m| m != "initialize")
+}
+
+/// Refuses requests from other origins (a web page the user visits must not reach local
+/// tools) and requests that do not authenticate (but for the page's own files, which hold
+/// nothing and ask for the token); binds MCP sessions to their identity; caps new MCP
+/// sessions at `max-mcp-sessions`. rmcp checks the Host header.
+pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Response {
+    if let Some(origin) = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        && !is_local_origin(origin)
+        // Only the web chat's paths check the Host header for everything they answer.
+        && !(toolhost::web::is_web_path(request.uri().path())
+            && is_same_origin(origin, request.headers()))
+    {
+        return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
+    }
+    if toolhost::web::is_page_asset(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    let loopback = request
+        .extensions()
+        .get::<Peer>()
+        .is_some_and(|peer| peer.0.ip().is_loopback());
+    let path = request.uri().path().to_string();
+    let caller = match (guard.access)
+        .authenticate(request.headers(), request.uri(), loopback)
+        .await
+    {
+        Ok(caller) => caller,
+        Err(refusal) => return guard.refuse(&refusal, &path),
+    };
+    if path == "/metrics" && !guard.access.may_read_metrics(&caller) {
+        let refusal = Refusal {
+            status: StatusCode::FORBIDDEN,
+            error: "insufficient_scope",
+            description: format!("{} may not read /metrics", caller.identity),
+            scope: None,
+        };
+        return guard.refuse(&refusal, &path);
+    }
+    let key = caller.identity.key();
+    let session = (request.headers().get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(id) = &session {
+        let owners = guard.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        if owners.get(id).is_some_and(|owner| *owner != key) {
+            // Another identity's session is no session of this one: as if it did not exist.
+            return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
+        }
+    }
+    if path == "/mcp" && request.method() == axum::http::Method::POST {
+        request = match step_up(guard, &caller, request).await {
+            Ok(request) => request,
+            Err(refusal) => return guard.refuse(&refusal, &path),
+        };
+    }
+    let opens_a_session = request.method() == axum::http::Method::POST
+        && session.is_none()
+        && !is_sessionless(request.headers());
+    let (opening, _counted) = if opens_a_session {
+        let opening = guard.opening.fetch_add(1, Ordering::SeqCst);
+        (opening, Some(Opening(&guard.opening)))
+    } else {
+        (0, None)
+    };
+    if opens_a_session && guard.sessions.sessions.read().await.len() + opening >= guard.max_sessions
+    {
+        let message = format!(
+            "{} MCP sessions are open, the most this host takes (max-mcp-sessions); \
+             close one or try again later",
+            guard.max_sessions
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
+    request.extensions_mut().insert(caller);
+    let response = next.run(request).await;
+    if opens_a_session
+        && let Some(opened) =
+            (response.headers().get("mcp-session-id")).and_then(|v| v.to_str().ok())
+    {
+        let open = guard.sessions.sessions.read().await;
+        let mut owners = guard.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        // Sessions closed since are forgotten: the map holds no more than the open sessions.
+        owners.retain(|id, _| open.contains_key(id.as_str()));
+        owners.insert(opened.to_string(), key);
+    }
+    response
+}
+
+/// A `tools/call` of an access token's caller for a tool a scope it lacks would allow:
+/// refused with `403 insufficient_scope` naming that scope, so that its client can ask for
+/// it. Other requests go on with their body as it was.
+async fn step_up(guard: &Guard, caller: &Caller, request: Request) -> Result<Request, Refusal> {
+    let small = (request.headers().get(header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|length| length <= STEP_UP_PEEK_BYTES);
+    if caller.identity.kind != toolhost::contract::IdentityKind::Oauth
+        || !guard.access.policy().is_restrictive()
+        || !small
+    {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, STEP_UP_PEEK_BYTES as usize).await else {
+        // The body did not arrive whole: the request fails as it would have.
+        return Ok(Request::from_parts(parts, axum::body::Body::empty()));
+    };
+    let name = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(|message| message["method"] == "tools/call")
+        .and_then(|message| message["params"]["name"].as_str().map(str::to_string));
+    if let Some(name) = name
+        && let Some(tool) = guard.host.catalog().snapshot().get(&name).cloned()
+        && let Some(refusal) = guard.access.step_up(caller, &tool)
+    {
+        return Err(refusal);
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}
+
+/// `/.well-known/oauth-protected-resource` (and the form with the resource's path, RFC 9728),
+/// outside the guard: a client reads it to learn where to get a token. Served when a
+/// provider is trusted.
+pub(crate) fn metadata(access: &Arc<Access>) -> axum::Router {
+    let mut router = axum::Router::new();
+    for path in access.metadata_paths() {
+        let access = Arc::clone(access);
+        router = router.route(
+            &path,
+            axum::routing::get(move || {
+                let document = access.metadata();
+                async move {
+                    match document {
+                        Some(document) => axum::Json(document).into_response(),
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }),
+        );
+    }
+    router
+}
+
+/// True when `origin` is the host the request was sent to (a page this host served): its
+/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
+/// taken only on the web chat's paths, where `check_host` holds the Host header to the
+/// allowed names.
+fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    origin
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.authority().map(|a| a.as_str().to_ascii_lowercase()))
+        .is_some_and(|authority| host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)))
+}
+
+fn is_local_origin(origin: &str) -> bool {
+    origin.parse::<axum::http::Uri>().is_ok_and(|uri| {
+        matches!(
+            uri.host(),
+            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_origin;
+
+    #[test]
+    fn only_local_origins_pass() {
+        for origin in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://localhost",
+            "http://[::1]:8080",
+            "http://[::1]",
+        ] {
+            assert!(is_local_origin(origin), "{origin}");
+        }
+        for origin in [
+            "https://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io:80",
+            "null",
+            "http://[::2]",
+        ] {
+            assert!(!is_local_origin(origin), "{origin}");
+        }
+    }
+}

@@ -1,0 +1,56 @@
+// An OpenID provider on loopback for the access tests: oidc-provider (OpenID-certified),
+// issuing JWT access tokens (RFC 9068) for one resource by client credentials.
+//
+//   node provider.mjs <path of oidc-provider's lib/index.js>
+//
+// Environment: RESOURCE (the resources tokens may be for, separated by spaces; the first is
+// the default), PORT (default 0: any), KID (the
+// signing key's id, default k1; a provider started again with another kid has rotated its
+// key). Prints `issuer <url>` once it listens. Clients (secret = id + "-secret"): `tools`
+// (tokens for 10 minutes), `brief` (tokens for 1 second).
+import { generateKeyPairSync } from 'node:crypto';
+import { createServer } from 'node:http';
+import { pathToFileURL } from 'node:url';
+
+const { default: Provider, errors } = await import(pathToFileURL(process.argv[2]).href);
+const resources = process.env.RESOURCE.split(' ');
+const kid = process.env.KID || 'k1';
+const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const key = { ...privateKey.export({ format: 'jwk' }), kid, alg: 'RS256', use: 'sig' };
+const client = (id) => ({
+  client_id: id,
+  client_secret: `${id}-secret`,
+  grant_types: ['client_credentials'],
+  redirect_uris: [],
+  response_types: [],
+});
+
+const server = createServer();
+server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
+  const issuer = `http://127.0.0.1:${server.address().port}`;
+  const provider = new Provider(issuer, {
+    clients: [client('tools'), client('brief')],
+    jwks: { keys: [key] },
+    features: {
+      devInteractions: { enabled: false },
+      clientCredentials: { enabled: true },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => resources[0],
+        useGrantedResource: () => true,
+        getResourceServerInfo: (ctx, indicator) => {
+          if (!resources.includes(indicator)) throw new errors.InvalidTarget();
+          return {
+            scope: 'tools:calculate tools:all',
+            audience: indicator,
+            accessTokenFormat: 'jwt',
+            accessTokenTTL: ctx.oidc.client?.clientId === 'brief' ? 1 : 600,
+            jwt: { sign: { alg: 'RS256' } },
+          };
+        },
+      },
+    },
+  });
+  server.on('request', provider.callback());
+  console.log(`issuer ${issuer}`);
+});
