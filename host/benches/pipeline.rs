@@ -20,6 +20,7 @@
 //!   Rust, a Python and a JavaScript tool, each of the `toolhost:plugin` world and typed, raw
 //!   and through `invoke`. Target: each ratio at most 1.5.
 //!
+//! - `call/*_jwt`: the same calls authorized by an access token ([`identity`]).
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -32,6 +33,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{Host, Session};
 use toolhost::resolve;
 use toolhost::runtime::{Runtime, RuntimeSettings};
+mod identity;
 
 /// Raw wasmtime, with the host's engine settings (`engine_config`) and nothing of the host
 /// around it.
@@ -323,6 +325,7 @@ fn calls(c: &mut Criterion) {
             assert!(outcome.deduplicated);
         })
     });
+    identity::cells(&mut group, &rt, (&host, &quiet), &arguments);
     group.finish();
 }
 
