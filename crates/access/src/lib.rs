@@ -15,6 +15,7 @@
 
 pub mod oidc;
 pub mod policy;
+pub mod quota;
 
 pub use oidc::{Invalid, MAX_TOKEN_BYTES, Oidc};
 pub use policy::Policy;
@@ -34,6 +35,7 @@ pub const LEGACY_TOKEN_NAME: &str = toolhost_contract::OPERATOR_TOKEN;
 /// The settings in force.
 struct State {
     require_token: bool,
+    metrics_identities: usize,
     tokens: Vec<StaticToken>,
     oidc: Option<Arc<Oidc>>,
     policy: Policy,
@@ -42,6 +44,8 @@ struct State {
 /// Authentication and the rules of one `serve --http`.
 pub struct Access {
     state: Arc<ArcSwap<State>>,
+    /// What each identity used of its quota, across reloads.
+    usage: Arc<quota::Usage>,
 }
 
 /// A request refused before it reaches a tool.
@@ -82,6 +86,7 @@ impl Access {
         let state = State::of(settings, legacy, None)?;
         Ok(Access {
             state: Arc::new(ArcSwap::from_pointee(state)),
+            usage: Arc::default(),
         })
     }
 
@@ -189,8 +194,10 @@ impl Access {
     /// The caller of `identity` under the rules in force at each of its calls.
     pub fn caller(&self, identity: Identity) -> Caller {
         let grant = Grant {
+            key: identity.key(),
             identity: identity.clone(),
             state: Arc::clone(&self.state),
+            usage: Arc::clone(&self.usage),
         };
         Caller {
             identity,
@@ -259,6 +266,19 @@ impl Access {
             ),
             scope: Some(scopes.join(" ")),
         })
+    }
+
+    /// When `caller` may start a call, if its quota does not let it now (`429` with
+    /// `Retry-After` before a request reaches the MCP server; nothing is counted).
+    pub fn wait(&self, caller: &Caller) -> Option<toolhost_core::invoke::Limited> {
+        let state = self.state.load();
+        let quota = state.policy.quota_for(&caller.identity)?;
+        self.usage.wait(caller.identity.key(), quota)
+    }
+
+    /// Identities named in `/metrics`; the rest are `other`.
+    pub fn metrics_identities(&self) -> usize {
+        self.state.load().metrics_identities
     }
 
     /// Whether `caller` may read `/metrics`.
@@ -338,9 +358,10 @@ impl State {
             (settings.require_token).unwrap_or(!tokens.is_empty() || oidc.is_some());
         Ok(State {
             require_token,
+            metrics_identities: settings.metrics_identities,
             tokens,
             oidc,
-            policy: Policy::new(settings.rules),
+            policy: Policy::new(settings.rules, settings.quotas),
         })
     }
 
@@ -368,10 +389,12 @@ fn same_provider(
         && a.groups_claim == b.groups_claim
 }
 
-/// What an identity may call: asked of the rules in force each time.
+/// What an identity may call and how much: asked of the rules and quotas in force each time.
 struct Grant {
     identity: Identity,
+    key: [u8; 32],
     state: Arc<ArcSwap<State>>,
+    usage: Arc<quota::Usage>,
 }
 
 impl Permits for Grant {
@@ -381,6 +404,15 @@ impl Permits for Grant {
 
     fn may_approve(&self) -> bool {
         self.state.load().policy.may_approve(&self.identity)
+    }
+
+    fn admit(&self) -> Result<Option<Box<dyn Send>>, toolhost_core::invoke::Limited> {
+        let state = self.state.load();
+        let Some(quota) = state.policy.quota_for(&self.identity) else {
+            return Ok(None);
+        };
+        let running = self.usage.admit(self.key, quota)?;
+        Ok(Some(Box::new(running)))
     }
 }
 

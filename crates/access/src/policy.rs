@@ -6,19 +6,33 @@
 //! tool (one operator's set-up, as with `--token-env` alone). The local operator (stdio,
 //! loopback without a token where that is allowed) is never bound by rules.
 
-use toolhost_config::access::Rule;
+use toolhost_config::access::{Quota, Rule};
 use toolhost_contract::{Identity, IdentityKind};
 use toolhost_core::catalog::Tool;
 
-/// The rules in force.
+/// The rules and quotas in force.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
+    quotas: Vec<Quota>,
 }
 
 impl Policy {
-    pub fn new(rules: Vec<Rule>) -> Self {
-        Policy { rules }
+    pub fn new(rules: Vec<Rule>, quotas: Vec<Quota>) -> Self {
+        Policy { rules, quotas }
+    }
+
+    /// The quota that holds `identity`: the first that names it, one of its groups or (an
+    /// access token's) scopes, or names nobody; none for the local operator.
+    pub fn quota_for(&self, identity: &Identity) -> Option<&Quota> {
+        if identity.kind == IdentityKind::Local {
+            return None;
+        }
+        self.quotas.iter().find(|quota| {
+            let everyone =
+                quota.identities.is_empty() && quota.groups.is_empty() && quota.scopes.is_empty();
+            everyone || names(&quota.identities, &quota.groups, &quota.scopes, identity)
+        })
     }
 
     /// Whether any rule is written (then what none grants is denied).
@@ -81,13 +95,18 @@ impl Policy {
     /// The rules that apply to `identity`: it is named, in one of the groups, or (an access
     /// token) holds one of the scopes.
     fn matching<'a>(&'a self, identity: &'a Identity) -> impl Iterator<Item = &'a Rule> {
-        self.rules.iter().filter(move |rule| {
-            rule.identities.contains(&identity.name)
-                || rule.groups.iter().any(|g| identity.groups.contains(g))
-                || (identity.kind == IdentityKind::Oauth
-                    && rule.scopes.iter().any(|s| identity.scopes.contains(s)))
-        })
+        (self.rules.iter())
+            .filter(move |rule| names(&rule.identities, &rule.groups, &rule.scopes, identity))
     }
+}
+
+/// Whether `identity` is among `identities`, in one of `groups`, or (an access token)
+/// holds one of `scopes`.
+fn names(identities: &[String], groups: &[String], scopes: &[String], identity: &Identity) -> bool {
+    identities.contains(&identity.name)
+        || groups.iter().any(|g| identity.groups.contains(g))
+        || (identity.kind == IdentityKind::Oauth
+            && scopes.iter().any(|s| identity.scopes.contains(s)))
 }
 
 /// Whether `rule` grants the tool `name` of `ensemble`.
@@ -152,19 +171,32 @@ mod tests {
 
     #[test]
     fn rules_match_names_groups_and_only_an_access_tokens_scopes() {
-        let policy = Policy::new(vec![
-            Rule {
-                scopes: vec!["tools:calculate".into()],
-                tools: vec!["calculate".into()],
-                ..Rule::default()
-            },
-            Rule {
-                groups: vec!["ops".into()],
-                ensembles: vec!["*".into()],
-                metrics: true,
-                ..Rule::default()
-            },
-        ]);
+        let policy = Policy::new(
+            vec![
+                Rule {
+                    scopes: vec!["tools:calculate".into()],
+                    tools: vec!["calculate".into()],
+                    ..Rule::default()
+                },
+                Rule {
+                    groups: vec!["ops".into()],
+                    ensembles: vec!["*".into()],
+                    metrics: true,
+                    ..Rule::default()
+                },
+            ],
+            vec![
+                Quota {
+                    groups: vec!["ops".into()],
+                    concurrent_calls: Some(64),
+                    ..Quota::default()
+                },
+                Quota {
+                    calls_per_minute: Some(10),
+                    ..Quota::default()
+                },
+            ],
+        );
         let oauth = identity(IdentityKind::Oauth, "alice", &[], &["tools:calculate"]);
         let matched: Vec<_> = policy.matching(&oauth).collect();
         assert_eq!(matched.len(), 1);
@@ -177,5 +209,15 @@ mod tests {
         assert!(policy.may_read_metrics(&Identity::local()));
         assert_eq!(policy.scopes(), ["tools:calculate"]);
         assert!(Policy::default().may_read_metrics(&token));
+        // The first quota that applies holds; the local operator has none.
+        assert_eq!(
+            policy.quota_for(&ops).and_then(|q| q.concurrent_calls),
+            Some(64)
+        );
+        assert_eq!(
+            policy.quota_for(&oauth).and_then(|q| q.calls_per_minute),
+            Some(10)
+        );
+        assert!(policy.quota_for(&Identity::local()).is_none());
     }
 }

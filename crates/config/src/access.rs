@@ -7,7 +7,7 @@
 //! loopback request without a token (the local operator, unless `require-token`). Rules
 //! (`[[access.rules]]`) grant tools; once one rule exists, what no rule grants is denied.
 
-use crate::names::{EnvVarName, Setting};
+use crate::names::{EnvVarName, Setting, written_or};
 use crate::{Diagnostic, SourceFile};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,23 @@ bounded!(
     /// `[access.oidc] leeway-s`: how far `exp` and `nbf` may be off the host's clock, 0 to 300 s.
     LeewayS, "leeway-s", 0, 300, seconds
 );
+bounded!(
+    /// `[[access.quotas]] calls-per-minute`: calls one identity may start a minute (a burst of
+    /// as many, refilled at that rate), 1 to 1,000,000.
+    CallsPerMinute, "calls-per-minute", 1, 1_000_000, number u32
+);
+bounded!(
+    /// `[[access.quotas]] concurrent-calls`: calls of one identity running at once, 1 to 10,000.
+    ConcurrentCalls, "concurrent-calls", 1, 10_000, number usize
+);
+bounded!(
+    /// `[access] metrics-identities`: identities named in `/metrics`, 0 to 10,000.
+    MetricsIdentities, "metrics-identities", 0, 10_000, number usize
+);
+
+/// Identities named in `/metrics` when `metrics-identities` is not written; the rest are
+/// counted as `other`.
+pub const DEFAULT_METRICS_IDENTITIES: usize = 100;
 
 /// `[access]` of `toolhost.toml`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -47,6 +64,29 @@ pub struct AccessSection {
     #[serde(default)]
     #[schemars(with = "Vec<RuleEntry>")]
     pub rules: Vec<Spanned<RuleEntry>>,
+    /// How many calls an identity may make: the first quota that applies to it holds.
+    #[serde(default)]
+    #[schemars(with = "Vec<QuotaEntry>")]
+    pub quotas: Vec<Spanned<QuotaEntry>>,
+    /// Identities named in `/metrics` (default 100); the rest are counted as `other`.
+    pub metrics_identities: Option<MetricsIdentities>,
+}
+
+/// One `[[access.quotas]]`: whom it holds (any of `identities`, `groups`, `scopes`; none
+/// written: everyone but the local operator) and its limits.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct QuotaEntry {
+    #[serde(default)]
+    pub identities: Vec<String>,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Calls one identity may start a minute: a burst of as many, refilled at that rate.
+    pub calls_per_minute: Option<CallsPerMinute>,
+    /// Calls of one identity running at once.
+    pub concurrent_calls: Option<ConcurrentCalls>,
 }
 
 /// One `[[access.tokens]]`: a name, its groups, and how the host knows the token.
@@ -125,13 +165,39 @@ pub struct RuleEntry {
 }
 
 /// `[access]`, checked: what toolhost-access builds its guard and policy from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AccessSettings {
     /// As written; unwritten, it follows whether any token source is named.
     pub require_token: Option<bool>,
     pub tokens: Vec<StaticToken>,
     pub oidc: Option<OidcSettings>,
     pub rules: Vec<Rule>,
+    pub quotas: Vec<Quota>,
+    /// Identities named in `/metrics`; the rest are `other`.
+    pub metrics_identities: usize,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        AccessSettings {
+            require_token: None,
+            tokens: Vec::new(),
+            oidc: None,
+            rules: Vec::new(),
+            quotas: Vec::new(),
+            metrics_identities: DEFAULT_METRICS_IDENTITIES,
+        }
+    }
+}
+
+/// One quota, checked.
+#[derive(Debug, Clone, Default)]
+pub struct Quota {
+    pub identities: Vec<String>,
+    pub groups: Vec<String>,
+    pub scopes: Vec<String>,
+    pub calls_per_minute: Option<u32>,
+    pub concurrent_calls: Option<usize>,
 }
 
 /// A named static token, known by its SHA-256.
@@ -305,9 +371,7 @@ impl AccessSection {
                 issuer: issuer?,
                 resource: resource?,
                 algorithms,
-                leeway: section
-                    .leeway_s
-                    .map_or(Duration::from_secs(30), Setting::value),
+                leeway: written_or(section.leeway_s, Duration::from_secs(30)),
                 groups_claim: section
                     .groups_claim
                     .clone()
@@ -358,6 +422,23 @@ impl AccessSection {
                 approve: rule.approve,
             });
         }
+        let mut quotas = Vec::new();
+        for entry in &self.quotas {
+            let quota = entry.get_ref();
+            if quota.calls_per_minute.is_none() && quota.concurrent_calls.is_none() {
+                error(
+                    entry.span(),
+                    "a quota limits something: `calls-per-minute` or `concurrent-calls`".into(),
+                );
+            }
+            quotas.push(Quota {
+                identities: quota.identities.clone(),
+                groups: quota.groups.clone(),
+                scopes: quota.scopes.clone(),
+                calls_per_minute: quota.calls_per_minute.map(Setting::value),
+                concurrent_calls: quota.concurrent_calls.map(Setting::value),
+            });
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -366,6 +447,8 @@ impl AccessSection {
             tokens,
             oidc,
             rules,
+            quotas,
+            metrics_identities: written_or(self.metrics_identities, DEFAULT_METRICS_IDENTITIES),
         })
     }
 }

@@ -6,6 +6,8 @@
 //!
 //! Tool names become label values only for tools of the catalog: a call of an unknown tool is
 //! counted under the tool `""`, so callers cannot grow the label set with made-up names.
+//! Identities (over HTTP) are named for the first [`Metrics::set_identity_cap`] of them seen
+//! since start; later ones are counted as `other`.
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -17,6 +19,11 @@ const DURATION_BUCKETS: &[f64] = &[
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Identities named in the metrics unless told otherwise.
+pub const DEFAULT_IDENTITY_CAP: usize = 100;
+/// The label of the identities past the cap.
+const OTHER: &str = "other";
+
 /// The host's metrics and the registry they are encoded from.
 pub struct Metrics {
     registry: Registry,
@@ -25,6 +32,10 @@ pub struct Metrics {
     dedup_hits: IntCounterVec,
     validation_failures: IntCounterVec,
     reloads: IntCounterVec,
+    identity_calls: IntCounterVec,
+    /// The identities named so far, and how many may be.
+    identities: std::sync::Mutex<std::collections::HashSet<String>>,
+    identity_cap: std::sync::atomic::AtomicUsize,
     /// Set at each scrape, by ensemble: 1 while its imported MCP server has a session.
     pub mcp_servers_up: IntGaugeVec,
     /// Set at each scrape.
@@ -84,6 +95,11 @@ impl Metrics {
             &["tool"],
         )?;
         registry.register(Box::new(durations.clone()))?;
+        let identity_calls = counter(
+            "toolhost_identity_calls_total",
+            "Calls that ended over HTTP, by identity (a static token's name or an access token's subject; past the cap `other`) and outcome.",
+            &["identity", "outcome"],
+        )?;
         let reloads = counter(
             "toolhost_reloads_total",
             "Reloads of the catalog, by outcome: ok, or refused when an ensemble file was refused (its last good version kept).",
@@ -98,6 +114,9 @@ impl Metrics {
         )?;
         registry.register(Box::new(mcp_servers_up.clone()))?;
         Ok(Metrics {
+            identity_calls,
+            identities: Default::default(),
+            identity_cap: std::sync::atomic::AtomicUsize::new(DEFAULT_IDENTITY_CAP),
             calls,
             durations,
             dedup_hits,
@@ -163,6 +182,29 @@ impl Metrics {
         if invalid {
             self.validation_failures.with_label_values(&[tool]).inc();
         }
+    }
+
+    /// How many identities `/metrics` names (`[access] metrics-identities`); the rest are
+    /// counted as `other`.
+    pub fn set_identity_cap(&self, cap: usize) {
+        (self.identity_cap).store(cap, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts one call of `identity` that ended in `outcome`.
+    pub fn identity_call(&self, identity: &str, outcome: &str) {
+        let named = {
+            let mut seen = self
+                .identities
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let cap = self.identity_cap.load(std::sync::atomic::Ordering::Relaxed);
+            seen.contains(identity)
+                || (seen.len() < cap && identity != OTHER && seen.insert(identity.to_string()))
+        };
+        let label = if named { identity } else { OTHER };
+        self.identity_calls
+            .with_label_values(&[label, outcome])
+            .inc();
     }
 
     /// Counts one reload of the catalog; `refused` when it refused an ensemble file.

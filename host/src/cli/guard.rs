@@ -207,6 +207,27 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
         }
     }
+    // A call without a session (2026-07-28) past its identity's quota: 429, before it
+    // reaches the MCP server (inside a session, the call's result says so instead).
+    if path == "/mcp"
+        && session.is_none()
+        && (request.headers().get("mcp-method")).is_some_and(|m| m == "tools/call")
+        && let Some(limited) = guard.access.wait(&caller)
+    {
+        let refusal = Refusal {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            error: "rate_limited",
+            description: limited.message,
+            scope: None,
+        };
+        let mut response = guard.refuse(&refusal, &path);
+        response.headers_mut().remove(header::WWW_AUTHENTICATE);
+        let seconds = limited.retry_after.as_secs().max(1).to_string();
+        if let Ok(value) = seconds.parse() {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     if path == "/mcp" && request.method() == axum::http::Method::POST {
         request = match step_up(guard, &caller, request).await {
             Ok(request) => request,

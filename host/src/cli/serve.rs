@@ -72,6 +72,7 @@ pub(crate) async fn run(
         );
     }
     let metrics = Arc::new(toolhost::metrics::Metrics::new()?);
+    metrics.set_identity_cap(access.metrics_identities());
     let _count_reloads = count_reloads(reloader.clone(), metrics.clone());
     let host = Arc::new(
         settings

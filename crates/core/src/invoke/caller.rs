@@ -17,6 +17,20 @@ pub trait Permits: Send + Sync {
     fn may_approve(&self) -> bool {
         false
     }
+
+    /// A call of the identity admitted under its quota: whatever is returned is held while
+    /// the call runs (counting it as running), or the call is refused with when to try again.
+    fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
+        Ok(None)
+    }
+}
+
+/// A call refused by its identity's quota.
+#[derive(Debug, Clone)]
+pub struct Limited {
+    /// When a call may be tried again (`Retry-After`).
+    pub retry_after: std::time::Duration,
+    pub message: String,
 }
 
 /// An identity, and what it may call.
@@ -51,6 +65,10 @@ impl Caller {
 
     pub fn may_approve(&self) -> bool {
         self.access.may_approve()
+    }
+
+    pub fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
+        self.access.admit()
     }
 }
 

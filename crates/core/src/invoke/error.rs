@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Unavailable,
     /// The host shut down before the call finished (its drain deadline passed).
     Cancelled,
+    /// The caller's identity passed its quota (`[[access.quotas]]`); the message says when
+    /// to try again.
+    RateLimited,
 }
 
 impl ErrorKind {
@@ -51,6 +54,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::RateLimited => "rate-limited",
         }
     }
 }

@@ -23,7 +23,7 @@ mod drain;
 mod error;
 
 pub use call::{Attached, Call};
-pub use caller::{Caller, Permits};
+pub use caller::{Caller, Limited, Permits};
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
@@ -336,6 +336,14 @@ impl Host {
             );
             return self.refuse(session, call, error);
         };
+        // The identity's quota: held (counted as running) until the call ends.
+        let _quota = match session.caller().map(Caller::admit).transpose() {
+            Ok(held) => held,
+            Err(limited) => {
+                let error = CallError::new(ErrorKind::RateLimited, limited.message);
+                return self.refuse(session, call, error);
+            }
+        };
         if let Some(log) = &self.audit
             && log.policy() == OnAuditError::Refuse
             && let Err(e) = log.writable()
@@ -411,6 +419,11 @@ impl Host {
     ) {
         if let Some(metrics) = &self.metrics {
             let kind = outcome.result.as_ref().err().map(|e| e.kind);
+            if let Some(caller) = session.caller()
+                && caller.identity.kind != toolhost_contract::IdentityKind::Local
+            {
+                metrics.identity_call(&caller.identity.name, kind.map_or("ok", ErrorKind::as_str));
+            }
             metrics.call(
                 tool.map(|t| t.name.as_str()),
                 kind.map_or("ok", ErrorKind::as_str),

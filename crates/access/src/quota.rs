@@ -1,0 +1,163 @@
+//! Quotas per identity (`[[access.quotas]]`): calls a minute (a token bucket: a burst of
+//! `calls-per-minute`, refilled at that rate) and calls running at once. What each identity
+//! used is kept across reloads, by the identity's key, for at most [`MAX_TRACKED`]
+//! identities: past that, the one idle longest (no call running) is forgotten, which gives it
+//! a full bucket again; a host tracking that many identities all running calls takes no call
+//! of a new one until one ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use toolhost_config::access::Quota;
+use toolhost_core::invoke::Limited;
+
+/// Identities whose use is tracked at once.
+pub const MAX_TRACKED: usize = 100_000;
+
+/// One identity's use.
+struct Bucket {
+    /// Calls it may still start now (fractions refill continuously).
+    tokens: f64,
+    refilled: Instant,
+    running: usize,
+}
+
+/// What every identity used, shared by the grants of one host.
+#[derive(Default)]
+pub struct Usage {
+    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
+}
+
+/// One call counted as running until it is dropped.
+pub struct Running {
+    usage: Arc<Usage>,
+    key: [u8; 32],
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut buckets = self.usage.lock();
+        if let Some(bucket) = buckets.get_mut(&self.key) {
+            bucket.running = bucket.running.saturating_sub(1);
+        }
+    }
+}
+
+impl Usage {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Bucket>> {
+        self.buckets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call of the identity `key` under `quota`: counted (a token taken, one more running)
+    /// and held until the returned guard drops, or refused with when to try again.
+    pub fn admit(self: &Arc<Self>, key: [u8; 32], quota: &Quota) -> Result<Running, Limited> {
+        let mut buckets = self.lock();
+        let now = Instant::now();
+        if !buckets.contains_key(&key) && buckets.len() >= MAX_TRACKED {
+            forget_one_idle(&mut buckets);
+            if buckets.len() >= MAX_TRACKED {
+                return Err(Limited {
+                    retry_after: Duration::from_secs(1),
+                    message: format!(
+                        "{MAX_TRACKED} identities are calling at once, the most this host \
+                         tracks; try again in a moment"
+                    ),
+                });
+            }
+        }
+        let bucket = buckets.entry(key).or_insert_with(|| Bucket {
+            tokens: quota.calls_per_minute.map_or(0.0, f64::from),
+            refilled: now,
+            running: 0,
+        });
+        check(bucket, quota, now)?;
+        if quota.calls_per_minute.is_some() {
+            bucket.tokens -= 1.0;
+        }
+        bucket.running += 1;
+        Ok(Running {
+            usage: Arc::clone(self),
+            key,
+        })
+    }
+
+    /// When the identity `key` could start a call under `quota`, if not now (nothing counted).
+    pub fn wait(&self, key: [u8; 32], quota: &Quota) -> Option<Limited> {
+        let mut buckets = self.lock();
+        let bucket = buckets.get_mut(&key)?;
+        check(bucket, quota, Instant::now()).err()
+    }
+}
+
+/// Refills `bucket` to `now`; refuses a call that would pass `quota`.
+fn check(bucket: &mut Bucket, quota: &Quota, now: Instant) -> Result<(), Limited> {
+    if let Some(limit) = quota.calls_per_minute {
+        let per_second = f64::from(limit) / 60.0;
+        let elapsed = now.duration_since(bucket.refilled).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * per_second).min(f64::from(limit));
+        bucket.refilled = now;
+        if bucket.tokens < 1.0 {
+            let wait = ((1.0 - bucket.tokens) / per_second).ceil().max(1.0);
+            return Err(Limited {
+                retry_after: Duration::from_secs(wait as u64),
+                message: format!(
+                    "this identity's quota is {limit} calls a minute; try again in {wait} s"
+                ),
+            });
+        }
+    }
+    if let Some(limit) = quota.concurrent_calls
+        && bucket.running >= limit
+    {
+        return Err(Limited {
+            retry_after: Duration::from_secs(1),
+            message: format!(
+                "this identity's quota is {limit} calls at once, and {limit} are running; try \
+                 again when one ends"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Forgets the identity idle longest (no call running), if any is.
+fn forget_one_idle(buckets: &mut HashMap<[u8; 32], Bucket>) {
+    let oldest = (buckets.iter())
+        .filter(|(_, b)| b.running == 0)
+        .min_by_key(|(_, b)| b.refilled)
+        .map(|(key, _)| *key);
+    if let Some(key) = oldest {
+        buckets.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_allows_its_burst_then_refills_and_running_calls_are_counted() {
+        let usage = Arc::new(Usage::default());
+        let quota = Quota {
+            calls_per_minute: Some(2),
+            concurrent_calls: Some(1),
+            ..Quota::default()
+        };
+        let key = [1; 32];
+        let first = usage.admit(key, &quota).expect("first");
+        let busy = usage.admit(key, &quota).err().expect("one at once");
+        assert!(busy.message.contains("1 calls at once"), "{}", busy.message);
+        drop(first);
+        let second = usage.admit(key, &quota).expect("second");
+        drop(second);
+        let limited = usage.admit(key, &quota).err().expect("two a minute");
+        assert!(limited.retry_after >= Duration::from_secs(1));
+        assert!(limited.retry_after <= Duration::from_secs(30));
+        assert!(usage.wait(key, &quota).is_some());
+        // Another identity has its own bucket.
+        assert!(usage.admit([2; 32], &quota).is_ok());
+        // A minute later (as the bucket sees it) the burst is back.
+        usage.lock().get_mut(&key).expect("tracked").refilled -= Duration::from_secs(60);
+        assert!(usage.wait(key, &quota).is_none());
+    }
+}

@@ -1,0 +1,134 @@
+//! Quotas per identity (`[[access.quotas]]`): calls a minute and calls at once, answered by
+//! `429` with `Retry-After` for a call without a session, by an `isError` result inside one;
+//! and `/metrics` naming identities up to `metrics-identities`, the rest as `other`.
+
+use crate::mcp::{Client, HttpServer, call, text};
+use crate::mcp_revisions::modern_post;
+use crate::support::{Fixture, ensemble};
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+/// A `tools/call` without a session by the bearer of `token`: the status, headers and message.
+async fn call_as(
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let auth = format!("Bearer {token}");
+    let params = json!({"name": tool, "arguments": arguments});
+    modern_post(
+        url,
+        "tools/call",
+        Some(tool),
+        params,
+        &[("authorization", &auth)],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_each_identity_to_its_calls_a_minute_and_at_once() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "slow.toml",
+        &ensemble(
+            "slow",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"sleep\" }\nlimits = { timeout-ms = 20000 }\n",
+        ),
+    );
+    let host_file = fixture.write_host_file(
+        "access",
+        "metrics-identities = 1\n\n\
+         [[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
+         [[access.tokens]]\nname = \"bob\"\nenv = \"BOB\"\n\n\
+         [[access.quotas]]\nidentities = [\"ann\"]\ncalls-per-minute = 3\n\n\
+         [[access.quotas]]\nconcurrent-calls = 1\n",
+    );
+    let config = host_file.to_str().expect("path");
+    let env = [("ANN", "ann-token"), ("BOB", "bob-token")];
+    let server = HttpServer::start(&fixture, &["--config", config], &env);
+    let url = server.url.as_str();
+
+    // Ann: three calls a minute; the fourth without a session is a 429 saying when.
+    for n in 0..3 {
+        let (status, _, answer) = call_as(url, "ann-token", "echo", json!({"n": n})).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    }
+    let (status, headers, _) = call_as(url, "ann-token", "echo", json!({"n": 3})).await;
+    assert_eq!(status, 429);
+    let retry: u64 = headers["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=20).contains(&retry), "{retry}");
+    // Inside a session the call's result says so.
+    let transport = StreamableHttpClientTransportConfig::with_uri(url).auth_header("ann-token");
+    let client = Client::default()
+        .serve(StreamableHttpClientTransport::from_config(transport))
+        .await
+        .expect("a session");
+    let limited = call(&client, "echo", json!({"n": 4})).await;
+    assert_eq!(limited.is_error, Some(true));
+    let said = text(&limited);
+    assert!(
+        said.starts_with("rate-limited: this identity's quota is 3 calls a minute"),
+        "{said}"
+    );
+    client.cancel().await.expect("close");
+
+    // Bob (everyone else's quota): one call at a time.
+    let slow = call_as(url, "bob-token", "sleep", json!({"ms": 1500}));
+    let quick = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        call_as(url, "bob-token", "echo", json!({"while": "sleeping"})).await
+    };
+    let ((slow_status, _, slept), (status, _, refused)) = tokio::join!(slow, quick);
+    assert_eq!(slow_status, 200);
+    assert_eq!(slept["result"]["isError"], json!(false), "{slept}");
+    let refused_in_result = refused["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("rate-limited:"));
+    assert!(status == 429 || refused_in_result, "{status} {refused}");
+    let (status, _, answer) = call_as(url, "bob-token", "echo", json!({"after": true})).await;
+    assert_eq!(status, 200, "{answer}");
+
+    // Metrics name the first identity; the second is `other`.
+    let metrics = reqwest::Client::new()
+        .get(url.replace("/mcp", "/metrics"))
+        .bearer_auth("ann-token")
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text");
+    let series = |labels: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("toolhost_identity_calls_total{{{labels}}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!(
+        series("identity=\"ann\",outcome=\"ok\""),
+        Some(3),
+        "{metrics}"
+    );
+    assert_eq!(
+        series("identity=\"ann\",outcome=\"rate-limited\""),
+        Some(1),
+        "{metrics}"
+    );
+    assert!(
+        series("identity=\"other\",outcome=\"ok\"").is_some_and(|n| n >= 2),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("identity=\"bob\""), "{metrics}");
+}
