@@ -139,6 +139,37 @@ pub(crate) fn audit(fixture: &Fixture) -> Vec<Value> {
         .collect()
 }
 
+/// A JSON-RPC message POSTed by the bearer of `token` (in `session`, if given): the session
+/// id the answer gives, its HTTP status, and the answer (from an event stream or JSON).
+async fn in_session(
+    url: &str,
+    token: &str,
+    session: Option<&str>,
+    message: Value,
+) -> (Option<String>, u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(message.to_string());
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    let response = request.send().await.expect("POST");
+    let status = response.status().as_u16();
+    let id =
+        (response.headers().get("mcp-session-id")).map(|v| v.to_str().expect("ascii").to_string());
+    let text = response.text().await.expect("body");
+    let answer = (text.lines())
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|m| m.get("id").is_some())
+        .or_else(|| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    (id, status, answer)
+}
+
 /// The shipped ensembles and their plugins, with `examples/access/toolhost.toml` where the
 /// repository keeps it (its `ensembles` path is relative to it).
 fn example() -> (Fixture, std::path::PathBuf) {
@@ -290,6 +321,42 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
         "{challenge}"
     );
     assert!(challenge.contains("scope=\"tools:all\""), "{challenge}");
+
+    // Stepped up inside its MCP session (2025-06-18): the same identity with the new token
+    // keeps the session, and the call that needed the scope goes through.
+    let session = in_session(
+        url,
+        &calculating,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1,
+        "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+        "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await
+    .0
+    .expect("a session");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    in_session(url, &calculating, Some(&session), initialized).await;
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let names = |answer: &Value| -> Vec<String> {
+        let tools = answer["result"]["tools"].as_array().expect("tools");
+        let mut names: Vec<String> = (tools.iter())
+            .map(|t| t["name"].as_str().expect("name").to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let (_, _, listed_before) = in_session(url, &calculating, Some(&session), list.clone()).await;
+    assert_eq!(names(&listed_before), ["calculate"]);
+    let stats = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "text_stats", "arguments": {"text": "two words"}}});
+    let (_, status, _) = in_session(url, &calculating, Some(&session), stats.clone()).await;
+    assert_eq!(status, 403, "not yet");
+    let (_, status, answer) = in_session(url, &all, Some(&session), stats).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let (_, _, listed_after) = in_session(url, &all, Some(&session), list).await;
+    assert_eq!(names(&listed_after), everything);
 
     // /metrics: the operators' group only.
     let metrics = |token: &str| {

@@ -406,6 +406,10 @@ impl Permits for Grant {
         self.state.load().policy.may_approve(&self.identity)
     }
 
+    fn may_answer(&self) -> bool {
+        self.state.load().policy.may_answer(&self.identity)
+    }
+
     fn admit(&self) -> Result<Option<Box<dyn Send>>, toolhost_core::invoke::Limited> {
         let state = self.state.load();
         let Some(quota) = state.policy.quota_for(&self.identity) else {

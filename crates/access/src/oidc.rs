@@ -33,9 +33,12 @@ pub const REFETCH_INTERVAL: Duration = Duration::from_secs(10);
 pub const MAX_CACHED_TOKENS: usize = 10_000;
 /// Keys kept from one key set.
 const MAX_KEYS: usize = 64;
-/// Groups and scopes taken from one token, each at most 256 bytes.
+/// Groups and scopes taken from one token: each item at most 256 bytes, each list at most 64
+/// items and 4 KiB, so a remembered identity holds at most about 8 KiB and the cache of
+/// validated tokens at most about 80 MiB.
 const MAX_CLAIM_ITEMS: usize = 64;
 const MAX_CLAIM_BYTES: usize = 256;
+const MAX_CLAIM_LIST_BYTES: usize = 4 << 10;
 
 /// Why a token was refused; the text is the `error_description` a client reads.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -359,9 +362,14 @@ fn identity_of(claims: &Map<String, Value>, groups_claim: &str) -> Result<Identi
                 .collect(),
             _ => Vec::new(),
         };
+        let mut total = 0;
         (items.into_iter())
             .filter(|s| s.len() <= MAX_CLAIM_BYTES)
             .take(MAX_CLAIM_ITEMS)
+            .take_while(|s| {
+                total += s.len();
+                total <= MAX_CLAIM_LIST_BYTES
+            })
             .collect()
     };
     Ok(Identity {
@@ -376,6 +384,106 @@ fn identity_of(claims: &Map<String, Value>, groups_claim: &str) -> Result<Identi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    /// A P-256 key made for these tests alone.
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgVoLsf99U9sjyDP/o
+X7oHFXUAnJ6fNzixBVKuIF3J7aChRANCAAQpfTunItLRxpNKeaCdDkKm0Jw6jcQy
+05XY6NFwjmCGyWVzSdk9OKjVmxdy1tWfaBr/c0psLIawVFdpd8pGxw44
+-----END PRIVATE KEY-----
+";
+
+    /// An `Oidc` that has fetched the public half of [`KEY`] (id `k`) just now.
+    fn provider(leeway: u64) -> Oidc {
+        let settings = OidcSettings {
+            issuer: "https://id.example".into(),
+            resource: "https://tools.example/mcp".into(),
+            algorithms: vec!["ES256".into()],
+            leeway: Duration::from_secs(leeway),
+            groups_claim: "groups".into(),
+        };
+        let oidc = Oidc::new(settings).expect("oidc");
+        let private = EncodingKey::from_ec_pem(KEY.as_bytes()).expect("key");
+        let jwk =
+            jsonwebtoken::jwk::Jwk::from_encoding_key(&private, Algorithm::ES256).expect("jwk");
+        let keys = Arc::new(vec![Key {
+            id: Some("k".into()),
+            algorithm: Some(Algorithm::ES256),
+            key: DecodingKey::from_jwk(&jwk).expect("public key"),
+        }]);
+        *oidc.current.lock().expect("lock") = Arc::clone(&keys);
+        let mut fetched = oidc.keys.try_lock().expect("lock");
+        fetched.keys = keys;
+        fetched.fetched = Some(Instant::now());
+        drop(fetched);
+        oidc
+    }
+
+    fn token(claims: serde_json::Value, kid: &str) -> String {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(kid.into());
+        let key = EncodingKey::from_ec_pem(KEY.as_bytes()).expect("key");
+        encode(&header, &claims, &key).expect("token")
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+    }
+
+    #[tokio::test]
+    async fn every_claim_is_checked_and_a_valid_token_is_remembered() {
+        let oidc = provider(5);
+        let good = json!({"sub": "ann", "iss": "https://id.example",
+            "aud": "https://tools.example/mcp", "exp": now() + 60});
+        let with = |change: serde_json::Value| {
+            let mut claims = good.clone();
+            for (key, value) in change.as_object().expect("object") {
+                if value.is_null() {
+                    claims.as_object_mut().expect("object").remove(key);
+                } else {
+                    claims[key] = value.clone();
+                }
+            }
+            token(claims, "k")
+        };
+        let cases = [
+            (with(json!({"nbf": now() + 60})), "not valid yet"),
+            (with(json!({"exp": now() - 60})), "has expired"),
+            (
+                with(json!({"iss": "https://evil.example"})),
+                "not issued by https://id.example",
+            ),
+            (
+                with(json!({"aud": "https://other.example/mcp"})),
+                "not for this server",
+            ),
+            (with(json!({"sub": null})), "`sub`"),
+        ];
+        for (bad, reason) in &cases {
+            let refused = oidc.identify(bad).await.expect_err(reason);
+            assert!(refused.0.contains(reason), "{reason}: {}", refused.0);
+        }
+        // Within the leeway, a token just past `exp` or just before `nbf` passes.
+        let lenient = with(json!({"exp": now() - 2, "nbf": now() + 2}));
+        assert_eq!(
+            oidc.identify(&lenient).await.expect("within leeway").name,
+            "ann"
+        );
+        // A key the token does not name is not used, even when it is the only one.
+        let elsewhere = token(good.clone(), "other");
+        let refused = oidc.identify(&elsewhere).await.expect_err("unknown kid");
+        assert!(refused.0.contains("`other`"), "{}", refused.0);
+        // Checked once: the same token passes from memory even with the keys gone.
+        let valid = token(good, "k");
+        assert_eq!(oidc.identify(&valid).await.expect("valid").name, "ann");
+        *oidc.current.lock().expect("lock") = Arc::default();
+        assert_eq!(oidc.identify(&valid).await.expect("remembered").name, "ann");
+    }
 
     #[test]
     fn claims_map_to_an_identity_bounded() {
@@ -394,5 +502,11 @@ mod tests {
         let nobody: Map<String, Value> =
             serde_json::from_value(serde_json::json!({"sub": ""})).expect("claims");
         assert!(identity_of(&nobody, "groups").is_err());
+        let crowded: Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "sub": "x", "groups": (0..64).map(|n| format!("{n:0>200}")).collect::<Vec<_>>(),
+        }))
+        .expect("claims");
+        let identity = identity_of(&crowded, "groups").expect("identity");
+        assert_eq!(identity.groups.len(), 20, "4 KiB of 200-byte groups");
     }
 }

@@ -48,9 +48,14 @@ impl Policy {
                 .any(|rule| grants(rule, tool.ensemble(), tool.name()))
     }
 
-    /// Whether `identity` may answer the approvals and questions of any conversation.
+    /// Whether `identity` may answer the approvals of any chat conversation.
     pub fn may_approve(&self, identity: &Identity) -> bool {
         self.unbound(identity) || self.matching(identity).any(|rule| rule.approve)
+    }
+
+    /// Whether `identity` may answer the tools' questions of any chat conversation.
+    pub fn may_answer(&self, identity: &Identity) -> bool {
+        self.unbound(identity) || self.matching(identity).any(|rule| rule.answer)
     }
 
     /// Whether `identity` may read `/metrics`.
@@ -182,6 +187,7 @@ mod tests {
                     groups: vec!["ops".into()],
                     ensembles: vec!["*".into()],
                     metrics: true,
+                    approve: true,
                     ..Rule::default()
                 },
             ],
@@ -206,6 +212,9 @@ mod tests {
         assert_eq!(policy.matching(&token).count(), 0);
         let ops = identity(IdentityKind::Token, "t", &["ops"], &[]);
         assert!(policy.may_read_metrics(&ops));
+        // Approving destructive calls and answering tools' questions are granted apart.
+        assert!(policy.may_approve(&ops) && !policy.may_answer(&ops));
+        assert!(!policy.may_approve(&oauth));
         assert!(policy.may_read_metrics(&Identity::local()));
         assert_eq!(policy.scopes(), ["tools:calculate"]);
         assert!(Policy::default().may_read_metrics(&token));

@@ -158,10 +158,13 @@ pub struct RuleEntry {
     /// They may read `/metrics`.
     #[serde(default)]
     pub metrics: bool,
-    /// They may answer the approvals and questions of any chat conversation (not only of
-    /// those they started).
+    /// They may answer the approvals of destructive calls in any chat conversation (not
+    /// only in those they started).
     #[serde(default)]
     pub approve: bool,
+    /// They may answer the tools' questions in any chat conversation.
+    #[serde(default)]
+    pub answer: bool,
 }
 
 /// `[access]`, checked: what toolhost-access builds its guard and policy from.
@@ -228,6 +231,7 @@ pub struct Rule {
     pub ensembles: Vec<String>,
     pub metrics: bool,
     pub approve: bool,
+    pub answer: bool,
 }
 
 impl AccessSection {
@@ -387,12 +391,12 @@ impl AccessSection {
                     "a rule says whom it is for: `identities`, `groups` or `scopes`".into(),
                 );
             }
-            if rule.tools.is_empty() && rule.ensembles.is_empty() && !rule.metrics && !rule.approve
-            {
+            let grants_a_right = rule.metrics || rule.approve || rule.answer;
+            if rule.tools.is_empty() && rule.ensembles.is_empty() && !grants_a_right {
                 error(
                     entry.span(),
-                    "a rule grants something: `tools`, `ensembles`, `metrics = true` or \
-                     `approve = true`"
+                    "a rule grants something: `tools`, `ensembles`, or one of `metrics`, \
+                     `approve`, `answer` = true"
                         .into(),
                 );
             }
@@ -420,6 +424,7 @@ impl AccessSection {
                 ensembles: rule.ensembles.iter().map(|p| p.get_ref().clone()).collect(),
                 metrics: rule.metrics,
                 approve: rule.approve,
+                answer: rule.answer,
             });
         }
         let mut quotas = Vec::new();

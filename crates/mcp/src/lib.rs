@@ -248,15 +248,20 @@ impl McpServer {
             .session(&self.host, &credentials(context), id, caller))
     }
 
-    /// This server's own session, made for the caller of its first request.
+    /// This server's own session, made for the caller of its first request and following
+    /// the grant of each later one.
     fn own_session(&self, caller: Option<Caller>) -> Arc<Session> {
-        Arc::clone(self.session.get_or_init(|| {
+        let session = self.session.get_or_init(|| {
             let session = self.host.session(self.id.clone(), Default::default());
-            Arc::new(match caller {
-                Some(caller) => session.for_caller(caller),
+            Arc::new(match &caller {
+                Some(caller) => session.for_caller(caller.clone()),
                 None => session,
             })
-        }))
+        });
+        if let Some(caller) = &caller {
+            session.follow(caller);
+        }
+        Arc::clone(session)
     }
 }
 

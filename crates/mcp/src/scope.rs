@@ -116,6 +116,9 @@ impl Conversations {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = entries.get_mut(&key) {
             entry.used = now;
+            if let Some(caller) = &caller {
+                entry.session.follow(caller);
+            }
             return Arc::clone(&entry.session);
         }
         if entries.len() >= self.capacity {

@@ -261,15 +261,27 @@ fn owner(caller: &Option<Extension<Caller>>) -> Option<String> {
     (!identity.is_operator()).then(|| blake3::Hash::from(identity.key()).to_hex().to_string())
 }
 
-/// Whether the request may answer the approvals and questions of conversation `id`: its
-/// owner's, or an approver's (`approve = true` in a rule of `[access]`). Told apart from a
-/// conversation that does not exist by nothing.
+/// What a request answers for a conversation: an approval, or a tool's question.
+#[derive(Clone, Copy)]
+enum Answering {
+    Approval,
+    Question,
+}
+
+/// Whether the request may answer `what` in conversation `id`: its owner may, and an
+/// identity a rule of `[access]` names for it (`approve = true` for approvals, `answer =
+/// true` for questions). Told apart from a conversation that does not exist by nothing.
 async fn may_answer(
     web: &Web,
     id: &str,
     caller: &Option<Extension<Caller>>,
+    what: Answering,
 ) -> Result<bool, ApiError> {
-    if caller.as_ref().is_some_and(|Extension(c)| c.may_approve()) {
+    let named = caller.as_ref().is_some_and(|Extension(c)| match what {
+        Answering::Approval => c.may_approve(),
+        Answering::Question => c.may_answer(),
+    });
+    if named {
         return Ok(true);
     }
     let store = store(web)?;
@@ -357,7 +369,9 @@ pub(super) async fn decide(
         decision: Decision,
     }
     let answer: Answer = from_json(&body)?;
-    if may_answer(&web, &id, &caller).await? && web.runs.decide(&id, &call, answer.decision) {
+    if may_answer(&web, &id, &caller, Answering::Approval).await?
+        && web.runs.decide(&id, &call, answer.decision)
+    {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(error(
@@ -373,7 +387,7 @@ pub(super) async fn answer(
     caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let answered = if may_answer(&web, &id, &caller).await? {
+    let answered = if may_answer(&web, &id, &caller, Answering::Question).await? {
         web.runs.answer(&id, &question, from_json(&body)?)
     } else {
         Err(Unanswered::NotPending)

@@ -12,9 +12,14 @@ use toolhost_contract::Identity;
 pub trait Permits: Send + Sync {
     fn permits(&self, tool: &Tool) -> bool;
 
-    /// Whether the identity may answer the approvals and questions of conversations it did
-    /// not start (an approver).
+    /// Whether the identity may answer the approvals of destructive calls in conversations
+    /// it did not start (an approver).
     fn may_approve(&self) -> bool {
+        false
+    }
+
+    /// Whether the identity may answer tools' questions in conversations it did not start.
+    fn may_answer(&self) -> bool {
         false
     }
 
@@ -52,6 +57,10 @@ impl Caller {
             fn may_approve(&self) -> bool {
                 true
             }
+
+            fn may_answer(&self) -> bool {
+                true
+            }
         }
         Caller {
             identity,
@@ -67,8 +76,49 @@ impl Caller {
         self.access.may_approve()
     }
 
+    pub fn may_answer(&self) -> bool {
+        self.access.may_answer()
+    }
+
     pub fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
         self.access.admit()
+    }
+}
+
+/// A session's caller as of its latest request: always the same identity (the HTTP guard
+/// binds a session to the identity that opened it), with the grant of the token it presented
+/// last, so a client that stepped up its scopes keeps its session. See
+/// [`super::Session::follow`].
+pub(super) struct Latest(arc_swap::ArcSwap<Caller>);
+
+impl Latest {
+    pub(super) fn new(caller: Caller) -> Self {
+        Latest(arc_swap::ArcSwap::from_pointee(caller))
+    }
+
+    /// Follows `caller` if it is the same identity.
+    pub(super) fn follow(&self, caller: &Caller) {
+        if self.0.load().identity.key() == caller.identity.key() {
+            self.0.store(Arc::new(caller.clone()));
+        }
+    }
+}
+
+impl Permits for Latest {
+    fn permits(&self, tool: &Tool) -> bool {
+        self.0.load().permits(tool)
+    }
+
+    fn may_approve(&self) -> bool {
+        self.0.load().may_approve()
+    }
+
+    fn may_answer(&self) -> bool {
+        self.0.load().may_answer()
+    }
+
+    fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
+        self.0.load().admit()
     }
 }
 

@@ -21,6 +21,7 @@ mod caller;
 mod dedup;
 mod drain;
 mod error;
+mod session;
 
 pub use call::{Attached, Call};
 pub use caller::{Caller, Limited, Permits};
@@ -31,6 +32,7 @@ pub use dedup::{
 };
 pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
 pub use error::{CallError, ErrorKind, Violation};
+pub use session::{CallPolicy, Session};
 
 use crate::backend::BackendCall;
 use crate::catalog::{LiveCatalog, Schema, Tool};
@@ -59,89 +61,6 @@ impl From<Value> for Arguments {
 impl From<&str> for Arguments {
     fn from(text: &str) -> Self {
         Arguments::Text(text.to_string())
-    }
-}
-
-/// Which tools a caller (an agent run, an MCP session) may use. Patterns are tool names, or
-/// a prefix ending in `*`. Deny wins over allow; no allow list allows everything.
-#[derive(Debug, Clone, Default)]
-pub struct CallPolicy {
-    pub allow: Option<Vec<String>>,
-    pub deny: Vec<String>,
-}
-
-impl CallPolicy {
-    fn matches(pattern: &str, name: &str) -> bool {
-        match pattern.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => pattern == name,
-        }
-    }
-
-    /// Whether `tool` may be called.
-    pub fn permits(&self, tool: &str) -> bool {
-        let allowed = self
-            .allow
-            .as_ref()
-            .is_none_or(|allow| allow.iter().any(|p| Self::matches(p, tool)));
-        allowed && !self.deny.iter().any(|p| Self::matches(p, tool))
-    }
-}
-
-/// One caller's scope: its id (in audit records), its policy, whom it calls for (over HTTP)
-/// and its dedup memory.
-pub struct Session {
-    pub id: String,
-    pub policy: CallPolicy,
-    caller: Option<Caller>,
-    dedup: DedupCache,
-}
-
-impl Session {
-    /// A session whose dedup memory has a budget of its own; [`Host::session`] makes one that
-    /// shares the host's.
-    pub fn new(id: impl Into<String>) -> Self {
-        Session::with_policy(id, CallPolicy::default())
-    }
-
-    pub fn with_policy(id: impl Into<String>, policy: CallPolicy) -> Self {
-        Session::with_budget(id, policy, Arc::default())
-    }
-
-    /// A session whose remembered results count against `budget`.
-    pub fn with_budget(
-        id: impl Into<String>,
-        policy: CallPolicy,
-        budget: Arc<DedupBudget>,
-    ) -> Self {
-        Session {
-            id: id.into(),
-            policy,
-            caller: None,
-            dedup: DedupCache::new(budget),
-        }
-    }
-
-    /// The session of `caller`: it calls only what the caller may, and its calls are
-    /// audited with the caller's identity.
-    pub fn for_caller(mut self, caller: Caller) -> Self {
-        self.caller = Some(caller);
-        self
-    }
-
-    /// Whom the session calls for, if anyone in particular.
-    pub fn caller(&self) -> Option<&Caller> {
-        self.caller.as_ref()
-    }
-
-    /// Whether the session may list and call `tool`: its policy, and its caller's rules.
-    pub fn permits(&self, tool: &Tool) -> bool {
-        self.policy.permits(&tool.name) && self.caller.as_ref().is_none_or(|c| c.permits(tool))
-    }
-
-    /// The results this session remembers.
-    pub fn dedup(&self) -> &DedupCache {
-        &self.dedup
     }
 }
 
@@ -383,7 +302,7 @@ impl Host {
             ensemble = %call.tool.ensemble
         );
         let (result, deduplicated) = match call.key {
-            Some(key) => session.dedup.run(key, run).instrument(span).await,
+            Some(key) => session.dedup().run(key, run).instrument(span).await,
             None => (run.instrument(span).await, false),
         };
         let outcome = CallOutcome {
