@@ -59,12 +59,15 @@ pub struct Refusal {
     pub scope: Option<String>,
 }
 
+/// The longest `error_description` sent back (it can quote what the client sent: a key id).
+const MAX_DESCRIPTION_BYTES: usize = 300;
+
 impl Refusal {
     fn invalid_token(description: impl Into<String>) -> Self {
         Refusal {
             status: StatusCode::UNAUTHORIZED,
             error: "invalid_token",
-            description: description.into(),
+            description: printable(description.into()),
             scope: None,
         }
     }
@@ -73,10 +76,27 @@ impl Refusal {
         Refusal {
             status: StatusCode::BAD_REQUEST,
             error: "invalid_request",
-            description: description.into(),
+            description: printable(description.into()),
             scope: None,
         }
     }
+}
+
+/// `text` as a challenge may carry it (RFC 6750 §3: printable ASCII, no quote or backslash),
+/// other characters as `?`, cut at [`MAX_DESCRIPTION_BYTES`].
+fn printable(text: String) -> String {
+    let mut text: String = (text.chars())
+        .map(|c| match c {
+            '"' | '\\' => '\'',
+            ' '..='~' => c,
+            _ => '?',
+        })
+        .collect();
+    if text.len() > MAX_DESCRIPTION_BYTES {
+        text.truncate(MAX_DESCRIPTION_BYTES - 3);
+        text.push_str("...");
+    }
+    text
 }
 
 impl Access {
@@ -205,9 +225,9 @@ impl Access {
         }
     }
 
-    /// The rules in force.
-    pub fn policy(&self) -> Policy {
-        self.state.load().policy.clone()
+    /// Whether any rule is written (then what none grants is denied).
+    pub fn is_restrictive(&self) -> bool {
+        self.state.load().policy.is_restrictive()
     }
 
     /// The named static token `name`'s identity (for `toolhost list --as`).
@@ -230,7 +250,7 @@ impl Access {
         let mut parts = vec![format!("error=\"{}\"", refusal.error)];
         parts.push(format!(
             "error_description=\"{}\"",
-            refusal.description.replace(['"', '\\'], "'")
+            printable(refusal.description.clone())
         ));
         if let Some(oidc) = &state.oidc {
             parts.push(format!(
@@ -481,10 +501,13 @@ mod tests {
             refused.expect_err("refused").status,
             StatusCode::BAD_REQUEST
         );
-        let challenge = access.challenge(&Refusal::invalid_token("say \"why\""));
+        let challenge = access.challenge(&Refusal::invalid_token("say \"why\"\n"));
         assert_eq!(
             challenge,
-            "Bearer error=\"invalid_token\", error_description=\"say 'why'\""
+            "Bearer error=\"invalid_token\", error_description=\"say 'why'?\""
         );
+        let long = Refusal::invalid_token(format!("kid `{}`", "é".repeat(400)));
+        assert_eq!(long.description.len(), MAX_DESCRIPTION_BYTES);
+        assert!(long.description.ends_with("???..."), "{}", long.description);
     }
 }

@@ -275,7 +275,7 @@ async fn step_up(guard: &Guard, caller: &Caller, request: Request) -> Result<Req
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .is_some_and(|length| length <= STEP_UP_PEEK_BYTES);
     if caller.identity.kind != toolhost::contract::IdentityKind::Oauth
-        || !guard.access.policy().is_restrictive()
+        || !guard.access.is_restrictive()
         || !small
     {
         return Ok(request);
