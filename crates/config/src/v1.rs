@@ -83,6 +83,23 @@ pub struct McpSection {
     pub startup_timeout_ms: Option<TimeoutMs>,
     /// The most tools taken from the server (default 1000); more refuses the ensemble.
     pub max_tools: Option<MaxTools>,
+    /// A server (`url`) that needs an OAuth access token: toolhost gets one by client
+    /// credentials from the authorization server the server's metadata names.
+    #[schemars(with = "Option<McpOauthSection>")]
+    pub oauth: Option<Spanned<McpOauthSection>>,
+}
+
+/// `[ensemble.mcp] oauth`: this host's client at the imported server's authorization server.
+/// The secret is never written here: `client-secret-env` names the variable that holds it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct McpOauthSection {
+    pub client_id: String,
+    #[schemars(with = "EnvVarName")]
+    pub client_secret_env: Spanned<EnvVarName>,
+    /// Scopes asked for (default: none named; the authorization server decides).
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// `[defaults]`: what each invoker inherits unless it sets its own.

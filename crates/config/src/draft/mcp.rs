@@ -29,10 +29,33 @@ pub enum McpTarget {
     Url(String),
 }
 
+/// This host's OAuth client at an imported server's authorization server: an access token by
+/// client credentials (`client_secret_post`, or `client_secret_basic` where that is all the
+/// server takes), for the server's URL as the resource. Never the token of a caller.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct McpOauth {
+    pub client_id: String,
+    pub client_secret: String,
+    pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for McpOauth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpOauth")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("scopes", &self.scopes)
+            .finish()
+    }
+}
+
 /// One imported server's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct McpSpec {
     pub target: McpTarget,
+    /// How it gets an access token, if the server needs one.
+    #[serde(skip)]
+    pub oauth: Option<McpOauth>,
     #[serde(skip)]
     pub startup_timeout: Duration,
     /// The most tools taken from the server (`max-tools`).
@@ -56,6 +79,15 @@ impl McpSpec {
         hasher.update(&self.hash().0);
         hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
         hasher.update(&(self.max_tools as u64).to_le_bytes());
+        if let Some(oauth) = &self.oauth {
+            for part in [&oauth.client_id, &oauth.client_secret]
+                .into_iter()
+                .chain(&oauth.scopes)
+            {
+                hasher.update(&(part.len() as u64).to_le_bytes());
+                hasher.update(part.as_bytes());
+            }
+        }
         *hasher.finalize().as_bytes()
     }
 
@@ -151,10 +183,40 @@ pub(super) fn draft(
             None
         }
     };
+    let oauth = mcp.oauth.as_ref().and_then(|oauth| {
+        if mcp.url.is_none() {
+            errors.push(Diagnostic::new(
+                source.at(oauth.span()),
+                "`oauth` is for a server reached at a `url`; a server started with `command` \
+                 takes its credentials from `env` or `inherit-env`",
+            ));
+            return None;
+        }
+        let section = oauth.get_ref();
+        let variable = &section.client_secret_env;
+        match std::env::var(variable.get_ref().as_str()) {
+            Ok(secret) if !secret.is_empty() => Some(McpOauth {
+                client_id: section.client_id.clone(),
+                client_secret: secret,
+                scopes: section.scopes.clone(),
+            }),
+            _ => {
+                errors.push(Diagnostic::new(
+                    source.at(variable.span()),
+                    format!(
+                        "the client secret is read from ${}, which is not set or empty",
+                        variable.get_ref()
+                    ),
+                ));
+                None
+            }
+        }
+    });
     let spec = target
         .filter(|_| errors.len() == before)
         .map(|target| McpSpec {
             target,
+            oauth,
             startup_timeout: written_or(
                 mcp.startup_timeout_ms,
                 Duration::from_millis(DEFAULT_MCP_STARTUP_TIMEOUT_MS),

@@ -13,6 +13,9 @@
 //! or on the `subscriptions/listen` stream held open to a 2026-07-28 server) are broadcast
 //! ([`ImportedServers::changes`]), and the reloader rebuilds the catalog from the new list.
 //!
+//! A server over HTTP that needs an OAuth access token gets this host's own ([`oauth`]: client
+//! credentials, discovered from its `401`); a caller's token is never sent to it.
+//!
 //! An imported server is a native process (or a remote service), not a sandboxed component:
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
 //! the server itself can reach is up to the operator.
@@ -38,6 +41,7 @@ use tokio::sync::broadcast;
 pub use toolhost_config::draft::{McpSpec, McpTarget};
 
 pub mod content;
+mod oauth;
 mod servers;
 mod stderr;
 
@@ -294,8 +298,18 @@ impl McpImport {
             }
             McpTarget::Url(url) => {
                 toolhost_contract::tls::install_provider();
+                let Some(credentials) = &self.spec.oauth else {
+                    let transport =
+                        rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+                    return Ok(watcher
+                        .clone()
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await);
+                };
+                let client = oauth::client(url, credentials).await?;
+                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone());
                 let transport =
-                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 Ok(watcher
                     .clone()
                     .serve_with_lifecycle(transport, lifecycle)

@@ -1,0 +1,111 @@
+//! An imported MCP server that needs OAuth (`[ensemble.mcp] oauth`): toolhost finds the
+//! authorization server from the server's `401`, gets its own access token by client
+//! credentials for the server's URL, and calls with it; the server (another toolhost behind
+//! `[access.oidc]`, with oidc-provider) records this host's client as the caller, never the
+//! caller of this host. Credentials that the provider refuses keep the ensemble out, with
+//! the reason; a secret variable that is not set is a `check` error at its place.
+
+use crate::access::Provider;
+use crate::mcp::{HttpServer, configure};
+use crate::support::Fixture;
+use serde_json::Value;
+use std::process::Command;
+
+/// `toolhost call TOOL ARGUMENTS` on `fixture`, with `env`: exit code, stdout, stderr.
+fn call(
+    fixture: &Fixture,
+    env: &[(&str, &str)],
+    tool: &str,
+    arguments: &str,
+) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, fixture);
+    let output = command
+        .args(["call", tool, arguments])
+        .envs(env.iter().copied())
+        .output()
+        .expect("toolhost call");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let provider = Provider::start(&url, 0, "k1");
+    // The remote: a toolhost that takes only access tokens of the provider.
+    let remote = Fixture::new();
+    remote.write_echo();
+    let host_file = remote.write_host_file(
+        "access",
+        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n\n\
+         [[access.rules]]\nscopes = [\"tools:all\"]\ntools = [\"*\"]\n",
+    );
+    let env = [
+        ("ISSUER", provider.issuer.as_str()),
+        ("RESOURCE", url.as_str()),
+    ];
+    let address = format!("127.0.0.1:{port}");
+    let config = host_file.to_str().expect("path");
+    let _server = HttpServer::start_at(&address, &remote, &["--config", config], &env);
+
+    // This host imports it with its own client credentials.
+    let local = Fixture::new();
+    let import = local.write_mcp_import(
+        "remote",
+        &format!(
+            "url = \"{url}\"\n\
+             oauth = {{ client-id = \"tools\", client-secret-env = \"REMOTE_SECRET\", scopes = [\"tools:all\"] }}"
+        ),
+    );
+    let secret = [("REMOTE_SECRET", "tools-secret")];
+    let (code, stdout, stderr) = call(&local, &secret, "echo", r#"{"via": "import"}"#);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains(r#""via":"import""#), "{stdout}");
+    // The remote recorded this host's OAuth client as the caller.
+    let audit = std::fs::read_to_string(remote.root().join("audit.jsonl")).expect("audit");
+    let record: Value = (audit.lines())
+        .map(|line| serde_json::from_str::<Value>(line).expect("a record"))
+        .find(|r| r["tool"] == "echo" && r["outcome"] == "ok")
+        .expect("the call's record");
+    assert_eq!(record["identity"]["kind"], "oauth");
+    assert_eq!(record["identity"]["client"], "tools");
+
+    // Credentials the provider refuses: the import is refused, and `check` says why; the
+    // secret's variable unset: `check` names it at its place.
+    let check = |env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut command, &local);
+        let output = command
+            .arg("check")
+            .env_remove("REMOTE_SECRET")
+            .envs(env.iter().copied())
+            .output()
+            .expect("check");
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let (code, stdout, stderr) = call(&local, &[("REMOTE_SECRET", "not-it")], "echo", "{}");
+    assert_ne!(code, 0, "{stdout}");
+    assert!(stderr.contains("remote.toml was refused"), "{stderr}");
+    let refused = check(&[("REMOTE_SECRET", "not-it")]);
+    assert!(refused.contains("gave no access token"), "{refused}");
+    let unset = check(&[]);
+    let name = import
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        unset.contains("$REMOTE_SECRET, which is not set"),
+        "{unset}"
+    );
+    assert!(unset.contains(&format!("{name}:8:")), "{unset}");
+}
