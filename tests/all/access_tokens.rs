@@ -177,7 +177,7 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
     let host_file = fixture.write_host_file("access", tokens);
     let config = host_file.to_str().expect("path");
     let env = [("ANN_TOKEN", "ann-secret"), ("BOB_TOKEN", "bob-secret")];
-    let server = HttpServer::start(&fixture, &["--config", config], &env);
+    let server = HttpServer::start(&fixture, &["--config", config, "--no-watch"], &env);
     let url = server.url.as_str();
     let client = reqwest::Client::new();
 
@@ -249,7 +249,7 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
         ]
     );
 
-    // New rules on SIGHUP: bob may call nothing, and `echo` is unknown to him.
+    // New rules on SIGHUP (the file is not watched here): bob may call nothing, and `echo` is unknown to him.
     let rules = format!("{tokens}\n[[access.rules]]\nidentities = [\"ann\"]\ntools = [\"ec*\"]\n");
     fixture.write_host_file("access", &rules);
     let hup = Command::new("kill")
@@ -285,6 +285,27 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
     }
     assert_eq!(listed(url, "ann-secret").await, ["echo"]);
     assert!(listed(url, "bob-secret").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_toolhost_toml_applies_to_the_next_request_without_a_signal() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    let token = "[[access.tokens]]\nname = \"ann\"\nenv = \"ANN_TOKEN\"\n";
+    let host_file = fixture.write_host_file("access", token);
+    let config = host_file.to_str().expect("path");
+    let server = HttpServer::start(&fixture, &["--config", config], &[("ANN_TOKEN", "ann")]);
+    let url = server.url.as_str();
+    assert_eq!(listed(url, "ann").await, ["echo"]);
+    // A rule that grants ann nothing that exists: echo leaves her list.
+    let rules =
+        format!("{token}\n[[access.rules]]\nidentities = [\"ann\"]\ntools = [\"nothing\"]\n");
+    fixture.write_host_file("access", &rules);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !listed(url, "ann").await.is_empty() {
+        assert!(Instant::now() < deadline, "the changed file was never read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! once (130 for SIGINT, 143 for SIGTERM). A first signal whose drain cancelled nothing
 //! exits 0. The table in docs/service.md says the same.
 
+mod access;
 mod cache;
 mod call;
 mod chat;

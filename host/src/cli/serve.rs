@@ -94,11 +94,19 @@ pub(crate) async fn run(
             path.clone(),
         )
     });
-    // SIGHUP reads `[access]` again too: the next request sees the new rules and tokens (a
-    // file that no longer checks keeps the last good ones, and says why).
+    // `[access]` is read again when toolhost.toml changes and on SIGHUP: the next request
+    // sees the new rules and tokens (a file that no longer checks keeps the last good ones,
+    // and says why).
+    let _access_watch = match (&settings.config_path, options.no_watch) {
+        (Some(path), false) => Some(
+            super::access::watch(access.clone(), path.clone(), token.clone())
+                .with_context(|| format!("cannot watch {}", path.display()))?,
+        ),
+        _ => None,
+    };
     let reread = {
         let (access, path) = (access.clone(), settings.config_path.clone());
-        move || reread_access(&access, path.as_deref(), token.as_deref())
+        move || super::access::reread(&access, path.as_deref(), token.as_deref(), "SIGHUP")
     };
     let _hangup = service::reload_on_hangup(hangup, reloader.clone(), host.clone(), reread);
     let _sync = service::sync_audit(host.clone());
@@ -509,24 +517,4 @@ fn probes(ready: Arc<Scrape>) -> axum::Router {
                 async move { answer }
             }),
         )
-}
-
-/// `[access]` of `toolhost.toml` read again and put in force; a file that no longer checks
-/// keeps the rules in force, and the log says why.
-fn reread_access(
-    access: &toolhost::access::Access,
-    path: Option<&std::path::Path>,
-    legacy: Option<&str>,
-) {
-    let Some(path) = path else { return };
-    match super::settings::reread_access(path) {
-        Ok(settings) => match access.replace(settings, legacy) {
-            Ok(()) => tracing::info!("SIGHUP: [access] of {} is in force", path.display()),
-            Err(e) => tracing::error!("SIGHUP: [access] kept as it was: {e}"),
-        },
-        Err(e) => tracing::error!(
-            "SIGHUP: [access] of {} kept as it was: {e:#}",
-            path.display()
-        ),
-    }
 }
