@@ -174,50 +174,30 @@ async fn in_session(
 /// repository keeps it (its `ensembles` path is relative to it).
 fn example() -> (Fixture, std::path::PathBuf) {
     let fixture = Fixture::new();
-    let repo = Path::new(toolhost_testkit::REPO_ROOT);
-    for entry in walk(&repo.join("ensembles")) {
-        let relative = entry.strip_prefix(repo.join("ensembles")).expect("inside");
-        let target = fixture.ensembles().join(relative);
-        std::fs::create_dir_all(target.parent().expect("parent")).expect("dir");
-        std::fs::copy(&entry, target).expect("copy ensemble");
-    }
-    let dist = fixture.root().join("plugins/dist");
-    std::fs::create_dir_all(&dist).expect("dist");
-    for (name, path) in [
-        ("calculator", toolhost_testkit::CALCULATOR),
-        ("text", toolhost_testkit::TEXT),
-        ("json", toolhost_testkit::JSON),
-        ("files", toolhost_testkit::FILES),
-        ("fetch", toolhost_testkit::FETCH),
-    ] {
-        std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
-    }
-    let sample = repo.join("plugins/files/sample-data");
-    for entry in walk(&sample) {
-        let target = fixture
-            .root()
-            .join("plugins/files/sample-data")
-            .join(entry.strip_prefix(&sample).expect("inside"));
-        std::fs::create_dir_all(target.parent().expect("parent")).expect("dir");
-        std::fs::copy(&entry, target).expect("copy sample");
-    }
+    crate::support::copy_shipped(fixture.root());
     let config = fixture.root().join("examples/access/toolhost.toml");
     std::fs::create_dir_all(config.parent().expect("parent")).expect("dir");
+    let repo = Path::new(toolhost_testkit::REPO_ROOT);
     std::fs::copy(repo.join("examples/access/toolhost.toml"), &config).expect("copy example");
     (fixture, config)
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("read dir") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
+/// A port free now, for a server whose URL must be known before it starts (an OAuth
+/// resource is named by it, and clients check that).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Writes `toolhost.toml` trusting the provider named by `$ISSUER` for the resource named by
+/// `$RESOURCE`, then `more` lines of `[access]`; returns its path.
+pub(crate) fn trust_provider(fixture: &Fixture, more: &str) -> std::path::PathBuf {
+    fixture.write_host_file(
+        "access",
+        &format!("[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n{more}"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,10 +408,7 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
 #[test]
 fn the_python_sdks_oauth_client_finds_its_way_to_a_token_and_calls() {
     // The resource is the server's own URL, which the SDK checks: a port chosen before start.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let provider = Provider::start(&url, 0, "k1");
     let fixture = Fixture::new();
@@ -444,10 +421,9 @@ fn the_python_sdks_oauth_client_finds_its_way_to_a_token_and_calls() {
             "[[invokers]]\ninvoker = { name = \"calculate\" }\n",
         ),
     );
-    let host_file = fixture.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n\n\
-         [[access.rules]]\nscopes = [\"tools:calculate\"]\ntools = [\"calculate\"]\n",
+    let host_file = trust_provider(
+        &fixture,
+        "\n[[access.rules]]\nscopes = [\"tools:calculate\"]\ntools = [\"calculate\"]\n",
     );
     let env = [
         ("ISSUER", provider.issuer.as_str()),

@@ -5,7 +5,7 @@
 //! caller of this host. Credentials that the provider refuses keep the ensemble out, with
 //! the reason; a secret variable that is not set is a `check` error at its place.
 
-use crate::access::Provider;
+use crate::access::{Provider, free_port, trust_provider};
 use crate::mcp::{HttpServer, configure};
 use crate::support::Fixture;
 use serde_json::Value;
@@ -34,19 +34,15 @@ fn call(
 
 #[test]
 fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let provider = Provider::start(&url, 0, "k1");
     // The remote: a toolhost that takes only access tokens of the provider.
     let remote = Fixture::new();
     remote.write_echo();
-    let host_file = remote.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n\n\
-         [[access.rules]]\nscopes = [\"tools:all\"]\ntools = [\"*\"]\n",
+    let host_file = trust_provider(
+        &remote,
+        "\n[[access.rules]]\nscopes = [\"tools:all\"]\ntools = [\"*\"]\n",
     );
     let env = [
         ("ISSUER", provider.issuer.as_str()),

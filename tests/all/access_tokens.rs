@@ -3,7 +3,7 @@
 //! the others (sessions, dedup conversations), and `[access]` checked at file:line:col and
 //! read again on SIGHUP.
 
-use crate::access::{Provider, RESOURCE, audit, bearer, call, listed};
+use crate::access::{Provider, RESOURCE, audit, bearer, call, listed, trust_provider};
 use crate::mcp::HttpServer;
 use crate::mcp_revisions::modern_post;
 use crate::support::Fixture;
@@ -17,10 +17,7 @@ async fn bad_tokens_are_refused_each_with_its_reason_and_the_good_ones_go_on() {
     let provider = Provider::start(&format!("{RESOURCE} {OTHER}"), 0, "k1");
     let fixture = Fixture::new();
     fixture.write_echo();
-    let host_file = fixture.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\nleeway-s = 0\n",
-    );
+    let host_file = trust_provider(&fixture, "leeway-s = 0\n");
     let config = host_file.to_str().expect("path");
     let env = [("ISSUER", provider.issuer.as_str()), ("RESOURCE", RESOURCE)];
     let server = HttpServer::start(&fixture, &["--config", config], &env);
@@ -122,10 +119,7 @@ async fn keys_rotate_and_a_provider_that_is_down_leaves_the_keys_fetched_in_use(
     let issuer = first.issuer.clone();
     let fixture = Fixture::new();
     fixture.write_echo();
-    let host_file = fixture.write_host_file(
-        "access",
-        "[access.oidc]\nissuer-env = \"ISSUER\"\nresource-env = \"RESOURCE\"\n",
-    );
+    let host_file = trust_provider(&fixture, "");
     let config = host_file.to_str().expect("path");
     let env = [("ISSUER", issuer.as_str()), ("RESOURCE", RESOURCE)];
     let server = HttpServer::start(&fixture, &["--config", config], &env);
@@ -249,14 +243,11 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
         ]
     );
 
-    // New rules on SIGHUP (the file is not watched here): bob may call nothing, and `echo` is unknown to him.
+    // New rules on SIGHUP (the file is not watched here): bob may call nothing, and `echo`
+    // is unknown to him.
     let rules = format!("{tokens}\n[[access.rules]]\nidentities = [\"ann\"]\ntools = [\"ec*\"]\n");
     fixture.write_host_file("access", &rules);
-    let hup = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(hup.success());
+    hang_up(&server);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !listed(url, "bob-secret").await.is_empty() {
         assert!(Instant::now() < deadline, "the new rules never applied");
@@ -273,11 +264,7 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
     );
     // A file that no longer checks keeps the rules in force.
     fixture.write_host_file("access", "[[access.rules]]\ntools = [\"*\"]\n");
-    let hup = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(hup.success());
+    hang_up(&server);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !server.stderr().contains("kept as it was") {
         assert!(Instant::now() < deadline, "the reload was never reported");
@@ -285,6 +272,15 @@ async fn sessions_results_and_rules_are_each_identitys_own_and_follow_a_reload()
     }
     assert_eq!(listed(url, "ann-secret").await, ["echo"]);
     assert!(listed(url, "bob-secret").await.is_empty());
+}
+
+/// Sends `server` SIGHUP.
+fn hang_up(server: &HttpServer) {
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

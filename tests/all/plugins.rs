@@ -3,43 +3,14 @@
 
 use crate::support::{err, ok, runtime, session};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::Arc;
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{ErrorKind, Host};
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("entry");
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
-        }
-    }
-}
-
 /// A copy of the repository's ensembles, sample data and built plugins, and a host over it.
 async fn shipped() -> (tempfile::TempDir, Host) {
     let root = tempfile::tempdir().expect("temp dir");
-    let repo = Path::new(toolhost_testkit::REPO_ROOT);
-    copy_tree(&repo.join("ensembles"), &root.path().join("ensembles"));
-    copy_tree(
-        &repo.join("plugins/files/sample-data"),
-        &root.path().join("plugins/files/sample-data"),
-    );
-    let dist = root.path().join("plugins/dist");
-    std::fs::create_dir_all(&dist).expect("dist");
-    for (name, path) in [
-        ("calculator", toolhost_testkit::CALCULATOR),
-        ("text", toolhost_testkit::TEXT),
-        ("json", toolhost_testkit::JSON),
-        ("files", toolhost_testkit::FILES),
-        ("fetch", toolhost_testkit::FETCH),
-    ] {
-        std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
-    }
+    crate::support::copy_shipped(root.path());
     let resolved = toolhost::resolve::Resolver::new(runtime())
         .resolve_dir(&root.path().join("ensembles"))
         .await;

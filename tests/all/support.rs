@@ -230,3 +230,38 @@ pub fn peak_kib(pid: u32) -> u64 {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Copies `from` into `to`, directories and all.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
+/// The repository's shipped ensembles (`root/ensembles`), the files plugin's sample data and
+/// the built plugins (`root/plugins/dist`), where the ensembles' relative paths find them.
+pub fn copy_shipped(root: &Path) {
+    let repo = Path::new(toolhost_testkit::REPO_ROOT);
+    copy_tree(&repo.join("ensembles"), &root.join("ensembles"));
+    copy_tree(
+        &repo.join("plugins/files/sample-data"),
+        &root.join("plugins/files/sample-data"),
+    );
+    let dist = root.join("plugins/dist");
+    std::fs::create_dir_all(&dist).expect("dist");
+    for (name, path) in [
+        ("calculator", toolhost_testkit::CALCULATOR),
+        ("text", toolhost_testkit::TEXT),
+        ("json", toolhost_testkit::JSON),
+        ("files", toolhost_testkit::FILES),
+        ("fetch", toolhost_testkit::FETCH),
+    ] {
+        std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
+    }
+}
