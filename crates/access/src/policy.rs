@@ -48,14 +48,17 @@ impl Policy {
                 .any(|rule| grants(rule, tool.ensemble(), tool.name()))
     }
 
-    /// Whether `identity` may answer the approvals of any chat conversation.
+    /// Whether `identity` may answer the approvals of any chat conversation: the local
+    /// operator, and those a rule names for it (never everyone because no rule is written:
+    /// a conversation's approvals are its owner's unless someone is named).
     pub fn may_approve(&self, identity: &Identity) -> bool {
-        self.unbound(identity) || self.matching(identity).any(|rule| rule.approve)
+        identity.kind == IdentityKind::Local || self.matching(identity).any(|rule| rule.approve)
     }
 
-    /// Whether `identity` may answer the tools' questions of any chat conversation.
+    /// Whether `identity` may answer the tools' questions of any chat conversation (as
+    /// [`Policy::may_approve`], with `answer`).
     pub fn may_answer(&self, identity: &Identity) -> bool {
-        self.unbound(identity) || self.matching(identity).any(|rule| rule.answer)
+        identity.kind == IdentityKind::Local || self.matching(identity).any(|rule| rule.answer)
     }
 
     /// Whether `identity` may read `/metrics`.
@@ -218,6 +221,10 @@ mod tests {
         assert!(policy.may_read_metrics(&Identity::local()));
         assert_eq!(policy.scopes(), ["tools:calculate"]);
         assert!(Policy::default().may_read_metrics(&token));
+        // Without rules everyone calls everything, but answers only in their own
+        // conversations.
+        assert!(!Policy::default().may_approve(&token) && !Policy::default().may_answer(&token));
+        assert!(Policy::default().may_approve(&Identity::local()));
         // The first quota that applies holds; the local operator has none.
         assert_eq!(
             policy.quota_for(&ops).and_then(|q| q.concurrent_calls),
