@@ -11,6 +11,7 @@
 //! the token, so the cache holds no token). A provider that is down leaves the keys already
 //! fetched in use; with none, every token is refused (fail closed).
 
+use arc_swap::ArcSwap;
 use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
@@ -52,10 +53,9 @@ struct Key {
     key: DecodingKey,
 }
 
-/// The keys fetched, and when they last were (or were tried).
+/// When the keys were last fetched (or tried), and where they are: held while a fetch runs.
 #[derive(Default)]
-struct Keys {
-    keys: Arc<Vec<Key>>,
+struct Fetching {
     fetched: Option<Instant>,
     jwks_uri: Option<String>,
 }
@@ -71,9 +71,9 @@ pub struct Oidc {
     pub settings: OidcSettings,
     client: reqwest::Client,
     algorithms: Vec<Algorithm>,
-    keys: tokio::sync::Mutex<Keys>,
+    fetching: tokio::sync::Mutex<Fetching>,
     /// The keys as last fetched, read without waiting for a fetch in progress.
-    current: Mutex<Arc<Vec<Key>>>,
+    keys: ArcSwap<Vec<Key>>,
     tokens: Mutex<HashMap<[u8; 32], Remembered>>,
 }
 
@@ -92,8 +92,8 @@ impl Oidc {
             settings,
             client,
             algorithms,
-            keys: tokio::sync::Mutex::default(),
-            current: Mutex::default(),
+            fetching: tokio::sync::Mutex::default(),
+            keys: ArcSwap::default(),
             tokens: Mutex::default(),
         })
     }
@@ -120,7 +120,7 @@ impl Oidc {
                 self.settings.algorithms.join(", ")
             )));
         }
-        let mut keys = self.current_keys();
+        let mut keys = self.keys.load_full();
         if pick(&keys, header.kid.as_deref(), header.alg).is_none() {
             // A key this host has not seen: the provider may have rotated its keys.
             keys = self.refetch().await?;
@@ -155,41 +155,37 @@ impl Oidc {
         }
     }
 
-    fn current_keys(&self) -> Arc<Vec<Key>> {
-        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
     /// The keys fetched again, unless they were within [`REFETCH_INTERVAL`]; a failure keeps
     /// the keys fetched before.
     async fn refetch(&self) -> Result<Arc<Vec<Key>>, Invalid> {
-        let mut keys = self.keys.lock().await;
-        if keys
+        let mut fetching = self.fetching.lock().await;
+        let keys = self.keys.load_full();
+        if fetching
             .fetched
             .is_some_and(|at| at.elapsed() < REFETCH_INTERVAL)
         {
-            if keys.keys.is_empty() {
+            if keys.is_empty() {
                 return Err(Invalid(format!(
                     "this server has no keys of the issuer to check the token with: the last \
                      fetch failed (tried again at most every {} s)",
                     REFETCH_INTERVAL.as_secs()
                 )));
             }
-            return Ok(Arc::clone(&keys.keys));
+            return Ok(keys);
         }
-        keys.fetched = Some(Instant::now());
-        match self.fetch(&mut keys.jwks_uri).await {
+        fetching.fetched = Some(Instant::now());
+        match self.fetch(&mut fetching.jwks_uri).await {
             Ok(fetched) => {
-                keys.keys = Arc::new(fetched);
-                *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Arc::clone(&keys.keys);
-                Ok(Arc::clone(&keys.keys))
+                let fetched = Arc::new(fetched);
+                self.keys.store(Arc::clone(&fetched));
+                Ok(fetched)
             }
-            Err(e) if keys.keys.is_empty() => Err(Invalid(format!(
+            Err(e) if keys.is_empty() => Err(Invalid(format!(
                 "this server has no keys of the issuer to check the token with: {e}"
             ))),
             Err(e) => {
                 tracing::warn!("{e}; the keys fetched before stay in use");
-                Ok(Arc::clone(&keys.keys))
+                Ok(keys)
             }
         }
     }
@@ -413,11 +409,8 @@ X7oHFXUAnJ6fNzixBVKuIF3J7aChRANCAAQpfTunItLRxpNKeaCdDkKm0Jw6jcQy
             algorithm: Some(Algorithm::ES256),
             key: DecodingKey::from_jwk(&jwk).expect("public key"),
         }]);
-        *oidc.current.lock().expect("lock") = Arc::clone(&keys);
-        let mut fetched = oidc.keys.try_lock().expect("lock");
-        fetched.keys = keys;
-        fetched.fetched = Some(Instant::now());
-        drop(fetched);
+        oidc.keys.store(keys);
+        oidc.fetching.try_lock().expect("lock").fetched = Some(Instant::now());
         oidc
     }
 
@@ -481,7 +474,7 @@ X7oHFXUAnJ6fNzixBVKuIF3J7aChRANCAAQpfTunItLRxpNKeaCdDkKm0Jw6jcQy
         // Checked once: the same token passes from memory even with the keys gone.
         let valid = token(good, "k");
         assert_eq!(oidc.identify(&valid).await.expect("valid").name, "ann");
-        *oidc.current.lock().expect("lock") = Arc::default();
+        oidc.keys.store(Arc::default());
         assert_eq!(oidc.identify(&valid).await.expect("remembered").name, "ann");
     }
 
