@@ -93,8 +93,7 @@ fn printable(text: String) -> String {
         })
         .collect();
     if text.len() > MAX_DESCRIPTION_BYTES {
-        text.truncate(MAX_DESCRIPTION_BYTES - 3);
-        text.push_str("...");
+        toolhost_contract::cut_in_place(&mut text, MAX_DESCRIPTION_BYTES - 3, |_| "...".into());
     }
     text
 }

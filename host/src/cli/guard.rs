@@ -71,16 +71,20 @@ impl Guard {
         }
     }
 
-    /// `refusal` as an HTTP answer, audited (within the rate).
+    /// `refusal` as an HTTP answer, audited (within the rate); an RFC 6750 error carries its
+    /// `WWW-Authenticate` challenge.
     fn refuse(&self, refusal: &Refusal, path: &str) -> Response {
         self.audit_refusal(refusal, path);
-        let challenge = self.access.challenge(refusal);
         let body = serde_json::json!({
             "error": refusal.error,
             "error_description": refusal.description,
         });
         let mut response = (refusal.status, axum::Json(body)).into_response();
-        if let Ok(value) = challenge.parse() {
+        let bearer_error = matches!(
+            refusal.error,
+            "invalid_request" | "invalid_token" | "insufficient_scope"
+        );
+        if bearer_error && let Ok(value) = self.access.challenge(refusal).parse() {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, value);
@@ -221,7 +225,6 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             scope: None,
         };
         let mut response = guard.refuse(&refusal, &path);
-        response.headers_mut().remove(header::WWW_AUTHENTICATE);
         let seconds = limited.retry_after.as_secs().max(1).to_string();
         if let Ok(value) = seconds.parse() {
             response.headers_mut().insert(header::RETRY_AFTER, value);
