@@ -14,7 +14,7 @@ use criterion::measurement::WallTime;
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolhost::access::Access;
-use toolhost::config::access::{AccessSettings, OidcSettings, Rule};
+use toolhost::config::access::{AccessSettings, OidcSettings, Rule, Who};
 use toolhost::invoke::{Host, Session};
 
 /// A P-256 key made for this benchmark alone (it signs nothing else).
@@ -68,7 +68,10 @@ pub fn cells(
             groups_claim: "groups".into(),
         }),
         rules: vec![Rule {
-            scopes: vec!["tools:all".into()],
+            who: Who {
+                scopes: vec!["tools:all".into()],
+                ..Who::default()
+            },
             tools: vec!["*".into()],
             ..Rule::default()
         }],

@@ -6,7 +6,7 @@
 //! tool (one operator's set-up, as with `--token-env` alone). The local operator (stdio,
 //! loopback without a token where that is allowed) is never bound by rules.
 
-use toolhost_config::access::{Quota, Rule};
+use toolhost_config::access::{Quota, Rule, Who};
 use toolhost_contract::{Identity, IdentityKind};
 use toolhost_core::catalog::Tool;
 
@@ -28,11 +28,7 @@ impl Policy {
         if identity.kind == IdentityKind::Local {
             return None;
         }
-        self.quotas.iter().find(|quota| {
-            let everyone =
-                quota.identities.is_empty() && quota.groups.is_empty() && quota.scopes.is_empty();
-            everyone || names(&quota.identities, &quota.groups, &quota.scopes, identity)
-        })
+        (self.quotas.iter()).find(|quota| quota.who.is_empty() || names(&quota.who, identity))
     }
 
     /// Whether any rule is written (then what none grants is denied).
@@ -77,7 +73,7 @@ impl Policy {
             .rules
             .iter()
             .filter(|rule| grants(rule, tool.ensemble(), tool.name()))
-            .flat_map(|rule| rule.scopes.iter().map(String::as_str))
+            .flat_map(|rule| rule.who.scopes.iter().map(String::as_str))
             .collect();
         scopes.sort_unstable();
         scopes.dedup();
@@ -88,7 +84,7 @@ impl Policy {
     /// resource metadata's `scopes_supported`, a `401` challenge's `scope`).
     pub fn scopes(&self) -> Vec<&str> {
         let mut scopes: Vec<&str> = (self.rules.iter())
-            .flat_map(|rule| rule.scopes.iter().map(String::as_str))
+            .flat_map(|rule| rule.who.scopes.iter().map(String::as_str))
             .collect();
         scopes.sort_unstable();
         scopes.dedup();
@@ -103,18 +99,17 @@ impl Policy {
     /// The rules that apply to `identity`: it is named, in one of the groups, or (an access
     /// token) holds one of the scopes.
     fn matching<'a>(&'a self, identity: &'a Identity) -> impl Iterator<Item = &'a Rule> {
-        (self.rules.iter())
-            .filter(move |rule| names(&rule.identities, &rule.groups, &rule.scopes, identity))
+        (self.rules.iter()).filter(move |rule| names(&rule.who, identity))
     }
 }
 
-/// Whether `identity` is among `identities`, in one of `groups`, or (an access token)
-/// holds one of `scopes`.
-fn names(identities: &[String], groups: &[String], scopes: &[String], identity: &Identity) -> bool {
-    identities.contains(&identity.name)
-        || groups.iter().any(|g| identity.groups.contains(g))
+/// Whether `who` names `identity`: by name, by one of its groups, or (an access token) by one
+/// of its scopes.
+fn names(who: &Who, identity: &Identity) -> bool {
+    who.identities.contains(&identity.name)
+        || who.groups.iter().any(|g| identity.groups.contains(g))
         || (identity.kind == IdentityKind::Oauth
-            && scopes.iter().any(|s| identity.scopes.contains(s)))
+            && who.scopes.iter().any(|s| identity.scopes.contains(s)))
 }
 
 /// Whether `rule` grants the tool `name` of `ensemble`.
@@ -182,12 +177,18 @@ mod tests {
         let policy = Policy::new(
             vec![
                 Rule {
-                    scopes: vec!["tools:calculate".into()],
+                    who: Who {
+                        scopes: vec!["tools:calculate".into()],
+                        ..Who::default()
+                    },
                     tools: vec!["calculate".into()],
                     ..Rule::default()
                 },
                 Rule {
-                    groups: vec!["ops".into()],
+                    who: Who {
+                        groups: vec!["ops".into()],
+                        ..Who::default()
+                    },
                     ensembles: vec!["*".into()],
                     metrics: true,
                     approve: true,
@@ -196,7 +197,10 @@ mod tests {
             ],
             vec![
                 Quota {
-                    groups: vec!["ops".into()],
+                    who: Who {
+                        groups: vec!["ops".into()],
+                        ..Who::default()
+                    },
                     concurrent_calls: Some(64),
                     ..Quota::default()
                 },

@@ -193,12 +193,27 @@ impl Default for AccessSettings {
     }
 }
 
-/// One quota, checked.
+/// Whom a rule or a quota is for: identities named (static tokens' names, access tokens'
+/// subjects), groups, and (access tokens only) scopes; any one of them matches.
 #[derive(Debug, Clone, Default)]
-pub struct Quota {
+pub struct Who {
     pub identities: Vec<String>,
     pub groups: Vec<String>,
     pub scopes: Vec<String>,
+}
+
+impl Who {
+    /// Nobody named at all.
+    pub fn is_empty(&self) -> bool {
+        self.identities.is_empty() && self.groups.is_empty() && self.scopes.is_empty()
+    }
+}
+
+/// One quota, checked.
+#[derive(Debug, Clone, Default)]
+pub struct Quota {
+    /// Empty: everyone but the local operator.
+    pub who: Who,
     pub calls_per_minute: Option<u32>,
     pub concurrent_calls: Option<usize>,
 }
@@ -224,9 +239,7 @@ pub struct OidcSettings {
 /// One rule, checked.
 #[derive(Debug, Clone, Default)]
 pub struct Rule {
-    pub identities: Vec<String>,
-    pub groups: Vec<String>,
-    pub scopes: Vec<String>,
+    pub who: Who,
     pub tools: Vec<String>,
     pub ensembles: Vec<String>,
     pub metrics: bool,
@@ -417,9 +430,11 @@ impl AccessSection {
                 }
             }
             rules.push(Rule {
-                identities: rule.identities.clone(),
-                groups: rule.groups.clone(),
-                scopes: rule.scopes.clone(),
+                who: Who {
+                    identities: rule.identities.clone(),
+                    groups: rule.groups.clone(),
+                    scopes: rule.scopes.clone(),
+                },
                 tools: rule.tools.iter().map(|p| p.get_ref().clone()).collect(),
                 ensembles: rule.ensembles.iter().map(|p| p.get_ref().clone()).collect(),
                 metrics: rule.metrics,
@@ -437,9 +452,11 @@ impl AccessSection {
                 );
             }
             quotas.push(Quota {
-                identities: quota.identities.clone(),
-                groups: quota.groups.clone(),
-                scopes: quota.scopes.clone(),
+                who: Who {
+                    identities: quota.identities.clone(),
+                    groups: quota.groups.clone(),
+                    scopes: quota.scopes.clone(),
+                },
                 calls_per_minute: quota.calls_per_minute.map(Setting::value),
                 concurrent_calls: quota.concurrent_calls.map(Setting::value),
             });
