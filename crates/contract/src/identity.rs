@@ -59,9 +59,13 @@ impl Identity {
     /// What sessions, conversations, dedup memory and tasks are keyed by: the same for every
     /// token of one identity, different for any two identities.
     pub fn key(&self) -> [u8; 32] {
+        let kind = match self.kind {
+            IdentityKind::Local => 0,
+            IdentityKind::Token => 1,
+            IdentityKind::Oauth => 2,
+        };
         let mut hasher = blake3::Hasher::new_derive_key("toolhost identity key v1");
-        hasher.update(format!("{:?}", self.kind).as_bytes());
-        hasher.update(&[0]);
+        hasher.update(&[kind]);
         hasher.update(self.name.as_bytes());
         *hasher.finalize().as_bytes()
     }
