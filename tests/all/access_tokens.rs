@@ -110,6 +110,32 @@ async fn bad_tokens_are_refused_each_with_its_reason_and_the_good_ones_go_on() {
         .filter(|r| r["outcome"] == "refused-401" || r["outcome"] == "refused-400")
         .count();
     assert_eq!(refused, cases.len() + 2);
+
+    // A flood of bad tokens: at most 20 records a second; the next record counts the rest.
+    let started = Instant::now();
+    let flood = (0..200).map(|n| {
+        let request = client.post(url).bearer_auth(format!("bad-{n}"));
+        async move { request.send().await.expect("POST").status().as_u16() }
+    });
+    let statuses = futures_util::future::join_all(flood).await;
+    let windows = started.elapsed().as_secs() as usize + 2;
+    assert!(statuses.iter().all(|status| *status == 401));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, _, _) = call(url, "one-more", "echo", json!({})).await;
+    assert_eq!(status, 401);
+    let records = audit(&fixture);
+    let flooded = records
+        .iter()
+        .filter(|r| r["outcome"] == "refused-401")
+        .count()
+        - (cases.len() + 1);
+    assert!(
+        flooded <= 20 * windows && flooded < 200,
+        "{flooded} records"
+    );
+    let last = records.last().expect("a record");
+    let said = last["error"].as_str().expect("error");
+    assert!(said.contains("were not recorded"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
