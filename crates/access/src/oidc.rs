@@ -428,6 +428,30 @@ X7oHFXUAnJ6fNzixBVKuIF3J7aChRANCAAQpfTunItLRxpNKeaCdDkKm0Jw6jcQy
             .as_secs()
     }
 
+    #[test]
+    fn validated_tokens_are_remembered_within_their_bound() {
+        let oidc = provider(0);
+        let identity = Arc::new(Identity::local());
+        let later = SystemTime::now() + Duration::from_secs(60);
+        for n in 0..MAX_CACHED_TOKENS as u32 {
+            let mut hash = [0; 32];
+            hash[..4].copy_from_slice(&n.to_le_bytes());
+            oidc.remember(hash, &identity, later);
+        }
+        // Full of live tokens: one more is checked again next time, not remembered.
+        oidc.remember([0xff; 32], &identity, later);
+        assert!(oidc.remembered(&[0xff; 32]).is_none());
+        assert_eq!(oidc.tokens.lock().expect("lock").len(), MAX_CACHED_TOKENS);
+        // Expired ones make room.
+        let earlier = SystemTime::now() - Duration::from_secs(60);
+        for entry in oidc.tokens.lock().expect("lock").values_mut() {
+            entry.expires = earlier;
+        }
+        oidc.remember([0xff; 32], &identity, later);
+        assert!(oidc.remembered(&[0xff; 32]).is_some());
+        assert_eq!(oidc.tokens.lock().expect("lock").len(), 1);
+    }
+
     #[tokio::test]
     async fn every_claim_is_checked_and_a_valid_token_is_remembered() {
         let oidc = provider(5);
