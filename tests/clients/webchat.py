@@ -54,7 +54,8 @@ def wait(driver, what, condition):
     try:
         return WebDriverWait(driver, WAIT).until(lambda d: condition(d))
     except Exception:
-        fail(f"waited {WAIT} s for {what}; the page shows:\n{driver.find_element(By.TAG_NAME, 'body').text}")
+        fail(f"waited {WAIT} s for {what}; the page at {driver.current_url} shows:\n"
+             f"{driver.find_element(By.TAG_NAME, 'body').text}")
 
 
 def testid(driver, name):

@@ -6,8 +6,10 @@
 // Environment: RESOURCE (the resources tokens may be for, separated by spaces; the first is
 // the default), PORT (default 0: any), KID (the
 // signing key's id, default k1; a provider started again with another kid has rotated its
-// key). Prints `issuer <url>` once it listens. Clients (secret = id + "-secret"): `tools`
-// (tokens for 10 minutes), `brief` (tokens for 1 second).
+// key), REDIRECT (when set: a client `web` signs people in by authorization code with PKCE,
+// back to this redirect URI, through oidc-provider's own login and consent pages, where any
+// login and password will do). Prints `issuer <url>` once it listens. Clients (secret = id +
+// "-secret"): `tools` (tokens for 10 minutes), `brief` (tokens for 1 second), `web`.
 import { generateKeyPairSync } from 'node:crypto';
 import { createServer } from 'node:http';
 import { pathToFileURL } from 'node:url';
@@ -25,14 +27,25 @@ const client = (id) => ({
   response_types: [],
 });
 
+const clients = [client('tools'), client('brief')];
+if (process.env.REDIRECT) {
+  clients.push({
+    client_id: 'web',
+    client_secret: 'web-secret',
+    grant_types: ['authorization_code'],
+    redirect_uris: [process.env.REDIRECT],
+    response_types: ['code'],
+  });
+}
+
 const server = createServer();
 server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
   const issuer = `http://127.0.0.1:${server.address().port}`;
   const provider = new Provider(issuer, {
-    clients: [client('tools'), client('brief')],
+    clients,
     jwks: { keys: [key] },
     features: {
-      devInteractions: { enabled: false },
+      devInteractions: { enabled: Boolean(process.env.REDIRECT) },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,

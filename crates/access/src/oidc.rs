@@ -22,6 +22,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use toolhost_config::access::OidcSettings;
 use toolhost_contract::{Identity, IdentityKind};
 
+mod sign_in;
+pub use sign_in::{SignedIn, Started};
+
 /// The longest access token read.
 pub const MAX_TOKEN_BYTES: usize = 8 << 10;
 /// The largest metadata or key set document read from the provider.
@@ -53,11 +56,28 @@ struct Key {
     key: DecodingKey,
 }
 
-/// When the keys were last fetched (or tried), and where they are: held while a fetch runs.
+/// When the keys were last fetched (or tried), and where they and the sign-in endpoints are
+/// (from the provider's metadata): held while a fetch runs.
 #[derive(Default)]
 struct Fetching {
     fetched: Option<Instant>,
-    jwks_uri: Option<String>,
+    /// When the metadata was last fetched (or tried), until it was read.
+    discovered: Option<Instant>,
+    metadata: Option<Discovered>,
+}
+
+/// What the host takes from the provider's metadata.
+#[derive(Clone)]
+struct Discovered {
+    jwks_uri: String,
+    endpoints: Option<Endpoints>,
+}
+
+/// Where the provider signs people in: its `authorization_endpoint` and `token_endpoint`.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub authorization: url::Url,
+    pub token: url::Url,
 }
 
 /// A validated token, remembered until it expires.
@@ -75,6 +95,8 @@ pub struct Oidc {
     /// The keys as last fetched, read without waiting for a fetch in progress.
     keys: ArcSwap<Vec<Key>>,
     tokens: Mutex<HashMap<[u8; 32], Remembered>>,
+    /// Sign-ins being finished (token exchanges running).
+    exchanges: Arc<tokio::sync::Semaphore>,
 }
 
 impl Oidc {
@@ -95,6 +117,7 @@ impl Oidc {
             fetching: tokio::sync::Mutex::default(),
             keys: ArcSwap::default(),
             tokens: Mutex::default(),
+            exchanges: Arc::new(tokio::sync::Semaphore::new(sign_in::MAX_EXCHANGES)),
         })
     }
 
@@ -174,7 +197,7 @@ impl Oidc {
             return Ok(keys);
         }
         fetching.fetched = Some(Instant::now());
-        match self.fetch(&mut fetching.jwks_uri).await {
+        match self.fetch(&mut fetching).await {
             Ok(fetched) => {
                 let fetched = Arc::new(fetched);
                 self.keys.store(Arc::clone(&fetched));
@@ -191,26 +214,10 @@ impl Oidc {
     }
 
     /// The provider's key set, found through its metadata the first time.
-    async fn fetch(&self, jwks_uri: &mut Option<String>) -> Result<Vec<Key>, Invalid> {
-        let uri = match jwks_uri {
-            Some(uri) => uri.clone(),
-            None => {
-                let issuer = self.settings.issuer.trim_end_matches('/');
-                let url = format!("{issuer}/.well-known/openid-configuration");
-                let metadata: Map<String, Value> = self.document(&url).await?;
-                if metadata.get("issuer").and_then(Value::as_str) != Some(&self.settings.issuer) {
-                    return Err(Invalid(format!(
-                        "the issuer's metadata at {url} names another issuer"
-                    )));
-                }
-                let uri = (metadata.get("jwks_uri").and_then(Value::as_str))
-                    .ok_or_else(|| {
-                        Invalid(format!("the issuer's metadata at {url} has no jwks_uri"))
-                    })?
-                    .to_string();
-                *jwks_uri = Some(uri.clone());
-                uri
-            }
+    async fn fetch(&self, fetching: &mut Fetching) -> Result<Vec<Key>, Invalid> {
+        let uri = match &fetching.metadata {
+            Some(metadata) => metadata.jwks_uri.clone(),
+            None => self.discover(fetching).await?.jwks_uri,
         };
         let set: JwkSet = self.document(&uri).await?;
         let keys: Vec<Key> = set
@@ -236,6 +243,67 @@ impl Oidc {
         Ok(keys)
     }
 
+    /// Where the provider signs people in, from its metadata (fetched once; after a failure,
+    /// tried again at most once per [`REFETCH_INTERVAL`]).
+    pub async fn endpoints(&self) -> Result<Endpoints, Invalid> {
+        let mut fetching = self.fetching.lock().await;
+        let discovered = match &fetching.metadata {
+            Some(metadata) => metadata.clone(),
+            None if (fetching.discovered).is_some_and(|at| at.elapsed() < REFETCH_INTERVAL) => {
+                return Err(Invalid(format!(
+                    "the provider's metadata could not be fetched lately (tried again at most \
+                     every {} s)",
+                    REFETCH_INTERVAL.as_secs()
+                )));
+            }
+            None => self.discover(&mut fetching).await?,
+        };
+        discovered.endpoints.ok_or_else(|| {
+            Invalid(
+                "the provider's metadata names no authorization_endpoint and token_endpoint \
+                 (https, or http on loopback): nobody can sign in with it"
+                    .into(),
+            )
+        })
+    }
+
+    /// The provider's metadata, read and kept.
+    async fn discover(&self, fetching: &mut Fetching) -> Result<Discovered, Invalid> {
+        fetching.discovered = Some(Instant::now());
+        let issuer = self.settings.issuer.trim_end_matches('/');
+        let url = format!("{issuer}/.well-known/openid-configuration");
+        let metadata: Map<String, Value> = self.document(&url).await?;
+        if metadata.get("issuer").and_then(Value::as_str) != Some(&self.settings.issuer) {
+            return Err(Invalid(format!(
+                "the issuer's metadata at {url} names another issuer"
+            )));
+        }
+        let jwks_uri = (metadata.get("jwks_uri").and_then(Value::as_str))
+            .ok_or_else(|| Invalid(format!("the issuer's metadata at {url} has no jwks_uri")))?
+            .to_string();
+        let endpoint = |name: &str| {
+            (metadata.get(name).and_then(Value::as_str))
+                .and_then(|text| url::Url::parse(text).ok())
+                .filter(toolhost_config::access::is_https_or_loopback)
+        };
+        let endpoints = match (
+            endpoint("authorization_endpoint"),
+            endpoint("token_endpoint"),
+        ) {
+            (Some(authorization), Some(token)) => Some(Endpoints {
+                authorization,
+                token,
+            }),
+            _ => None,
+        };
+        let discovered = Discovered {
+            jwks_uri,
+            endpoints,
+        };
+        fetching.metadata = Some(discovered.clone());
+        Ok(discovered)
+    }
+
     /// A JSON document of the provider, bounded in size and time.
     async fn document<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, Invalid> {
         let failed = |e: String| Invalid(format!("cannot fetch {url}: {e}"));
@@ -252,16 +320,7 @@ impl Oidc {
                 response.status()
             )));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
-            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                return Err(failed(format!(
-                    "longer than {} KiB",
-                    MAX_DOCUMENT_BYTES >> 10
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = read_bounded(&mut response).await.map_err(failed)?;
         serde_json::from_slice(&body).map_err(|e| failed(format!("not the JSON expected: {e}")))
     }
 
@@ -290,6 +349,18 @@ impl Oidc {
             );
         }
     }
+}
+
+/// The body of a provider's answer, at most [`MAX_DOCUMENT_BYTES`].
+async fn read_bounded(response: &mut reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!("longer than {} KiB", MAX_DOCUMENT_BYTES >> 10));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// The key a token's header names: by `kid`, or the only key when it names none; never one
@@ -399,6 +470,7 @@ X7oHFXUAnJ6fNzixBVKuIF3J7aChRANCAAQpfTunItLRxpNKeaCdDkKm0Jw6jcQy
             algorithms: vec!["ES256".into()],
             leeway: Duration::from_secs(leeway),
             groups_claim: "groups".into(),
+            sign_in: None,
         };
         let oidc = Oidc::new(settings).expect("oidc");
         let private = EncodingKey::from_ec_pem(KEY.as_bytes()).expect("key");

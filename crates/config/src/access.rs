@@ -133,6 +133,29 @@ pub struct OidcSection {
     pub leeway_s: Option<LeewayS>,
     /// The claim that holds the groups (default `groups`).
     pub groups_claim: Option<String>,
+    /// The web chat signs people in with this provider (authorization code with PKCE).
+    #[schemars(with = "Option<SignInSection>")]
+    pub sign_in: Option<Spanned<SignInSection>>,
+}
+
+/// `[access.oidc.sign-in]`: the client the web chat signs people in as, registered with the
+/// provider (redirect URI: `redirect-uri`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SignInSection {
+    /// The client's id at the provider.
+    pub client_id: String,
+    /// The environment variable that holds the client's secret (a confidential client,
+    /// `client_secret_basic`); without it the client is public and PKCE alone binds the code.
+    #[schemars(with = "Option<EnvVarName>")]
+    pub client_secret_env: Option<Spanned<EnvVarName>>,
+    /// The scopes asked for (default `openid`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Where the provider sends the browser back: this host's `/auth/callback`. Default: the
+    /// resource's origin followed by `/auth/callback`.
+    #[schemars(with = "Option<String>")]
+    pub redirect_uri: Option<Spanned<String>>,
 }
 
 /// One `[[access.rules]]`: who (any of `identities`, `groups`, `scopes`) may do what.
@@ -234,6 +257,27 @@ pub struct OidcSettings {
     pub algorithms: Vec<String>,
     pub leeway: Duration,
     pub groups_claim: String,
+    pub sign_in: Option<SignInSettings>,
+}
+
+/// `[access.oidc.sign-in]`, with its secret read (never printed).
+#[derive(Clone)]
+pub struct SignInSettings {
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub scopes: Vec<String>,
+    pub redirect_uri: url::Url,
+}
+
+impl std::fmt::Debug for SignInSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignInSettings")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
+            .field("scopes", &self.scopes)
+            .field("redirect_uri", &self.redirect_uri.as_str())
+            .finish()
+    }
 }
 
 /// One rule, checked.
@@ -384,7 +428,13 @@ impl AccessSection {
             if section.algorithms.is_empty() {
                 algorithms = DEFAULT_ALGORITHMS.iter().map(|a| a.to_string()).collect();
             }
+            let sign_in = (section.sign_in.as_ref())
+                .and_then(|s| check_sign_in(s, resource.as_deref()?, env, &mut error));
+            if section.sign_in.is_some() && sign_in.is_none() {
+                return None;
+            }
             Some(OidcSettings {
+                sign_in,
                 issuer: issuer?,
                 resource: resource?,
                 algorithms,
@@ -475,6 +525,53 @@ impl AccessSection {
     }
 }
 
+/// `[access.oidc.sign-in]` checked against the `resource` it signs people in to.
+fn check_sign_in(
+    section: &Spanned<SignInSection>,
+    resource: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    error: &mut impl FnMut(std::ops::Range<usize>, String),
+) -> Option<SignInSettings> {
+    let sign_in = section.get_ref();
+    // Err: named but not set (said; the other fields are still checked).
+    let client_secret = match &sign_in.client_secret_env {
+        Some(var) => env(var.get_ref().as_str()).map(Some).ok_or_else(|| {
+            error(
+                var.span(),
+                format!("${} (`client-secret-env`) is not set", var.get_ref()),
+            );
+        }),
+        None => Ok(None),
+    };
+    let redirect_uri = match &sign_in.redirect_uri {
+        Some(uri) => url::Url::parse(uri.get_ref())
+            .ok()
+            .filter(|url| is_https_or_loopback(url) && url.fragment().is_none())
+            .or_else(|| {
+                let message = format!(
+                    "`redirect-uri` must be an https URL (http only on loopback), without a \
+                     fragment; got {:?}",
+                    uri.get_ref()
+                );
+                error(uri.span(), message);
+                None
+            }),
+        None => url::Url::parse(resource)
+            .ok()
+            .and_then(|url| url.join("/auth/callback").ok()),
+    };
+    let mut scopes = sign_in.scopes.clone();
+    if scopes.is_empty() {
+        scopes.push("openid".into());
+    }
+    Some(SignInSettings {
+        client_id: sign_in.client_id.clone(),
+        client_secret: client_secret.ok()?,
+        scopes,
+        redirect_uri: redirect_uri?,
+    })
+}
+
 /// A name for an identity: `[A-Za-z0-9._@-]`, 1 to 64 characters.
 pub fn is_identity_name(name: &str) -> bool {
     !name.is_empty()
@@ -504,7 +601,7 @@ fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
 
 /// True for an https URL, or an http one on a loopback host (a provider started by a test or
 /// beside the host).
-fn is_https_or_loopback(url: &url::Url) -> bool {
+pub fn is_https_or_loopback(url: &url::Url) -> bool {
     match url.scheme() {
         "https" => true,
         "http" => match url.host() {

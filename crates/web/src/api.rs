@@ -233,7 +233,10 @@ fn busy(busy: Busy) -> ApiError {
     }
 }
 
-pub(super) async fn settings(State(web): State<Arc<Web>>) -> Response {
+pub(super) async fn settings(
+    State(web): State<Arc<Web>>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
     let chat = &web.chat;
     let problem = match (&chat.provider, &web.store) {
         (Err(problem), _) | (_, Err(problem)) => Some(problem.clone()),
@@ -249,6 +252,8 @@ pub(super) async fn settings(State(web): State<Arc<Web>>) -> Response {
         "max_iterations": chat.max_iterations,
         "max_tokens": provider.and_then(|p| p.max_tokens),
         "tool_choice": chat.tool_choice,
+        // Who the page is signed in as (kind, name, client, groups; never a token).
+        "identity": caller.map(|Extension(caller)| caller.identity),
     }))
     .into_response()
 }

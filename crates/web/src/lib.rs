@@ -11,7 +11,8 @@
 //! Decisions the design leaves open (docs/chat-api.md says them for users): a run belongs to
 //! the stream that started it, so a client that goes away cancels it; dedup is scoped to one
 //! run (a request's allow list may differ from the last); a forced tool choice holds for the
-//! first model call; everyone with the token sees every conversation.
+//! first model call; a conversation is its starter's identity's (another gets 404), and the
+//! page signs people in through `/auth/...` (host/src/cli/sign_in.rs) or takes a token.
 
 mod api;
 mod catalog;

@@ -184,6 +184,16 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         .get::<Peer>()
         .is_some_and(|peer| peer.0.ip().is_loopback());
     let path = request.uri().path().to_string();
+    // A browser signed in to the web chat carries its access token in a cookie: taken on the
+    // page's paths only (never on /mcp), and checked as any token.
+    if toolhost::web::is_web_path(&path)
+        && !request.headers().contains_key(header::AUTHORIZATION)
+        && let Some(token) =
+            super::sign_in::cookie(request.headers(), super::sign_in::SESSION_COOKIE)
+        && let Ok(value) = format!("Bearer {token}").parse()
+    {
+        request.headers_mut().insert(header::AUTHORIZATION, value);
+    }
     let caller = match (guard.access)
         .authenticate(request.headers(), request.uri(), loopback)
         .await
@@ -328,7 +338,7 @@ pub(crate) fn metadata(access: &Arc<Access>) -> axum::Router {
 /// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
 /// taken only on the web chat's paths, where `check_host` holds the Host header to the
 /// allowed names.
-fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
+pub(crate) fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     origin
         .parse::<axum::http::Uri>()

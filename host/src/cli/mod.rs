@@ -26,6 +26,7 @@ mod progress;
 mod serve;
 mod service;
 mod settings;
+mod sign_in;
 mod status;
 mod terminal;
 

@@ -386,12 +386,18 @@ async fn serve_http(
     // The page and the chat API check the Host header as rmcp does for /mcp.
     let page = page.unwrap_or(local.ip().is_loopback());
     let hosts = Arc::new(hosts);
-    let web = toolhost::web::router(web, page).layer(axum::middleware::from_fn(
-        move |request: Request, next: Next| {
-            let hosts = hosts.clone();
-            async move { super::http::check_host(&hosts, request, next).await }
-        },
-    ));
+    let checked = move |router: axum::Router| {
+        let hosts = hosts.clone();
+        router.layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let hosts = hosts.clone();
+                async move { super::http::check_host(&hosts, request, next).await }
+            },
+        ))
+    };
+    let web = checked(toolhost::web::router(web, page));
+    // The web chat's sign-in, outside the guard (whoever signs in has no token yet).
+    let sign_in = checked(super::sign_in::router(Arc::clone(&access)));
     let cancel = config.cancellation_token.clone();
     let host = scrape.host.clone();
     // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a
@@ -462,7 +468,8 @@ async fn serve_http(
             },
         ))
         .merge(probes(ready.clone()))
-        .merge(metadata);
+        .merge(metadata)
+        .merge(sign_in);
     // Past the connection cap with every connection busy, a new one is answered by this.
     let probes_alone = probes(ready).fallback(|| async {
         (

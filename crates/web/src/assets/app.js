@@ -39,6 +39,10 @@ function askToken() {
         resolve();
       };
       dialog.showModal();
+      // A host that signs people in with its provider offers that first.
+      fetch("/auth/options").then((r) => (r.ok ? r.json() : {})).then((options) => {
+        $("sign-in-row").hidden = !options.sign_in;
+      }, () => {});
     });
   }
   return asking;
@@ -457,6 +461,26 @@ function showView(name) {
   $("tab-catalog").setAttribute("aria-selected", String(!chat));
 }
 
+// --- who is signed in ----------------------------------------------------------------------
+
+function showIdentity(identity) {
+  if (!identity) return;
+  const local = identity.kind === "local";
+  $("who").textContent = local ? "local operator" : `Signed in as ${identity.name}`;
+  $("who").title = (identity.groups || []).length ? `groups: ${identity.groups.join(", ")}` : "";
+  $("who").hidden = false;
+  $("sign-out").hidden = local;
+}
+
+// Forgets the token this page holds and the host's sign-in cookie, then starts over (the page
+// asks again: sign in, or a token).
+async function signOut() {
+  sessionStorage.removeItem("toolhost-token");
+  state.token = "";
+  await fetch("/auth/sign-out", { method: "POST" }).catch(() => {});
+  location.assign("/");
+}
+
 // --- start ---------------------------------------------------------------------------------
 
 async function start() {
@@ -471,9 +495,11 @@ async function start() {
     const open = document.body.classList.toggle("menu-open");
     $("menu").setAttribute("aria-expanded", String(open));
   };
+  $("sign-out").onclick = signOut;
   const response = await api("/api/settings");
   const settings = response.ok ? await response.json() : { chat: false, problem: await failure(response) };
   state.settings = settings;
+  showIdentity(settings.identity);
   if (settings.chat) {
     $("model").textContent = `${settings.provider} · ${settings.model}`;
     $("opt-iterations").max = settings.max_iterations;
