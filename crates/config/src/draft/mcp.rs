@@ -4,7 +4,8 @@
 
 use super::McpDraft;
 use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS};
-use crate::v1::McpSection;
+use crate::EnvVarName;
+use crate::v1::{McpOauthSection, McpSection};
 use crate::{Diagnostic, SourceFile, Span, written_or};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -30,24 +31,36 @@ pub enum McpTarget {
 }
 
 /// This host's OAuth client at an imported server's authorization server: an access token by
-/// client credentials (`client_secret_post`, or `client_secret_basic` where that is all the
-/// server takes), for the server's URL as the resource. Never the token of a caller.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// client credentials, for the server's URL as the resource. Never the token of a caller.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct McpOauth {
     pub client_id: String,
-    pub client_secret: String,
+    pub credential: McpCredential,
     pub scopes: Vec<String>,
 }
 
-impl std::fmt::Debug for McpOauth {
+/// How the client proves itself; `Debug` never shows the secret or the key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum McpCredential {
+    /// `client_secret_post`, or `client_secret_basic` where that is all the server takes.
+    Secret(String),
+    /// `private_key_jwt`: assertions signed with this key (PEM) and algorithm.
+    PrivateKey { pem: String, algorithm: String },
+}
+
+impl std::fmt::Debug for McpCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpOauth")
-            .field("client_id", &self.client_id)
-            .field("client_secret", &"<redacted>")
-            .field("scopes", &self.scopes)
-            .finish()
+        match self {
+            McpCredential::Secret(_) => f.write_str("Secret(<redacted>)"),
+            McpCredential::PrivateKey { algorithm, .. } => {
+                write!(f, "PrivateKey(<redacted>, {algorithm})")
+            }
+        }
     }
 }
+
+/// The algorithms a `private_key_jwt` assertion may be signed with (what rmcp signs).
+pub const ASSERTION_ALGORITHMS: &[&str] = &["ES256", "ES384", "RS256", "RS384", "RS512"];
 
 /// One imported server's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -80,8 +93,13 @@ impl McpSpec {
         hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
         hasher.update(&(self.max_tools as u64).to_le_bytes());
         if let Some(oauth) = &self.oauth {
-            for part in [&oauth.client_id, &oauth.client_secret]
+            let credential = match &oauth.credential {
+                McpCredential::Secret(secret) => [secret, secret],
+                McpCredential::PrivateKey { pem, algorithm } => [pem, algorithm],
+            };
+            for part in [&oauth.client_id]
                 .into_iter()
+                .chain(credential)
                 .chain(&oauth.scopes)
             {
                 hasher.update(&(part.len() as u64).to_le_bytes());
@@ -193,24 +211,12 @@ pub(super) fn draft(
             return None;
         }
         let section = oauth.get_ref();
-        let variable = &section.client_secret_env;
-        match std::env::var(variable.get_ref().as_str()) {
-            Ok(secret) if !secret.is_empty() => Some(McpOauth {
-                client_id: section.client_id.clone(),
-                client_secret: secret,
-                scopes: section.scopes.clone(),
-            }),
-            _ => {
-                errors.push(Diagnostic::new(
-                    source.at(variable.span()),
-                    format!(
-                        "the client secret is read from ${}, which is not set or empty",
-                        variable.get_ref()
-                    ),
-                ));
-                None
-            }
-        }
+        let credential = oauth_credential(section, oauth.span(), source, errors)?;
+        Some(McpOauth {
+            client_id: section.client_id.clone(),
+            credential,
+            scopes: section.scopes.clone(),
+        })
     });
     let spec = target
         .filter(|_| errors.len() == before)
@@ -224,4 +230,63 @@ pub(super) fn draft(
             max_tools: written_or(mcp.max_tools, DEFAULT_MCP_MAX_TOOLS as usize),
         });
     McpDraft { spec, at }
+}
+
+/// The credential `oauth` names: a secret or a private key, read from its variable.
+fn oauth_credential(
+    section: &McpOauthSection,
+    span: std::ops::Range<usize>,
+    source: &SourceFile,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<McpCredential> {
+    let read = |variable: &Spanned<EnvVarName>, what: &str, errors: &mut Vec<Diagnostic>| {
+        match std::env::var(variable.get_ref().as_str()) {
+            Ok(value) if !value.is_empty() => Some(value),
+            _ => {
+                let message = format!(
+                    "the {what} is read from ${}, which is not set or empty",
+                    variable.get_ref()
+                );
+                errors.push(Diagnostic::new(source.at(variable.span()), message));
+                None
+            }
+        }
+    };
+    match (&section.client_secret_env, &section.private_key_env) {
+        (Some(secret), None) => read(secret, "client secret", errors).map(McpCredential::Secret),
+        (None, Some(key)) => {
+            let algorithm = section.algorithm.as_ref();
+            let name = algorithm.map_or("ES256", |a| a.get_ref().as_str());
+            if !ASSERTION_ALGORITHMS.contains(&name) {
+                let at = algorithm.map_or(span.clone(), |a| a.span());
+                let message = format!(
+                    "`{name}` is not an algorithm this host signs assertions with: one of {}",
+                    ASSERTION_ALGORITHMS.join(", ")
+                );
+                errors.push(Diagnostic::new(source.at(at), message));
+                return None;
+            }
+            let pem = read(key, "private key", errors)?;
+            if !(pem.contains("-----BEGIN") && pem.contains("PRIVATE KEY-----")) {
+                let message = format!(
+                    "${} does not hold a private key in PEM (-----BEGIN ... PRIVATE KEY-----)",
+                    key.get_ref()
+                );
+                errors.push(Diagnostic::new(source.at(key.span()), message));
+                return None;
+            }
+            Some(McpCredential::PrivateKey {
+                pem,
+                algorithm: name.to_string(),
+            })
+        }
+        _ => {
+            errors.push(Diagnostic::new(
+                source.at(span),
+                "`oauth` needs one of `client-secret-env` (a secret) and `private-key-env` (a \
+                 private key, private_key_jwt)",
+            ));
+            None
+        }
+    }
 }

@@ -14,7 +14,7 @@ mod grants;
 mod mcp;
 mod settings;
 
-pub use mcp::{McpOauth, McpSpec, McpTarget};
+pub use mcp::{McpCredential, McpOauth, McpSpec, McpTarget};
 pub use settings::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS,

@@ -75,8 +75,12 @@ struct Watcher {
 }
 
 impl ClientHandler for Watcher {
+    /// toolhost by name, and for an `initialize` handshake the latest revision that has one
+    /// (`server/discover` names its revisions itself).
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
+        let toolhost = rmcp::model::Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
+        ClientConfig::new(Default::default(), toolhost)
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -250,16 +254,26 @@ impl McpImport {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: None,
         };
+        let handshake =
+            |e: ClientInitializeError| format!("did not complete the MCP handshake: {e}");
         let service = match self.connect(&watcher, auto).await? {
             Err(ClientInitializeError::NoCompatibleProtocolVersion {
                 server_supported, ..
             }) if server_supported.iter().any(ProtocolVersion::has_initialize) => {
-                self.connect(&watcher, ClientLifecycleMode::Initialize)
-                    .await?
+                let initialize = self.connect(&watcher, ClientLifecycleMode::Initialize);
+                initialize.await?.map_err(handshake)
             }
-            other => other,
-        };
-        let service = service.map_err(|e| format!("did not complete the MCP handshake: {e}"))?;
+            // A server that answers `server/discover` with something else than its result
+            // (an older server that answers every method it does not know with `{}`) is
+            // asked again with `initialize`; both answers are said if that fails too.
+            Err(discover @ ClientInitializeError::ExpectedInitResult(_)) => {
+                let initialize = self.connect(&watcher, ClientLifecycleMode::Initialize);
+                initialize
+                    .await?
+                    .map_err(|e| format!("{} (and to server/discover: {discover})", handshake(e)))
+            }
+            other => other.map_err(handshake),
+        }?;
         Ok((service, watcher))
     }
 

@@ -2,7 +2,9 @@
 //! its own OAuth client there, never a caller's proxy. As the MCP authorization spec has a
 //! client do it: the server's `401` names its protected resource metadata, that names the
 //! authorization server, whose metadata gives the token endpoint; the token is asked for by
-//! client credentials with the server's URL as the `resource` (RFC 8707). rmcp's auth support
+//! client credentials with the server's URL as the `resource` (RFC 8707), the client proving
+//! itself with a secret (`client_secret_post`, or `client_secret_basic` where that is all the
+//! server takes) or a signed assertion (`private_key_jwt`, RFC 7523). rmcp's auth support
 //! does the discovery and the exchange (with the oauth2 crate) and sends the token with each
 //! request; a token that expires ends the session, and the next call starts a new one with a
 //! new token.
@@ -10,9 +12,11 @@
 //! Bounds: the probe's answer is read for its headers only, within [`PROBE_TIMEOUT`]; rmcp
 //! bounds and times its own requests and follows no redirect to another host.
 
-use rmcp::transport::auth::{AuthClient, AuthorizationManager, ClientCredentialsConfig};
+use rmcp::transport::auth::{
+    AuthClient, AuthorizationManager, ClientCredentialsConfig, JwtSigningAlgorithm,
+};
 use std::time::Duration;
-use toolhost_config::draft::McpOauth;
+use toolhost_config::draft::{McpCredential, McpOauth};
 
 /// How long the unauthenticated probe for the server's challenge may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,19 +36,49 @@ pub(super) async fn client(
         .await
         .map_err(|e| format!("its authorization server could not be found: {e}"))?;
     manager.set_metadata(resolution.metadata);
-    let credentials = ClientCredentialsConfig::ClientSecret {
-        client_id: oauth.client_id.clone(),
-        client_secret: oauth.client_secret.clone(),
-        scopes: oauth.scopes.clone(),
-        resource: Some(url.to_string()),
+    let (client_id, scopes, resource) = (
+        oauth.client_id.clone(),
+        oauth.scopes.clone(),
+        Some(url.to_string()),
+    );
+    let credentials = match &oauth.credential {
+        McpCredential::Secret(secret) => ClientCredentialsConfig::ClientSecret {
+            client_id,
+            client_secret: secret.clone(),
+            scopes,
+            resource,
+        },
+        McpCredential::PrivateKey { pem, algorithm } => ClientCredentialsConfig::PrivateKeyJwt {
+            client_id,
+            signing_key: pem.clone().into_bytes(),
+            signing_algorithm: match algorithm.as_str() {
+                "ES384" => JwtSigningAlgorithm::ES384,
+                "RS256" => JwtSigningAlgorithm::RS256,
+                "RS384" => JwtSigningAlgorithm::RS384,
+                "RS512" => JwtSigningAlgorithm::RS512,
+                // The default, and what the check lets through (ASSERTION_ALGORITHMS).
+                _ => JwtSigningAlgorithm::ES256,
+            },
+            token_endpoint_audience: None,
+            scopes,
+            resource,
+        },
     };
     manager
         .configure_client_credentials(&credentials)
         .map_err(|e| format!("cannot use its authorization server: {e}"))?;
-    manager
-        .exchange_client_credentials(&credentials)
-        .await
-        .map_err(|e| format!("its authorization server gave no access token: {e}"))?;
+    // rmcp's exchange future is not `Send` once `private_key_jwt` is built in (its form
+    // serializer lives across an await), so it runs to its end on a blocking thread of this
+    // runtime rather than on a worker; rmcp's own timeouts bound it.
+    let runtime = tokio::runtime::Handle::current();
+    let manager = tokio::task::spawn_blocking(move || {
+        runtime
+            .block_on(manager.exchange_client_credentials(&credentials))
+            .map(|_| manager)
+    })
+    .await
+    .map_err(|e| format!("its token exchange ended abnormally: {e}"))?
+    .map_err(|e| format!("its authorization server gave no access token: {e}"))?;
     Ok(AuthClient::new(reqwest::Client::default(), manager))
 }
 
