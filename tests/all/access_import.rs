@@ -153,3 +153,69 @@ fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
         "the key's text is never printed: {not_pem}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imports_token_that_expires_is_replaced_without_failing_a_call() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let provider = Provider::start(&url, 0, "k1");
+    let remote = Fixture::new();
+    remote.write_echo();
+    // No leeway: a token past its `exp` is refused.
+    let host_file = trust_provider(&remote, "leeway-s = 0\n");
+    let env = [
+        ("ISSUER", provider.issuer.as_str()),
+        ("RESOURCE", url.as_str()),
+    ];
+    let address = format!("127.0.0.1:{port}");
+    let config = host_file.to_str().expect("path");
+    let _remote = HttpServer::start_at(&address, &remote, &["--config", config], &env);
+
+    // This host's client `brief` gets tokens that hold for one second: each round's call
+    // needs a new one (rmcp's own client stops sending a token 30 s before it expires).
+    let local = Fixture::new();
+    local.write_mcp_import(
+        "remote",
+        &format!("url = \"{url}\"\noauth = {{ client-id = \"brief\", client-secret-env = \"BRIEF_SECRET\" }}"),
+    );
+    let server = HttpServer::start(&local, &[], &[("BRIEF_SECRET", "brief-secret")]);
+    let mut answers = Vec::new();
+    for round in 0..3 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let answer = loop {
+            let (status, _, answer) = crate::access::call(
+                &server.url,
+                "-",
+                "echo",
+                serde_json::json!({"round": round}),
+            )
+            .await;
+            // The first round waits for the import to be up (it starts in the background).
+            if round > 0
+                || answer["result"]["isError"] != true
+                || std::time::Instant::now() > deadline
+            {
+                assert_eq!(status, 200, "{answer}\n{}", server.stderr());
+                break answer;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        answers.push(answer);
+        // Past the token's life.
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    }
+    for (round, answer) in answers.iter().enumerate() {
+        assert_ne!(
+            answer["result"]["isError"],
+            true,
+            "round {round}: {answer}\n{}",
+            server.stderr()
+        );
+        assert!(
+            answer
+                .to_string()
+                .contains(&format!("\\\"round\\\":{round}")),
+            "round {round}: {answer}"
+        );
+    }
+}
