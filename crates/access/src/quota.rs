@@ -160,4 +160,74 @@ mod tests {
         usage.lock().get_mut(&key).expect("tracked").refilled -= Duration::from_secs(60);
         assert!(usage.wait(key, &quota).is_none());
     }
+
+    /// The key of the `n`th identity.
+    fn identity(n: usize) -> [u8; 32] {
+        let mut key = [0; 32];
+        key[..8].copy_from_slice(&(n as u64).to_le_bytes());
+        key
+    }
+
+    #[test]
+    fn past_max_tracked_a_new_identity_forgets_the_one_idle_longest_which_starts_afresh() {
+        let usage = Arc::new(Usage::default());
+        let quota = Quota {
+            calls_per_minute: Some(1),
+            ..Quota::default()
+        };
+        for n in 0..MAX_TRACKED {
+            drop(usage.admit(identity(n), &quota).expect("tracked"));
+        }
+        // Each has used its call of the minute.
+        let spent = usage.admit(identity(MAX_TRACKED - 1), &quota).err();
+        assert!(spent.expect("spent").message.contains("1 calls a minute"));
+        {
+            let mut buckets = usage.lock();
+            buckets.get_mut(&identity(0)).expect("0").refilled -= Duration::from_secs(30);
+            buckets.get_mut(&identity(1)).expect("1").refilled -= Duration::from_secs(20);
+        }
+        let tracked = |n| usage.lock().contains_key(&identity(n));
+        let _new = usage.admit(identity(MAX_TRACKED), &quota).expect("room");
+        assert!(!tracked(0), "the idle longest forgotten");
+        assert!(tracked(1));
+        assert_eq!(usage.lock().len(), MAX_TRACKED);
+        drop(
+            usage
+                .admit(identity(MAX_TRACKED + 1), &quota)
+                .expect("room"),
+        );
+        assert!(!tracked(1), "the idle next longest forgotten");
+        assert_eq!(usage.lock().len(), MAX_TRACKED);
+        // Tracked, identity 0 would wait half a minute more; forgotten, its bucket is full.
+        drop(usage.admit(identity(0), &quota).expect("a full bucket"));
+        assert_eq!(usage.lock().len(), MAX_TRACKED);
+    }
+
+    #[test]
+    fn past_max_tracked_all_running_a_new_identity_waits_for_a_call_to_end() {
+        let usage = Arc::new(Usage::default());
+        let quota = Quota::default();
+        let mut running: Vec<Running> = (0..MAX_TRACKED)
+            .map(|n| usage.admit(identity(n), &quota).expect("tracked"))
+            .collect();
+        let newcomer = identity(MAX_TRACKED);
+        let refused = usage.admit(newcomer, &quota).err().expect("none idle");
+        assert_eq!(refused.retry_after, Duration::from_secs(1));
+        assert!(
+            (refused.message).contains("100000 identities are calling at once"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(usage.lock().len(), MAX_TRACKED);
+        // Those tracked go on calling.
+        drop(usage.admit(identity(7), &quota).expect("tracked already"));
+        let refused = usage.admit(newcomer, &quota).err();
+        assert!(refused.is_some(), "7 still runs a call");
+        // One call ends: its identity, idle, makes room.
+        drop(running.swap_remove(7));
+        let _newcomer = usage.admit(newcomer, &quota).expect("room");
+        assert!(!usage.lock().contains_key(&identity(7)));
+        assert_eq!(usage.lock().len(), MAX_TRACKED);
+        assert!(usage.admit(identity(MAX_TRACKED + 1), &quota).is_err());
+    }
 }
