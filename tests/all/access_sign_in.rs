@@ -326,3 +326,94 @@ async fn a_host_without_sign_in_says_so() {
     assert_eq!(status, 200);
     assert_eq!(settings["identity"]["kind"], "local", "{settings}");
 }
+
+/// A provider whose token endpoint never answers: its metadata, and how many token requests
+/// reached it.
+async fn silent_provider() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let issuer = format!("http://{}", listener.local_addr().expect("address"));
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let metadata = json!({
+        "issuer": issuer,
+        "jwks_uri": format!("{issuer}/jwks"),
+        "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"),
+    });
+    let counted = asked.clone();
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || async move { axum::Json(metadata) }),
+        )
+        .route(
+            "/jwks",
+            axum::routing::get(|| async { axum::Json(json!({"keys": []})) }),
+        )
+        .route(
+            "/token",
+            axum::routing::post(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<String>()
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (issuer, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_being_finished_at_once_are_bounded() {
+    let (issuer, asked) = silent_provider().await;
+    let model = Scripted::start(vec![]);
+    let fixture = fixture(&model.base_url, "");
+    let path = fixture.root().join("toolhost.toml");
+    let mut text = std::fs::read_to_string(&path).expect("toolhost.toml");
+    text.push_str(&format!(
+        "\n[access.oidc]\nissuer = \"{issuer}\"\nresource = \"http://127.0.0.1/mcp\"\n\n\
+         [access.oidc.sign-in]\nclient-id = \"web\"\n"
+    ));
+    std::fs::write(&path, text).expect("write");
+    let server = HttpServer::start(
+        &fixture,
+        &["--config", path.to_str().expect("path")],
+        &[("SCRIPTED_KEY", "k")],
+    );
+    let base = crate::web::base(&server);
+    let callback = |n: usize| {
+        client()
+            .get(format!("{base}/auth/callback?code=c{n}&state=s{n}"))
+            .header("cookie", format!("toolhost-sign-in=s{n}.verifier{n}"))
+            .send()
+    };
+    // 32 exchanges wait on the provider (each at most 5 s); the 33rd is refused at once.
+    let waiting: Vec<_> = (0..32).map(|n| tokio::spawn(callback(n))).collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while asked.load(std::sync::atomic::Ordering::SeqCst) < 32 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the exchanges never reached the provider"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let refused = callback(32).await.expect("GET");
+    assert_eq!(refused.status(), 400);
+    let text = refused.text().await.expect("text");
+    assert!(
+        text.contains("32 sign-ins are being finished at once"),
+        "{text}"
+    );
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        32,
+        "the 33rd never asked"
+    );
+    // Those waiting end when their request times out, each saying so.
+    for waiting in waiting {
+        let response = waiting.await.expect("task").expect("GET");
+        assert_eq!(response.status(), 400);
+        let text = response.text().await.expect("text");
+        assert!(text.contains("the provider's token endpoint"), "{text}");
+    }
+}
