@@ -315,6 +315,13 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
         "{challenge}"
     );
     assert!(challenge.contains("scope=\"tools:all\""), "{challenge}");
+    // A call past the 1 MiB the guard reads ahead goes on unread: the tool is unknown to
+    // this token (no step-up is offered, and nothing past the bound was held).
+    let padding = "x".repeat((1 << 20) + 1);
+    let (status, _, answer) = call(url, &calculating, other, json!({"pad": padding})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert!(answer.to_string().contains("no tool named"), "{answer}");
 
     // Stepped up inside its MCP session (2025-06-18): the same identity with the new token
     // keeps the session, and the call that needed the scope goes through.
