@@ -1,7 +1,9 @@
-//! The engine settings every component runs under, and the thread that advances the epoch.
+//! The engine settings every component runs under, and the thread that advances the epoch
+//! while a call runs (and sleeps without waking while none does).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -62,33 +64,141 @@ pub fn engine_config(max_instances: u32, keep_resident: usize) -> Config {
     config
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+/// Advances the engine's epoch every [`EPOCH_TICK`] while at least one store is alive
+/// ([`EpochTicker::running`]), and sleeps without waking when none is: an idle host costs no
+/// CPU for its deadlines. A store's deadline is counted from the epoch when it starts, so
+/// epochs that did not pass while nothing ran take nothing from anyone's time.
 pub(super) struct EpochTicker {
-    stop: Arc<AtomicBool>,
+    demand: Arc<Demand>,
+}
+
+/// How many stores are alive, and whether the ticker should end; the ticks so far, and
+/// whether the thread is waiting for a store (both read by the tests).
+#[derive(Default)]
+struct Demand {
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+    ticks: AtomicU64,
+    waiting: AtomicBool,
+}
+
+/// One store's claim on the ticker: ticking goes on until every claim is dropped.
+pub(super) struct Ticking {
+    demand: Arc<Demand>,
 }
 
 impl EpochTicker {
     pub(super) fn start(engine: Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let demand = Arc::new(Demand::default());
+        let waiting = demand.clone();
         std::thread::Builder::new()
             .name("toolhost-epoch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                loop {
+                    {
+                        let state = waiting.state.lock().unwrap_or_else(PoisonError::into_inner);
+                        let state = (waiting.changed)
+                            .wait_while(state, |(running, stop)| {
+                                let idle = *running == 0 && !*stop;
+                                waiting.waiting.store(idle, Ordering::Relaxed);
+                                idle
+                            })
+                            .unwrap_or_else(PoisonError::into_inner);
+                        if state.1 {
+                            return;
+                        }
+                    }
                     std::thread::sleep(EPOCH_TICK);
                     engine.increment_epoch();
+                    waiting.ticks.fetch_add(1, Ordering::Relaxed);
                 }
             })
             .map(|_| ())
             .unwrap_or_else(|e| {
                 tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
             });
-        EpochTicker { stop }
+        EpochTicker { demand }
+    }
+
+    /// Keeps the epoch advancing until the claim is dropped (a store's lifetime).
+    pub(super) fn running(&self) -> Ticking {
+        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
+        state.0 += 1;
+        if state.0 == 1 {
+            self.demand.changed.notify_one();
+        }
+        Ticking {
+            demand: Arc::clone(&self.demand),
+        }
+    }
+
+    /// The ticks so far, and whether the thread waits for a store (for tests).
+    #[cfg(test)]
+    fn ticks(&self) -> (u64, bool) {
+        let demand = &self.demand;
+        (
+            demand.ticks.load(Ordering::Relaxed),
+            demand.waiting.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(1);
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
+        state.1 = true;
+        self.demand.changed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Waits (up to a minute) until `ready` holds of the ticker's state.
+    fn until(ticker: &EpochTicker, ready: impl Fn((u64, bool)) -> bool) -> (u64, bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = ticker.ticks();
+            if ready(now) {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the ticker never got there: {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn the_epoch_advances_while_a_store_runs_and_stands_still_when_none_does() {
+        let engine = Engine::new(&compile_config()).expect("engine");
+        let ticker = EpochTicker::start(engine);
+        // Idle from the start: waiting, no tick.
+        let (ticks, _) = until(&ticker, |(_, waiting)| waiting);
+        assert_eq!(ticks, 0);
+        // Two stores: it ticks until both are gone.
+        let (first, second) = (ticker.running(), ticker.running());
+        let (ticked, _) = until(&ticker, |(ticks, _)| ticks > 10);
+        drop(first);
+        until(&ticker, |(ticks, _)| ticks > ticked + 10);
+        drop(second);
+        // Idle again: waiting, and no tick however long it waits.
+        let (parked, _) = until(&ticker, |(_, waiting)| waiting);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(ticker.ticks(), (parked, true));
+        // A store again wakes it.
+        let third = ticker.running();
+        until(&ticker, |(ticks, _)| ticks > parked);
+        drop(third);
     }
 }

@@ -196,7 +196,7 @@ pub struct Runtime {
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
     slots: Semaphore,
     capacity: usize,
-    _ticker: EpochTicker,
+    ticker: EpochTicker,
 }
 
 impl Runtime {
@@ -231,7 +231,7 @@ impl Runtime {
             loads: load::Loads::new(settings),
             slots: Semaphore::new(settings.max_instances.max(1) as usize),
             capacity: settings.max_instances.max(1) as usize,
-            _ticker: ticker,
+            ticker,
         })
     }
 
@@ -364,6 +364,7 @@ impl Runtime {
                 per_resource,
             ),
         };
+        let ticking = self.ticker.running();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let deadline = Instant::now() + limits.timeout;
@@ -380,6 +381,7 @@ impl Runtime {
             stdout,
             stderr,
             _slot: slot,
+            _ticking: ticking,
         })
     }
 }
@@ -391,6 +393,8 @@ struct Sandboxed<'r> {
     stdout: Capture,
     stderr: Capture,
     _slot: Option<tokio::sync::SemaphorePermit<'r>>,
+    /// The epoch advances while this store lives (its deadline depends on it).
+    _ticking: engine::Ticking,
 }
 
 /// Runs `work` to its end or to the call's deadline. CPU-bound guests are interrupted at the
