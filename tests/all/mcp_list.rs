@@ -163,8 +163,8 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
     let inspector = tools
         .join("node/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
     // The Inspector starts the server with a minimal environment of its own: the fixture's
-    // settings go through `-e` (with the warm cache: a compile would leave the first list
-    // empty until `list_changed`).
+    // settings go through `-e` (with the warm cache, so that its first list does not wait for a
+    // compile).
     let ensembles = format!("TOOLHOST_ENSEMBLES={}", fixture.ensembles().display());
     let cache = format!(
         "TOOLHOST_CACHE_DIR={}",
@@ -197,4 +197,101 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert_eq!(names.len(), 4_501, "MCP Inspector CLI");
+}
+
+/// The official Python SDK lists right after `initialize`, on a host whose cache is empty:
+/// the list waits for the first load's compiles and has every tool (it was empty before,
+/// until `notifications/tools/list_changed`).
+#[test]
+fn a_list_right_after_initialize_waits_for_the_first_load() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "bed.toml",
+        &ensemble(
+            "bed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"sleep\" }\n",
+        ),
+    );
+    let fresh = tempfile::tempdir().expect("an empty cache");
+    let tools = test_tools();
+    let clients = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients");
+    let mut command = Command::new(tools.join("venv/bin/python"));
+    configure(&mut command, &fixture);
+    let output = command
+        .arg(clients.join("list_tools.py"))
+        .arg(env!("CARGO_BIN_EXE_toolhost"))
+        .arg("serve")
+        .env("TOOLHOST_CACHE_DIR", fresh.path())
+        .env("LIST_TOOLS_TIMEOUT", "120")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON line");
+    assert_eq!(listed["count"], 2, "{listed}");
+}
+
+/// While a list waits for the first load, `ping` (and any other request) answers at once.
+#[test]
+fn a_ping_answers_while_the_first_list_waits() {
+    use std::io::{BufRead, BufReader, Write};
+    let fixture = Fixture::new();
+    fixture.write(
+        "bed.toml",
+        &ensemble(
+            "bed",
+            "testbed",
+            "[[invokers]]\ninvoker = { name = \"sleep\" }\n",
+        ),
+    );
+    let fresh = tempfile::tempdir().expect("an empty cache");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let mut child = command
+        .arg("serve")
+        .env("TOOLHOST_CACHE_DIR", fresh.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    for message in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#,
+    ] {
+        writeln!(stdin, "{message}").expect("write");
+    }
+    let mut answered = Vec::new();
+    while answered.len() < 3 {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "serve ended"
+        );
+        let message: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        if let Some(id) = message["id"].as_u64() {
+            answered.push((id, message));
+        }
+    }
+    let order: Vec<u64> = answered.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        order,
+        [1, 3, 2],
+        "the ping answered before the waiting list"
+    );
+    let tools = answered[2].1["result"]["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 1, "{}", answered[2].1);
+    drop(stdin);
+    let _ = child.wait();
 }

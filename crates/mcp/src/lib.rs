@@ -60,6 +60,13 @@ use tools::ToolList;
 /// catalog version.
 pub const TOOLS_TTL: Duration = Duration::from_secs(1);
 
+/// How long a list waits, at most, for the host's first load to end (components compiling
+/// into a fresh cache, imported servers starting): the shipped ensembles compile in about a
+/// second and a Python component in about 5 s, and common MCP clients give a request 60 s.
+/// Past it the list has what is loaded so far, and `notifications/tools/list_changed`
+/// follows as the rest joins.
+pub const FIRST_LIST_WAIT: Duration = Duration::from_secs(30);
+
 /// `subscriptions/listen` streams open at once, at most, on one stdio connection (over
 /// HTTP the cap is `max-mcp-sessions`, shared by every client).
 pub const MAX_LISTENERS_PER_CONNECTION: usize = 16;
@@ -76,6 +83,8 @@ pub struct Shared {
     max_listeners: usize,
     /// Over HTTP, the long-lived streams of every kind, which a listen stream is one of.
     streams: Option<Arc<StreamSlots>>,
+    /// Turns true when the host's first load has ended ([`FIRST_LIST_WAIT`]).
+    first_load: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Shared {
@@ -88,7 +97,14 @@ impl Shared {
             listeners: AtomicUsize::new(0),
             max_listeners,
             streams: None,
+            first_load: None,
         }
+    }
+
+    /// Lists wait (at most [`FIRST_LIST_WAIT`]) until `loaded` turns true: the first load.
+    pub fn with_first_load(mut self, loaded: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.first_load = Some(loaded);
+        self
     }
 
     /// Each `subscriptions/listen` stream also takes one of `streams` (`max-http-streams`).
@@ -176,6 +192,8 @@ pub struct McpServer {
     /// The session's relay tasks (tool list changes, log lines), stopped when it ends: a task
     /// that only noticed at its next send would outlive a quiet session for good.
     tasks: Mutex<Vec<AbortHandle>>,
+    /// Turns true when the host's first load has ended; lists wait for it.
+    first_load: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Drop for McpServer {
@@ -196,6 +214,7 @@ impl McpServer {
 
     fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, shared: Arc<Shared>, id: String) -> Self {
         McpServer {
+            first_load: shared.first_load.clone(),
             id,
             session: std::sync::OnceLock::new(),
             host,
@@ -204,6 +223,32 @@ impl McpServer {
             logs: None,
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
             tasks: Mutex::default(),
+        }
+    }
+
+    /// Lists wait (at most [`FIRST_LIST_WAIT`]) until `loaded` turns true: the first load.
+    pub fn with_first_load(mut self, loaded: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.first_load = Some(loaded);
+        self
+    }
+
+    /// Until the host's first load has ended, or [`FIRST_LIST_WAIT`] has passed: a client
+    /// that lists right after `initialize` gets the tools, not the empty catalog of a host
+    /// still compiling them. Once it has ended (every later reload), nothing waits.
+    async fn first_load_ended(&self) {
+        let Some(mut loaded) = self.first_load.clone() else {
+            return;
+        };
+        if *loaded.borrow() {
+            return;
+        }
+        let ended = loaded.wait_for(|loaded| *loaded);
+        if tokio::time::timeout(FIRST_LIST_WAIT, ended).await.is_err() {
+            tracing::info!(
+                "the first load has not ended after {} s: tools/list answers with the tools \
+                 loaded so far, and notifications/tools/list_changed follows as others join",
+                FIRST_LIST_WAIT.as_secs()
+            );
         }
     }
 
@@ -349,6 +394,7 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.first_load_ended().await;
         let catalog = self.host.catalog().snapshot();
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         let session = self.own_session(caller(&context));

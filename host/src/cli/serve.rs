@@ -111,8 +111,9 @@ pub(crate) async fn run(
     let _hangup = service::reload_on_hangup(hangup, reloader.clone(), host.clone(), reread);
     let _sync = service::sync_audit(host.clone());
     let drain = service::drain_on_signal(host.clone(), signals, settings.drain_timeout);
+    let first_load = first_load(reloader.clone());
     let code = match &options.http {
-        None => serve_stdio(host.clone(), logs, drain).await,
+        None => serve_stdio(host.clone(), logs, first_load, drain).await,
         Some(address) => {
             let scrape = Scrape {
                 host: host.clone(),
@@ -123,6 +124,7 @@ pub(crate) async fn run(
             let limits = (settings.http, settings.allowed_hosts.clone());
             let web = web(settings, host.clone(), reloader.clone()).await;
             let web = (web, options.page);
+            let logs = (logs, first_load);
             serve_http(scrape, logs, address, access, limits, web, drain).await
         }
     };
@@ -224,6 +226,23 @@ fn count_reloads(reloader: Arc<Reloader>, metrics: Arc<toolhost::metrics::Metric
     }))
 }
 
+/// Turns true when the first load has ended (every component it named compiled or refused,
+/// every imported server up or refused): MCP lists wait for it, bounded
+/// (`toolhost::mcp::FIRST_LIST_WAIT`). The task ends with it.
+fn first_load(reloader: Arc<Reloader>) -> tokio::sync::watch::Receiver<bool> {
+    let (loaded, waiting) = tokio::sync::watch::channel(false);
+    let mut changes = reloader.subscribe();
+    tokio::spawn(async move {
+        while !reloader.status().loading.is_empty() {
+            if let Err(tokio::sync::broadcast::error::RecvError::Closed) = changes.recv().await {
+                break;
+            }
+        }
+        let _ = loaded.send(true);
+    });
+    waiting
+}
+
 /// How long the MCP layer gets, after the drain, to write the answers of the last calls.
 const ANSWER_GRACE: Duration = Duration::from_secs(3);
 
@@ -232,10 +251,13 @@ const ANSWER_GRACE: Duration = Duration::from_secs(3);
 async fn serve_stdio(
     host: Arc<Host>,
     logs: LogRelay,
+    first_load: tokio::sync::watch::Receiver<bool>,
     drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
     let id = format!("mcp-stdio-{}", std::process::id());
-    let server = McpServer::new(host.clone(), id).with_logs(logs);
+    let server = McpServer::new(host.clone(), id)
+        .with_logs(logs)
+        .with_first_load(first_load);
     tokio::pin!(drain);
     service::notify(&[sd_notify::NotifyState::Ready]);
     // Only protocol messages reach stdout: logs go to stderr, plugins' output is captured.
@@ -339,7 +361,7 @@ impl Scrape {
 
 async fn serve_http(
     scrape: Scrape,
-    logs: LogRelay,
+    (logs, first_load): (LogRelay, tokio::sync::watch::Receiver<bool>),
     address: &str,
     access: Arc<toolhost::access::Access>,
     (limits, allowed_hosts): (super::settings::HttpLimits, Vec<String>),
@@ -407,7 +429,8 @@ async fn serve_http(
         limits.session_idle,
         limits.max_sessions,
     )
-    .with_streams(Arc::clone(&streams));
+    .with_streams(Arc::clone(&streams))
+    .with_first_load(first_load);
     let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http", Arc::new(shared));
     // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
     // refused (`guard`).
