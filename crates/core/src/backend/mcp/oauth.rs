@@ -13,7 +13,8 @@
 //!
 //! Bounds: the probe's answer is read for its headers only, within [`PROBE_TIMEOUT`]; rmcp
 //! bounds and times its own requests and follows no redirect to another host; one token
-//! request at a time per server, and at most one per request it sends.
+//! request at a time per server, and at most two per request it sends (the held token due,
+//! then the new one refused).
 
 use futures_util::stream::BoxStream;
 use rmcp::model::ClientJsonRpcMessage;
