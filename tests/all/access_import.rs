@@ -143,6 +143,14 @@ fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
         &[("K", "k")],
     );
     assert!(hmac.contains("`HS256` is not an algorithm this host signs assertions with: one of ES256, ES384, RS256, RS384, RS512"), "{hmac}");
+    let stray = check(
+        ", client-secret-env = \"S\", algorithm = \"ES256\"",
+        &[("S", "s")],
+    );
+    assert!(
+        stray.contains("`algorithm` is the signature of a `private-key-env` assertion"),
+        "{stray}"
+    );
     let not_pem = check(", private-key-env = \"K\"", &[("K", "hunter2")]);
     assert!(
         not_pem.contains("$K does not hold a private key in PEM"),

@@ -93,14 +93,16 @@ impl McpSpec {
         hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
         hasher.update(&(self.max_tools as u64).to_le_bytes());
         if let Some(oauth) = &self.oauth {
-            let credential = match &oauth.credential {
-                McpCredential::Secret(secret) => [secret, secret],
-                McpCredential::PrivateKey { pem, algorithm } => [pem, algorithm],
+            let (kind, credential) = match &oauth.credential {
+                McpCredential::Secret(secret) => ("secret", [secret.as_str(), ""]),
+                McpCredential::PrivateKey { pem, algorithm } => {
+                    ("private key", [pem.as_str(), algorithm.as_str()])
+                }
             };
-            for part in [&oauth.client_id]
+            for part in [kind, &oauth.client_id]
                 .into_iter()
                 .chain(credential)
-                .chain(&oauth.scopes)
+                .chain(oauth.scopes.iter().map(String::as_str))
             {
                 hasher.update(&(part.len() as u64).to_le_bytes());
                 hasher.update(part.as_bytes());
@@ -253,6 +255,13 @@ fn oauth_credential(
         }
     };
     match (&section.client_secret_env, &section.private_key_env) {
+        (Some(_), None) if section.algorithm.is_some() => {
+            let at = section.algorithm.as_ref().map_or(span, |a| a.span());
+            let message = "`algorithm` is the signature of a `private-key-env` assertion; a \
+                           client secret has none";
+            errors.push(Diagnostic::new(source.at(at), message));
+            None
+        }
         (Some(secret), None) => read(secret, "client secret", errors).map(McpCredential::Secret),
         (None, Some(key)) => {
             let algorithm = section.algorithm.as_ref();
