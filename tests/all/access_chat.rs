@@ -31,7 +31,7 @@ async fn status(
 }
 
 /// A chat run started by the bearer of `token`: its events.
-async fn chat(url: &str, token: &str, body: Value) -> Events {
+pub(crate) async fn chat(url: &str, token: &str, body: Value) -> Events {
     let response = request(reqwest::Method::POST, url, Some(token))
         .json(&body)
         .send()
@@ -45,7 +45,7 @@ async fn chat(url: &str, token: &str, body: Value) -> Events {
 }
 
 /// The ids of the conversations the bearer of `token` lists.
-async fn listed(api: &str, token: Option<&str>) -> Vec<String> {
+pub(crate) async fn listed(api: &str, token: Option<&str>) -> Vec<String> {
     let body: Value = request(reqwest::Method::GET, api, token)
         .send()
         .await

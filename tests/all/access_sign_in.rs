@@ -5,6 +5,7 @@
 //! cookie, the cookie on `/mcp`, a cross-origin sign-out.
 
 use crate::access::{Provider, free_port};
+use crate::access_chat::{chat, listed};
 use crate::mcp::HttpServer;
 use crate::scripted::{Scripted, openai};
 use crate::support::Fixture;
@@ -81,17 +82,10 @@ fn the_web_chat_signs_people_in_with_the_provider_in_a_real_browser() {
     let host = signing_in(&model);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     // Bob (a static token) has a conversation the browser must never list.
+    let api = format!("{}/api/conversations", host.base);
     runtime.block_on(async {
-        let api = format!("{}/api/conversations", host.base);
-        let response = reqwest::Client::new()
-            .post(&api)
-            .bearer_auth("bob-token")
-            .json(&json!({"message": "Hi"}))
-            .send()
-            .await
-            .expect("POST");
-        assert_eq!(response.status(), 200);
-        let _ = response.bytes().await;
+        let mut events = chat(&api, "bob-token", json!({"message": "Hi"})).await;
+        events.rest().await;
     });
     let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/signin.py");
@@ -109,18 +103,8 @@ fn the_web_chat_signs_people_in_with_the_provider_in_a_real_browser() {
         host.server.stderr()
     );
     // Bob still sees his one conversation, not Alice's.
-    runtime.block_on(async {
-        let listed: serde_json::Value = reqwest::Client::new()
-            .get(format!("{}/api/conversations", host.base))
-            .bearer_auth("bob-token")
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("JSON");
-        assert_eq!(listed["conversations"].as_array().map(Vec::len), Some(1));
-    });
+    let bobs = runtime.block_on(listed(&api, Some("bob-token")));
+    assert_eq!(bobs.len(), 1, "{bobs:?}");
     assert_eq!(model.requests().len(), 2, "Bob's run and Alice's");
 }
 

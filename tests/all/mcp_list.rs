@@ -112,9 +112,15 @@ pub(crate) fn test_tools() -> std::path::PathBuf {
 }
 
 /// Runs a client program against `toolhost serve` over stdio and returns its stdout.
-fn run_client(program: &std::path::Path, args: &[&str], fixture: &Fixture) -> String {
+fn run_client(
+    program: &std::path::Path,
+    args: &[&str],
+    fixture: &Fixture,
+    env: &[(&str, &std::path::Path)],
+) -> String {
     let mut command = Command::new(program);
     configure(&mut command, fixture);
+    command.envs(env.iter().copied());
     let tools = test_tools();
     command
         .args(args)
@@ -148,6 +154,7 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
         &tools.join("venv/bin/python"),
         &[clients.join("list_tools.py").to_str().expect("path")],
         &fixture,
+        &[],
     );
     let python: serde_json::Value = serde_json::from_str(python.trim()).expect("JSON line");
     assert_eq!(python, expected, "Python SDK");
@@ -156,6 +163,7 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
         &node,
         &[clients.join("list_tools.mjs").to_str().expect("path")],
         &fixture,
+        &[],
     );
     let typescript: serde_json::Value = serde_json::from_str(typescript.trim()).expect("JSON");
     assert_eq!(typescript, expected, "TypeScript SDK");
@@ -188,6 +196,7 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
             "--",
         ],
         &fixture,
+        &[],
     );
     let listed: serde_json::Value = serde_json::from_str(listed.trim()).expect("Inspector JSON");
     let names: HashSet<&str> = listed["result"]["tools"]
@@ -199,13 +208,9 @@ fn the_official_python_and_typescript_clients_and_the_inspector_get_every_tool()
     assert_eq!(names.len(), 4_501, "MCP Inspector CLI");
 }
 
-/// The official Python SDK lists right after `initialize`, on a host whose cache is empty:
-/// the list waits for the first load's compiles and has every tool (it was empty before,
-/// until `notifications/tools/list_changed`).
-#[test]
-fn a_list_right_after_initialize_waits_for_the_first_load() {
-    let fixture = Fixture::new();
-    fixture.write_echo();
+/// Writes an ensemble whose component (the testbed) takes a while to compile: long enough,
+/// in a fresh cache, for a client to list before it is ready.
+fn write_slow_to_compile(fixture: &Fixture) {
     fixture.write(
         "bed.toml",
         &ensemble(
@@ -214,25 +219,23 @@ fn a_list_right_after_initialize_waits_for_the_first_load() {
             "[[invokers]]\ninvoker = { name = \"sleep\" }\n",
         ),
     );
+}
+
+/// The official Python SDK lists right after `initialize`, on a host whose cache is empty:
+/// the list waits for the first load's compiles and has every tool (it was empty before,
+/// until `notifications/tools/list_changed`).
+#[test]
+fn a_list_right_after_initialize_waits_for_the_first_load() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    write_slow_to_compile(&fixture);
     let fresh = tempfile::tempdir().expect("an empty cache");
-    let tools = test_tools();
     let clients = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients");
-    let mut command = Command::new(tools.join("venv/bin/python"));
-    configure(&mut command, &fixture);
-    let output = command
-        .arg(clients.join("list_tools.py"))
-        .arg(env!("CARGO_BIN_EXE_toolhost"))
-        .arg("serve")
-        .env("TOOLHOST_CACHE_DIR", fresh.path())
-        .env("LIST_TOOLS_TIMEOUT", "120")
-        .stdin(Stdio::null())
-        .output()
-        .expect("the client runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_client(
+        &test_tools().join("venv/bin/python"),
+        &[clients.join("list_tools.py").to_str().expect("path")],
+        &fixture,
+        &[("TOOLHOST_CACHE_DIR", fresh.path())],
     );
     let listed: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON line");
     assert_eq!(listed["count"], 2, "{listed}");
@@ -243,14 +246,7 @@ fn a_list_right_after_initialize_waits_for_the_first_load() {
 fn a_ping_answers_while_the_first_list_waits() {
     use std::io::{BufRead, BufReader, Write};
     let fixture = Fixture::new();
-    fixture.write(
-        "bed.toml",
-        &ensemble(
-            "bed",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"sleep\" }\n",
-        ),
-    );
+    write_slow_to_compile(&fixture);
     let fresh = tempfile::tempdir().expect("an empty cache");
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     configure(&mut command, &fixture);

@@ -56,17 +56,27 @@ pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
     found.next().is_none().then_some(value)
 }
 
+/// The provider the page signs people in with, if this host has one.
+fn signing_in(access: &Access) -> Option<Arc<toolhost::access::Oidc>> {
+    access.oidc().filter(|o| o.settings.sign_in.is_some())
+}
+
+/// The answer of a host without `[access.oidc.sign-in]`.
+fn no_sign_in() -> Response {
+    failed(
+        StatusCode::NOT_FOUND,
+        "this host has no [access.oidc.sign-in]",
+    )
+}
+
 async fn options(State(access): State<Arc<Access>>) -> Response {
-    let offered = access.oidc().is_some_and(|o| o.settings.sign_in.is_some());
+    let offered = signing_in(&access).is_some();
     axum::Json(serde_json::json!({ "sign_in": offered })).into_response()
 }
 
 async fn start(State(access): State<Arc<Access>>) -> Response {
-    let Some(oidc) = access.oidc().filter(|o| o.settings.sign_in.is_some()) else {
-        return failed(
-            StatusCode::NOT_FOUND,
-            "this host has no [access.oidc.sign-in]",
-        );
+    let Some(oidc) = signing_in(&access) else {
+        return no_sign_in();
     };
     match oidc.start_sign_in().await {
         Ok(started) => {
@@ -87,11 +97,8 @@ async fn callback(State(access): State<Arc<Access>>, uri: Uri, headers: HeaderMa
         url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
             .into_owned()
             .collect();
-    let Some(oidc) = access.oidc().filter(|o| o.settings.sign_in.is_some()) else {
-        return failed(
-            StatusCode::NOT_FOUND,
-            "this host has no [access.oidc.sign-in]",
-        );
+    let Some(oidc) = signing_in(&access) else {
+        return no_sign_in();
     };
     if let Some(error) = query.get("error") {
         let description = query.get("error_description").map_or("", String::as_str);
