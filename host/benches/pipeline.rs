@@ -21,6 +21,9 @@
 //!
 //! - `call/*_jwt`: the same calls authorized by an access token ([`identity`]).
 //!
+//! - `prepared/*`: calls on instances made before the calls arrive ([`prepared`]). Every other
+//!   cell sets `prepared = 0`: each call instantiates, as the baselines do.
+//!
 //! Run: `cargo bench -p toolhost --bench pipeline`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -35,187 +38,13 @@ use toolhost::resolve;
 use toolhost::runtime::{Runtime, RuntimeSettings};
 mod identity;
 
-/// Raw wasmtime, with the host's engine settings (`engine_config`) and nothing of the host
-/// around it.
-mod bare {
-    use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-    use wasmtime::{Engine, Store};
-    use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-
-    wasmtime::component::bindgen!({
-        path: "../wit/toolhost-plugin-0.1.0",
-        world: "plugin",
-        exports: { default: async },
-    });
-
-    pub struct State {
-        wasi: WasiCtx,
-        table: ResourceTable,
-        http: wasmtime_wasi_http::WasiHttpCtx,
-        hooks: NoNetwork,
-    }
-
-    impl State {
-        fn new() -> Self {
-            State {
-                wasi: WasiCtx::builder().build(),
-                table: ResourceTable::new(),
-                http: wasmtime_wasi_http::WasiHttpCtx::new(),
-                hooks: NoNetwork,
-            }
-        }
-    }
-
-    /// wasi:http linked as the host links it (a JavaScript component imports it); a request
-    /// is never made here.
-    pub struct NoNetwork;
-
-    type Sent = (
-        http::Response<wasmtime_wasi_http::WasiBody>,
-        Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
-    );
-
-    impl wasmtime_wasi_http::WasiHttpHooks for NoNetwork {
-        fn send_request(
-            &mut self,
-            _request: http::Request<wasmtime_wasi_http::WasiBody>,
-            _options: Option<wasmtime_wasi_http::RequestOptions>,
-            _fut: Box<
-                dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send,
-            >,
-        ) -> Box<dyn std::future::Future<Output = Result<Sent, wasmtime_wasi_http::Error>> + Send>
-        {
-            Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
-        }
-    }
-
-    impl wasmtime_wasi_http::WasiHttpView for State {
-        fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
-            wasmtime_wasi_http::WasiHttpCtxView {
-                ctx: &mut self.http,
-                table: &mut self.table,
-                hooks: &mut self.hooks,
-            }
-        }
-    }
-
-    impl WasiView for State {
-        fn ctx(&mut self) -> WasiCtxView<'_> {
-            WasiCtxView {
-                ctx: &mut self.wasi,
-                table: &mut self.table,
-            }
-        }
-    }
-
-    impl toolhost::plugin::host::Host for State {
-        fn log(&mut self, _level: toolhost::plugin::host::LogLevel, _message: String) {}
-    }
-
-    impl toolhost::plugin::types::Host for State {}
-
-    pub struct Bare {
-        engine: Engine,
-        pre: PluginPre<State>,
-        tool: String,
-    }
-
-    impl Bare {
-        pub fn new(wasm: &str, tool: &str) -> Self {
-            let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
-            let mut linker = Linker::new(&engine);
-            wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).expect("http");
-            Plugin::add_to_linker::<_, HasSelf<State>>(&mut linker, |s| s).expect("host");
-            let component = Component::from_file(&engine, wasm).expect("component");
-
-            let pre = PluginPre::new(linker.instantiate_pre(&component).expect("pre"))
-                .expect("plugin pre");
-            Bare {
-                engine,
-                pre,
-                tool: tool.to_string(),
-            }
-        }
-
-        /// A fresh instance in a fresh store, one call.
-        pub async fn call(&self, arguments: &str) -> String {
-            let state = State::new();
-            let mut store = Store::new(&self.engine, state);
-            store.set_epoch_deadline(u64::MAX / 2);
-            let plugin = self
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .expect("instantiate");
-            let result = plugin
-                .toolhost_plugin_tool()
-                .call_call(&mut store, &self.tool, arguments)
-                .await
-                .expect("call");
-            result.expect("the tool succeeds")
-        }
-    }
-
-    /// A typed component's export, called as raw wasmtime calls it: a fresh instance, one
-    /// call with values already made.
-    pub struct BareTyped {
-        engine: Engine,
-        pre: wasmtime::component::InstancePre<State>,
-        export: wasmtime::component::ComponentExportIndex,
-    }
-
-    impl BareTyped {
-        /// `path` is the export's name, or an interface's name and the function's.
-        pub fn new(wasm: &str, path: &[&str]) -> Self {
-            let engine = Engine::new(&::toolhost::runtime::engine_config(64, 0)).expect("engine");
-            let mut linker = Linker::new(&engine);
-            wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).expect("http");
-            let component = Component::from_file(&engine, wasm).expect("component");
-
-            let mut export = None;
-            for name in path {
-                export = Some(
-                    component
-                        .get_export_index(export.as_ref(), name)
-                        .expect("export"),
-                );
-            }
-            let export = export.expect("a path");
-            let pre = linker.instantiate_pre(&component).expect("pre");
-            BareTyped {
-                engine,
-                pre,
-                export,
-            }
-        }
-
-        pub async fn call(&self, params: &[wasmtime::component::Val]) {
-            let state = State::new();
-            let mut store = Store::new(&self.engine, state);
-            store.set_epoch_deadline(u64::MAX / 2);
-            let instance = self
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .expect("instantiate");
-            let func = instance
-                .get_func(&mut store, self.export)
-                .expect("a function");
-            // Every export benchmarked returns one value.
-            let mut results = vec![wasmtime::component::Val::Bool(false)];
-            func.call_async(&mut store, params, &mut results)
-                .await
-                .expect("call");
-        }
-    }
-}
+mod bare;
+mod prepared;
 
 fn ensemble(name: &str, component: &str, invokers: &[(&str, &str)], dedup: &str) -> String {
     let mut text = format!(
         "schema-version = 1\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\ncomponent = \"{component}\"\n\n\
-         [defaults]\ndedup = \"{dedup}\"\n\n"
+         [defaults]\ndedup = \"{dedup}\"\nprepared = 0\n\n"
     );
     for (invoker, tool) in invokers {
         text.push_str(&format!(
@@ -612,7 +441,7 @@ fn languages(c: &mut Criterion) {
     for case in &cases {
         let text = format!(
             "schema-version = 1\n[ensemble]\nname = \"{}\"\nprefix = \"{}\"\ncomponent = \"{}\"\n\n\
-             [defaults]\ndedup = \"off\"\nmemory-mib = 256\ntimeout-ms = 20000\n",
+             [defaults]\ndedup = \"off\"\nmemory-mib = 256\ntimeout-ms = 20000\nprepared = 0\n",
             case.label,
             case.label.replace('-', "_"),
             case.wasm
@@ -646,5 +475,13 @@ fn languages(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calls, validation, startup, isolation, languages);
+criterion_group!(
+    benches,
+    calls,
+    validation,
+    startup,
+    isolation,
+    languages,
+    prepared::prepared
+);
 criterion_main!(benches);

@@ -22,6 +22,7 @@ fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Ar
             compile,
             describe_timeout: Duration::from_secs(30),
             keep_resident: 0,
+            prepared: Default::default(),
         })
         .expect("runtime"),
     )
@@ -373,6 +374,7 @@ async fn a_python_component_compiles_in_the_worker_under_the_default_bounds() {
             &serde_json::json!({"text": "hi"}),
             limits,
             &sandbox,
+            None,
         )
         .await
         .expect("shout runs");

@@ -42,6 +42,7 @@ mod memory;
 mod metrics;
 mod network;
 mod plugins;
+mod prepared;
 mod props;
 mod quickstarts;
 mod registry;

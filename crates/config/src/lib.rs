@@ -26,8 +26,8 @@ pub use files::{PrivateDirError, Pruned, private_dir, read_limited, write_new};
 use diagnostic::LineIndex;
 pub use names::{
     Access, Blake3Hex, ChatMib, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
-    MaxOutputBytes, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib, Setting, TimeoutMs, ToolName,
-    written_or,
+    MaxOutputBytes, MaxPrepared, MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib,
+    Prepared, Setting, TimeoutMs, ToolName, written_or,
 };
 
 use serde::Deserialize;

@@ -268,6 +268,10 @@ bounded!(
     MaxResponseBytes, "max-response-bytes", 1, 1 << 30, number u64
 );
 bounded!(
+    /// `prepared`: instances of an invoker kept instantiated ahead of its calls, 0 to 64.
+    Prepared, "prepared", 0, 64, number usize
+);
+bounded!(
     /// `max-tools` of an imported MCP server: 1 to 100,000 tools.
     MaxTools, "max-tools", 1, 100_000, number usize
 );
@@ -281,6 +285,14 @@ bounded!(
 bounded!(
     /// `[host] max-concurrent-calls`: instances running at once, 1 to 10,000.
     MaxConcurrentCalls, "max-concurrent-calls", 1, 10_000, number u32
+);
+bounded!(
+    /// `[host] max-prepared`: prepared instances held at once, 0 (none) to 10,000.
+    MaxPrepared, "max-prepared", 0, 10_000, number usize
+);
+bounded!(
+    /// `[host] max-prepared-mib`: linear memory prepared instances hold at once, 0 to 1 TiB.
+    MaxPreparedMib, "max-prepared-mib", 0, 1 << 20, mib usize
 );
 bounded!(
     /// `[host] compile-memory-mib`: the compile worker's address space, 1 MiB to 1 TiB.

@@ -8,9 +8,9 @@ use super::names::{
     KeepResidentMib, MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
     MaxConcurrentCalls, MaxConversations, MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams,
     MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
-    MaxParallelCompiles, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
-    McpSessionIdleS, MemoryMib, PullTimeoutS, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs,
-    TimeoutMs, ToolName,
+    MaxParallelCompiles, MaxPrepared, MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxResponseMib,
+    MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, Prepared, PullTimeoutS,
+    RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -123,6 +123,9 @@ pub struct Defaults {
     pub max_response_bytes: Option<MaxResponseBytes>,
     pub max_concurrency: Option<MaxConcurrency>,
     pub max_queue: Option<MaxQueue>,
+    /// Instances kept instantiated ahead of calls (default: one if the component takes
+    /// 250 µs or more to instantiate, none otherwise).
+    pub prepared: Option<Prepared>,
     pub dedup: Option<DedupMode>,
 }
 
@@ -235,6 +238,9 @@ pub struct Limits {
     pub max_response_bytes: Option<MaxResponseBytes>,
     pub max_concurrency: Option<MaxConcurrency>,
     pub max_queue: Option<MaxQueue>,
+    /// Instances kept instantiated ahead of calls (default: one if the component takes
+    /// 250 µs or more to instantiate, none otherwise).
+    pub prepared: Option<Prepared>,
 }
 
 /// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.
@@ -348,6 +354,11 @@ pub struct HostSection {
     /// MiB of each instance's linear memory kept resident between calls (default 0): faster
     /// calls of large components (Python, JavaScript), memory held by idle pool slots.
     pub keep_resident_mib: Option<KeepResidentMib>,
+    /// Instances held prepared ahead of calls, all invokers together (default 32, at most
+    /// half of `max-concurrent-calls`; 0 turns preparation off).
+    pub max_prepared: Option<MaxPrepared>,
+    /// Linear memory those instances hold at once, in MiB (default 512).
+    pub max_prepared_mib: Option<MaxPreparedMib>,
     /// The largest component file accepted (default 256).
     pub max_component_mib: Option<MaxComponentMib>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).

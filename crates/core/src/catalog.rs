@@ -125,6 +125,9 @@ pub struct Policy {
     pub sandbox: SandboxSpec,
     /// Per-invoker admission: `max-concurrency` running, `max-queue` waiting.
     pub gate: Arc<CallGate>,
+    /// Instances prepared ahead of its calls (shared by invokers that would make identical
+    /// ones); `None` for a backend that makes no instances.
+    pub stock: Option<toolhost_runtime::Stock>,
 }
 
 impl fmt::Debug for Tool {
@@ -297,6 +300,14 @@ impl Catalog {
     /// Enabled tools, by name.
     pub fn tools(&self) -> impl ExactSizeIterator<Item = &Arc<Tool>> {
         self.active.values()
+    }
+
+    /// Has every enabled tool's stock of prepared instances filled, in the background. A
+    /// stock that is full already (carried over from the previous catalog) costs nothing.
+    pub fn fill_stocks(&self) {
+        for stock in self.tools().filter_map(|tool| tool.policy.stock.as_ref()) {
+            stock.fill();
+        }
     }
 
     /// Enabled tools whose names come after `name`, by name.

@@ -42,6 +42,12 @@ pub struct Metrics {
     pub instances_in_use: IntGauge,
     pub instances_waiting: IntGauge,
     pub instances_capacity: IntGauge,
+    /// Instances prepared ahead of calls, and the linear memory they hold.
+    pub prepared_instances: IntGauge,
+    pub prepared_bytes: IntGauge,
+    /// Since start, by outcome: made, used (by a call), evicted (for a call that needed the
+    /// slot), failed.
+    pub prepared_outcomes: IntGaugeVec,
     pub catalog_generation: IntGauge,
     pub catalog_tools: IntGauge,
     pub refused_ensembles: IntGauge,
@@ -113,7 +119,17 @@ impl Metrics {
             &["ensemble"],
         )?;
         registry.register(Box::new(mcp_servers_up.clone()))?;
+        let prepared_outcomes = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_prepared_since_start",
+                "Instances prepared ahead of calls since start, by outcome: made, used by a call, \
+                 evicted for a call that needed the slot, failed.",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(prepared_outcomes.clone()))?;
         Ok(Metrics {
+            prepared_outcomes,
             identity_calls,
             identities: Default::default(),
             identity_cap: std::sync::atomic::AtomicUsize::new(DEFAULT_IDENTITY_CAP),
@@ -134,6 +150,14 @@ impl Metrics {
             instances_capacity: gauge(
                 "toolhost_instances_capacity",
                 "Instances the pool has (max-concurrent-calls).",
+            )?,
+            prepared_instances: gauge(
+                "toolhost_prepared_instances",
+                "Instances instantiated ahead of calls and not yet taken by one.",
+            )?,
+            prepared_bytes: gauge(
+                "toolhost_prepared_bytes",
+                "Linear memory of the prepared instances, in bytes (an upper bound of what is resident).",
             )?,
             catalog_generation: gauge(
                 "toolhost_catalog_generation",

@@ -19,6 +19,7 @@ mod engine;
 mod inspect;
 mod load;
 mod outcome;
+mod prepared;
 pub mod sandbox;
 mod state;
 mod talk;
@@ -35,6 +36,9 @@ pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use outcome::LoadError;
+pub use prepared::{
+    DROP_ABOVE, PREPARE_ABOVE, Preparation, PreparedLimits, PreparedUsage, Stock, StockState,
+};
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 pub use typed::with_package_docs;
 
@@ -52,7 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use talk::TalkBudget;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use toolhost_contract::{
     CallLimits, CallerLink, PROGRESS_PER_CALL, RunError, SourceHash, ToolResult,
 };
@@ -98,6 +102,8 @@ pub struct RuntimeSettings {
     pub describe_timeout: Duration,
     /// Bytes of each linear memory kept resident between calls (0: all given back).
     pub keep_resident: usize,
+    /// How many instances may be held prepared, in all.
+    pub prepared: PreparedLimits,
 }
 
 impl Default for RuntimeSettings {
@@ -108,6 +114,7 @@ impl Default for RuntimeSettings {
             compile: CompileSettings::default(),
             describe_timeout: DEFAULT_DESCRIBE_TIMEOUT,
             keep_resident: 0,
+            prepared: PreparedLimits::default(),
         }
     }
 }
@@ -194,7 +201,9 @@ pub struct Runtime {
     /// How loading works and is bounded; what failed, what is being compiled.
     loads: load::Loads,
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
+    /// Instances made ahead of calls, and their bounds.
+    prepared: prepared::Pool,
     capacity: usize,
     ticker: EpochTicker,
 }
@@ -229,7 +238,11 @@ impl Runtime {
             counters: Counters::default(),
             loaded: Mutex::default(),
             loads: load::Loads::new(settings),
-            slots: Semaphore::new(settings.max_instances.max(1) as usize),
+            slots: Arc::new(Semaphore::new(settings.max_instances.max(1) as usize)),
+            prepared: prepared::Pool::new(
+                settings.prepared,
+                settings.max_instances.max(1) as usize,
+            ),
             capacity: settings.max_instances.max(1) as usize,
             ticker,
         })
@@ -261,18 +274,21 @@ impl Runtime {
         self.loads.max_component_bytes()
     }
 
-    /// How full the instance pool is.
+    /// How full the instance pool is. Prepared instances hold slots too, but are not in use
+    /// (see [`Runtime::prepared`]).
     pub fn pool(&self) -> PoolUsage {
+        let taken = self.capacity - self.slots.available_permits();
         PoolUsage {
             capacity: self.capacity,
-            in_use: self.capacity - self.slots.available_permits(),
+            in_use: taken.saturating_sub(self.prepared.held()),
             waiting: self.counters.waiting.load(Ordering::Relaxed),
         }
     }
 
-    /// Waits for a slot of the instance pool; the permit frees it when dropped.
-    async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        if let Ok(permit) = self.slots.try_acquire() {
+    /// Waits for a slot of the instance pool; the permit frees it when dropped. A prepared
+    /// instance gives up its slot rather than make a call (or a load) wait for one.
+    async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
             return Some(permit);
         }
         /// Counts a waiter until it has its slot or gives up (its future dropped).
@@ -282,15 +298,24 @@ impl Runtime {
                 self.0.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
+        // Counted before looking for a prepared instance to evict: a preparation that ends
+        // after this look sees the count and gives its slot up instead of keeping it.
+        self.counters.waiting.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(&self.counters.waiting);
+        while self.prepared.evict_one() {
+            if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+                return Some(permit);
+            }
+        }
         // The semaphore is never closed, so waiting always ends with a permit.
-        self.slots.acquire().await.ok()
+        Arc::clone(&self.slots).acquire_owned().await.ok()
     }
 
     /// Runs tool `tool` of `component` with `arguments` in a fresh instance, for `caller`
     /// (whose session alone sees the plugin's log lines, and whose link alone gets its
-    /// progress and questions).
+    /// progress and questions). The instance comes from `stock` when it has one prepared
+    /// (and the stock then prepares its replacement), else it is instantiated now.
+    #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
         component: &LoadedComponent,
@@ -299,6 +324,7 @@ impl Runtime {
         arguments: &serde_json::Value,
         limits: CallLimits,
         sandbox: &SandboxSpec,
+        stock: Option<&Stock>,
     ) -> Result<ToolResult, RunError> {
         let world = &*component.world;
         let call = world::Call {
@@ -310,12 +336,42 @@ impl Runtime {
                 .iter()
                 .any(|t| t.name == tool && t.output.is_some()),
         };
-        let mut instance = self.sandboxed(caller, limits, sandbox).await?;
+        let (mut instance, prepared) = match stock.and_then(Stock::take) {
+            Some(prepared) => {
+                let (mut sandboxed, made) = prepared.into_parts();
+                sandboxed.begin(&self.ticker, caller, limits, sandbox);
+                (sandboxed, Some(made))
+            }
+            None => (self.sandboxed(caller, limits, sandbox).await?, None),
+        };
         if let Some(fuel) = world.result_fuel(&limits) {
             instance.store.set_hostcall_fuel(fuel);
         }
-        let outcome = within_deadline(limits, world.call(&mut instance.store, call)).await;
-        match instance.finish(caller, limits, outcome, Answer::is_tool_error)? {
+        let store = &mut instance.store;
+        let work = async {
+            let made = match prepared {
+                Some(made) => made,
+                None => {
+                    let started = Instant::now();
+                    let made = world.instantiate(&mut *store).await?;
+                    if let Some(stock) = stock {
+                        stock.measured(started.elapsed());
+                    }
+                    made
+                }
+            };
+            world.call(store, made, call).await
+        };
+        let outcome = within_deadline(limits, work).await;
+        let answer = instance.conclude(caller, limits, outcome, Answer::is_tool_error);
+        match stock {
+            Some(stock) => stock.retire(instance),
+            None => {
+                drop(instance);
+                self.prepared.after_call();
+            }
+        }
+        match answer? {
             Answer::Returned { counted, .. } if counted > limits.max_output_bytes => {
                 Err(RunError::OutputLimit {
                     bytes: counted,
@@ -329,14 +385,26 @@ impl Runtime {
     }
 
     /// A fresh store for one instance under `limits` and `sandbox`, once the pool has a slot
-    /// for it: its memory limit, epoch deadline, WASI context and captured stdout/stderr.
+    /// for it, begun for `caller`.
     async fn sandboxed(
         &self,
         caller: Caller<'_>,
         limits: CallLimits,
         sandbox: &SandboxSpec,
-    ) -> Result<Sandboxed<'_>, RunError> {
+    ) -> Result<Sandboxed, RunError> {
         let slot = self.slot().await;
+        self.sandboxed_in(slot, caller, limits, sandbox)
+    }
+
+    /// A fresh store in `slot`: its memory limit, WASI context and captured stdout/stderr,
+    /// begun for `caller` (its deadline, log and talk budgets, network guard).
+    fn sandboxed_in(
+        &self,
+        slot: Option<OwnedSemaphorePermit>,
+        caller: Caller<'_>,
+        limits: CallLimits,
+        sandbox: &SandboxSpec,
+    ) -> Result<Sandboxed, RunError> {
         let stdout = Capture::new(STDIO_CAPTURE_BYTES);
         let stderr = Capture::new(STDIO_CAPTURE_BYTES);
         let wasi = sandbox::wasi_context(sandbox, stdout.clone(), stderr.clone()).map_err(|e| {
@@ -346,9 +414,8 @@ impl Runtime {
         })?;
         let mut table = wasmtime_wasi::ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES_PER_CALL);
-        let per_resource = field_size_limit(limits.memory_bytes);
         let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
-        http.set_field_size_limit(per_resource);
+        http.set_field_size_limit(field_size_limit(limits.memory_bytes));
         let state = CallState {
             wasi,
             table,
@@ -356,45 +423,43 @@ impl Runtime {
             log: LogBudget::new(caller, sandbox.talk.log),
             talk: TalkBudget::new(sandbox.talk, Arc::clone(caller.link)),
             http,
-            network: NetworkGuard::new(
-                Arc::clone(&sandbox.network),
-                limits.max_response_bytes,
-                limits.timeout,
-                caller.session,
-                per_resource,
-            ),
+            network: network_guard(caller, limits, sandbox),
         };
-        let ticking = self.ticker.running();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        let deadline = Instant::now() + limits.timeout;
-        store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
-        });
-        store.set_epoch_deadline(1);
-        Ok(Sandboxed {
+        let mut sandboxed = Sandboxed {
             store,
             stdout,
             stderr,
             _slot: slot,
-            _ticking: ticking,
-        })
+            ticking: None,
+        };
+        sandboxed.start_clock(&self.ticker, limits);
+        Ok(sandboxed)
     }
+}
+
+/// The guard of a call's outgoing HTTP requests for `caller`.
+fn network_guard(caller: Caller<'_>, limits: CallLimits, sandbox: &SandboxSpec) -> NetworkGuard {
+    NetworkGuard::new(
+        Arc::clone(&sandbox.network),
+        limits.max_response_bytes,
+        limits.timeout,
+        caller.session,
+        field_size_limit(limits.memory_bytes),
+    )
 }
 
 /// One instance's store, the captures of its output, and its slot of the pool (freed when
 /// this is dropped).
-struct Sandboxed<'r> {
+struct Sandboxed {
     store: Store<CallState>,
     stdout: Capture,
     stderr: Capture,
-    _slot: Option<tokio::sync::SemaphorePermit<'r>>,
-    /// The epoch advances while this store lives (its deadline depends on it).
-    _ticking: engine::Ticking,
+    _slot: Option<OwnedSemaphorePermit>,
+    /// The epoch advances while this is held: from [`Sandboxed::begin`] until the work for
+    /// which it began is concluded.
+    ticking: Option<engine::Ticking>,
 }
 
 /// Runs `work` to its end or to the call's deadline. CPU-bound guests are interrupted at the
@@ -406,18 +471,55 @@ async fn within_deadline<T>(
     tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, work).await
 }
 
-impl Sandboxed<'_> {
+impl Sandboxed {
+    /// Makes the store `caller`'s from now on: the log and talk budgets and the network guard
+    /// are new and theirs, and the clock starts.
+    fn begin(
+        &mut self,
+        ticker: &EpochTicker,
+        caller: Caller<'_>,
+        limits: CallLimits,
+        sandbox: &SandboxSpec,
+    ) {
+        let state = self.store.data_mut();
+        state.log = LogBudget::new(caller, sandbox.talk.log);
+        state.talk = TalkBudget::new(sandbox.talk, Arc::clone(caller.link));
+        state.network = network_guard(caller, limits, sandbox);
+        self.start_clock(ticker, limits);
+    }
+
+    /// The deadline is `limits.timeout` from now, the epoch advancing until the work is
+    /// concluded.
+    fn start_clock(&mut self, ticker: &EpochTicker, limits: CallLimits) {
+        self.ticking = Some(ticker.running());
+        let deadline = Instant::now() + limits.timeout;
+        self.store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        self.store.set_epoch_deadline(1);
+    }
+
+    /// Bytes of the instance's linear memories.
+    fn memory_bytes(&self) -> usize {
+        self.store.data().limiter.in_use()
+    }
+
     /// What the instance's work came to, with its captured output logged for `caller`: a
     /// timeout, a trap classified (memory, fuel, a crash), or what it returned. A tool's own
     /// error (`tool_error`) or a trap after one of its network requests was refused is that
-    /// refusal: it failed for want of the grant.
-    fn finish<T>(
-        self,
+    /// refusal: it failed for want of the grant. The epoch no longer advances for this store.
+    fn conclude<T>(
+        &mut self,
         caller: Caller<'_>,
         limits: CallLimits,
         outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
         tool_error: impl Fn(&T) -> bool,
     ) -> Result<T, RunError> {
+        self.ticking = None;
         let (out, out_dropped) = self.stdout.take();
         let (err, err_dropped) = self.stderr.take();
         let state = self.store.data();

@@ -400,12 +400,16 @@ impl Runtime {
         })?;
         let instance_pre = self.linker.instantiate_pre(component).map_err(link_error)?;
         let world: Box<dyn Adapter> = match kind {
-            typed::Kind::Plugin => Box::new(V1(
-                since_v0_1_0::PluginPre::new(instance_pre).map_err(link_error)?
-            )),
-            typed::Kind::Plugin2 => Box::new(V2(
-                since_v0_2_0::PluginPre::new(instance_pre).map_err(link_error)?
-            )),
+            typed::Kind::Plugin => Box::new(
+                since_v0_1_0::PluginPre::new(instance_pre)
+                    .and_then(V1::new)
+                    .map_err(link_error)?,
+            ),
+            typed::Kind::Plugin2 => Box::new(
+                since_v0_2_0::PluginPre::new(instance_pre)
+                    .and_then(V2::new)
+                    .map_err(link_error)?,
+            ),
             typed::Kind::Typed => {
                 let (funcs, tools) =
                     typed::exports(component, &self.engine, bytes).map_err(|reason| {
@@ -483,7 +487,7 @@ impl Runtime {
             // copied once per pointer).
             instance.store.set_hostcall_fuel(DESCRIBE_FUEL);
             let outcome = within_deadline(limits, world.describe(&mut instance.store)).await;
-            instance.finish(caller, limits, outcome, |_| false)
+            instance.conclude(caller, limits, outcome, |_| false)
         };
         let tools = described.await.map_err(|e| describe_error(e.to_string()))?;
         if tools.len() > MAX_DESCRIBED_TOOLS {

@@ -66,6 +66,11 @@ impl CallLimiter {
             memory_refused: false,
         }
     }
+
+    /// Bytes of the instance's linear memories now.
+    pub(crate) fn in_use(&self) -> usize {
+        self.in_use
+    }
 }
 
 impl ResourceLimiter for CallLimiter {

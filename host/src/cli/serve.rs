@@ -331,6 +331,17 @@ impl Scrape {
         metrics.instances_in_use.set(pool.in_use as i64);
         metrics.instances_waiting.set(pool.waiting as i64);
         metrics.instances_capacity.set(pool.capacity as i64);
+        let prepared = self.runtime.prepared();
+        metrics.prepared_instances.set(prepared.instances as i64);
+        metrics.prepared_bytes.set(prepared.bytes as i64);
+        for (outcome, count) in [
+            ("made", prepared.made),
+            ("used", prepared.used),
+            ("evicted", prepared.evicted),
+            ("failed", prepared.failed),
+        ] {
+            (metrics.prepared_outcomes.with_label_values(&[outcome])).set(count as i64);
+        }
         let status = self.reloader.status();
         metrics.catalog_generation.set(status.generation as i64);
         metrics.refused_ensembles.set(status.refused.len() as i64);

@@ -52,6 +52,8 @@ pub(crate) struct Settings {
     pub(crate) describe_timeout: std::time::Duration,
     /// Bytes of each linear memory kept resident between calls.
     pub(crate) keep_resident: usize,
+    /// How many instances may be held prepared ahead of calls, in all.
+    pub(crate) prepared: toolhost::runtime::PreparedLimits,
     /// Bytes of results sessions may remember: each, and all together.
     pub(crate) dedup: (usize, usize),
     /// MCP sessions over HTTP at once, how long one may stay idle, and connections at once.
@@ -220,12 +222,18 @@ impl Settings {
             ),
         );
         let keep_resident = written_or(host.keep_resident_mib, 0);
+        let prepared_defaults = toolhost::runtime::PreparedLimits::default();
+        let prepared = toolhost::runtime::PreparedLimits {
+            max_instances: written_or(host.max_prepared, prepared_defaults.max_instances),
+            max_bytes: written_or(host.max_prepared_mib, prepared_defaults.max_bytes),
+        };
         let drain_timeout = written_or(host.drain_timeout_s, DEFAULT_DRAIN_TIMEOUT);
         let mut registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
         (registry.trusted_keys, registry.require_signatures) = trust;
         Ok(Settings {
             registry,
             keep_resident,
+            prepared,
             on_audit_error: host.on_audit_error.unwrap_or_default(),
             drain_timeout,
             ensembles,
@@ -268,6 +276,7 @@ impl Settings {
             compile: self.compile.clone(),
             describe_timeout: self.describe_timeout,
             keep_resident: self.keep_resident,
+            prepared: self.prepared,
         };
         Ok(Arc::new(Runtime::new(&settings)?))
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use toolhost::audit::AuditHealth;
 use toolhost::invoke::Host;
 use toolhost::reload::{ReloadStatus, Reloader};
-use toolhost::runtime::{CompileProgress, Runtime};
+use toolhost::runtime::{CompileProgress, PreparedUsage, Runtime, StockState};
 
 /// The status file: the host's pid and its last reload status.
 #[derive(Serialize, Deserialize)]
@@ -26,6 +26,31 @@ struct Published {
     /// The audit log's path and state, when one is configured.
     #[serde(default)]
     audit: Option<PublishedAudit>,
+    /// Instances prepared ahead of calls.
+    #[serde(default)]
+    prepared: PublishedPrepared,
+}
+
+#[derive(Serialize, Deserialize, Default, PartialEq)]
+struct PublishedPrepared {
+    #[serde(flatten)]
+    usage: PreparedUsage,
+    stocks: Vec<StockState>,
+}
+
+impl PublishedPrepared {
+    fn of(runtime: &Runtime) -> Self {
+        PublishedPrepared {
+            usage: runtime.prepared(),
+            stocks: runtime.stocks(),
+        }
+    }
+
+    /// Whether what it holds differs (not the counts since start, which every call moves).
+    fn differs(&self, other: &Self) -> bool {
+        let held = |p: &Self| (p.usage.instances, p.usage.bytes);
+        held(self) != held(other) || self.stocks != other.stocks
+    }
 }
 
 #[derive(Serialize, Deserialize, PartialEq)]
@@ -39,7 +64,8 @@ struct PublishedAudit {
 const AUDIT_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Writes the status now, after every reload (and every second while a compile runs), and
-/// when the audit log's state changed, until the returned task is dropped.
+/// when the audit log's state or the prepared instances changed (looked at every 2 s),
+/// until the returned task is dropped.
 pub(crate) fn publish(
     reloader: Arc<Reloader>,
     runtime: Arc<Runtime>,
@@ -65,15 +91,19 @@ pub(crate) fn publish(
                 status: reloader.status(),
                 compiles,
                 audit: audit(),
+                prepared: PublishedPrepared::of(&runtime),
             };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
             }
-            // Until a reload, a compile's progress or a change of the audit log's state.
+            // Until a reload, a compile's progress, a change of the audit log's state or of
+            // the prepared instances.
             let audit_changed = async {
                 loop {
                     tokio::time::sleep(AUDIT_LOOK_EVERY).await;
-                    if audit() != published.audit {
+                    if audit() != published.audit
+                        || PublishedPrepared::of(&runtime).differs(&published.prepared)
+                    {
                         return;
                     }
                 }
@@ -99,6 +129,42 @@ pub(crate) fn publish(
             }
         }
     }))
+}
+
+/// The prepared instances, in a line, and a line per stock that holds, wants or failed.
+fn print_prepared(prepared: &PublishedPrepared) {
+    let usage = &prepared.usage;
+    if usage.max_instances == 0 {
+        println!("prepared instances: off ([host] max-prepared = 0)");
+        return;
+    }
+    println!(
+        "prepared instances: {} of at most {}, {:.1} MiB of at most {} MiB; since start {} made, \
+         {} used by calls, {} given up for calls, {} failed",
+        usage.instances,
+        usage.max_instances,
+        usage.bytes as f64 / f64::from(1 << 20),
+        usage.max_bytes >> 20,
+        usage.made,
+        usage.used,
+        usage.evicted,
+        usage.failed
+    );
+    for stock in &prepared.stocks {
+        let timed = stock
+            .instantiate_us
+            .map(|us| format!(", instantiates in {:.2} ms", us as f64 / 1000.0))
+            .unwrap_or_default();
+        let failed = (stock.failed.as_deref())
+            .map(|e| format!("; not prepared: {}", safe(e)))
+            .unwrap_or_default();
+        println!(
+            "  {} ready {} of {}{timed}{failed}",
+            safe(&stock.component),
+            stock.ready,
+            stock.target
+        );
+    }
 }
 
 fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
@@ -138,7 +204,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
-        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit });
+        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit, "prepared": published.prepared });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
@@ -225,6 +291,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        print_prepared(&published.prepared);
         for refused in &status.refused {
             let what = if refused.kept_previous {
                 "its previous version is serving"

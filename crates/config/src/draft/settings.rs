@@ -23,6 +23,8 @@ pub struct Settings {
     pub dedup: DedupMode,
     pub max_running: usize,
     pub max_waiting: usize,
+    /// Instances kept prepared ahead of calls; `None`: decided from the instantiation time.
+    pub prepared: Option<usize>,
 }
 
 impl Settings {
@@ -57,6 +59,10 @@ impl Settings {
                 own.max_queue.or(defaults.max_queue),
                 DEFAULT_MAX_QUEUE as usize,
             ),
+            prepared: own
+                .prepared
+                .or(defaults.prepared)
+                .map(crate::Setting::value),
         }
     }
 }

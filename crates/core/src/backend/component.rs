@@ -8,7 +8,9 @@ use super::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use toolhost_runtime::{Caller, LoadedComponent, Runtime};
+use toolhost_contract::CallLimits;
+use toolhost_runtime::sandbox::SandboxSpec;
+use toolhost_runtime::{Caller, LoadedComponent, Preparation, Runtime, Stock};
 
 /// One component file, as a descriptor names it.
 pub struct ComponentBackend {
@@ -78,6 +80,7 @@ impl Backend for ComponentBackend {
                     call.arguments,
                     call.limits,
                     call.sandbox,
+                    call.stock,
                 )
                 .await
         })
@@ -93,5 +96,9 @@ impl Backend for ComponentBackend {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn stock(&self, limits: CallLimits, sandbox: &SandboxSpec, want: Preparation) -> Option<Stock> {
+        Some(self.runtime.stock(&self.component, limits, sandbox, want))
     }
 }

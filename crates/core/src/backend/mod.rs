@@ -17,6 +17,7 @@ use std::fmt;
 use std::path::Path;
 use toolhost_contract::{BoxFuture, CallLimits, CallerLink, RunError, SourceHash, ToolResult};
 use toolhost_runtime::sandbox::SandboxSpec;
+use toolhost_runtime::{Preparation, Stock};
 
 /// One tool as its backend offers it.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +66,8 @@ pub struct BackendCall<'a> {
     pub sandbox: &'a SandboxSpec,
     /// The way back to the caller: progress reports and questions go there and nowhere else.
     pub link: &'a std::sync::Arc<dyn CallerLink>,
+    /// The invoker's prepared instances, when its backend makes instances.
+    pub stock: Option<&'a Stock>,
 }
 
 /// Runs calls of the tools bound to it.
@@ -84,6 +87,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Whether a backend that is another process (an imported MCP server) has a live
     /// session now; `None` for one that runs in the host.
     fn is_up(&self) -> Option<bool> {
+        None
+    }
+
+    /// The stock of instances prepared ahead of the calls of invokers with these `limits`,
+    /// `sandbox` and `want`; `None` for a backend that makes no instances.
+    fn stock(
+        &self,
+        _limits: CallLimits,
+        _sandbox: &SandboxSpec,
+        _want: Preparation,
+    ) -> Option<Stock> {
         None
     }
 }

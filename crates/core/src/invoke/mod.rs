@@ -490,6 +490,7 @@ async fn run_on_backend(
         limits: tool.policy.limits,
         sandbox: &tool.policy.sandbox,
         link,
+        stock: tool.policy.stock.as_ref(),
     };
     let result =
         tool.backend.call(call).await.map_err(|e| {

@@ -246,7 +246,7 @@ impl Reloader {
         resolved.catalog = std::mem::take(&mut resolved.catalog)
             .with_pending(pending(&loading, &mut waiting_since));
         let status = ReloadStatus::default().next(0, &resolved.catalog, refused, loading);
-        Arc::new(Reloader {
+        let reloader = Arc::new(Reloader {
             resolver,
             dir,
             catalog: Arc::new(LiveCatalog::new(resolved.catalog)),
@@ -256,7 +256,10 @@ impl Reloader {
             named: Mutex::new(named),
             compiled: Mutex::new(Some(compiled)),
             waiting_since: Mutex::new(waiting_since),
-        })
+        });
+        // Prepared instances are made once the catalog serves, in the background.
+        reloader.catalog.snapshot().fill_stocks();
+        reloader
     }
 
     /// Told the hash of every component whose background load ended: the receiver made before
@@ -387,6 +390,7 @@ impl Reloader {
             loading,
         );
         drop(status);
+        self.catalog.snapshot().fill_stocks();
         if change.tools_changed() {
             tracing::info!(
                 generation = change.generation,

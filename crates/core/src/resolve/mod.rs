@@ -486,6 +486,11 @@ impl Resolver {
             None => Arc::clone(&offer.description),
         };
         let destructive = invoker.section.destructive || offer.hints.destructive;
+        let want = match settings.prepared {
+            Some(n) => toolhost_runtime::Preparation::Keep(n),
+            None => toolhost_runtime::Preparation::Measured,
+        };
+        let stock = bound.backend.stock(settings.limits, &sandbox, want);
         let mut tool = Tool {
             name: invoker.name.clone(),
             ensemble: Arc::clone(&shared.name),
@@ -510,6 +515,7 @@ impl Resolver {
                     settings.max_running,
                     settings.max_waiting,
                 ),
+                stock,
             },
             version: VersionHash::default(),
             definition: invoker.definition(),

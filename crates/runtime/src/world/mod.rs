@@ -1,9 +1,10 @@
 //! One adapter per kind of component the host runs: the `toolhost:plugin@0.1.0` world
 //! ([`v1`]), `toolhost:plugin@0.2.0` ([`v2`]) and typed components ([`typed`]). Each
-//! implements [`Adapter`] on its own pre-instantiated component: how it describes its tools and
-//! how one call runs, from instantiation to the tool's answer. Everything around that (the
-//! store, its limits and deadline, the sandbox, captured output, what a trap means) is the
-//! runtime's, written once, whichever world runs.
+//! implements [`Adapter`] on its own pre-instantiated component: how it describes its tools,
+//! how it is instantiated, and how one call runs on a fresh instance. Instantiation is a step
+//! of its own so that it can happen before the call arrives (`crate::prepared`). Everything
+//! around that (the store, its limits and deadline, the sandbox, captured output, what a trap
+//! means) is the runtime's, written once, whichever world runs.
 
 pub(crate) mod typed;
 pub(crate) mod v1;
@@ -14,6 +15,7 @@ use crate::tools::ToolDescription;
 use serde_json::Value;
 use toolhost_contract::{BoxFuture, CallLimits, RunError, ToolFailure, ToolResult};
 use wasmtime::Store;
+use wasmtime::component::Instance;
 
 /// The hostcall fuel of a result per byte of its `max-output-bytes`: a 0.2.0 result's items
 /// and a typed result are lifted by wasmtime (into values of some 40 bytes each, for a typed
@@ -43,11 +45,19 @@ pub(crate) trait Adapter: Send + Sync {
     /// `None` when the result is one string, counted once it is in the host.
     fn result_fuel(&self, limits: &CallLimits) -> Option<usize>;
 
-    /// Instantiates the component in `store` and calls one tool. An `Err` is a trap or a
-    /// failed instantiation, which the runtime classifies.
+    /// Instantiates the component in `store` (its start-up code runs): nothing of any call
+    /// is in the store yet. An `Err` is a trap or a failed instantiation.
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<CallState>,
+    ) -> BoxFuture<'a, wasmtime::Result<Instance>>;
+
+    /// Calls one tool on `instance`, made by [`Adapter::instantiate`] in `store` and never
+    /// called before. An `Err` is a trap, which the runtime classifies.
     fn call<'a>(
         &'a self,
         store: &'a mut Store<CallState>,
+        instance: Instance,
         call: Call<'a>,
     ) -> BoxFuture<'a, wasmtime::Result<Answer>>;
 }

@@ -10,7 +10,7 @@ use crate::typed::{self as types, TypedFunc};
 use std::collections::HashMap;
 use toolhost_contract::{BoxFuture, CallLimits, Content, RunError, ToolFailure, ToolResult};
 use wasmtime::Store;
-use wasmtime::component::{InstancePre, Val};
+use wasmtime::component::{Instance, InstancePre, Val};
 
 /// A typed component, linked: its exports by id, and the tools they make.
 pub(crate) struct Typed {
@@ -43,9 +43,17 @@ impl Adapter for Typed {
         Some(lifted_result_fuel(limits))
     }
 
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<CallState>,
+    ) -> BoxFuture<'a, wasmtime::Result<Instance>> {
+        Box::pin(self.pre.instantiate_async(store))
+    }
+
     fn call<'a>(
         &'a self,
         store: &'a mut Store<CallState>,
+        instance: Instance,
         call: Call<'a>,
     ) -> BoxFuture<'a, wasmtime::Result<Answer>> {
         Box::pin(async move {
@@ -61,7 +69,6 @@ impl Adapter for Typed {
                 Ok(params) => params,
                 Err(e) => return refused(e.to_string()),
             };
-            let instance = self.pre.instantiate_async(&mut *store).await?;
             let function = instance
                 .get_func(&mut *store, func.index)
                 .ok_or_else(|| wasmtime::Error::msg("the export is not a function"))?;

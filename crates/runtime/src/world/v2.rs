@@ -3,14 +3,25 @@
 //! structured result; a call may talk back to its caller (`crate::talk`).
 
 use super::{Adapter, Answer, Call, lifted_result_fuel};
-use crate::bindings::since_v0_2_0::{self as v2, PluginPre};
+use crate::bindings::since_v0_2_0::{self as v2, PluginIndices, PluginPre};
 use crate::state::CallState;
 use crate::tools::ToolDescription;
 use toolhost_contract::{BoxFuture, CallLimits, RunError, ToolFailure};
 use wasmtime::Store;
+use wasmtime::component::Instance;
 
-/// A 0.2.0 component, linked.
-pub(crate) struct V2(pub(crate) PluginPre<CallState>);
+/// A 0.2.0 component, linked, and where its exports are in an instance.
+pub(crate) struct V2 {
+    pre: PluginPre<CallState>,
+    exports: PluginIndices,
+}
+
+impl V2 {
+    pub(crate) fn new(pre: PluginPre<CallState>) -> wasmtime::Result<Self> {
+        let exports = PluginIndices::new(pre.instance_pre())?;
+        Ok(V2 { pre, exports })
+    }
+}
 
 impl Adapter for V2 {
     fn describe<'a>(
@@ -18,7 +29,7 @@ impl Adapter for V2 {
         store: &'a mut Store<CallState>,
     ) -> BoxFuture<'a, wasmtime::Result<Vec<ToolDescription>>> {
         Box::pin(async move {
-            let plugin = self.0.instantiate_async(&mut *store).await?;
+            let plugin = self.pre.instantiate_async(&mut *store).await?;
             let specs = plugin
                 .toolhost_plugin_tool()
                 .call_describe(&mut *store)
@@ -42,14 +53,22 @@ impl Adapter for V2 {
         Some(lifted_result_fuel(limits))
     }
 
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<CallState>,
+    ) -> BoxFuture<'a, wasmtime::Result<Instance>> {
+        Box::pin(self.pre.instance_pre().instantiate_async(store))
+    }
+
     fn call<'a>(
         &'a self,
         store: &'a mut Store<CallState>,
+        instance: Instance,
         call: Call<'a>,
     ) -> BoxFuture<'a, wasmtime::Result<Answer>> {
         Box::pin(async move {
             let arguments = call.arguments.to_string();
-            let plugin = self.0.instantiate_async(&mut *store).await?;
+            let plugin = self.exports.load(&mut *store, &instance)?;
             let tool = plugin.toolhost_plugin_tool();
             let result = match tool.call_call(&mut *store, call.tool, &arguments).await? {
                 Ok(result) => result,

@@ -48,6 +48,10 @@ const TOOLS: &[(&str, &str)] = &[
     ("fail", "Return a tool error of the plugin's own."),
     ("fail_big", "Return a tool error of `bytes` bytes."),
     ("say", "Return `text` as it is."),
+    (
+        "mark",
+        "Try to leave `secret` for the next call (in its memory and its environment) and say what an earlier call left.",
+    ),
     ("connect", "Open a TCP connection to `address` (host:port) and write a line to it."),
     ("udp_send", "Send a UDP datagram to `address`."),
     ("resolve", "Look up the addresses of `name` (host:port) through DNS."),
@@ -56,6 +60,25 @@ const TOOLS: &[(&str, &str)] = &[
         "Send `count` wasi:http GET requests to http://`authority`/, one after another, and fail if any of them did.",
     ),
 ];
+
+/// What one call of `mark` leaves behind: a count and a secret in linear memory, and the
+/// secret in the environment. A later call in the same instance would see all three.
+static MARKS: std::sync::Mutex<(u32, Option<String>)> = std::sync::Mutex::new((0, None));
+
+fn mark(secret: &str) -> String {
+    let mut marks = MARKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let seen = json!({
+        "calls_before": marks.0,
+        "secret_before": marks.1,
+        "env_before": std::env::var("TESTBED_MARK").ok(),
+    });
+    marks.0 += 1;
+    marks.1 = Some(secret.to_string());
+    // SAFETY: a component instance has one thread; nothing reads the environment at once.
+    unsafe { std::env::set_var("TESTBED_MARK", secret) };
+    println!("left {secret}");
+    seen.to_string()
+}
 
 fn arg<'a>(args: &'a Value, key: &str) -> &'a Value {
     args.get(key).unwrap_or(&Value::Null)
@@ -129,6 +152,7 @@ impl Guest for Testbed {
                 }
             }
             "say" => Ok(arg(&args, "text").as_str().unwrap_or("").to_string()),
+            "mark" => Ok(mark(arg(&args, "secret").as_str().unwrap_or(""))),
             "fail_big" => Err(ToolError::Failed(
                 "e".repeat(arg(&args, "bytes").as_u64().unwrap_or(0) as usize),
             )),
