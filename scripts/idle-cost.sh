@@ -4,8 +4,9 @@
 #
 #   scripts/idle-cost.sh [TOOLHOST] [SECONDS]     (defaults: target/release/toolhost, 20)
 #
-# Serves the shipped ensembles (ensembles/) on a free loopback port with a fresh state
-# directory; prints one line per thread that woke, then the totals. Linux only (/proc).
+# Serves the shipped ensembles (ensembles/, or the directory in $ENSEMBLES) on a free
+# loopback port with a fresh state directory; prints one line per thread that woke, then the
+# totals. Linux only (/proc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 toolhost=${1:-target/release/toolhost}
@@ -13,7 +14,7 @@ seconds=${2:-20}
 state=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$state"' EXIT
 
-TOOLHOST_ENSEMBLES=ensembles XDG_STATE_HOME="$state" "$toolhost" serve --http 127.0.0.1:0 \
+TOOLHOST_ENSEMBLES=${ENSEMBLES:-ensembles} XDG_STATE_HOME="$state" "$toolhost" serve --http 127.0.0.1:0 \
     2> "$state/stderr" &
 pid=$!
 until grep -q "serving MCP on" "$state/stderr" 2>/dev/null; do sleep 0.1; done

@@ -35,8 +35,9 @@
 //!                    push, cosign keys, credentials
 //! toolhost-runtime   the wasmtime Engine, the compile cache and worker, a fresh Store per call
 //!                    with limits and an epoch deadline; both plugin versions and typed
-//!                    components adapted to one result; inspect; sandbox (capabilities -> WASI
-//!                    context, wasi:http checks, bounded stdio capture)
+//!                    components adapted to one result; prepared (instances made ahead of
+//!                    their calls, bounded); inspect; sandbox (capabilities -> WASI context,
+//!                    wasi:http checks, bounded stdio capture)
 //! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); draft
 //!                    (every check of an ensemble without an engine: entries, limits, grants
 //!                    into a sandbox spec, argument schemas, MCP import settings); the files

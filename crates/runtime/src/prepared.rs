@@ -401,15 +401,14 @@ impl Stock {
 
     /// Done with a call's instance: dropped, and the stock filled again, after the call has
     /// its answer. Dropping an instance resets every page its call touched, which for a
-    /// large component (Python, JavaScript) takes a tenth of a millisecond or more: for a
-    /// stock that keeps instances, or whose drops were timed at [`DROP_ABOVE`] or more, both
-    /// happen in the background, off the call's way back; for the others, here and now (a
-    /// task would cost more than the drop).
+    /// large component (Python, JavaScript) takes a tenth of a millisecond or more: once its
+    /// first drops were timed at [`DROP_ABOVE`] or more, a stock's instances are dropped in
+    /// the background, off the call's way back; the others here and now (a task would cost
+    /// more than the drop).
     pub(crate) fn retire(&self, instance: Sandboxed) {
         let shelf = &self.0;
-        let background = shelf.target.load(Ordering::Acquire) > 0 || shelf.slow_drops();
         match tokio::runtime::Handle::try_current() {
-            Ok(tokio) if background => {
+            Ok(tokio) if shelf.slow_drops() => {
                 let stock = self.clone();
                 tokio.spawn(async move {
                     drop(instance);
