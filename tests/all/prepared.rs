@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolhost::invoke::{ErrorKind, Host};
 use toolhost::reload::Reloader;
-use toolhost::runtime::{PREPARE_ABOVE, Runtime, RuntimeSettings, Stock, StockState};
+use toolhost::runtime::{
+    PREPARE_ABOVE, PreparedLimits, Runtime, RuntimeSettings, Stock, StockState,
+};
 
 /// The stock of the tool `name` in `host`'s catalog.
 fn stock(host: &Host, name: &str) -> Stock {
@@ -120,14 +122,81 @@ async fn a_component_that_fails_while_prepared_is_reported_once_and_its_calls_st
 
 /// A runtime of its own, with `max_instances` slots.
 fn small_runtime(max_instances: u32) -> Arc<Runtime> {
+    bounded_runtime(max_instances, PreparedLimits::default())
+}
+
+fn bounded_runtime(max_instances: u32, prepared: PreparedLimits) -> Arc<Runtime> {
     Arc::new(
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(crate::support::cache_dir()),
             max_instances,
+            prepared,
             ..RuntimeSettings::default()
         })
         .expect("runtime"),
     )
+}
+
+/// Three stocks of one instance each: invokers whose timeouts differ make different instances.
+fn three_stocks(fixture: &Fixture) {
+    let invokers: String = (1..=3)
+        .map(|n| {
+            format!(
+                "[[invokers]]\ninvoker = {{ name = \"say{n}\", tool = \"say\" }}\n\
+                 limits = {{ prepared = 1, timeout-ms = {} }}\n\n",
+                1000 * n
+            )
+        })
+        .collect();
+    fixture.write("three.toml", &ensemble("three", "testbed", &invokers));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_wide_bounds_hold_however_many_stocks_want_instances() {
+    // At most two instances in all: the third stock waits for its own next call.
+    let fixture = Fixture::new();
+    three_stocks(&fixture);
+    let limits = PreparedLimits {
+        max_instances: 2,
+        max_bytes: 1 << 30,
+    };
+    let runtime = bounded_runtime(16, limits);
+    let reloader = Reloader::start(runtime.clone(), fixture.ensembles()).await;
+    let host = Host::new(reloader.catalog().clone(), None);
+    for n in 1..=3 {
+        filled(&stock(&host, &format!("say{n}"))).await;
+    }
+    assert_eq!(runtime.prepared().instances, 2);
+    let states = runtime.stocks();
+    assert_eq!(
+        states.iter().map(|s| s.ready).sum::<usize>(),
+        2,
+        "{states:?}"
+    );
+    assert!(states.iter().all(|s| s.failed.is_none()), "{states:?}");
+
+    // Less linear memory than one testbed instance has: none is kept, none failed, and the
+    // calls answer.
+    let fixture = Fixture::new();
+    three_stocks(&fixture);
+    let limits = PreparedLimits {
+        max_instances: 8,
+        max_bytes: 64 << 10,
+    };
+    let runtime = bounded_runtime(16, limits);
+    let reloader = Reloader::start(runtime.clone(), fixture.ensembles()).await;
+    let host = Host::new(reloader.catalog().clone(), None);
+    for n in 1..=3 {
+        let stock = stock(&host, &format!("say{n}"));
+        let state = filled(&stock).await;
+        assert_eq!((state.ready, state.failures), (0, 0), "{state:?}");
+        let said = ok(&host
+            .invoke(&session(), &format!("say{n}"), json!({"text": "hi"}))
+            .await);
+        assert_eq!(said, "hi");
+    }
+    let usage = runtime.prepared();
+    assert_eq!((usage.instances, usage.bytes), (0, 0), "{usage:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,4 +315,57 @@ async fn by_default_a_component_is_prepared_only_when_its_instantiation_is_slow(
     ok(&host
         .invoke(&session(), "mark", json!({"secret": "x"}))
         .await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_shows_its_stocks_in_metrics_and_status() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "said.toml",
+        &ensemble(
+            "said",
+            "testbed",
+            "[defaults]\nprepared = 1\n\n[[invokers]]\ninvoker = { name = \"say\" }\n",
+        ),
+    );
+    let server = crate::mcp::HttpServer::start(&fixture, &[], &[]);
+    let metrics = server.url.replace("/mcp", "/metrics");
+    let sample = |page: &str, series: &str| -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    // The first load fills the stock by itself, in the background.
+    let mut page = String::new();
+    let started = std::time::Instant::now();
+    while sample(&page, "toolhost_prepared_instances") != Some(1.0) {
+        assert!(started.elapsed() < DEADLINE, "never prepared:\n{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        page = (reqwest::get(&metrics).await.expect("GET /metrics"))
+            .text()
+            .await
+            .expect("body");
+    }
+    assert!(
+        sample(&page, "toolhost_prepared_bytes").is_some_and(|b| b > 0.0),
+        "{page}"
+    );
+    let made = "toolhost_prepared_since_start{outcome=\"made\"}";
+    assert!(sample(&page, made).is_some_and(|n| n >= 1.0), "{page}");
+    let failed = "toolhost_prepared_since_start{outcome=\"failed\"}";
+    assert_eq!(sample(&page, failed), Some(0.0), "{page}");
+
+    // `toolhost status` (the status file looks at the stocks every 2 s).
+    let status = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        let output = command.arg("status").output().expect("status runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let mut text = status();
+    while !text.contains("testbed.wasm ready 1 of 1") {
+        assert!(started.elapsed() < DEADLINE, "never shown:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        text = status();
+    }
+    assert!(text.contains("prepared instances: 1 of at most"), "{text}");
 }

@@ -98,7 +98,7 @@ pub struct StockState {
     pub ready: usize,
     /// How many it keeps (decided from `instantiate_us` when the invoker did not say).
     pub target: usize,
-    /// The fastest instantiation timed, in microseconds.
+    /// The fastest of its first three instantiations, in microseconds.
     pub instantiate_us: Option<u64>,
     /// Instances this stock prepared, and preparations of it that failed (at most one: it
     /// prepares no more after a failure).
@@ -116,8 +116,8 @@ pub(crate) struct Pool {
     stocks: Mutex<HashMap<Alike, Weak<Shelf>>>,
     counts: Arc<Counts>,
     limits: PreparedLimits,
-    /// A stock lost an instance to a call, or stopped short for want of room: the next call
-    /// to end has every stock fill again ([`Pool::after_call`]).
+    /// A stock lost an instance to a call, or stopped short because calls needed the slots:
+    /// the next call to end has every stock fill again ([`Pool::after_call`]).
     short: AtomicBool,
 }
 
@@ -301,8 +301,14 @@ struct Timing {
 enum Stop {
     /// The stock has what it wants.
     Enough,
-    /// No room: the bounds, a waiting call, a full pool, or a failure.
-    NoRoom,
+    /// Calls need the slots (one waits, or the pool is full): it fills again once a call
+    /// has ended ([`Pool::after_call`]).
+    Calls,
+    /// `max-prepared` or `max-prepared-mib` is reached: it fills again after its own next
+    /// call, not after everyone's (which would cost every call a look at every stock).
+    Bounds,
+    /// The preparation failed: it prepares no more.
+    Failed,
 }
 
 impl Runtime {
@@ -491,15 +497,17 @@ impl Shelf {
             || (self.timing.lock().unwrap_or_else(PoisonError::into_inner)).samples >= SAMPLES
     }
 
+    /// Counts one instantiation's time, the first [`SAMPLES`] of them (shown in status);
+    /// a [`Preparation::Measured`] stock decides on them.
     fn measured(&self, took: Duration) {
-        if self.want != Preparation::Measured {
+        let mut timing = self.timing.lock().unwrap_or_else(PoisonError::into_inner);
+        if timing.samples >= SAMPLES {
             return;
         }
-        let mut timing = self.timing.lock().unwrap_or_else(PoisonError::into_inner);
         timing.samples += 1;
         let fastest = timing.fastest.map_or(took, |f| f.min(took));
         timing.fastest = Some(fastest);
-        if timing.samples == SAMPLES {
+        if timing.samples == SAMPLES && self.want == Preparation::Measured {
             let keep = usize::from(fastest >= PREPARE_ABOVE);
             self.target.store(keep, Ordering::Release);
             drop(timing);
@@ -547,12 +555,12 @@ impl Shelf {
                 if !stock.wants_more() && stock.decided() {
                     break Stop::Enough;
                 }
-                if !stock.prepare_one().await {
-                    break Stop::NoRoom;
+                if let Err(stop) = stock.prepare_one().await {
+                    break stop;
                 }
             };
             stock.preparing.store(false, Ordering::Release);
-            if matches!(stop, Stop::NoRoom) && stock.failed().is_none() {
+            if matches!(stop, Stop::Calls) {
                 stock.runtime.prepared.short.store(true, Ordering::Release);
             }
             // A call that took an instance while this task was ending saw it still running
@@ -568,25 +576,25 @@ impl Shelf {
     }
 
     /// Prepares one instance and keeps it if the stock still wants it (an undecided
-    /// [`Preparation::Measured`] stock prepares to time, and keeps at most one). False when
-    /// there was no room or the preparation failed.
-    async fn prepare_one(&self) -> bool {
+    /// [`Preparation::Measured`] stock prepares to time, and keeps at most one). Why not,
+    /// when there was no room or the preparation failed.
+    async fn prepare_one(&self) -> Result<(), Stop> {
         let runtime = &self.runtime;
         // A call waiting for a slot comes first; so does any call while the pool is full.
         if runtime.counters.waiting.load(Ordering::SeqCst) > 0 {
-            return false;
+            return Err(Stop::Calls);
         }
         let Ok(slot) = Arc::clone(&runtime.slots).try_acquire_owned() else {
-            return false;
+            return Err(Stop::Calls);
         };
         let Some(mut held) = runtime.prepared.hold() else {
-            return false;
+            return Err(Stop::Bounds);
         };
         // An instance of this stock known to be over the bytes left is not made to find out.
         let known = self.bytes.load(Ordering::Relaxed);
         let taken = runtime.prepared.counts.bytes.load(Ordering::Relaxed);
         if taken.saturating_add(known) > runtime.prepared.limits.max_bytes {
-            return false;
+            return Err(Stop::Bounds);
         }
         let started = Instant::now();
         let (sandboxed, instance) = match runtime.prepare(self, slot).await {
@@ -603,7 +611,7 @@ impl Shelf {
                     Some(error.to_string());
                 (runtime.prepared.counts.failed).fetch_add(1, Ordering::Relaxed);
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                return false;
+                return Err(Stop::Failed);
             }
         };
         self.measured(started.elapsed());
@@ -612,13 +620,13 @@ impl Shelf {
         let bytes = sandboxed.memory_bytes();
         self.bytes.store(bytes, Ordering::Relaxed);
         if !held.add_bytes(bytes, runtime.prepared.limits.max_bytes) {
-            return false;
+            return Err(Stop::Bounds);
         }
         // Under the lock a call's eviction takes: a call that began to wait for a slot before
         // this look gets it now; one that begins after finds this instance to evict.
         let mut ready = self.ready.lock().unwrap_or_else(PoisonError::into_inner);
         if runtime.counters.waiting.load(Ordering::SeqCst) > 0 {
-            return false;
+            return Err(Stop::Calls);
         }
         if ready.len() < self.target.load(Ordering::Acquire) {
             ready.push(Prepared {
@@ -627,6 +635,6 @@ impl Shelf {
                 _held: held,
             });
         }
-        true
+        Ok(())
     }
 }
