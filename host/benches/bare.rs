@@ -114,43 +114,24 @@ impl Bare {
 
     /// One call on `ready`, which is dropped after it as a call's instance is.
     pub async fn call_on(&self, ready: Ready, arguments: &str) -> String {
-        let Ready { mut store, plugin } = ready;
-        let result = plugin
-            .toolhost_plugin_tool()
-            .call_call(&mut store, &self.tool, arguments)
-            .await
-            .expect("call");
-        result.expect("the tool succeeds")
+        self.call_and_keep(ready, arguments).await.0
     }
 
     /// One call on `ready`, which is given back to be dropped later.
-    pub async fn call_and_keep(&self, ready: Ready, arguments: &str) -> Ready {
+    pub async fn call_and_keep(&self, ready: Ready, arguments: &str) -> (String, Ready) {
         let Ready { mut store, plugin } = ready;
         let result = plugin
             .toolhost_plugin_tool()
             .call_call(&mut store, &self.tool, arguments)
             .await
             .expect("call");
-        result.expect("the tool succeeds");
-        Ready { store, plugin }
+        let text = result.expect("the tool succeeds");
+        (text, Ready { store, plugin })
     }
 
     /// A fresh instance in a fresh store, one call.
     pub async fn call(&self, arguments: &str) -> String {
-        let state = State::new();
-        let mut store = Store::new(&self.engine, state);
-        store.set_epoch_deadline(u64::MAX / 2);
-        let plugin = self
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .expect("instantiate");
-        let result = plugin
-            .toolhost_plugin_tool()
-            .call_call(&mut store, &self.tool, arguments)
-            .await
-            .expect("call");
-        result.expect("the tool succeeds")
+        self.call_on(self.instantiate().await, arguments).await
     }
 }
 

@@ -121,7 +121,7 @@ pub fn prepared(c: &mut Criterion) {
                 for _ in 0..iters {
                     let instance = rt.block_on(case.bare.instantiate());
                     let started = Instant::now();
-                    kept.push(rt.block_on(case.bare.call_and_keep(instance, &text)));
+                    kept.push(rt.block_on(case.bare.call_and_keep(instance, &text)).1);
                     took += started.elapsed();
                     // Dropped outside the timing, a few at a time.
                     if kept.len() > 20 {

@@ -3,6 +3,7 @@
 //! preparation; a failed preparation is reported once; a reload drops the stocks it replaced.
 
 use crate::reload::DEADLINE;
+use crate::reload_calls::calls_waiting_for_the_flag;
 use crate::support::{Fixture, ensemble, err, ok, runtime, session};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -229,19 +230,7 @@ async fn a_call_takes_the_slot_of_a_prepared_instance_when_the_pool_is_full() {
 
     // Two calls that each wait for the other's turn to end would deadlock in one slot:
     // both run at once only if the second takes the prepared instance's slot.
-    let calls: Vec<_> = (0..2)
-        .map(|_| {
-            let host = host.clone();
-            tokio::spawn(async move {
-                host.invoke(
-                    &session(),
-                    "wait_for",
-                    json!({"path": "/data/flag", "ms": 60000}),
-                )
-                .await
-            })
-        })
-        .collect();
+    let calls = calls_waiting_for_the_flag(&host, 2);
     until("both calls run", || runtime.pool().in_use == 2).await;
     assert_eq!(runtime.prepared().evicted, 1);
     assert_eq!(runtime.prepared().instances, 0);

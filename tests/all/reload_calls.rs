@@ -151,19 +151,7 @@ async fn a_changed_component_loads_while_calls_fill_the_instance_pool() {
     let before = echo_hash();
 
     // Two calls hold both instances until the flag file appears.
-    let calls: Vec<_> = (0..2)
-        .map(|_| {
-            let host = host.clone();
-            tokio::spawn(async move {
-                host.invoke(
-                    &session(),
-                    "wait_for",
-                    json!({"path": "/data/flag", "ms": 60000}),
-                )
-                .await
-            })
-        })
-        .collect();
+    let calls = calls_waiting_for_the_flag(&host, 2);
     wait_until(|| runtime.pool().in_use == 2).await;
 
     // The reload's describe() of the changed component waits for a slot instead of failing.
@@ -186,6 +174,26 @@ async fn a_changed_component_loads_while_calls_fill_the_instance_pool() {
         .invoke(&session(), "echo", json!({"text": "after"}))
         .await);
     drop(fixture);
+}
+
+/// `count` calls of `wait_for` that each hold an instance until `/data/flag` appears.
+pub(crate) fn calls_waiting_for_the_flag(
+    host: &Arc<Host>,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<toolhost::invoke::CallOutcome>> {
+    (0..count)
+        .map(|_| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.invoke(
+                    &session(),
+                    "wait_for",
+                    json!({"path": "/data/flag", "ms": 60000}),
+                )
+                .await
+            })
+        })
+        .collect()
 }
 
 /// Polls `condition` until it holds (a failure deadline, not a timing assertion).

@@ -26,12 +26,12 @@ struct Published {
     /// The audit log's path and state, when one is configured.
     #[serde(default)]
     audit: Option<PublishedAudit>,
-    /// Instances prepared ahead of calls.
+    /// Instances prepared ahead of calls (absent from a file an older host wrote).
     #[serde(default)]
-    prepared: PublishedPrepared,
+    prepared: Option<PublishedPrepared>,
 }
 
-#[derive(Serialize, Deserialize, Default, PartialEq)]
+#[derive(Serialize, Deserialize, PartialEq)]
 struct PublishedPrepared {
     #[serde(flatten)]
     usage: PreparedUsage,
@@ -46,10 +46,11 @@ impl PublishedPrepared {
         }
     }
 
-    /// Whether what it holds differs (not the counts since start, which every call moves).
-    fn differs(&self, other: &Self) -> bool {
+    /// Whether what it holds differs from `published` (not the counts since start, which
+    /// every call moves).
+    fn differs(&self, published: Option<&Self>) -> bool {
         let held = |p: &Self| (p.usage.instances, p.usage.bytes);
-        held(self) != held(other) || self.stocks != other.stocks
+        published.is_none_or(|other| held(self) != held(other) || self.stocks != other.stocks)
     }
 }
 
@@ -91,7 +92,7 @@ pub(crate) fn publish(
                 status: reloader.status(),
                 compiles,
                 audit: audit(),
-                prepared: PublishedPrepared::of(&runtime),
+                prepared: Some(PublishedPrepared::of(&runtime)),
             };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
@@ -102,7 +103,7 @@ pub(crate) fn publish(
                 loop {
                     tokio::time::sleep(AUDIT_LOOK_EVERY).await;
                     if audit() != published.audit
-                        || PublishedPrepared::of(&runtime).differs(&published.prepared)
+                        || PublishedPrepared::of(&runtime).differs(published.prepared.as_ref())
                     {
                         return;
                     }
@@ -135,7 +136,9 @@ pub(crate) fn publish(
 fn print_prepared(prepared: &PublishedPrepared) {
     let usage = &prepared.usage;
     if usage.max_instances == 0 {
-        println!("prepared instances: off ([host] max-prepared = 0)");
+        println!(
+            "prepared instances: off ([host] max-prepared = 0, or max-concurrent-calls below 2)"
+        );
         return;
     }
     println!(
@@ -291,7 +294,9 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        print_prepared(&published.prepared);
+        if let Some(prepared) = &published.prepared {
+            print_prepared(prepared);
+        }
         for refused in &status.refused {
             let what = if refused.kept_previous {
                 "its previous version is serving"

@@ -23,13 +23,18 @@
 //! instead ([`Pool::evict_one`]). A preparation that fails is reported once and that stock
 //! prepares no more; a reload makes new stocks.
 
+mod pool;
+
+pub(crate) use pool::Pool;
+pub use pool::{PreparedLimits, PreparedUsage};
+
 use crate::sandbox::SandboxSpec;
 use crate::{Caller, LoadedComponent, Runtime, Sandboxed, within_deadline};
-use std::collections::HashMap;
+use pool::{Alike, Held};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use toolhost_contract::{CallLimits, CallerLink, RunError, SourceHash, Unlinked};
+use toolhost_contract::{CallLimits, CallerLink, RunError, Unlinked};
 use wasmtime::component::Instance;
 
 /// A component whose instantiation takes this long or more gets one prepared instance when
@@ -55,41 +60,6 @@ pub enum Preparation {
     Keep(usize),
 }
 
-/// The bounds of all prepared instances together (`[host] max-prepared`,
-/// `max-prepared-mib`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PreparedLimits {
-    /// Instances held prepared at once; never more than half the pool.
-    pub max_instances: usize,
-    /// Bytes of linear memory they hold at once.
-    pub max_bytes: usize,
-}
-
-impl Default for PreparedLimits {
-    fn default() -> Self {
-        PreparedLimits {
-            max_instances: 32,
-            max_bytes: 512 << 20,
-        }
-    }
-}
-
-/// Prepared instances as they are now, and what became of those made so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PreparedUsage {
-    pub instances: usize,
-    /// Bytes of linear memory they hold (an upper bound of what is resident).
-    pub bytes: usize,
-    pub max_instances: usize,
-    pub max_bytes: usize,
-    /// Instances prepared, taken by a call, given up for a call that needed the slot, and
-    /// preparations that failed, since the start.
-    pub made: u64,
-    pub used: u64,
-    pub evicted: u64,
-    pub failed: u64,
-}
-
 /// One stock as it is now, for `toolhost status`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StockState {
@@ -106,135 +76,6 @@ pub struct StockState {
     pub failures: u64,
     /// Why it stopped preparing.
     pub failed: Option<String>,
-}
-
-/// The runtime's prepared instances: every stock (to take a slot back for a call, and for
-/// status) and the counts bounded by [`PreparedLimits`].
-pub(crate) struct Pool {
-    /// Stocks by what makes their instances alike, so that invokers (and reloads) that
-    /// would make identical instances share one.
-    stocks: Mutex<HashMap<Alike, Weak<Shelf>>>,
-    counts: Arc<Counts>,
-    limits: PreparedLimits,
-    /// A stock lost an instance to a call, or stopped short because calls needed the slots:
-    /// the next call to end has every stock fill again ([`Pool::after_call`]).
-    short: AtomicBool,
-}
-
-/// What a prepared instance is made from and with: instances alike in all four are
-/// interchangeable.
-type Alike = (SourceHash, CallLimits, SandboxSpec, Preparation);
-
-#[derive(Default)]
-struct Counts {
-    instances: AtomicUsize,
-    bytes: AtomicUsize,
-    made: AtomicU64,
-    used: AtomicU64,
-    evicted: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl Pool {
-    /// The pool of a runtime whose instance pool has `capacity` slots: at most half of them
-    /// may be held prepared.
-    pub(crate) fn new(limits: PreparedLimits, capacity: usize) -> Self {
-        Pool {
-            stocks: Mutex::default(),
-            counts: Arc::default(),
-            short: AtomicBool::new(false),
-            limits: PreparedLimits {
-                max_instances: limits.max_instances.min(capacity / 2),
-                max_bytes: limits.max_bytes,
-            },
-        }
-    }
-
-    fn stocks(&self) -> Vec<Arc<Shelf>> {
-        let stocks = self.stocks.lock().unwrap_or_else(PoisonError::into_inner);
-        stocks.values().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Drops one prepared instance, freeing its slot for a call that needs one. False when
-    /// there is none.
-    pub(crate) fn evict_one(&self) -> bool {
-        let evicted = self.stocks().iter().find_map(|stock| stock.pop());
-        let found = evicted.is_some();
-        if found {
-            self.counts.evicted.fetch_add(1, Ordering::Relaxed);
-            self.short.store(true, Ordering::Release);
-        }
-        drop(evicted);
-        found
-    }
-
-    /// After a call ended (its slot is free again): stocks left short by the pressure of
-    /// calls fill again. One atomic load when none is short.
-    pub(crate) fn after_call(&self) {
-        if self.short.load(Ordering::Acquire) && self.short.swap(false, Ordering::AcqRel) {
-            for stock in self.stocks() {
-                Stock(stock).fill();
-            }
-        }
-    }
-
-    /// Prepared instances held now (each holds a slot of the instance pool).
-    pub(crate) fn held(&self) -> usize {
-        self.counts.instances.load(Ordering::Acquire)
-    }
-
-    /// Room for one more prepared instance, counted until the [`Held`] is dropped.
-    fn hold(&self) -> Option<Held> {
-        let counts = &self.counts;
-        if counts.instances.fetch_add(1, Ordering::AcqRel) >= self.limits.max_instances {
-            counts.instances.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Held {
-            counts: Arc::clone(counts),
-            bytes: 0,
-        })
-    }
-
-    fn usage(&self) -> PreparedUsage {
-        let counts = &self.counts;
-        PreparedUsage {
-            instances: counts.instances.load(Ordering::Relaxed),
-            bytes: counts.bytes.load(Ordering::Relaxed),
-            max_instances: self.limits.max_instances,
-            max_bytes: self.limits.max_bytes,
-            made: counts.made.load(Ordering::Relaxed),
-            used: counts.used.load(Ordering::Relaxed),
-            evicted: counts.evicted.load(Ordering::Relaxed),
-            failed: counts.failed.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// One prepared instance's share of the bounds, given back when it is dropped.
-struct Held {
-    counts: Arc<Counts>,
-    bytes: usize,
-}
-
-impl Held {
-    /// Counts `bytes` more against `max_bytes`; false (and nothing counted) when over.
-    fn add_bytes(&mut self, bytes: usize, max_bytes: usize) -> bool {
-        let before = self.counts.bytes.fetch_add(bytes, Ordering::AcqRel);
-        if before.saturating_add(bytes) > max_bytes {
-            self.counts.bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
-        }
-        self.bytes += bytes;
-        true
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.counts.instances.fetch_sub(1, Ordering::AcqRel);
-        self.counts.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
 }
 
 /// An instance made and never called, in its own store and pool slot.
@@ -284,6 +125,8 @@ struct Shelf {
     failures: AtomicU64,
     /// Bytes of linear memory of its last instance.
     bytes: AtomicUsize,
+    /// Listed in the pool's stocks to fill again after a call.
+    short: AtomicBool,
     /// Told when a preparation task ends (the tests and benchmarks wait for a full stock).
     idle: tokio::sync::Notify,
 }
@@ -344,6 +187,7 @@ impl Runtime {
             made: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             bytes: AtomicUsize::new(0),
+            short: AtomicBool::new(false),
             idle: tokio::sync::Notify::new(),
         });
         // Stocks no catalog holds are forgotten when the map has doubled: a constant share per
@@ -561,7 +405,7 @@ impl Shelf {
             };
             stock.preparing.store(false, Ordering::Release);
             if matches!(stop, Stop::Calls) {
-                stock.runtime.prepared.short.store(true, Ordering::Release);
+                stock.runtime.prepared.mark_short(&stock);
             }
             // A call that took an instance while this task was ending saw it still running
             // and left the refill to it: look once more.
