@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -51,10 +52,16 @@ def browser():
 
 
 def wait(driver, what, condition):
+    # An element found on a page that is being replaced goes stale between finding it and
+    # asking about it (a sign-out reloads the page): that is "not yet", not a failure.
+    waiting = WebDriverWait(driver, WAIT, ignored_exceptions=(StaleElementReferenceException,))
     try:
-        return WebDriverWait(driver, WAIT).until(lambda d: condition(d))
-    except Exception:
+        return waiting.until(lambda d: condition(d))
+    except TimeoutException:
         fail(f"waited {WAIT} s for {what}; the page at {driver.current_url} shows:\n"
+             f"{driver.find_element(By.TAG_NAME, 'body').text}")
+    except Exception as e:
+        fail(f"while waiting for {what}: {e!r}; the page at {driver.current_url} shows:\n"
              f"{driver.find_element(By.TAG_NAME, 'body').text}")
 
 
