@@ -421,6 +421,13 @@ impl Permits for Grant {
         self.state.load().policy.may_call(&self.identity, tool)
     }
 
+    fn permits_named(&self, ensemble: &str, name: &str) -> bool {
+        self.state
+            .load()
+            .policy
+            .may_use(&self.identity, ensemble, name)
+    }
+
     fn may_approve(&self) -> bool {
         self.state.load().policy.may_approve(&self.identity)
     }

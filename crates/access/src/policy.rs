@@ -38,10 +38,16 @@ impl Policy {
 
     /// Whether `identity` may list and call `tool`.
     pub fn may_call(&self, identity: &Identity, tool: &Tool) -> bool {
+        self.may_use(identity, tool.ensemble(), tool.name())
+    }
+
+    /// Whether `identity` may list and use what `ensemble` offers as `name`: a tool, a
+    /// prompt or a resource set (one rule language for all three).
+    pub fn may_use(&self, identity: &Identity, ensemble: &str, name: &str) -> bool {
         self.unbound(identity)
             || self
                 .matching(identity)
-                .any(|rule| grants(rule, tool.ensemble(), tool.name()))
+                .any(|rule| grants(rule, ensemble, name))
     }
 
     /// Whether `identity` may answer the approvals of any chat conversation: the local
@@ -118,49 +124,11 @@ fn grants(rule: &Rule, ensemble: &str, name: &str) -> bool {
         || rule.ensembles.iter().any(|pattern| glob(pattern, ensemble))
 }
 
-/// `*` matches any run of characters (none too), `?` one character; the rest itself.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (pattern, text): (Vec<char>, Vec<char>) =
-        (pattern.chars().collect(), text.chars().collect());
-    // The classic two-pointer match with one backtrack point: linear in practice, never
-    // exponential (names are 64 characters at most anyway).
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
-            p += 1;
-            t += 1;
-        } else if p < pattern.len() && pattern[p] == '*' {
-            star = Some((p, t));
-            p += 1;
-        } else if let Some((star_p, star_t)) = star {
-            p = star_p + 1;
-            t = star_t + 1;
-            star = Some((star_p, star_t + 1));
-        } else {
-            return false;
-        }
-    }
-    pattern[p..].iter().all(|&c| c == '*')
-}
+pub use toolhost_config::glob;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs_match_runs_and_single_characters() {
-        assert!(glob("calculate", "calculate"));
-        assert!(!glob("calculate", "calculator"));
-        assert!(glob("fetch_*", "fetch_page"));
-        assert!(glob("fetch_*", "fetch_"));
-        assert!(glob("*", "anything"));
-        assert!(glob("*_page", "fetch_page"));
-        assert!(glob("f?tch*", "fetch_page"));
-        assert!(!glob("f?tch", "ftch"));
-        assert!(glob("a*b*c", "axxbyyc"));
-        assert!(!glob("a*b*c", "axxbyy"));
-    }
 
     fn identity(kind: IdentityKind, name: &str, groups: &[&str], scopes: &[&str]) -> Identity {
         Identity {

@@ -35,6 +35,10 @@ pub struct AuditRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<toolhost_contract::Identity>,
     pub tool: String,
+    /// What was asked for when it was no tool call: `prompt` (`tool` is the prompt's name)
+    /// or `resource` (`tool` is the URI read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub ensemble: Option<String>,
     pub component: Option<String>,
     pub arguments: Value,

@@ -15,19 +15,22 @@ mod diagnostic;
 pub mod draft;
 pub mod file_schemas;
 mod files;
+mod glob;
 pub mod sandbox;
 pub mod schema;
+pub mod template;
 pub mod v1;
 
 pub use chat::{ProviderKind, ToolChoice};
 pub use diagnostic::{Diagnostic, Location, Note};
 pub use files::{PrivateDirError, Pruned, private_dir, read_limited, write_new};
+pub use glob::glob;
 
 use diagnostic::LineIndex;
 pub use names::{
     Access, Blake3Hex, ChatMib, DedupMode, EnsembleName, EnvVarName, GuestPath, MaxConcurrency,
     MaxOutputBytes, MaxPrepared, MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxTools, MemoryMib,
-    Prepared, Setting, TimeoutMs, ToolName, written_or,
+    Prepared, Setting, TimeoutMs, ToolName, UriPrefix, written_or,
 };
 
 use serde::Deserialize;

@@ -74,6 +74,42 @@ string_newtype!(
 );
 
 string_newtype!(
+    /// A prompt argument's name, as its templates read it: a letter or `_`, then letters,
+    /// digits and `_`; 1 to 64 characters.
+    ArgumentName,
+    |v| {
+        let mut chars = v.chars();
+        let starts = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !starts || v.len() > 64 || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "argument names start with a letter or `_` and go on with `[A-Za-z0-9_]`, \
+                 1 to 64 characters (templates read them as variables); got {v:?}"
+            ));
+        }
+        Ok(())
+    }
+);
+
+string_newtype!(
+    /// What a resource set's URIs start with: a scheme, `:`, and more, without spaces,
+    /// quotes, `{`, `}` or `\\`; 1 to 256 characters.
+    UriPrefix,
+    |v| {
+        let scheme = v.split_once(':').map(|(s, _)| s).unwrap_or("");
+        let scheme_ok = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        let chars_ok = v.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '{' | '}' | '\\' | '<' | '>'));
+        if !scheme_ok || !chars_ok || v.len() > 256 || v.len() == scheme.len() + 1 {
+            return Err(format!(
+                "a URI prefix is a scheme, `:` and more (`docs://handbook/`), printable ASCII \
+                 without spaces, quotes, braces or backslashes, at most 256 characters; got {v:?}"
+            ));
+        }
+        Ok(())
+    }
+);
+
+string_newtype!(
     /// A tool's name inside its component or server (an invoker's `tool`): a tool name, or a
     /// typed component's `interface/function`; `[a-zA-Z0-9_-]` and `/ . : @`, 1 to 128.
     BackendToolName,
@@ -285,6 +321,14 @@ bounded!(
 bounded!(
     /// `[host] max-concurrent-calls`: instances running at once, 1 to 10,000.
     MaxConcurrentCalls, "max-concurrent-calls", 1, 10_000, number u32
+);
+bounded!(
+    /// `[[resources]] max-file-kib`: the largest file a resource set serves, 1 KiB to 64 MiB.
+    MaxFileKib, "max-file-kib", 1, 64 * 1024, kib usize
+);
+bounded!(
+    /// `[[resources]] max-files`: files one resource set lists, 1 to 100,000.
+    MaxResourceFiles, "max-files", 1, 100_000, number usize
 );
 bounded!(
     /// `[host] max-prepared`: prepared instances held at once, 0 (none) to 10,000.

@@ -12,6 +12,7 @@ use super::names::{
     MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, Prepared, PullTimeoutS,
     RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
+use super::names::{ArgumentName, MaxFileKib, MaxResourceFiles, UriPrefix};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
@@ -34,6 +35,14 @@ pub struct EnsembleFile {
     #[serde(default)]
     #[schemars(with = "Vec<InvokerEntry>")]
     pub invokers: Vec<Spanned<InvokerEntry>>,
+    /// Prompts written here, offered to MCP clients (`prompts/list`, `prompts/get`).
+    #[serde(default)]
+    #[schemars(with = "Vec<PromptEntry>")]
+    pub prompts: Vec<Spanned<PromptEntry>>,
+    /// Directories whose files are offered as resources (`resources/list`, `resources/read`).
+    #[serde(default)]
+    #[schemars(with = "Vec<ResourcesEntry>")]
+    pub resources: Vec<Spanned<ResourcesEntry>>,
 }
 
 /// `[ensemble]`.
@@ -452,4 +461,90 @@ pub struct ChatSection {
     /// How long a destructive call waits for a person's answer in the HTTP chat API
     /// (default 300).
     pub approval_timeout_s: Option<ApprovalTimeoutS>,
+}
+
+/// `[[prompts]]`: a prompt, with its arguments and its messages. Each message's `text` (or
+/// the URI of its `resource` or `image`) is a template that takes the arguments by name:
+/// `"Review {{ path }}"`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PromptEntry {
+    /// The name clients ask for (with the ensemble's `prefix`, as tools have).
+    #[schemars(with = "ToolName")]
+    pub name: Spanned<ToolName>,
+    pub title: Option<String>,
+    /// What the prompt is for, shown to the person who picks it.
+    pub description: String,
+    #[serde(default)]
+    pub arguments: Vec<PromptArgumentEntry>,
+    #[schemars(with = "Vec<PromptMessageEntry>")]
+    pub messages: Vec<Spanned<PromptMessageEntry>>,
+}
+
+/// `[[prompts.arguments]]`: one argument of a prompt (always a string).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PromptArgumentEntry {
+    #[schemars(with = "ArgumentName")]
+    pub name: Spanned<ArgumentName>,
+    pub description: Option<String>,
+    /// A `prompts/get` without it is refused (default false: it is then undefined, which
+    /// `{% if name is defined %}` tells).
+    #[serde(default)]
+    pub required: bool,
+    /// Values offered by `completion/complete` (those starting with what was typed).
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// Who says a message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MessageRole {
+    #[default]
+    User,
+    Assistant,
+}
+
+/// `[[prompts.messages]]`: a message, one of `text`, `resource` (a resource embedded whole,
+/// by its URI) or `image` (a resource whose MIME type is `image/*`, by its URI).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PromptMessageEntry {
+    #[serde(default)]
+    pub role: MessageRole,
+    #[schemars(with = "Option<String>")]
+    pub text: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub resource: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub image: Option<Spanned<String>>,
+}
+
+/// `[[resources]]`: the files under a directory, read-only, each at `uri-prefix` followed by
+/// its path below the directory.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ResourcesEntry {
+    /// The set's name (what access rules and allow lists match, with the ensemble's prefix).
+    #[schemars(with = "ToolName")]
+    pub name: Spanned<ToolName>,
+    pub description: Option<String>,
+    /// The directory, relative to this file.
+    #[schemars(with = "String")]
+    pub directory: Spanned<String>,
+    /// What each file's URI starts with: `docs://handbook/` offers `guide/intro.md` as
+    /// `docs://handbook/guide/intro.md`.
+    #[schemars(with = "UriPrefix")]
+    pub uri_prefix: Spanned<UriPrefix>,
+    /// MIME types by path pattern (`"*.md" = "text/markdown"`, `"logo" = "image/png"`); a
+    /// path no pattern matches gets the type of its extension, else `text/plain` when it is
+    /// UTF-8 text and `application/octet-stream` otherwise.
+    #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, String>")]
+    pub mime_types: std::collections::BTreeMap<String, Spanned<String>>,
+    /// The largest file served, in KiB (default 1024); larger ones are listed but refused.
+    pub max_file_kib: Option<MaxFileKib>,
+    /// The most files listed (default 1000); past it the listing says it was cut.
+    pub max_files: Option<MaxResourceFiles>,
 }

@@ -3,9 +3,14 @@
 //! swap never changes a call in flight. Every swap is announced to subscribers as a
 //! [`CatalogChange`] (the MCP server turns it into `tools/list_changed`).
 //!
-//! A tool's calls run on its [`Backend`]; the catalog never asks which kind it is.
+//! A tool's calls run on its [`Backend`]; the catalog never asks which kind it is. Beside
+//! the tools, the catalog holds what the ensembles offer MCP clients besides: their prompts
+//! ([`crate::prompts`]) and resource sets ([`crate::resources`]).
 
 use crate::backend::Backend;
+use crate::invoke::Session;
+use crate::prompts::Prompt;
+use crate::resources::{Contents, ResourceError, ResourceSet};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -215,19 +220,26 @@ pub struct Ensemble {
     pub enabled: bool,
     pub description: Option<String>,
     pub tools: Vec<Arc<Tool>>,
+    pub prompts: Vec<Arc<Prompt>>,
+    pub resources: Vec<Arc<ResourceSet>>,
 }
 
 impl Serialize for Ensemble {
-    /// `{name, file, enabled, description, tools: [names]}`, as `check --json` prints it.
+    /// `{name, file, enabled, description, tools: [names], prompts: [names], resources:
+    /// [URI prefixes]}`, as `check --json` prints it.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut s = serializer.serialize_struct("Ensemble", 5)?;
+        let mut s = serializer.serialize_struct("Ensemble", 7)?;
         s.serialize_field("name", &self.name)?;
         s.serialize_field("file", &self.file)?;
         s.serialize_field("enabled", &self.enabled)?;
         s.serialize_field("description", &self.description)?;
         let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
         s.serialize_field("tools", &names)?;
+        let prompts: Vec<&str> = self.prompts.iter().map(|p| p.name()).collect();
+        s.serialize_field("prompts", &prompts)?;
+        let resources: Vec<&str> = self.resources.iter().map(|r| r.uri_prefix()).collect();
+        s.serialize_field("resources", &resources)?;
         s.end()
     }
 }
@@ -237,6 +249,9 @@ impl Serialize for Ensemble {
 pub struct Catalog {
     /// Enabled tools by name.
     active: BTreeMap<String, Arc<Tool>>,
+    /// The enabled ensembles' prompts by name, and their resource sets.
+    prompts: BTreeMap<String, Arc<Prompt>>,
+    resources: Vec<Arc<ResourceSet>>,
     /// The accepted ensembles, in load order, and where each is by file.
     ensembles: Vec<Arc<Ensemble>>,
     by_file: HashMap<PathBuf, usize>,
@@ -268,6 +283,14 @@ impl Catalog {
             .flat_map(|e| e.tools.iter().filter(|t| t.enabled))
             .map(|t| (t.name.clone(), Arc::clone(t)))
             .collect();
+        let enabled = || ensembles.iter().filter(|e| e.enabled);
+        let prompts = enabled()
+            .flat_map(|e| e.prompts.iter())
+            .map(|p| (p.name.clone(), Arc::clone(p)))
+            .collect();
+        let resources = enabled()
+            .flat_map(|e| e.resources.iter().cloned())
+            .collect();
         let by_file = ensembles
             .iter()
             .enumerate()
@@ -275,6 +298,8 @@ impl Catalog {
             .collect();
         Catalog {
             active,
+            prompts,
+            resources,
             ensembles,
             by_file,
             pending: Vec::new(),
@@ -323,6 +348,42 @@ impl Catalog {
         self.ensembles.iter().flat_map(|e| e.tools.iter())
     }
 
+    /// The enabled ensembles' prompts, by name.
+    pub fn prompts(&self) -> impl ExactSizeIterator<Item = &Arc<Prompt>> {
+        self.prompts.values()
+    }
+
+    /// The prompt called `name`.
+    pub fn prompt(&self, name: &str) -> Option<&Arc<Prompt>> {
+        self.prompts.get(name)
+    }
+
+    /// The enabled ensembles' resource sets.
+    pub fn resource_sets(&self) -> impl ExactSizeIterator<Item = &Arc<ResourceSet>> {
+        self.resources.iter()
+    }
+
+    /// The resource set that `uri` would be in (URI prefixes never overlap).
+    pub fn resource_set_for(&self, uri: &str) -> Option<&Arc<ResourceSet>> {
+        self.resources
+            .iter()
+            .find(|set| uri.starts_with(set.uri_prefix()))
+    }
+
+    /// Reads the resource at `uri`, if `session` may: one it may not read is not found.
+    pub async fn read_resource(
+        &self,
+        session: &Session,
+        uri: &str,
+    ) -> Result<Contents, ResourceError> {
+        match self.resource_set_for(uri) {
+            Some(set) if session.permits_offer(set.ensemble(), set.name()) => set.read(uri).await,
+            _ => Err(ResourceError::NotFound {
+                uri: toolhost_audit::cut_text(uri),
+            }),
+        }
+    }
+
     /// The accepted ensembles.
     pub fn ensembles(&self) -> &[Arc<Ensemble>] {
         &self.ensembles
@@ -353,11 +414,26 @@ pub struct CatalogChange {
     pub removed: Vec<String>,
     /// Tools whose version (component or descriptor) changed.
     pub changed: Vec<String>,
+    /// Whether any prompt came, went or changed.
+    pub prompts_changed: bool,
+    /// Whether any resource set came, went or changed (not its files: see
+    /// [`crate::resources::watch`]).
+    pub resources_changed: bool,
     /// Ensemble files that failed this time, each with its errors.
     pub refused: Vec<RefusedEnsemble>,
 }
 
 impl CatalogChange {
+    /// A change that says everything may have changed (for a subscriber that fell behind).
+    pub fn everything() -> Self {
+        CatalogChange {
+            changed: vec![String::new()],
+            prompts_changed: true,
+            resources_changed: true,
+            ..CatalogChange::default()
+        }
+    }
+
     /// True when the set of tools, or any tool, changed.
     pub fn tools_changed(&self) -> bool {
         !(self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty())
@@ -380,6 +456,14 @@ impl CatalogChange {
             .filter(|t| new.get(&t.name).is_none())
             .map(|t| t.name.clone())
             .collect();
+        let prompts = |c: &Catalog| {
+            c.prompts()
+                .map(|p| (p.name.clone(), p.version))
+                .collect::<Vec<_>>()
+        };
+        change.prompts_changed = prompts(old) != prompts(new);
+        let sets = |c: &Catalog| c.resource_sets().map(|r| r.version).collect::<Vec<_>>();
+        change.resources_changed = sets(old) != sets(new);
         change
     }
 }

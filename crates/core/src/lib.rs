@@ -9,6 +9,8 @@
 //!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
 //!           drain a shutdown waits on
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
+//! prompts   an ensemble's `[[prompts]]`: arguments checked, messages rendered (sandboxed)
+//! resources an ensemble's `[[resources]]`: files under a directory, read-only, watched
 //! backend   one trait for every kind of tool: a sandboxed component, an imported MCP server
 //! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
 //! ```
@@ -21,5 +23,7 @@ pub mod backend;
 pub mod catalog;
 pub mod invoke;
 pub mod metrics;
+pub mod prompts;
 pub mod reload;
 pub mod resolve;
+pub mod resources;

@@ -10,6 +10,11 @@
 //! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
 //! to the request that called it ([`talk`]).
 //!
+//! Beside the tools, the ensembles' prompts ([`prompts`]: `prompts/list`, `prompts/get`,
+//! completion of their arguments) and resources ([`resources`]: `resources/list`,
+//! `resources/templates/list`, `resources/read`, subscriptions, completion of paths), with
+//! their list changes and resource updates sent as [`notify`] says.
+//!
 //! Over stdio the messages are read and written by [`stdio`]: a request too large or too
 //! deep to read is answered with an error instead of dropped.
 //!
@@ -21,21 +26,29 @@
 #![allow(deprecated)]
 
 pub mod log;
+mod notify;
+pub mod prompts;
+pub mod resources;
 pub mod scope;
 pub mod stdio;
+mod streams;
 pub mod talk;
 pub mod tasks;
 pub mod tools;
 
-use log::{LogRecord, LogRelay};
+use log::{LogRelay, relay_logs};
+use resources::Subscriptions;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    ContentBlock, CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
-    UpdateTaskParams,
+    CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, CreateTaskResult,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Reference, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
-use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use scope::Conversations;
 use serde_json::Value;
@@ -44,8 +57,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+pub use streams::{StreamSlot, StreamSlots};
 use tasks::Tasks;
-use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use toolhost_contract::{CallerLink, IdentityKind};
@@ -114,56 +127,6 @@ impl Shared {
     }
 }
 
-/// The long-lived streams open at once over HTTP (MCP's GET stream and `subscriptions/listen`,
-/// chat runs, the catalog's), and their cap (`[host] max-http-streams`), shared by every kind.
-#[derive(Debug)]
-pub struct StreamSlots {
-    open: AtomicUsize,
-    max: usize,
-}
-
-/// One stream's place in [`StreamSlots`], given back when dropped.
-#[derive(Debug)]
-pub struct StreamSlot(Arc<StreamSlots>);
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl StreamSlots {
-    pub fn new(max: usize) -> Arc<Self> {
-        Arc::new(StreamSlots {
-            open: AtomicUsize::new(0),
-            max: max.max(1),
-        })
-    }
-
-    /// A place for one more stream, if there is one.
-    pub fn try_take(self: &Arc<Self>) -> Option<StreamSlot> {
-        if self.open.fetch_add(1, Ordering::SeqCst) >= self.max {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(StreamSlot(Arc::clone(self)))
-    }
-
-    /// The cap.
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
-    /// The refusal of a stream past the cap.
-    pub fn refusal(&self) -> String {
-        format!(
-            "{} long-lived streams are open, the most this host keeps (max-http-streams); \
-             close one or try again later",
-            self.max
-        )
-    }
-}
-
 /// One open subscription, counted until it ends.
 struct Listening<'a>(&'a AtomicUsize);
 
@@ -181,6 +144,8 @@ pub struct McpServer {
     shared: Arc<Shared>,
     /// The tool listing, shared by the sessions of the host.
     tools: Arc<ToolList>,
+    /// The resources this session subscribed to (`resources/subscribe`).
+    subscriptions: Arc<Subscriptions>,
     logs: Option<LogRelay>,
     /// The session's id in audit records.
     id: String,
@@ -220,6 +185,7 @@ impl McpServer {
             host,
             shared,
             tools,
+            subscriptions: Arc::default(),
             logs: None,
             log_level: Arc::new(AtomicU8::new(log::severity(LoggingLevel::Warning))),
             tasks: Mutex::default(),
@@ -375,6 +341,12 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_tasks()
@@ -407,6 +379,122 @@ impl ServerHandler for McpServer {
         result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
         result.cache_scope = Some(CacheScope::Private);
         Ok(result)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.first_load_ended().await;
+        let catalog = self.host.catalog().snapshot();
+        let session = self.own_session(caller(&context));
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (prompts, next) = prompts::page(&catalog, &session, cursor);
+        let mut result = ListPromptsResult::with_all_items(prompts);
+        result.next_cursor = next;
+        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+        result.cache_scope = Some(CacheScope::Private);
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let session = self.own_session(caller(&context));
+        let arguments = request.arguments.unwrap_or_default();
+        prompts::get(&self.host, &session, &request.name, &arguments)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.first_load_ended().await;
+        let catalog = self.host.catalog().snapshot();
+        let session = self.own_session(caller(&context));
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (listed, next) = resources::page(&catalog, &session, cursor).await;
+        let mut result = ListResourcesResult::with_all_items(listed);
+        result.next_cursor = next;
+        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+        result.cache_scope = Some(CacheScope::Private);
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.first_load_ended().await;
+        let catalog = self.host.catalog().snapshot();
+        let session = self.own_session(caller(&context));
+        let templates = resources::templates(&catalog, &session);
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let session = self.own_session(caller(&context));
+        let contents = self
+            .host
+            .read_resource(&session, &request.uri)
+            .await
+            .map_err(resources::refusal)?;
+        Ok(ReadResourceResult::new(vec![prompts::resource(contents)]).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let catalog = self.host.catalog().snapshot();
+        let session = self.own_session(caller(&context));
+        self.subscriptions
+            .subscribe(&catalog, &session, &request.uri)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    /// Values of a prompt's argument (its `values`), or paths of a resource set's template.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let session = self.own_session(caller(&context));
+        let typed = &request.argument.value;
+        let values = match &request.r#ref {
+            Reference::Prompt(prompt) => self
+                .host
+                .prompt(&session, &prompt.name)
+                .map(|p| p.complete(&request.argument.name, typed, CompletionInfo::MAX_VALUES))
+                .unwrap_or_default(),
+            Reference::Resource(template) => {
+                let catalog = self.host.catalog().snapshot();
+                resources::complete(&catalog, &session, &template.uri, typed).await
+            }
+            _ => Vec::new(),
+        };
+        let info = CompletionInfo::new(values).map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CompleteResult::new(info))
     }
 
     async fn call_tool(
@@ -480,57 +568,32 @@ impl ServerHandler for McpServer {
             .cancel(credentials(&context), &request.task_id)
     }
 
-    /// Tool list changes are what a client may subscribe to.
+    /// List changes (tools, prompts, resources) and up to [`resources::MAX_SUBSCRIPTIONS`]
+    /// resources' updates are what a client may subscribe to.
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        let uris = requested.resource_subscriptions.iter().flatten();
+        let uris = uris
+            .filter(|uri| uri.len() <= toolhost_core::resources::MAX_URI_BYTES)
+            .take(resources::MAX_SUBSCRIPTIONS)
+            .cloned();
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .resource_subscriptions(uris)
+                .build(),
+        )
     }
 
-    /// Sends `notifications/tools/list_changed` on the stream after each reload that changed
-    /// the tools, until the client cancels it or the host shuts down (then the stream ends
-    /// with its final result). Ended with an error past the cap of open streams.
+    /// Sends list changes and the accepted resources' updates on the stream, until the
+    /// client cancels it or the host shuts down (then the stream ends with its final result).
+    /// Ended with an error past the cap of open streams.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        // Over HTTP, one of the host's long-lived streams (counted here, whatever headers the
-        // request came with).
-        let _slot = match &self.shared.streams {
-            None => None,
-            Some(streams) => match streams.try_take() {
-                Some(slot) => Some(slot),
-                None => return Err(ErrorData::invalid_request(streams.refusal(), None)),
-            },
-        };
-        let listeners = &self.shared.listeners;
-        let _counted = Listening(listeners);
-        if listeners.fetch_add(1, Ordering::SeqCst) >= self.shared.max_listeners {
-            // Acknowledged already (rmcp does that first); the error ends the stream.
-            return Err(ErrorData::invalid_request(
-                format!(
-                    "{} subscriptions/listen streams are open, the most this host keeps; \
-                     close one or try again later",
-                    self.shared.max_listeners
-                ),
-                None,
-            ));
-        }
-        let mut changes = self.host.catalog().subscribe();
-        let stopping = self.host.stopping();
-        tokio::pin!(stopping);
-        loop {
-            let changed = tokio::select! {
-                _ = context.cancelled() => return Ok(()),
-                _ = &mut stopping => return Ok(()),
-                change = changes.recv() => match change {
-                    Ok(change) => change.tools_changed(),
-                    Err(broadcast::error::RecvError::Lagged(_)) => true,
-                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
-                },
-            };
-            if changed && context.sink().notify_tool_list_changed().await.is_err() {
-                return Ok(()); // The stream is gone.
-            }
-        }
+        notify::listen(self, context).await
     }
 
     async fn set_level(
@@ -553,59 +616,7 @@ impl ServerHandler for McpServer {
                 self.id.clone(),
             ));
         }
-        let mut changes = self.host.catalog().subscribe();
-        let peer = context.peer.clone();
-        let relay_changes = tokio::spawn(async move {
-            loop {
-                match changes.recv().await {
-                    Ok(change) if change.tools_changed() => {
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            return; // The session is gone.
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        tasks.push(relay_changes.abort_handle());
+        tasks.push(notify::relay_changes(&self.host, context.peer.clone()));
+        tasks.push(notify::relay_updates(self, context.peer.clone()));
     }
-}
-
-/// Sends each relayed log message this session may see (the host's, and its own calls'
-/// plugin lines) at or above the session's level, until the session ends or the task is
-/// aborted.
-fn relay_logs(
-    mut records: broadcast::Receiver<LogRecord>,
-    peer: Peer<RoleServer>,
-    level: Arc<AtomicU8>,
-    session: String,
-) -> AbortHandle {
-    let relay = tokio::spawn(async move {
-        loop {
-            let record = match records.recv().await {
-                Ok(record) => record,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            if log::severity(record.level) < level.load(Ordering::Relaxed)
-                || !record.visible_to(&session)
-            {
-                continue;
-            }
-            let param =
-                LoggingMessageNotificationParam::new(record.level, Value::String(record.message))
-                    .with_logger(record.target);
-            let sent = peer.notify_logging_message(param).await;
-            if sent.is_err() {
-                return; // The session is gone.
-            }
-        }
-    });
-    relay.abort_handle()
 }

@@ -11,9 +11,15 @@
 // See the note in `mcp`: logging is deprecated only by a revision this server does not speak.
 #![allow(deprecated)]
 
-use rmcp::model::LoggingLevel;
+use rmcp::RoleServer;
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::service::Peer;
+use serde_json::Value;
 use std::fmt::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -144,4 +150,37 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for LogRelay {
         // No session listening is fine.
         let _ = self.sender.send(record);
     }
+}
+
+/// Sends each relayed log message this session may see (the host's, and its own calls'
+/// plugin lines) at or above the session's level, until the session ends or the task is
+/// aborted.
+pub(crate) fn relay_logs(
+    mut records: broadcast::Receiver<LogRecord>,
+    peer: Peer<RoleServer>,
+    level: Arc<AtomicU8>,
+    session: String,
+) -> AbortHandle {
+    let relay = tokio::spawn(async move {
+        loop {
+            let record = match records.recv().await {
+                Ok(record) => record,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            if severity(record.level) < level.load(Ordering::Relaxed)
+                || !record.visible_to(&session)
+            {
+                continue;
+            }
+            let param =
+                LoggingMessageNotificationParam::new(record.level, Value::String(record.message))
+                    .with_logger(record.target);
+            let sent = peer.notify_logging_message(param).await;
+            if sent.is_err() {
+                return; // The session is gone.
+            }
+        }
+    });
+    relay.abort_handle()
 }

@@ -121,6 +121,7 @@ impl Guard {
             session: "http".into(),
             identity: None,
             tool: toolhost::audit::cut_text(path),
+            kind: None,
             ensemble: None,
             component: None,
             arguments: serde_json::Value::Null,

@@ -12,9 +12,14 @@
 mod entries;
 mod grants;
 mod mcp;
+mod offers;
 mod settings;
 
 pub use mcp::{McpCredential, McpOauth, McpSpec, McpTarget};
+pub use offers::{
+    ArgumentDraft, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, MessageDraft, MessageKind,
+    PromptDraft, ResourcesDraft, Role, overlaps,
+};
 pub use settings::{
     DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS,
@@ -46,6 +51,10 @@ pub struct EnsembleDraft {
     /// The MCP server the ensemble imports, when it names one instead of a component.
     pub mcp: Option<McpDraft>,
     pub invokers: Vec<InvokerDraft>,
+    /// Its `[[prompts]]`, checked.
+    pub prompts: Vec<PromptDraft>,
+    /// Its `[[resources]]`, checked.
+    pub resources: Vec<ResourcesDraft>,
     /// Errors of the ensemble as a whole: its entries, grants and `[ensemble.mcp]`.
     pub errors: Vec<Diagnostic>,
     context: Context,
@@ -171,6 +180,8 @@ pub fn read(
         defaults,
         grants,
         invokers: entries,
+        prompts,
+        resources,
         ..
     } = parsed;
     let name = head.name.get_ref().to_string();
@@ -195,12 +206,16 @@ pub fn read(
             &mut errors,
         )
     });
-    if !lists_invokers && mcp.is_none() && head.component.is_none() {
+    let prefix = head.prefix.as_ref().map(Spanned::get_ref);
+    let offers_other = !(prompts.is_empty() && resources.is_empty());
+    let prompts = offers::prompts(&source, prefix, prompts, &mut errors);
+    let resources = offers::resources(&source, prefix, resources, &mut errors);
+    if !lists_invokers && mcp.is_none() && head.component.is_none() && !offers_other {
         errors.push(Diagnostic::new(
             source.at(head.name.span()),
             format!(
-                "ensemble `{name}` offers no tools: name a `component` (to offer every tool it \
-                 has) or an MCP server, or list [[invokers]]"
+                "ensemble `{name}` offers nothing: name a `component` (to offer every tool it \
+                 has) or an MCP server, or list [[invokers]], [[prompts]] or [[resources]]"
             ),
         ));
     }
@@ -235,6 +250,8 @@ pub fn read(
         description: head.description,
         mcp,
         invokers,
+        prompts,
+        resources,
         errors,
         context,
     })

@@ -12,6 +12,10 @@ use toolhost_contract::Identity;
 pub trait Permits: Send + Sync {
     fn permits(&self, tool: &Tool) -> bool;
 
+    /// Whether the identity may list and use a prompt or resource set called `name` of
+    /// `ensemble` (granted as a tool of that name would be).
+    fn permits_named(&self, ensemble: &str, name: &str) -> bool;
+
     /// Whether the identity may answer the approvals of destructive calls in conversations
     /// it did not start (an approver).
     fn may_approve(&self) -> bool {
@@ -51,6 +55,10 @@ impl Caller {
         struct Everything;
         impl Permits for Everything {
             fn permits(&self, _: &Tool) -> bool {
+                true
+            }
+
+            fn permits_named(&self, _: &str, _: &str) -> bool {
                 true
             }
 
@@ -107,6 +115,10 @@ impl Latest {
 impl Permits for Latest {
     fn permits(&self, tool: &Tool) -> bool {
         self.0.load().permits(tool)
+    }
+
+    fn permits_named(&self, ensemble: &str, name: &str) -> bool {
+        self.0.load().access.permits_named(ensemble, name)
     }
 
     fn may_approve(&self) -> bool {

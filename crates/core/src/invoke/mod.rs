@@ -21,6 +21,7 @@ mod caller;
 mod dedup;
 mod drain;
 mod error;
+mod offers;
 mod session;
 
 pub use call::{Attached, Call};
@@ -105,6 +106,8 @@ pub struct Host {
     dedup: Arc<DedupBudget>,
     drain: drain::Drain,
     metrics: Option<Arc<Metrics>>,
+    /// The watch of the resource directories, started by the first who asks.
+    resource_watch: std::sync::OnceLock<crate::resources::watch::ResourceWatch>,
 }
 
 impl Host {
@@ -115,6 +118,7 @@ impl Host {
             dedup: Arc::default(),
             drain: drain::Drain::default(),
             metrics: None,
+            resource_watch: std::sync::OnceLock::new(),
         }
     }
 
@@ -373,6 +377,7 @@ impl Host {
             session: session.id.clone(),
             identity: session.caller().map(|c| c.identity.clone()),
             tool: audit::cut_text(&outcome.tool),
+            kind: None,
             ensemble: tool.map(|t| t.ensemble.to_string()),
             component: tool.map(|t| t.source_hash().to_string()),
             arguments,

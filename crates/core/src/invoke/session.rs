@@ -99,6 +99,15 @@ impl Session {
         self.policy.permits(&tool.name) && self.caller().is_none_or(|c| c.permits(tool))
     }
 
+    /// Whether the session may see a prompt or resource set called `name` of `ensemble`: its
+    /// policy's lists, and its caller's rules, as for a tool of that name.
+    pub fn permits_offer(&self, ensemble: &str, name: &str) -> bool {
+        self.policy.permits(name)
+            && self
+                .caller()
+                .is_none_or(|c| c.access.permits_named(ensemble, name))
+    }
+
     /// The results this session remembers.
     pub fn dedup(&self) -> &DedupCache {
         &self.dedup

@@ -34,6 +34,8 @@ pub use toolhost_config::schema::{
 use crate::backend::ToolOffer;
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{Accepts, CallGate, Catalog, Ensemble, Policy, Schema, Tool, VersionHash};
+use crate::prompts::Prompt;
+use crate::resources::ResourceSet;
 use bind::{Binder, Bound, Unbound};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -402,12 +404,22 @@ impl Resolver {
         }
         diagnostics.extend(draft.duplicates());
         let result = if diagnostics.is_empty() && compiling.is_empty() && starting.is_empty() {
+            let prompts = std::mem::take(&mut draft.prompts)
+                .into_iter()
+                .map(|prompt| Arc::new(Prompt::new(&shared.name, prompt)))
+                .collect();
+            let resources = std::mem::take(&mut draft.resources)
+                .into_iter()
+                .map(|set| Arc::new(ResourceSet::new(&shared.name, set)))
+                .collect();
             Ok(Arc::new(Ensemble {
                 name: draft.name,
                 file: file.to_path_buf(),
                 enabled: draft.enabled,
                 description: draft.description,
                 tools,
+                prompts,
+                resources,
             }))
         } else {
             Err(diagnostics)

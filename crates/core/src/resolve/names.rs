@@ -1,9 +1,11 @@
-//! Tool names across ensembles: the first ensemble (in file-name order) to claim an enabled
-//! name keeps it, and one that brings a taken name is refused whole, naming both places.
+//! Names across ensembles: the first ensemble (in file-name order) to claim an enabled tool
+//! or prompt name, or a resource URI prefix, keeps it, and one that brings a taken name (or
+//! a prefix that overlaps a taken one) is refused whole, naming both places.
 
 use crate::catalog::{Catalog, Ensemble};
 use std::collections::HashMap;
 use std::sync::Arc;
+use toolhost_config::draft::overlaps;
 use toolhost_config::{Diagnostic, Span};
 
 /// Builds a catalog one accepted ensemble at a time, refusing name collisions.
@@ -11,6 +13,10 @@ use toolhost_config::{Diagnostic, Span};
 pub struct CatalogBuilder {
     /// Which ensemble claimed each enabled name, and where it is defined.
     owners: HashMap<String, (String, Span)>,
+    /// The same for prompts.
+    prompts: HashMap<String, (String, Span)>,
+    /// Each enabled resource set's URI prefix, its ensemble and where it is defined.
+    prefixes: Vec<(String, String, Span)>,
     ensembles: Vec<Arc<Ensemble>>,
 }
 
@@ -33,11 +39,58 @@ impl CatalogBuilder {
                 )
                 .with_note(Some(first.location()), "first defined here"));
             }
+            if let Some((prompt, (owner, first))) = ensemble
+                .prompts
+                .iter()
+                .find_map(|p| self.prompts.get(p.name()).map(|owner| (p, owner)))
+            {
+                return Err(Diagnostic::new(
+                    prompt.definition().location(),
+                    format!(
+                        "prompt name `{}` is already used by ensemble `{owner}`; ensemble `{}` \
+                         is refused (rename the prompt, or set `prefix` in [ensemble])",
+                        prompt.name(),
+                        ensemble.name
+                    ),
+                )
+                .with_note(Some(first.location()), "first defined here"));
+            }
+            if let Some((set, (prefix, owner, first))) = ensemble.resources.iter().find_map(|set| {
+                self.prefixes
+                    .iter()
+                    .find(|(taken, _, _)| overlaps(taken, set.uri_prefix()))
+                    .map(|taken| (set, taken))
+            }) {
+                return Err(Diagnostic::new(
+                    set.definition().location(),
+                    format!(
+                        "URI prefix `{}` overlaps `{prefix}` of ensemble `{owner}`; ensemble `{}` \
+                         is refused (a URI must name one file: choose prefixes neither of which \
+                         starts the other)",
+                        set.uri_prefix(),
+                        ensemble.name
+                    ),
+                )
+                .with_note(Some(first.location()), "first defined here"));
+            }
             for tool in enabled() {
                 self.owners.insert(
                     tool.name.clone(),
                     (ensemble.name.clone(), tool.definition.clone()),
                 );
+            }
+            for prompt in &ensemble.prompts {
+                self.prompts.insert(
+                    prompt.name().to_string(),
+                    (ensemble.name.clone(), prompt.definition().clone()),
+                );
+            }
+            for set in &ensemble.resources {
+                self.prefixes.push((
+                    set.uri_prefix().to_string(),
+                    ensemble.name.clone(),
+                    set.definition().clone(),
+                ));
             }
         }
         self.ensembles.push(ensemble);

@@ -1,0 +1,143 @@
+//! Prompts and resources through the host: `prompts/get` and `resources/read` for a
+//! session, on one snapshot of the catalog, each audited as a call is (with `kind` `prompt`
+//! or `resource`), and the watch that tells which resources changed.
+
+use super::{Host, Session};
+use crate::prompts::{Prompt, PromptError, Rendered, RenderedContent};
+use crate::resources::watch::{ResourceEvent, ResourceWatch};
+use crate::resources::{Contents, ResourceError};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::broadcast;
+use toolhost_audit::{self as audit, AuditRecord};
+
+impl Host {
+    /// The prompt `name`, if `session` may see it.
+    pub fn prompt(&self, session: &Session, name: &str) -> Option<Arc<Prompt>> {
+        let catalog = self.catalog().snapshot();
+        catalog
+            .prompt(name)
+            .filter(|p| session.permits_offer(p.ensemble(), p.name()))
+            .cloned()
+    }
+
+    /// The messages of prompt `name` for `arguments`, as `session` may have them; audited.
+    pub async fn get_prompt(
+        &self,
+        session: &Session,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<(Arc<Prompt>, Vec<Rendered>), PromptError> {
+        let started = Instant::now();
+        let catalog = self.catalog().snapshot();
+        let prompt = catalog
+            .prompt(name)
+            .filter(|p| session.permits_offer(p.ensemble(), p.name()))
+            .cloned();
+        let result = match &prompt {
+            Some(prompt) => prompt.render(arguments, &catalog, session).await,
+            None => Err(PromptError::NotFound(audit::cut_text(name))),
+        };
+        let bytes = result.as_ref().map_or(0, |messages| {
+            messages
+                .iter()
+                .map(|m| match &m.content {
+                    RenderedContent::Text(text) => text.len(),
+                    RenderedContent::Resource(contents) => contents.len(),
+                    RenderedContent::Image { data, .. } => data.len(),
+                })
+                .sum()
+        });
+        let arguments = Value::Object(arguments.clone());
+        self.audit_offer(OfferRecord {
+            session,
+            kind: "prompt",
+            name,
+            ensemble: prompt.as_ref().map(|p| p.ensemble()),
+            arguments: Some(&arguments),
+            error: result.as_ref().err().map(ToString::to_string),
+            started,
+            bytes,
+        });
+        Ok((
+            prompt.ok_or_else(|| PromptError::NotFound(name.into()))?,
+            result?,
+        ))
+    }
+
+    /// The resource at `uri`, as `session` may read it; audited.
+    pub async fn read_resource(
+        &self,
+        session: &Session,
+        uri: &str,
+    ) -> Result<Contents, ResourceError> {
+        let started = Instant::now();
+        let catalog = self.catalog().snapshot();
+        let result = catalog.read_resource(session, uri).await;
+        let ensemble = catalog.resource_set_for(uri).map(|set| set.ensemble());
+        self.audit_offer(OfferRecord {
+            session,
+            kind: "resource",
+            name: uri,
+            ensemble: ensemble.filter(|_| result.is_ok()),
+            arguments: None,
+            error: result.as_ref().err().map(ToString::to_string),
+            started,
+            bytes: result.as_ref().map_or(0, Contents::len),
+        });
+        result
+    }
+
+    /// Receives an event each time resources change on disk, from now on. The first call
+    /// starts the watch (within a tokio runtime).
+    pub fn resource_events(&self) -> broadcast::Receiver<Arc<ResourceEvent>> {
+        self.resource_watch
+            .get_or_init(|| ResourceWatch::start(self.catalog()))
+            .subscribe()
+    }
+
+    fn audit_offer(&self, record: OfferRecord<'_>) {
+        let Some(log) = self.audit_log() else { return };
+        let (arguments, arguments_bytes) = record
+            .arguments
+            .map_or((Value::Null, None), audit::record_arguments);
+        let record = AuditRecord {
+            time: audit::now_rfc3339(),
+            session: record.session.id.clone(),
+            identity: record.session.caller().map(|c| c.identity.clone()),
+            tool: audit::cut_text(record.name),
+            kind: Some(record.kind.into()),
+            ensemble: record.ensemble.map(str::to_string),
+            component: None,
+            arguments,
+            arguments_bytes,
+            outcome: if record.error.is_some() {
+                "refused".into()
+            } else {
+                "ok".into()
+            },
+            error: record
+                .error
+                .map(|e| audit::cut_text(&audit::redact_text(&e))),
+            duration_ms: record.started.elapsed().as_secs_f64() * 1000.0,
+            deduplicated: false,
+            result_bytes: record.bytes,
+            summary: String::new(),
+        };
+        // A record the file refuses is held and written later; the log says so itself, once.
+        let _ = log.append(&record);
+    }
+}
+
+/// What one audit record of a prompt or resource says.
+struct OfferRecord<'a> {
+    session: &'a Session,
+    kind: &'static str,
+    name: &'a str,
+    ensemble: Option<&'a str>,
+    arguments: Option<&'a Value>,
+    error: Option<String>,
+    started: Instant,
+    bytes: usize,
+}

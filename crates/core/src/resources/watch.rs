@@ -1,0 +1,179 @@
+//! watch: which resources changed on disk, for `notifications/resources/updated` and
+//! `notifications/resources/list_changed`. One file system watch per host covers the
+//! directories of the live catalog's resource sets (moved along at each swap that changes
+//! them); what it sees in [`SETTLE`] is sent to subscribers as one [`ResourceEvent`].
+
+use crate::catalog::LiveCatalog;
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// How long the watch gathers events before it tells subscribers: a file written in many
+/// pieces is one update.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// URIs one event names, at most; past it the event says `everything` instead.
+pub const MAX_URIS_PER_EVENT: usize = 1000;
+
+/// What changed in [`SETTLE`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceEvent {
+    /// The resources whose content changed (or that appeared or went away).
+    pub updated: BTreeSet<String>,
+    /// More changed than an event names: every subscribed resource may have.
+    pub everything: bool,
+    /// Files appeared or went away: `resources/list` answers differently.
+    pub listing: bool,
+}
+
+/// The host's watch of its resource directories. Dropping it stops it.
+pub struct ResourceWatch {
+    events: broadcast::Sender<Arc<ResourceEvent>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for ResourceWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ResourceWatch {
+    /// Watches the resource directories of `catalog`'s live version, and of each version
+    /// after it. Needs a tokio runtime.
+    pub fn start(catalog: &Arc<LiveCatalog>) -> Self {
+        let (events, _) = broadcast::channel(64);
+        let sender = events.clone();
+        let task = tokio::spawn(run(Arc::downgrade(catalog), catalog.subscribe(), sender));
+        ResourceWatch {
+            events,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// Receives an event after each change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<ResourceEvent>> {
+        self.events.subscribe()
+    }
+}
+
+/// The directories to watch, with the prefix of their URIs (canonical paths: the events name
+/// those).
+fn targets(catalog: &Weak<LiveCatalog>) -> Vec<(PathBuf, Arc<crate::resources::ResourceSet>)> {
+    let Some(catalog) = catalog.upgrade() else {
+        return Vec::new();
+    };
+    let snapshot = catalog.snapshot();
+    snapshot
+        .resource_sets()
+        .filter_map(|set| Some((set.directory().canonicalize().ok()?, Arc::clone(set))))
+        .collect()
+}
+
+async fn run(
+    catalog: Weak<LiveCatalog>,
+    mut changes: broadcast::Receiver<Arc<crate::catalog::CatalogChange>>,
+    events: broadcast::Sender<Arc<ResourceEvent>>,
+) {
+    let (notices, mut seen) = mpsc::unbounded_channel::<notify::Event>();
+    let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+        if let Ok(event) = result {
+            let _ = notices.send(event);
+        }
+    });
+    let mut watcher: RecommendedWatcher = match watcher {
+        Ok(watcher) => watcher,
+        Err(e) => {
+            tracing::warn!("resources: no file watch ({e}); subscribers are not told of changes");
+            return;
+        }
+    };
+    let mut watched: Vec<(PathBuf, Arc<crate::resources::ResourceSet>)> = Vec::new();
+    let mut retarget = true;
+    loop {
+        if std::mem::take(&mut retarget) {
+            for (dir, _) in &watched {
+                let _ = watcher.unwatch(dir);
+            }
+            watched = targets(&catalog);
+            for (dir, set) in &watched {
+                if let Err(e) = watcher.watch(dir, RecursiveMode::Recursive) {
+                    tracing::warn!(
+                        "resources: cannot watch {} of set `{}`: {e}",
+                        dir.display(),
+                        set.name()
+                    );
+                }
+            }
+        }
+        let first = tokio::select! {
+            change = changes.recv() => {
+                match change {
+                    Ok(change) if change.resources_changed => retarget = true,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => retarget = true,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+                continue;
+            }
+            event = seen.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+        };
+        let mut event = ResourceEvent::default();
+        note(&watched, &first, &mut event);
+        let settled = tokio::time::sleep(SETTLE);
+        tokio::pin!(settled);
+        loop {
+            tokio::select! {
+                _ = &mut settled => break,
+                more = seen.recv() => match more {
+                    Some(more) => note(&watched, &more, &mut event),
+                    None => return,
+                },
+            }
+        }
+        if event.everything || event.listing || !event.updated.is_empty() {
+            // No subscriber is fine.
+            let _ = events.send(Arc::new(event));
+        }
+    }
+}
+
+/// Adds what one file system event says to `event`.
+fn note(
+    watched: &[(PathBuf, Arc<crate::resources::ResourceSet>)],
+    seen: &notify::Event,
+    event: &mut ResourceEvent,
+) {
+    let listing = match seen.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
+        EventKind::Access(_) => return,
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(ModifyKind::Name(_)) => true,
+        _ => false,
+    };
+    for path in &seen.paths {
+        for (dir, set) in watched {
+            let Ok(relative) = path.strip_prefix(dir) else {
+                continue;
+            };
+            let Some(relative) = relative.to_str() else {
+                continue;
+            };
+            if relative.is_empty() || relative.split('/').any(|part| part.starts_with('.')) {
+                continue;
+            }
+            event.listing |= listing;
+            if event.updated.len() >= MAX_URIS_PER_EVENT {
+                event.everything = true;
+            } else {
+                event.updated.insert(set.uri_of(relative));
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! `resources/list`, `resources/templates/list`, `resources/read`, `completion/complete`
+//! and subscriptions: the catalog's resource sets in MCP form. A listing walks the sets'
+//! directories (bounded by each set's `max-files`) and answers in pages whose cursor is the
+//! last URI sent; a read goes through [`Host::read_resource`] (bounded, audited); a session
+//! holds at most [`MAX_SUBSCRIPTIONS`] subscribed URIs.
+
+use rmcp::ErrorData;
+use rmcp::model::{Resource, ResourceTemplate};
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
+use toolhost_core::catalog::Catalog;
+use toolhost_core::invoke::Session;
+use toolhost_core::resources::{MAX_URI_BYTES, ResourceError, ResourceSet};
+
+/// Resources per `resources/list` page, at most.
+pub const PAGE_RESOURCES: usize = 1000;
+/// URIs one session may be subscribed to at once.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
+fn visible<'c>(
+    catalog: &'c Catalog,
+    session: &'c Session,
+) -> impl Iterator<Item = &'c std::sync::Arc<ResourceSet>> {
+    catalog
+        .resource_sets()
+        .filter(|set| session.permits_offer(set.ensemble(), set.name()))
+}
+
+/// The page of resources after `cursor` (a URI) that `session` may see, sorted by URI, and
+/// the next page's cursor.
+pub async fn page(
+    catalog: &Catalog,
+    session: &Session,
+    cursor: Option<&str>,
+) -> (Vec<Resource>, Option<String>) {
+    let mut all = Vec::new();
+    for set in visible(catalog, session) {
+        let (listed, cut) = set.list().await;
+        if cut {
+            tracing::debug!(
+                "resource set `{}` lists its first {} files only (max-files)",
+                set.name(),
+                listed.len()
+            );
+        }
+        all.extend(listed.into_iter().map(|l| (set.clone(), l)));
+    }
+    all.sort_by(|(_, a), (_, b)| a.uri.cmp(&b.uri));
+    let start = cursor.map_or(0, |after| {
+        all.partition_point(|(_, l)| l.uri.as_str() <= after)
+    });
+    let rest = &all[start..];
+    let page: Vec<Resource> = rest
+        .iter()
+        .take(PAGE_RESOURCES)
+        .map(|(set, l)| {
+            let resource = Resource::new(l.uri.clone(), l.path.clone())
+                .with_mime_type(l.mime.clone())
+                .with_size(l.size);
+            match set.description() {
+                Some(description) => resource.with_description(description),
+                None => resource,
+            }
+        })
+        .collect();
+    let next = (rest.len() > PAGE_RESOURCES)
+        .then(|| page.last().map(|r| r.uri.clone()))
+        .flatten();
+    (page, next)
+}
+
+/// One template per set: its prefix, then the path.
+pub fn templates(catalog: &Catalog, session: &Session) -> Vec<ResourceTemplate> {
+    visible(catalog, session)
+        .map(|set| {
+            let template = ResourceTemplate::new(set.template(), set.name().to_string());
+            match set.description() {
+                Some(description) => template.with_description(description),
+                None => template,
+            }
+        })
+        .collect()
+}
+
+/// The error of a refused read: not found for a URI that names nothing this session may
+/// read (rmcp turns it into invalid params at 2026-07-28, as the revision asks).
+pub fn refusal(error: ResourceError) -> ErrorData {
+    match error {
+        ResourceError::NotFound { .. } => ErrorData::resource_not_found(error.to_string(), None),
+        _ => ErrorData::internal_error(error.to_string(), None),
+    }
+}
+
+/// The paths of the set whose template is `template` that start with `typed`.
+pub async fn complete(
+    catalog: &Catalog,
+    session: &Session,
+    template: &str,
+    typed: &str,
+) -> Vec<String> {
+    let set = visible(catalog, session).find(|set| set.template() == template);
+    match set {
+        Some(set) => {
+            set.complete(typed, rmcp::model::CompletionInfo::MAX_VALUES)
+                .await
+        }
+        None => Vec::new(),
+    }
+}
+
+/// The URIs one session is subscribed to.
+#[derive(Default)]
+pub struct Subscriptions(Mutex<BTreeSet<String>>);
+
+impl Subscriptions {
+    /// Subscribes to `uri`, which must be one a set of the catalog could serve to `session`
+    /// (the file need not exist yet).
+    pub fn subscribe(
+        &self,
+        catalog: &Catalog,
+        session: &Session,
+        uri: &str,
+    ) -> Result<(), ErrorData> {
+        let servable = uri.len() <= MAX_URI_BYTES
+            && catalog.resource_set_for(uri).is_some_and(|set| {
+                session.permits_offer(set.ensemble(), set.name()) && set.path_of(uri).is_some()
+            });
+        if !servable {
+            return Err(refusal(ResourceError::NotFound {
+                uri: toolhost_audit::cut_text(uri),
+            }));
+        }
+        let mut subscribed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(uri) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may \
+                     be; unsubscribe from one first"
+                ),
+                None,
+            ));
+        }
+        subscribed.insert(uri.to_string());
+        Ok(())
+    }
+
+    pub fn unsubscribe(&self, uri: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uri);
+    }
+
+    /// The subscribed URIs among `updated` (all of them when `everything` changed).
+    pub fn among(&self, updated: &BTreeSet<String>, everything: bool) -> Vec<String> {
+        let subscribed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        subscribed
+            .iter()
+            .filter(|uri| everything || updated.contains(*uri))
+            .cloned()
+            .collect()
+    }
+}
