@@ -36,6 +36,7 @@ mod mcp_import_changes;
 mod mcp_import_hostile;
 mod mcp_list;
 mod mcp_logs;
+mod mcp_offers;
 mod mcp_revisions;
 mod mcp_tasks;
 mod memory;

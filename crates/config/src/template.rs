@@ -69,7 +69,13 @@ pub fn check(source: &str) -> Result<BTreeSet<String>, TemplateError> {
     }
     let env = environment();
     let template = env.template_from_str(source).map_err(refused)?;
-    Ok(template.undeclared_variables(false).into_iter().collect())
+    // The engine's own functions (`range`, `dict`, ...) are read as names too.
+    let globals: BTreeSet<&str> = env.globals().map(|(name, _)| name).collect();
+    Ok(template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|name| !globals.contains(name.as_str()))
+        .collect())
 }
 
 /// Renders `source` with `arguments` as its variables.
@@ -130,11 +136,12 @@ mod tests {
 
     #[test]
     fn arguments_fill_the_text_and_undeclared_names_are_found() {
-        let source = "Review {{ path }}{% if focus %} for {{ focus }}{% endif %}.";
+        let source = "Review {{ path }}{% if focus %} for {{ focus }}{% endif %}\
+                      {% for i in range(2) %}!{% endfor %}";
         let names = check(source).expect("compiles");
         assert_eq!(names, ["focus", "path"].map(String::from).into());
         let text = render(source, &args(&[("path", "a.rs"), ("focus", "bugs")]));
-        assert_eq!(text.expect("renders"), "Review a.rs for bugs.");
+        assert_eq!(text.expect("renders"), "Review a.rs for bugs!!");
     }
 
     #[test]
