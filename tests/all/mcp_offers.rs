@@ -551,3 +551,52 @@ async fn a_sessions_allow_and_deny_lists_hold_for_prompts_and_resources() {
             .is_ok()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_2026_07_28_prompts_and_resources_are_served_and_listened_to() {
+    use futures_util::StreamExt;
+    use rmcp::model::{ErrorCode, ServerNotification, SubscriptionFilter};
+    let fixture = fixture();
+    let client = crate::mcp_revisions::modern_stdio(&fixture).await;
+    let info = client.peer_info().expect("discovered");
+    assert_eq!(info.protocol_version, ProtocolVersion::V_2026_07_28);
+    let capabilities = &info.capabilities;
+    assert_eq!(
+        capabilities.resources.as_ref().and_then(|r| r.subscribe),
+        Some(true)
+    );
+
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    assert_eq!(prompts.len(), 3);
+    let got = get(&client, "n_review", json!({"path": "a.rs"})).await.expect("get");
+    assert!(format!("{:?}", got.messages[0]).contains("Review a.rs."));
+    let text = read(&client, "docs://notes/intro.md").await.expect("read");
+    assert!(matches!(text, ResourceContents::TextResourceContents { .. }));
+    let error = client
+        .read_resource(ReadResourceRequestParams::new("docs://notes/nothing"))
+        .await
+        .expect_err("not found");
+    match error {
+        rmcp::ServiceError::McpError(error) => assert_eq!(error.code, ErrorCode::INVALID_PARAMS),
+        other => panic!("{other:?}"),
+    }
+
+    let filter = SubscriptionFilter::builder()
+        .resources_list_changed()
+        .resource_subscriptions(["docs://notes/intro.md"])
+        .build();
+    let mut subscription = client.peer().listen(filter).await.expect("listen");
+    std::fs::write(fixture.root().join("docs/intro.md"), "changed").expect("write");
+    let notification = tokio::time::timeout(DEADLINE, subscription.next())
+        .await
+        .expect("a notification before the deadline")
+        .expect("a well-formed stream")
+        .expect("not ended");
+    match notification {
+        ServerNotification::ResourceUpdatedNotification(updated) => {
+            assert_eq!(updated.params.uri, "docs://notes/intro.md")
+        }
+        other => panic!("{other:?}"),
+    }
+    client.cancel().await.expect("close");
+}

@@ -25,7 +25,7 @@ const V2026: &str = "2026-07-28";
 const CONVERSATION: &str = "io.toolhost/conversation";
 
 #[derive(Clone, Default)]
-struct Client;
+pub(crate) struct Client;
 
 impl ClientHandler for Client {
     fn get_info(&self) -> ClientConfig {
@@ -67,7 +67,7 @@ fn echo_call(arguments: Value, meta: Option<(&str, &str)>) -> CallToolRequestPar
     params
 }
 
-async fn modern_stdio(fixture: &Fixture) -> RunningService<RoleClient, Client> {
+pub(crate) async fn modern_stdio(fixture: &Fixture) -> RunningService<RoleClient, Client> {
     Client
         .serve_with_lifecycle(
             stdio_serve(fixture),
@@ -380,9 +380,17 @@ async fn session_less_requests_do_not_count_as_sessions_but_a_disguised_initiali
 }
 
 #[test]
-fn the_python_sdk_speaks_both_revisions_over_stdio_and_http() {
+fn the_python_sdk_speaks_both_revisions_over_stdio_and_http_tools_prompts_and_resources() {
     let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let fixture = fixture();
+    std::fs::write(fixture.mkdir("docs").join("hello.txt"), "Hello from a file.").expect("write");
+    fixture.write(
+        "greetings.toml",
+        "schema-version = 1\n[ensemble]\nname = \"greetings\"\n\n[[prompts]]\nname = \"greet\"\n\
+         description = \"Greets\"\narguments = [{ name = \"name\", required = true }]\n\
+         messages = [{ text = \"Hello, {{ name }}!\" }]\n\n[[resources]]\nname = \"docs\"\n\
+         directory = \"../docs\"\nuri-prefix = \"docs://\"\n",
+    );
     let server = HttpServer::start(&fixture, &[], &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/revisions.py");
     let serve = [env!("CARGO_BIN_EXE_toolhost"), "serve"];
@@ -418,6 +426,10 @@ fn the_python_sdk_speaks_both_revisions_over_stdio_and_http() {
                 json!(r#"{"from":"python"}"#),
                 "{mode} {target}"
             );
+            assert_eq!(answer["prompts"], json!(["greet"]), "{mode} {target}");
+            assert_eq!(answer["prompt"], json!("Hello, python!"), "{mode} {target}");
+            assert_eq!(answer["resources"], json!(["docs://hello.txt"]), "{mode} {target}");
+            assert_eq!(answer["resource"], json!("Hello from a file."), "{mode} {target}");
         }
     }
 }
