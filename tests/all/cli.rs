@@ -65,8 +65,10 @@ fn check_passes_on_good_ensembles() {
         stderr(&output)
     );
     assert!(
-        stdout(&output)
-            .contains("2 ensemble(s) loaded with 2 enabled tool(s); 0 refused; 0 error(s)"),
+        stdout(&output).contains(
+            "2 ensemble(s) loaded with 2 enabled tool(s), 0 prompt(s), 0 resource set(s); \
+                 0 refused; 0 error(s)"
+        ),
         "{}",
         stdout(&output)
     );

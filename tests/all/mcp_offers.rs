@@ -568,10 +568,15 @@ async fn at_2026_07_28_prompts_and_resources_are_served_and_listened_to() {
 
     let prompts = client.list_all_prompts().await.expect("prompts/list");
     assert_eq!(prompts.len(), 3);
-    let got = get(&client, "n_review", json!({"path": "a.rs"})).await.expect("get");
+    let got = get(&client, "n_review", json!({"path": "a.rs"}))
+        .await
+        .expect("get");
     assert!(format!("{:?}", got.messages[0]).contains("Review a.rs."));
     let text = read(&client, "docs://notes/intro.md").await.expect("read");
-    assert!(matches!(text, ResourceContents::TextResourceContents { .. }));
+    assert!(matches!(
+        text,
+        ResourceContents::TextResourceContents { .. }
+    ));
     let error = client
         .read_resource(ReadResourceRequestParams::new("docs://notes/nothing"))
         .await
@@ -598,5 +603,47 @@ async fn at_2026_07_28_prompts_and_resources_are_served_and_listened_to() {
         }
         other => panic!("{other:?}"),
     }
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_ensembles_offer_prompts_and_the_sample_documents() {
+    let fixture = Fixture::new();
+    crate::support::copy_shipped(fixture.root());
+    let client = ().serve(stdio_serve(&fixture)).await.expect("MCP session");
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["summarize_sample", "tidy_text"]);
+    let resources = client.list_all_resources().await.expect("resources/list");
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        ["samples://notes/shopping.txt", "samples://welcome.md"]
+    );
+
+    let welcome =
+        std::fs::read_to_string(fixture.root().join("plugins/files/sample-data/welcome.md"))
+            .expect("welcome.md");
+    let got = get(&client, "summarize_sample", json!({"path": "welcome.md"}))
+        .await
+        .expect("prompts/get");
+    let messages = serde_json::to_value(&got.messages).expect("json");
+    assert_eq!(messages[0]["content"]["resource"]["text"], json!(welcome));
+    assert_eq!(
+        messages[1]["content"]["text"],
+        "Summarize the document above in three bullets."
+    );
+    let got = get(
+        &client,
+        "tidy_text",
+        json!({"text": "teh cat", "audience": "children"}),
+    )
+    .await
+    .expect("prompts/get");
+    let text = format!("{:?}", got.messages[0].content);
+    assert!(
+        text.contains("for children") && text.contains("teh cat"),
+        "{text}"
+    );
     client.cancel().await.expect("close");
 }

@@ -383,7 +383,11 @@ async fn session_less_requests_do_not_count_as_sessions_but_a_disguised_initiali
 fn the_python_sdk_speaks_both_revisions_over_stdio_and_http_tools_prompts_and_resources() {
     let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let fixture = fixture();
-    std::fs::write(fixture.mkdir("docs").join("hello.txt"), "Hello from a file.").expect("write");
+    std::fs::write(
+        fixture.mkdir("docs").join("hello.txt"),
+        "Hello from a file.",
+    )
+    .expect("write");
     fixture.write(
         "greetings.toml",
         "schema-version = 1\n[ensemble]\nname = \"greetings\"\n\n[[prompts]]\nname = \"greet\"\n\
@@ -428,8 +432,16 @@ fn the_python_sdk_speaks_both_revisions_over_stdio_and_http_tools_prompts_and_re
             );
             assert_eq!(answer["prompts"], json!(["greet"]), "{mode} {target}");
             assert_eq!(answer["prompt"], json!("Hello, python!"), "{mode} {target}");
-            assert_eq!(answer["resources"], json!(["docs://hello.txt"]), "{mode} {target}");
-            assert_eq!(answer["resource"], json!("Hello from a file."), "{mode} {target}");
+            assert_eq!(
+                answer["resources"],
+                json!(["docs://hello.txt"]),
+                "{mode} {target}"
+            );
+            assert_eq!(
+                answer["resource"],
+                json!("Hello from a file."),
+                "{mode} {target}"
+            );
         }
     }
 }

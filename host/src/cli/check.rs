@@ -42,8 +42,10 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         super::oci::print_report(&pulls);
         let enabled = catalog.tools().count();
         let loaded = catalog.ensembles().len();
+        let (prompts, resources) = (catalog.prompts().len(), catalog.resource_sets().len());
         println!(
-            "checked {}: {loaded} ensemble(s) loaded with {enabled} enabled tool(s); {} refused; {} error(s)",
+            "checked {}: {loaded} ensemble(s) loaded with {enabled} enabled tool(s), {prompts} \
+             prompt(s), {resources} resource set(s); {} refused; {} error(s)",
             settings.ensembles.display(),
             resolved.refused.len(),
             diagnostics.len()
