@@ -273,6 +273,14 @@ async fn a_read_write_grant_allows_writes_inside_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_made_below_a_grant_after_load_is_not_followed() {
+    // Instantiated for the call, and prepared before it (an instance made while the
+    // directory was still one must not be used once it is a link).
+    for prepared in [0, 1] {
+        a_link_made_below_a_grant_is_refused(prepared).await;
+    }
+}
+
+async fn a_link_made_below_a_grant_is_refused(prepared: u32) {
     // `/data` is granted read-write to one invoker and `/data/reports` read-only to another.
     // A tool with the first could replace `reports` by a link to `/`; the second must not
     // then see the host's root.
@@ -280,11 +288,15 @@ async fn a_link_made_below_a_grant_after_load_is_not_followed() {
     let data = fixture.mkdir("data");
     std::fs::create_dir(data.join("reports")).expect("reports");
     std::fs::write(data.join("reports/q1.txt"), "fine").expect("q1");
-    let rest = "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read-write\" }]\n\n\
-        [[invokers]]\ninvoker = { name = \"list\", dedup = \"off\" }\n\
-        capabilities = { files = [{ guest = \"/data/reports\", access = \"read\" }] }\n";
-    fixture.write("testbed.toml", &ensemble("testbed", "testbed", rest));
+    let rest = format!(
+        "[defaults]\nprepared = {prepared}\n\n\
+         [grants]\nfiles = [{{ host = \"../data\", guest = \"/data\", access = \"read-write\" }}]\n\n\
+         [[invokers]]\ninvoker = {{ name = \"list\", dedup = \"off\" }}\n\
+         capabilities = {{ files = [{{ guest = \"/data/reports\", access = \"read\" }}] }}\n"
+    );
+    fixture.write("testbed.toml", &ensemble("testbed", "testbed", &rest));
     let host = fixture.host().await;
+    host.catalog().snapshot().fill_stocks();
     let s = session();
     assert!(
         ok(&host
@@ -292,6 +304,21 @@ async fn a_link_made_below_a_grant_after_load_is_not_followed() {
             .await)
         .contains("q1.txt")
     );
+    if prepared > 0 {
+        // The call's replacement is prepared while `reports` is still a directory.
+        let tool = host
+            .catalog()
+            .snapshot()
+            .get("list")
+            .cloned()
+            .expect("list");
+        let stock = tool.policy().stock.clone().expect("a stock");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while stock.state().ready == 0 {
+            assert!(std::time::Instant::now() < deadline, "never prepared");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
 
     std::fs::rename(data.join("reports"), data.join("old")).expect("move away");
     std::os::unix::fs::symlink("../../../../../../../..", data.join("reports")).expect("link");

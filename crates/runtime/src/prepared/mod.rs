@@ -82,6 +82,9 @@ pub struct StockState {
 pub(crate) struct Prepared {
     sandboxed: Sandboxed,
     instance: Instance,
+    /// The granted directories it opened, as [`crate::sandbox::granted_directories`] saw them
+    /// right after (empty without grants of files).
+    directories: Vec<(u64, u64)>,
     _held: Held,
 }
 
@@ -243,8 +246,23 @@ impl Runtime {
 
 impl Stock {
     /// A prepared instance for a call, if one is ready.
+    /// One whose granted directories are no longer the ones it opened (one was moved, or a
+    /// link has appeared in its path) is dropped instead: its call instantiates now, with
+    /// what the grants name now.
     pub(crate) fn take(&self) -> Option<Prepared> {
         let prepared = self.0.pop()?;
+        if !prepared.directories.is_empty()
+            && crate::sandbox::granted_directories(&self.0.sandbox).as_ref()
+                != Some(&prepared.directories)
+        {
+            tracing::debug!(
+                "a prepared instance of {} is not used: a granted directory changed since it was \
+                 made",
+                self.0.component.path.display()
+            );
+            (self.0.runtime.prepared.counts.evicted).fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         (self.0.runtime.prepared.counts.used).fetch_add(1, Ordering::Relaxed);
         Some(prepared)
     }
@@ -459,6 +477,10 @@ impl Shelf {
             }
         };
         self.measured(started.elapsed());
+        // None: a directory changed while the instance was made; it is not kept.
+        let Some(directories) = crate::sandbox::granted_directories(&self.sandbox) else {
+            return Err(Stop::Calls);
+        };
         (runtime.prepared.counts.made).fetch_add(1, Ordering::Relaxed);
         self.made.fetch_add(1, Ordering::Relaxed);
         let bytes = sandboxed.memory_bytes();
@@ -476,6 +498,7 @@ impl Shelf {
             ready.push(Prepared {
                 sandboxed,
                 instance,
+                directories,
                 _held: held,
             });
         }

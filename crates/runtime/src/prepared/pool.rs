@@ -71,7 +71,7 @@ pub(super) struct Counts {
     pub(super) bytes: AtomicUsize,
     pub(super) made: AtomicU64,
     pub(super) used: AtomicU64,
-    evicted: AtomicU64,
+    pub(super) evicted: AtomicU64,
     pub(super) failed: AtomicU64,
 }
 

@@ -63,6 +63,22 @@ pub(crate) fn wasi_context(
     Ok(builder.build())
 }
 
+/// Which directories the preopens of `spec` are now, as (device, inode), opened as a call's
+/// context opens them; `None` when one no longer opens that way (a link has appeared in it,
+/// or it is gone). A prepared instance opened its directories when it was made: the call that
+/// takes it compares them with what the grants name at that moment, and an instance whose
+/// directories have changed is not used (its call instantiates, and gets the refusal).
+pub(crate) fn granted_directories(spec: &SandboxSpec) -> Option<Vec<(u64, u64)>> {
+    spec.preopens
+        .iter()
+        .map(|preopen| {
+            let dir = open_without_links(&preopen.host).ok()?;
+            let stat = rustix::fs::fstat(&dir).ok()?;
+            Some((stat.st_dev as u64, stat.st_ino as u64))
+        })
+        .collect()
+}
+
 /// Opens a granted directory, refusing a path with a symbolic link anywhere in it. Granted
 /// paths are canonical when the catalog is built, so a link there now is one somebody made
 /// since: perhaps a tool with a `read-write` grant that replaced a directory below it (which
