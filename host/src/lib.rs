@@ -19,7 +19,8 @@
 //!                    approvals, conversations in SQLite (bounded), the page (assets built in)
 //! toolhost-mcp       the catalog served to MCP clients over stdio and streamable HTTP, at
 //!                    2026-07-28 and the handshake revisions; paging, list_changed, listen,
-//!                    dedup scopes, tasks, the log relay, talking back (talk)
+//!                    dedup scopes, tasks, the log relay, talking back (talk); prompts and
+//!                    resources (subscriptions, completion, notify)
 //! toolhost-agent     the agent loop (prepare -> approve -> run over several steps), its
 //!                    bounds (limits), built-in tools, events; the LLM APIs behind one trait
 //!                    (provider: openai, anthropic, prompted; streaming, retries)
@@ -30,7 +31,8 @@
 //!                    from toolhost-config; bind: components and MCP servers; names), invoke
 //!                    (one call: prepare -> dedup -> admission -> backend -> audit; the drain),
 //!                    catalog (the live catalog behind an atomic pointer), backend (component,
-//!                    imported MCP server), metrics
+//!                    imported MCP server), prompts and resources (an ensemble's `[[prompts]]`
+//!                    and `[[resources]]`: rendering, bounded reads, the watch), metrics
 //! toolhost-registry  `oci://` references, bounded pulls into a content store by digest,
 //!                    push, cosign keys, credentials
 //! toolhost-runtime   the wasmtime Engine, the compile cache and worker, a fresh Store per call
@@ -40,7 +42,8 @@
 //!                    wasi:http checks, bounded stdio capture)
 //! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); draft
 //!                    (every check of an ensemble without an engine: entries, limits, grants
-//!                    into a sandbox spec, argument schemas, MCP import settings); the files
+//!                    into a sandbox spec, argument schemas, MCP import settings, prompts and
+//!                    resource sets); template (the prompts' sandboxed engine); the files
 //!                    the host reads and keeps (bounded reads, private directories)
 //! toolhost-audit     one redacted JSON line per call, written through, reopened after rotation
 //! toolhost-contract  what every caller and backend share: results and content items, talking
@@ -60,7 +63,7 @@ pub use toolhost_audit as audit;
 pub use toolhost_config as config;
 pub use toolhost_contract as contract;
 pub use toolhost_contract::tls;
-pub use toolhost_core::{backend, catalog, invoke, metrics, reload, resolve};
+pub use toolhost_core::{backend, catalog, invoke, metrics, prompts, reload, resolve, resources};
 pub use toolhost_mcp as mcp;
 pub use toolhost_registry as registry;
 pub use toolhost_runtime as runtime;

@@ -554,7 +554,6 @@ async fn a_sessions_allow_and_deny_lists_hold_for_prompts_and_resources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_2026_07_28_prompts_and_resources_are_served_and_listened_to() {
-    use futures_util::StreamExt;
     use rmcp::model::{ErrorCode, ServerNotification, SubscriptionFilter};
     let fixture = fixture();
     let client = crate::mcp_revisions::modern_stdio(&fixture).await;

@@ -178,6 +178,9 @@ impl McpServer {
     }
 
     fn with_tools(host: Arc<Host>, tools: Arc<ToolList>, shared: Arc<Shared>, id: String) -> Self {
+        // The host's watch of its resource directories runs from the first session on, so
+        // that a change right after a subscription's first request is seen.
+        drop(host.resource_events());
         McpServer {
             first_load: shared.first_load.clone(),
             id,

@@ -1,5 +1,6 @@
-//! `toolhost list`: the tools of the loaded ensembles, enabled or not; with `--as`, only
-//! those an identity may list and call under `[access]`.
+//! `toolhost list`: the tools of the loaded ensembles, enabled or not, then the enabled
+//! ensembles' prompts and resource sets; with `--as`, only those an identity may list and
+//! call under `[access]`. `--json` lists the tools.
 
 use super::settings::Settings;
 use super::terminal::safe;
@@ -20,9 +21,13 @@ pub(crate) async fn run(
     let host = settings.host().await?;
     let catalog = host.catalog().snapshot();
     let mut tools: Vec<_> = catalog.all_tools().collect();
+    let mut prompts: Vec<_> = catalog.prompts().collect();
+    let mut resources: Vec<_> = catalog.resource_sets().collect();
     if let Some(identity) = identity {
         let caller = caller_of(settings, identity)?;
         tools.retain(|tool| tool.enabled() && caller.permits(tool));
+        prompts.retain(|p| caller.access.permits_named(p.ensemble(), p.name()));
+        resources.retain(|r| caller.access.permits_named(r.ensemble(), r.name()));
     }
     if json {
         let rows: Vec<_> = tools
@@ -100,7 +105,62 @@ pub(crate) async fn run(
     for source in sources {
         println!("from {}", safe(&source));
     }
+    print_offers(&prompts, &resources);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The prompts (required arguments marked `*`) and resource sets, when there are any.
+fn print_offers(
+    prompts: &[&std::sync::Arc<toolhost::prompts::Prompt>],
+    resources: &[&std::sync::Arc<toolhost::resources::ResourceSet>],
+) {
+    let first_line = |text: &str| -> String {
+        let start: String = text.lines().next().unwrap_or("").chars().take(60).collect();
+        start.trim_end().to_string()
+    };
+    if !prompts.is_empty() {
+        let width = prompts
+            .iter()
+            .map(|p| p.name().len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        println!(
+            "\n{:width$}  {:10}  {:24}  DESCRIPTION",
+            "PROMPT", "ENSEMBLE", "ARGUMENTS"
+        );
+        for prompt in prompts {
+            let arguments: Vec<String> = prompt
+                .arguments()
+                .iter()
+                .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
+                .collect();
+            println!(
+                "{:width$}  {:10}  {:24}  {}",
+                prompt.name(),
+                prompt.ensemble(),
+                arguments.join(", "),
+                safe(&first_line(prompt.description())),
+            );
+        }
+    }
+    if !resources.is_empty() {
+        let width = resources
+            .iter()
+            .map(|r| r.template().len())
+            .max()
+            .unwrap_or(9)
+            .max(9);
+        println!("\n{:width$}  {:10}  DIRECTORY", "RESOURCES", "ENSEMBLE");
+        for set in resources {
+            println!(
+                "{:width$}  {:10}  {}",
+                set.template(),
+                set.ensemble(),
+                safe(&set.directory().display().to_string()),
+            );
+        }
+    }
 }
 
 /// The caller `--as` names: a static token of `[access]` (its groups), or else the subject

@@ -90,7 +90,8 @@ impl Host {
     }
 
     /// Receives an event each time resources change on disk, from now on. The first call
-    /// starts the watch (within a tokio runtime).
+    /// starts the watch (within a tokio runtime; the live catalog's directories are watched
+    /// when it returns).
     pub fn resource_events(&self) -> broadcast::Receiver<Arc<ResourceEvent>> {
         self.resource_watch
             .get_or_init(|| ResourceWatch::start(self.catalog()))

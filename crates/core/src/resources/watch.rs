@@ -43,11 +43,31 @@ impl Drop for ResourceWatch {
 
 impl ResourceWatch {
     /// Watches the resource directories of `catalog`'s live version, and of each version
-    /// after it. Needs a tokio runtime.
+    /// after it. The directories of the live version are watched when this returns. Needs a
+    /// tokio runtime.
     pub fn start(catalog: &Arc<LiveCatalog>) -> Self {
         let (events, _) = broadcast::channel(64);
         let sender = events.clone();
-        let task = tokio::spawn(run(Arc::downgrade(catalog), catalog.subscribe(), sender));
+        let changes = catalog.subscribe();
+        let (notices, seen) = mpsc::unbounded_channel::<notify::Event>();
+        let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+            if let Ok(event) = result {
+                let _ = notices.send(event);
+            }
+        });
+        let task = match watcher {
+            Ok(mut watcher) => {
+                let catalog = Arc::downgrade(catalog);
+                let watched = retarget(&mut watcher, &catalog, &[]);
+                tokio::spawn(run(catalog, changes, seen, watcher, watched, sender))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "resources: no file watch ({e}); subscribers are not told of changes"
+                );
+                tokio::spawn(async {})
+            }
+        };
         ResourceWatch {
             events,
             task: task.abort_handle(),
@@ -60,9 +80,33 @@ impl ResourceWatch {
     }
 }
 
+type Watched = Vec<(PathBuf, Arc<crate::resources::ResourceSet>)>;
+
+/// Moves the watch from the directories of `before` to those of the live catalog.
+fn retarget(
+    watcher: &mut RecommendedWatcher,
+    catalog: &Weak<LiveCatalog>,
+    before: &[(PathBuf, Arc<crate::resources::ResourceSet>)],
+) -> Watched {
+    for (dir, _) in before {
+        let _ = watcher.unwatch(dir);
+    }
+    let watched = targets(catalog);
+    for (dir, set) in &watched {
+        if let Err(e) = watcher.watch(dir, RecursiveMode::Recursive) {
+            tracing::warn!(
+                "resources: cannot watch {} of set `{}`: {e}",
+                dir.display(),
+                set.name()
+            );
+        }
+    }
+    watched
+}
+
 /// The directories to watch, with the prefix of their URIs (canonical paths: the events name
 /// those).
-fn targets(catalog: &Weak<LiveCatalog>) -> Vec<(PathBuf, Arc<crate::resources::ResourceSet>)> {
+fn targets(catalog: &Weak<LiveCatalog>) -> Watched {
     let Some(catalog) = catalog.upgrade() else {
         return Vec::new();
     };
@@ -76,45 +120,22 @@ fn targets(catalog: &Weak<LiveCatalog>) -> Vec<(PathBuf, Arc<crate::resources::R
 async fn run(
     catalog: Weak<LiveCatalog>,
     mut changes: broadcast::Receiver<Arc<crate::catalog::CatalogChange>>,
+    mut seen: mpsc::UnboundedReceiver<notify::Event>,
+    mut watcher: RecommendedWatcher,
+    mut watched: Watched,
     events: broadcast::Sender<Arc<ResourceEvent>>,
 ) {
-    let (notices, mut seen) = mpsc::unbounded_channel::<notify::Event>();
-    let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-        if let Ok(event) = result {
-            let _ = notices.send(event);
-        }
-    });
-    let mut watcher: RecommendedWatcher = match watcher {
-        Ok(watcher) => watcher,
-        Err(e) => {
-            tracing::warn!("resources: no file watch ({e}); subscribers are not told of changes");
-            return;
-        }
-    };
-    let mut watched: Vec<(PathBuf, Arc<crate::resources::ResourceSet>)> = Vec::new();
-    let mut retarget = true;
+    let mut moved = false;
     loop {
-        if std::mem::take(&mut retarget) {
-            for (dir, _) in &watched {
-                let _ = watcher.unwatch(dir);
-            }
-            watched = targets(&catalog);
-            for (dir, set) in &watched {
-                if let Err(e) = watcher.watch(dir, RecursiveMode::Recursive) {
-                    tracing::warn!(
-                        "resources: cannot watch {} of set `{}`: {e}",
-                        dir.display(),
-                        set.name()
-                    );
-                }
-            }
+        if std::mem::take(&mut moved) {
+            watched = retarget(&mut watcher, &catalog, &watched);
         }
         let first = tokio::select! {
             change = changes.recv() => {
                 match change {
-                    Ok(change) if change.resources_changed => retarget = true,
+                    Ok(change) if change.resources_changed => moved = true,
                     Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => retarget = true,
+                    Err(broadcast::error::RecvError::Lagged(_)) => moved = true,
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
                 continue;
@@ -145,11 +166,7 @@ async fn run(
 }
 
 /// Adds what one file system event says to `event`.
-fn note(
-    watched: &[(PathBuf, Arc<crate::resources::ResourceSet>)],
-    seen: &notify::Event,
-    event: &mut ResourceEvent,
-) {
+fn note(watched: &Watched, seen: &notify::Event, event: &mut ResourceEvent) {
     let listing = match seen.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
         EventKind::Access(_) => return,
