@@ -312,3 +312,104 @@ fn an_empty_tool_choice_in_toolhost_toml_is_refused_with_its_location() {
     assert!(err.contains("toolhost.toml:5:15"), "{err}");
     assert!(err.contains("expected auto, required, none"), "{err}");
 }
+
+/// The fixture with a prompt and a resource set (`docs://` over `docs/`).
+fn prompt_fixture() -> Fixture {
+    let fixture = fixture();
+    let docs = fixture.mkdir("docs");
+    std::fs::write(docs.join("brief.md"), "Add two numbers.").expect("write");
+    std::fs::write(docs.join("logo.png"), [0x89, b'P', b'N', b'G']).expect("write");
+    fixture.write(
+        "prompts.toml",
+        "schema-version = 1\n[ensemble]\nname = \"prompts\"\n\n[[resources]]\nname = \"docs\"\n\
+         directory = \"../docs\"\nuri-prefix = \"docs://\"\n\n[[prompts]]\nname = \"sum\"\n\
+         description = \"Adds\"\narguments = [{ name = \"a\", required = true }]\nmessages = [\n\
+         { resource = \"docs://brief.md\" },\n  { image = \"docs://logo.png\" },\n\
+         { text = \"What is {{ a }} + 2?\" },\n]\n",
+    );
+    fixture
+}
+
+fn chat_with(fixture: &Fixture, server: &Scripted, args: &[&str]) -> Output {
+    let cache = cache_dir();
+    let mut all = vec![
+        "--cache-dir",
+        cache.to_str().expect("utf-8 path"),
+        "chat",
+        "--model",
+        "scripted-model",
+        "--base-url",
+        &server.base_url,
+    ];
+    all.extend_from_slice(args);
+    toolhost_with_stdin(fixture, &all, None)
+}
+
+#[test]
+fn a_prompt_and_resources_start_the_conversation() {
+    let fixture = prompt_fixture();
+    let server = Scripted::start(two_step());
+    let output = chat_with(
+        &fixture,
+        &server,
+        &[
+            "--prompt",
+            "sum",
+            "--arg",
+            "a=40",
+            "--resource",
+            "docs://brief.md",
+            "Be brief.",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Computing.\nIt is 42.\n");
+    let err = stderr(&output);
+    assert!(
+        err.contains("note: an image (image/png, 4 bytes) is not text"),
+        "{err}"
+    );
+    let messages = &server.requests()[0].body["messages"];
+    let user: Vec<&str> = messages
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().expect("text"))
+        .collect();
+    assert_eq!(
+        user,
+        [
+            "Resource docs://brief.md (text/markdown):\nAdd two numbers.\n\nWhat is 40 + 2?\n\n\
+          Resource docs://brief.md (text/markdown):\nAdd two numbers.\n\nBe brief."
+        ]
+    );
+}
+
+#[test]
+fn a_prompt_that_cannot_be_got_is_a_clear_error_before_any_model_call() {
+    let fixture = prompt_fixture();
+    let server = Scripted::start(two_step());
+    for (args, says) in [
+        (&["--prompt", "sum"][..], "prompt `sum` needs argument `a`"),
+        (&["--prompt", "nope"][..], "no prompt `nope`"),
+        (
+            &["--prompt", "sum", "--arg", "a"][..],
+            "--arg takes NAME=VALUE",
+        ),
+        (
+            &["--resource", "docs://../secret", "hi"][..],
+            "no resource `docs://../secret`",
+        ),
+        (&[][..], "say what to ask"),
+    ] {
+        let output = chat_with(&fixture, &server, args);
+        assert_ne!(output.status.code(), Some(0), "{args:?}");
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(server.requests().len(), 0, "no model was asked");
+}

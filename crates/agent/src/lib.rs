@@ -22,6 +22,7 @@
 
 mod approval;
 mod builtin;
+pub mod context;
 mod event;
 pub mod limits;
 pub mod provider;

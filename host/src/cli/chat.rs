@@ -1,4 +1,6 @@
-//! `toolhost chat "PROMPT"`: the agent loop at the command line.
+//! `toolhost chat "PROMPT"`: the agent loop at the command line. `--prompt NAME` (with
+//! `--arg NAME=VALUE`) starts the conversation with one of the ensembles' prompts, and
+//! `--resource URI` attaches a resource, both as the session may see them.
 //!
 //! For a person, the model's text streams to stdout and tool activity goes to stderr, one
 //! line per call and per result, so `toolhost chat ... > answer.txt` keeps only the answer.
@@ -17,10 +19,12 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use toolhost::agent::context;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
     Ending, Event, RunLimits,
 };
+use toolhost::config::draft::Role;
 use toolhost::config::{Setting, written_or};
 use toolhost::contract::BoxFuture;
 use toolhost::contract::{AskError, ElicitAnswer};
@@ -31,8 +35,18 @@ use toolhost::provider::{ProviderKind, ProviderSettings};
 /// The command line's `chat` options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ChatOptions {
-    /// What to ask, or `-` to read it from stdin.
-    prompt: String,
+    /// What to ask, or `-` to read it from stdin (may be left out with --prompt).
+    #[arg(value_name = "PROMPT")]
+    question: Option<String>,
+    /// Start with this prompt of the ensembles' (`toolhost list` shows them).
+    #[arg(long = "prompt", value_name = "NAME")]
+    use_prompt: Option<String>,
+    /// An argument of the prompt (repeatable).
+    #[arg(long = "arg", value_name = "NAME=VALUE", requires = "use_prompt")]
+    prompt_args: Vec<String>,
+    /// Attach this resource to the first message (repeatable; text resources only).
+    #[arg(long = "resource", value_name = "URI")]
+    resources: Vec<String>,
     #[command(flatten)]
     provider: ProviderFlags,
     /// A system prompt (overrides [chat] system).
@@ -83,7 +97,13 @@ pub(crate) struct ProviderFlags {
 }
 
 pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Result<ExitCode> {
-    let prompt = super::value_or_stdin(&options.prompt, "the prompt")?;
+    let question = match &options.question {
+        Some(question) => Some(super::value_or_stdin(question, "the prompt")?),
+        None if options.use_prompt.is_some() => None,
+        None => bail!(
+            "say what to ask (\"-\" reads it from stdin), or start from a prompt with --prompt NAME"
+        ),
+    };
     let provider = provider_settings(settings, &options.provider)?
         .build()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -132,7 +152,13 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
     ));
     let agent = Agent::new(host.clone(), Arc::from(provider), approver, agent_options);
     let mut conversation = Conversation::new(options.system.clone().or(chat.system.clone()));
-    conversation.push_user(prompt);
+    let notes = bring_context(&host, &session, &options, &mut conversation).await?;
+    for note in notes {
+        eprintln!("note: {}", safe(&note));
+    }
+    if let Some(question) = question {
+        context::push(&mut conversation, Role::User, question);
+    }
     let renderer = Renderer::new(options.json);
     let chat = async {
         loop {
@@ -177,6 +203,42 @@ pub(crate) async fn run(settings: &Settings, options: ChatOptions) -> anyhow::Re
             .with_context(|| format!("cannot write the transcript to {}", path.display()))?;
     }
     Ok(code)
+}
+
+/// The prompt `--prompt` names (with its `--arg`s) and the resources `--resource` names, put
+/// in `conversation` as `session` may see them; notes on what was left out (bytes).
+async fn bring_context(
+    host: &toolhost::invoke::Host,
+    session: &toolhost::invoke::Session,
+    options: &ChatOptions,
+    conversation: &mut Conversation,
+) -> anyhow::Result<Vec<String>> {
+    let mut notes = Vec::new();
+    if let Some(name) = &options.use_prompt {
+        let mut arguments = serde_json::Map::new();
+        for pair in &options.prompt_args {
+            let Some((key, value)) = pair.split_once('=') else {
+                bail!("--arg takes NAME=VALUE; got {pair:?}");
+            };
+            arguments.insert(key.to_string(), Value::String(value.to_string()));
+        }
+        let (_, messages) = host
+            .get_prompt(session, name, &arguments)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        notes.extend(context::push_prompt(conversation, messages));
+    }
+    for uri in &options.resources {
+        let contents = host
+            .read_resource(session, uri)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        match context::resource_text(&contents) {
+            Ok(text) => context::push(conversation, Role::User, text),
+            Err(note) => notes.push(note),
+        }
+    }
+    Ok(notes)
 }
 
 /// The provider from `[chat]`, with the flags over it; the key from the environment.
