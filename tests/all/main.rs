@@ -68,6 +68,7 @@ mod web;
 mod web_conversations;
 mod web_docs;
 mod web_guard;
+mod web_offers;
 mod web_page;
 mod web_runs;
 mod web_unavailable;

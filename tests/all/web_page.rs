@@ -59,7 +59,8 @@ async fn the_catalog_stream_follows_reloads() {
 /// text; an approval granted on the page runs the call; a denied one reaches the model as
 /// refused; a tool's question is answered in a form on the page; a stored conversation reads
 /// back; the catalog view follows a reload (a new tool,
-/// a refused file with its file:line) without the page reloading. The screenshot of the chat
+/// a refused file with its file:line) without the page reloading; a prompt with its argument
+/// and an attached resource start a conversation. The screenshot of the chat
 /// with its tool calls expanded is left in `target/test-artifacts/webchat.png`.
 #[test]
 fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() {
@@ -79,10 +80,12 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
             openai::text("Not allowed."),
             openai::stream("", &[("p1", "ask_person", "{}")]),
             openai::text("Hello, Grace."),
+            openai::text("Summary sent."),
         ],
         "",
     );
     crate::talk::add_ask_person(&fixture);
+    crate::web_offers::add_offers(&fixture);
     let pending = fixture.root().join("pending");
     std::fs::create_dir_all(&pending).expect("pending dir");
     std::fs::write(
@@ -133,7 +136,17 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
     assert!(screenshot.is_file(), "no screenshot");
     // The denied call reached the model as a refusal.
     let requests = model.requests();
-    assert_eq!(requests.len(), 9, "every scripted answer was asked for");
+    assert_eq!(requests.len(), 10, "every scripted answer was asked for");
     let denied = requests[6].body.to_string();
     assert!(denied.contains("refused to run `say`"), "{denied}");
+    // The prompt's text and the attached resource reached the model as the first message.
+    let brought = &requests[9].body["messages"];
+    let user = brought
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .expect("a user message");
+    assert_eq!(
+        user["content"],
+        "Write a brief on sums.\n\nResource docs://brief.md (text/markdown):\nSums are associative."
+    );
 }

@@ -8,7 +8,9 @@ Run by `web_page::the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_
 The host serves `calculate` and a destructive `say`; its model answers, in order: a call c1 of
 calculate (40 + 2), a call c2 of calculate (2 * 21), "Both are 42.", a call a1 of say
 ("hello from say"), "Said it.", a call d1 of say ("second"), "Not allowed.", a call p1 of
-ask_person (a tool that asks the person's name, granted elicitation), "Hello, Grace.". PENDING holds
+ask_person (a tool that asks the person's name, granted elicitation), "Hello, Grace.", "Summary
+sent." (to a conversation started from the prompt `brief` with the resource docs://brief.md
+attached). PENDING holds
 extra.toml (an ensemble with a tool `sleep`) and broken.toml (an invalid ensemble), which the
 catalog step moves into ENSEMBLES.
 
@@ -27,7 +29,7 @@ from selenium.common.exceptions import StaleElementReferenceException, TimeoutEx
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 WAIT = 20
 
@@ -240,6 +242,27 @@ def run(driver, args):
     driver.set_window_size(390, 844)
     driver.save_screenshot(args.screenshot.replace(".png", "-phone.png"))
     print("E: the catalog view followed two reloads without a page reload", flush=True)
+
+    # F. A prompt, its argument filled in, and an attached resource start a conversation.
+    driver.set_window_size(1280, 900)
+    testid(driver, "new-chat")[0].click()
+    wait(driver, "an empty chat", lambda d: not testid(d, "user-text"))
+    wait(driver, "the prompt `brief` offered",
+         lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="prompt-pick"] option[value="brief"]'))
+    Select(testid(driver, "prompt-pick")[0]).select_by_value("brief")
+    wait(driver, "the prompt's argument", lambda d: testid(d, "arg-topic"))[0].send_keys("sums")
+    wait(driver, "the resource offered",
+         lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="attach"] option[value="docs://brief.md"]'))
+    Select(testid(driver, "attach")[0]).select_by_value("docs://brief.md")
+    wait(driver, "the attachment shown", lambda d: "docs://brief.md" in testid(d, "attached")[0].text)
+    testid(driver, "send")[0].click()
+    wait(driver, "the prompt and the resource on the message",
+         lambda d: testid(d, "user-prompt") and testid(d, "user-resource"))
+    wait(driver, "the answer", lambda d: any("Summary sent." in b.text for b in testid(d, "assistant-text")))
+    idle(driver, "the prompt's run to end")
+    if testid(driver, "attached")[0].text or testid(driver, "prompt-args")[0].find_elements(By.TAG_NAME, "input"):
+        fail("the prompt and the attachment were not cleared after sending")
+    print("F: a prompt with its argument and an attached resource started a conversation", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError(status, message.into())
 }
 
@@ -51,6 +51,11 @@ struct ChatRequest {
     max_tokens: Option<u32>,
     system: Option<String>,
     reply_to: Option<String>,
+    /// One of the ensembles' prompts to start with (`{"name", "arguments"}`).
+    prompt: Option<super::offers::PromptAsk>,
+    /// Resources to attach, by URI.
+    #[serde(default)]
+    resources: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -74,6 +79,11 @@ pub(super) struct Plan {
     /// Whom the run calls tools for (over `serve --http`, the guard's caller): the run's
     /// model sees, and its calls reach, only what the caller may call.
     pub(super) caller: Option<Caller>,
+    /// The turns the request's prompt and resources bring, before its message.
+    pub(super) turns: Conversation,
+    /// What the user event of the log says of them: the prompt's name, the resources' URIs,
+    /// and what was left out.
+    pub(super) brought: Value,
 }
 
 /// A JSON body; a bad one is a 400 naming the field by its path (`/max_iterations: ...`).
@@ -98,7 +108,8 @@ fn plan(web: &Web, request: &ChatRequest, caller: Option<Caller>) -> Result<Plan
         .provider
         .clone()
         .map_err(|problem| error(StatusCode::SERVICE_UNAVAILABLE, problem))?;
-    if request.message.trim().is_empty() {
+    let brings = request.prompt.is_some() || !request.resources.is_empty();
+    if request.message.trim().is_empty() && !brings {
         return Err(bad("/message: the message is empty".into()));
     }
     if request.message.len() > MAX_MESSAGE {
@@ -187,7 +198,37 @@ fn plan(web: &Web, request: &ChatRequest, caller: Option<Caller>) -> Result<Plan
         provider,
         policy,
         caller,
+        turns: Conversation::new(None),
+        brought: Value::Null,
     })
+}
+
+/// The plan with the turns `request`'s prompt and resources bring, for conversation `id`.
+async fn bring(
+    web: &Web,
+    id: &str,
+    request: &ChatRequest,
+    mut plan: Plan,
+) -> Result<Plan, ApiError> {
+    if request.prompt.is_none() && request.resources.is_empty() {
+        return Ok(plan);
+    }
+    let (turns, notes) = super::offers::bring(
+        web,
+        id,
+        &plan.policy,
+        plan.caller.as_ref(),
+        request.prompt.as_ref(),
+        &request.resources,
+    )
+    .await?;
+    plan.turns = turns;
+    plan.brought = json!({
+        "prompt": request.prompt.as_ref().map(super::offers::PromptAsk::name),
+        "resources": request.resources,
+        "notes": notes,
+    });
+    Ok(plan)
 }
 
 /// The database, or a 503 that says why it is not there.
@@ -423,9 +464,13 @@ pub(super) async fn start_conversation(
     let plan = plan(&web, &request, caller.map(|Extension(caller)| caller))?;
     let store = store(&web)?;
     let id = new_id();
+    let plan = bring(&web, &id, &request, plan).await?;
     let slot = web.runs.start(&id).map_err(busy)?;
     let conversation = Conversation::new(request.system.clone().or(web.chat.system.clone()));
-    let title = title_of(&request.message);
+    let title = match (&request.prompt, request.message.trim().is_empty()) {
+        (Some(prompt), true) => title_of(&format!("/{}", prompt.name())),
+        _ => title_of(&request.message),
+    };
     let (key, kept) = (id.clone(), conversation.clone());
     blocking(move || store.create(&key, &title, &kept, owner.as_deref())).await?;
     let first = json!({ "type": "conversation", "id": id });
@@ -453,6 +498,7 @@ pub(super) async fn continue_conversation(
     }
     let owner = owner(&caller);
     let plan = plan(&web, &request, caller.map(|Extension(caller)| caller))?;
+    let plan = bring(&web, &id, &request, plan).await?;
     // What it holds, asked of the database before anything is read; another identity's
     // conversation is not there for this one (not even as busy).
     let limit = web.chat.limits.max_conversation_bytes;

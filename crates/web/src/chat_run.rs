@@ -12,8 +12,10 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use toolhost_agent::provider::conversation::Conversation;
+use toolhost_agent::context;
+use toolhost_agent::provider::conversation::{Conversation, Message};
 use toolhost_agent::{Agent, ApprovalPolicy, Ending, Event, limits};
+use toolhost_config::draft::Role;
 
 /// A run's log, as it is kept: text deltas joined into `text` events (in one growing
 /// string, so a model streaming in tiny pieces costs time linear in its text).
@@ -149,7 +151,12 @@ async fn run(web: Arc<Web>, slot: RunSlot, from: Resumed, plan: Plan, sender: ss
     // The conversation's log, all runs together, within the conversation's budget.
     let log_room = (web.chat.limits.max_conversation_bytes).saturating_sub(log_bytes);
     let log = Arc::new(Mutex::new(Log::new(log_room)));
-    let user = json!({ "type": "user", "text": plan.message });
+    let mut user = json!({ "type": "user", "text": plan.message });
+    if let Value::Object(brought) = &plan.brought {
+        for (key, value) in brought {
+            user[key] = value.clone();
+        }
+    }
     if let Ok(mut log) = log.lock() {
         log.push(&user);
     }
@@ -174,7 +181,18 @@ async fn run(web: Arc<Web>, slot: RunSlot, from: Resumed, plan: Plan, sender: ss
     let allowed = Arc::new(Mutex::new(
         allowed_tools.into_iter().collect::<HashSet<String>>(),
     ));
-    conversation.push_user(plan.message.clone());
+    for turn in plan.turns.messages {
+        match turn {
+            Message::User { text } => context::push(&mut conversation, Role::User, text),
+            Message::Assistant { text, .. } => {
+                context::push(&mut conversation, Role::Assistant, text)
+            }
+            Message::Results { .. } => {}
+        }
+    }
+    if !plan.message.trim().is_empty() {
+        context::push(&mut conversation, Role::User, plan.message.clone());
+    }
     match plan.provider.build() {
         Err(e) => emit(event_json(&Event::Done {
             ending: Ending::Error,

@@ -6,7 +6,9 @@
 //! on, and the conversation with its log saved when it ends ([`store`], SQLite). A destructive call waits for the
 //! person's decision, which comes back by another request naming the call ([`runs`]); the
 //! catalog and its reload status are served as JSON and as a stream that follows every reload
-//! ([`catalog`]); the page's assets are in the binary ([`page`]).
+//! ([`catalog`]); the ensembles' prompts and resources are listed for the page and brought
+//! into a run by a request's `prompt` and `resources` ([`offers`]); the page's assets are in
+//! the binary ([`page`]).
 //!
 //! Decisions the design leaves open (docs/chat-api.md says them for users): a run belongs to
 //! the stream that started it, so a client that goes away cancels it; dedup is scoped to one
@@ -17,6 +19,7 @@
 mod api;
 mod catalog;
 mod chat_run;
+mod offers;
 mod page;
 pub mod runs;
 mod sse;
@@ -149,6 +152,8 @@ pub fn router(web: Arc<Web>, page: bool) -> axum::Router {
             "/api/conversations/{id}/elicitations/{question}",
             post(api::answer),
         )
+        .route("/api/prompts", get(offers::prompts))
+        .route("/api/resources", get(offers::resources))
         .route("/api/catalog", get(catalog::catalog))
         .route("/api/catalog/events", get(catalog::events))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))

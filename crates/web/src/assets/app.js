@@ -11,6 +11,8 @@ const state = {
   assistant: null,    // the bubble the model's text goes to
   calls: new Map(),   // call id -> its block
   questions: new Map(), // question id -> its form
+  prompts: [],        // GET /api/prompts
+  attached: [],       // URIs to attach to the next message
 };
 
 function el(tag, props = {}, ...children) {
@@ -114,9 +116,62 @@ function item(node) {
   return li;
 }
 
-function addUser(text) {
+function addUser(text, brought = {}) {
   state.assistant = null;
-  item(el("div", { class: "user", text, "data-testid": "user-text" }));
+  const chips = [];
+  if (brought.prompt) chips.push(el("span", { class: "chip", text: `/${brought.prompt}`, "data-testid": "user-prompt" }));
+  for (const uri of brought.resources || []) chips.push(el("span", { class: "chip", text: uri, "data-testid": "user-resource" }));
+  const box = el("div", { class: "user", "data-testid": "user-text" }, ...chips, text);
+  item(box);
+  for (const note of brought.notes || []) notice(note, "info");
+}
+
+// The prompts and resources this caller may bring into a message (after each reload too).
+async function loadOffers() {
+  const [prompts, resources] = await Promise.all([api("/api/prompts"), api("/api/resources")]);
+  if (prompts.ok) {
+    state.prompts = (await prompts.json()).prompts;
+    const pick = $("prompt-pick");
+    const chosen = pick.value;
+    pick.replaceChildren(el("option", { value: "", text: "none" }),
+      ...state.prompts.map((p) => el("option", { value: p.name, text: p.title || p.name, title: p.description })));
+    pick.value = state.prompts.some((p) => p.name === chosen) ? chosen : "";
+    if (pick.value !== chosen) promptArguments();
+  }
+  if (resources.ok) {
+    const listed = (await resources.json()).resources;
+    $("attach").replaceChildren(el("option", { value: "", text: "a resource…" }),
+      ...listed.map((r) => el("option", { value: r.uri, text: r.uri, title: `${r.mime_type}, ${r.size} bytes` })));
+  }
+}
+
+// One input per argument of the picked prompt (its values offered as suggestions).
+function promptArguments() {
+  const prompt = state.prompts.find((p) => p.name === $("prompt-pick").value);
+  const inputs = (prompt ? prompt.arguments : []).map((a, i) => {
+    const list = el("datalist", { id: `arg-values-${i}` }, ...a.values.map((v) => el("option", { value: v })));
+    const input = el("input", { name: a.name, placeholder: a.description || a.name, "data-testid": `arg-${a.name}` });
+    input.setAttribute("list", list.id); // read-only as a property
+    input.required = a.required;
+    return el("label", {}, `${a.name}${a.required ? "*" : ""} `, input, list);
+  });
+  $("prompt-args").replaceChildren(...inputs);
+}
+
+function attach() {
+  const uri = $("attach").value;
+  $("attach").value = "";
+  if (!uri || state.attached.includes(uri)) return;
+  state.attached.push(uri);
+  showAttached();
+}
+
+function showAttached() {
+  $("attached").replaceChildren(...state.attached.map((uri) => {
+    const drop = el("button", { type: "button", text: "×", "aria-label": `Detach ${uri}` });
+    drop.onclick = () => { state.attached = state.attached.filter((u) => u !== uri); showAttached(); };
+    return el("span", { class: "chip" }, uri, drop);
+  }));
 }
 
 function addText(text) {
@@ -282,7 +337,7 @@ const ENDINGS = { "iteration-limit": 1, "size-limit": 1, error: 1, cancelled: 1,
 
 function show(event, live) {
   switch (event.type) {
-    case "user": addUser(event.text); break;
+    case "user": addUser(event.text, event); break;
     case "text": case "text_delta": addText(event.text); break;
     case "tool_call": callBlock(event.id, event.name, event.arguments); break;
     case "tool_result": callResult(event); break;
@@ -331,8 +386,16 @@ function setRunning(running) {
 async function send(event) {
   event.preventDefault();
   const text = $("composer").value;
-  if (!text.trim() || document.body.dataset.running === "true") return;
+  const promptName = $("prompt-pick").value;
+  const brings = promptName || state.attached.length > 0;
+  if ((!text.trim() && !brings) || document.body.dataset.running === "true") return;
   const body = { message: text, tools: $("opt-tools").checked };
+  if (promptName) {
+    const args = {};
+    for (const input of $("prompt-args").querySelectorAll("input")) if (input.value) args[input.name] = input.value;
+    body.prompt = { name: promptName, arguments: args };
+  }
+  if (state.attached.length > 0) body.resources = [...state.attached];
   const iterations = parseInt($("opt-iterations").value, 10);
   if (iterations > 0) body.max_iterations = iterations;
   if ($("opt-choice").value) body.tool_choice = $("opt-choice").value;
@@ -344,7 +407,11 @@ async function send(event) {
     const response = await api(path, { method: "POST", body: JSON.stringify(body) });
     if (!response.ok) { notice(await failure(response)); return; }
     $("composer").value = "";
-    addUser(text);
+    addUser(text, { prompt: promptName, resources: body.resources });
+    $("prompt-pick").value = "";
+    promptArguments();
+    state.attached = [];
+    showAttached();
     state.replyTo = null;
     await readEvents(response, (e) => {
       if (e.type === "conversation") { state.conversation = e.id; listConversations(); }
@@ -444,7 +511,7 @@ async function followCatalog() {
   for (;;) {
     try {
       const response = await api("/api/catalog/events");
-      if (response.ok) await readEvents(response, (e) => { if (e.type === "catalog") renderCatalog(e); });
+      if (response.ok) await readEvents(response, (e) => { if (e.type === "catalog") { renderCatalog(e); loadOffers(); } });
       else $("catalog-status").textContent = await failure(response);
     } catch (error) {
       $("catalog-status").textContent = `Reconnecting: ${error.message}`;
@@ -489,6 +556,8 @@ async function start() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer-form").requestSubmit(); }
   });
   $("new-chat").onclick = newChat;
+  $("prompt-pick").onchange = promptArguments;
+  $("attach").onchange = attach;
   $("tab-chat").onclick = () => showView("chat");
   $("tab-catalog").onclick = () => showView("catalog");
   $("menu").onclick = () => {
