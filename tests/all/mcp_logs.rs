@@ -65,6 +65,9 @@ async fn a_closed_session_leaves_no_relay_task_behind() {
     let fixture = fixture();
     let host = Arc::new(fixture.host().await);
     let logs = LogRelay::default();
+    // The host's own watch of its resources (one per host, started by its first session)
+    // is not a session's.
+    drop(host.resource_events());
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
     // Quiet sessions: no reload and no log line ever tells their relays that they are gone.

@@ -7,7 +7,7 @@
 
 use crate::provider::conversation::{Conversation, Message};
 use toolhost_config::draft::Role;
-use toolhost_core::prompts::{Rendered, RenderedContent};
+use toolhost_core::prompts::{Content, Rendered, ResourceContents};
 use toolhost_core::resources::{Body, Contents};
 
 /// A resource as text for the conversation, or why it cannot be (bytes).
@@ -31,19 +31,29 @@ pub fn push_prompt(conversation: &mut Conversation, messages: Vec<Rendered>) -> 
     let mut notes = Vec::new();
     for message in messages {
         let text = match message.content {
-            RenderedContent::Text(text) => text,
-            RenderedContent::Resource(contents) => match resource_text(&contents) {
-                Ok(text) => text,
-                Err(note) => {
-                    notes.push(note);
-                    continue;
+            Content::Text(text) => text,
+            Content::Resource(embedded) => {
+                let mime = embedded.mime_type.unwrap_or_default();
+                match embedded.contents {
+                    ResourceContents::Text(text) => {
+                        format!("Resource {} ({mime}):\n{text}", embedded.uri)
+                    }
+                    ResourceContents::Blob(bytes) => {
+                        notes.push(format!(
+                            "{} ({mime}, {} bytes) is not text; this chat sends text only, so \
+                             it was left out",
+                            embedded.uri,
+                            bytes.len()
+                        ));
+                        continue;
+                    }
                 }
-            },
-            RenderedContent::Image { data, mime } => {
+            }
+            Content::Image(media) | Content::Audio(media) => {
                 notes.push(format!(
-                    "an image ({mime}, {} bytes) is not text; this chat sends text only, so it \
-                     was left out",
-                    data.len()
+                    "{} ({} bytes) is not text; this chat sends text only, so it was left out",
+                    media.mime_type,
+                    media.data.len()
                 ));
                 continue;
             }
@@ -80,22 +90,25 @@ mod tests {
     fn a_prompts_messages_become_alternating_text_turns() {
         let text = |role, t: &str| Rendered {
             role,
-            content: RenderedContent::Text(t.into()),
+            content: Content::Text(t.into()),
         };
         let resource = Rendered {
             role: Role::User,
-            content: RenderedContent::Resource(Contents {
-                uri: "docs://a.md".into(),
-                mime: "text/markdown".into(),
-                body: Body::Text("# A".into()),
-            }),
+            content: Content::Resource(
+                Contents {
+                    uri: "docs://a.md".into(),
+                    mime: "text/markdown".into(),
+                    body: Body::Text("# A".into()),
+                }
+                .into(),
+            ),
         };
         let image = Rendered {
             role: Role::User,
-            content: RenderedContent::Image {
+            content: Content::Image(toolhost_core::prompts::Media {
                 data: vec![1, 2, 3],
-                mime: "image/png".into(),
-            },
+                mime_type: "image/png".into(),
+            }),
         };
         let mut conversation = Conversation::new(None);
         let notes = push_prompt(
@@ -108,7 +121,7 @@ mod tests {
             ],
         );
         assert_eq!(notes.len(), 1);
-        assert!(notes[0].contains("image/png, 3 bytes"), "{notes:?}");
+        assert!(notes[0].contains("image/png (3 bytes)"), "{notes:?}");
         assert_eq!(
             conversation.messages,
             [

@@ -10,6 +10,7 @@
 use crate::backend::Backend;
 use crate::invoke::Session;
 use crate::prompts::Prompt;
+use crate::resources::imported::ImportedResources;
 use crate::resources::{Contents, ResourceError, ResourceSet};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -222,6 +223,8 @@ pub struct Ensemble {
     pub tools: Vec<Arc<Tool>>,
     pub prompts: Vec<Arc<Prompt>>,
     pub resources: Vec<Arc<ResourceSet>>,
+    /// The resources of the MCP server it imports, when that server offers any.
+    pub imported: Option<Arc<ImportedResources>>,
 }
 
 impl Serialize for Ensemble {
@@ -252,6 +255,7 @@ pub struct Catalog {
     /// The enabled ensembles' prompts by name, and their resource sets.
     prompts: BTreeMap<String, Arc<Prompt>>,
     resources: Vec<Arc<ResourceSet>>,
+    imported: Vec<Arc<ImportedResources>>,
     /// The accepted ensembles, in load order, and where each is by file.
     ensembles: Vec<Arc<Ensemble>>,
     by_file: HashMap<PathBuf, usize>,
@@ -291,6 +295,7 @@ impl Catalog {
         let resources = enabled()
             .flat_map(|e| e.resources.iter().cloned())
             .collect();
+        let imported = enabled().filter_map(|e| e.imported.clone()).collect();
         let by_file = ensembles
             .iter()
             .enumerate()
@@ -300,6 +305,7 @@ impl Catalog {
             active,
             prompts,
             resources,
+            imported,
             ensembles,
             by_file,
             pending: Vec::new(),
@@ -370,18 +376,37 @@ impl Catalog {
             .find(|set| uri.starts_with(set.uri_prefix()))
     }
 
-    /// Reads the resource at `uri`, if `session` may: one it may not read is not found.
+    /// The imported servers' resources.
+    pub fn imported_resources(&self) -> impl ExactSizeIterator<Item = &Arc<ImportedResources>> {
+        self.imported.iter()
+    }
+
+    /// Reads the resource at `uri`, if `session` may: one it may not read is not found. A
+    /// URI under a resource set's prefix is that set's; another is asked of the imported
+    /// server that claims it, if one does.
     pub async fn read_resource(
         &self,
         session: &Session,
         uri: &str,
-    ) -> Result<Contents, ResourceError> {
-        match self.resource_set_for(uri) {
-            Some(set) if session.permits_offer(set.ensemble(), set.name()) => set.read(uri).await,
-            _ => Err(ResourceError::NotFound {
-                uri: toolhost_audit::cut_text(uri),
-            }),
+    ) -> Result<Vec<Contents>, ResourceError> {
+        let not_found = || ResourceError::NotFound {
+            uri: toolhost_audit::cut_text(uri),
+        };
+        if uri.len() > crate::resources::MAX_URI_BYTES {
+            return Err(not_found());
         }
+        if let Some(set) = self.resource_set_for(uri) {
+            if !session.permits_offer(set.ensemble(), set.name()) {
+                return Err(not_found());
+            }
+            return set.read(uri).await.map(|contents| vec![contents]);
+        }
+        for set in &self.imported {
+            if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
+                return set.read(uri).await;
+            }
+        }
+        Err(not_found())
     }
 
     /// The accepted ensembles.
@@ -462,7 +487,12 @@ impl CatalogChange {
                 .collect::<Vec<_>>()
         };
         change.prompts_changed = prompts(old) != prompts(new);
-        let sets = |c: &Catalog| c.resource_sets().map(|r| r.version).collect::<Vec<_>>();
+        let sets = |c: &Catalog| {
+            let files = c.resource_sets().map(|r| r.version);
+            files
+                .chain(c.imported_resources().map(|r| r.version()))
+                .collect::<Vec<_>>()
+        };
         change.resources_changed = sets(old) != sets(new);
         change
     }

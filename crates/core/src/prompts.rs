@@ -1,19 +1,23 @@
-//! prompts: the prompts an ensemble writes in its TOML (`[[prompts]]`), offered to MCP
-//! clients. A [`Prompt`] checks the arguments a `prompts/get` brings (each named, each a
-//! string of at most [`MAX_ARGUMENT_BYTES`], the required ones there), then renders each
-//! message's template with them ([`toolhost_config::template`]: sandboxed, fuel- and
-//! output-bounded). A `resource` or `image` message reads the resource its URI names, as
-//! `resources/read` would for the same caller.
+//! prompts: the prompts an ensemble offers to MCP clients: written in its TOML
+//! (`[[prompts]]`), or passed through from the MCP server it imports. A [`Prompt`] checks the
+//! arguments a `prompts/get` brings (each named, each a string of at most
+//! [`MAX_ARGUMENT_BYTES`], the required ones there), then renders each written message's
+//! template with them ([`toolhost_config::template`]: sandboxed, fuel- and output-bounded)
+//! or asks the server. A `resource` or `image` message reads the resource its URI names, as
+//! `resources/read` would for the same caller. Messages hold the items tool results hold
+//! ([`Content`]).
 
+use crate::backend::mcp::McpImport;
 use crate::catalog::{Catalog, VersionHash};
 use crate::invoke::Session;
-use crate::resources::{Body, Contents, ResourceError};
+use crate::resources::{Body, ResourceError};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use toolhost_config::Span;
 use toolhost_config::draft::{ArgumentDraft, MessageDraft, MessageKind, PromptDraft, Role};
 use toolhost_config::template::{self, TemplateError};
+pub use toolhost_contract::{Content, EmbeddedResource, Media, ResourceContents};
 
 /// The longest value one argument may have.
 pub const MAX_ARGUMENT_BYTES: usize = 16 << 10;
@@ -26,29 +30,38 @@ pub struct Prompt {
     pub(crate) title: Option<String>,
     pub(crate) description: String,
     pub(crate) arguments: Vec<ArgumentDraft>,
-    pub(crate) messages: Vec<MessageDraft>,
+    pub(crate) source: Source,
     pub(crate) definition: Span,
     pub(crate) version: VersionHash,
+}
+
+/// Where a prompt's messages come from.
+pub(crate) enum Source {
+    /// Its `[[prompts]]` entry's messages.
+    Written(Vec<MessageDraft>),
+    /// The imported server's prompt of this name.
+    Imported {
+        server: Arc<McpImport>,
+        remote: String,
+    },
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Written(messages) => f.debug_tuple("Written").field(messages).finish(),
+            Source::Imported { remote, .. } => {
+                f.debug_struct("Imported").field("remote", remote).finish()
+            }
+        }
+    }
 }
 
 /// One message of a prompt, rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
     pub role: Role,
-    pub content: RenderedContent,
-}
-
-/// What a rendered message holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RenderedContent {
-    Text(String),
-    /// A resource, embedded whole.
-    Resource(Contents),
-    /// An image resource's bytes, with its MIME type.
-    Image {
-        data: Vec<u8>,
-        mime: String,
-    },
+    pub content: Content,
 }
 
 /// Why a `prompts/get` was refused; each names the prompt and what was wrong.
@@ -86,6 +99,8 @@ pub enum PromptError {
         message: usize,
         error: ResourceError,
     },
+    #[error("prompt `{prompt}`: {reason}")]
+    Imported { prompt: String, reason: String },
     #[error("prompt `{prompt}`, message {message}: `{uri}` is {mime}, not an image")]
     NotAnImage {
         prompt: String,
@@ -123,8 +138,50 @@ impl Prompt {
             title: draft.title,
             description: draft.description,
             arguments: draft.arguments,
-            messages: draft.messages,
+            source: Source::Written(draft.messages),
             definition: draft.definition,
+        }
+    }
+
+    /// The prompt `listed` of an imported server, named `name` here (with the ensemble's
+    /// prefix), defined where the ensemble names the server.
+    pub(crate) fn imported(
+        ensemble: &Arc<str>,
+        name: String,
+        server: &Arc<McpImport>,
+        listed: rmcp::model::Prompt,
+        definition: Span,
+    ) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&crate::backend::Backend::source_hash(server.as_ref()).0);
+        hasher.update(name.as_bytes());
+        hasher.update(
+            serde_json::to_string(&listed)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        let arguments = (listed.arguments.unwrap_or_default().into_iter())
+            .map(|a| ArgumentDraft {
+                name: a.name,
+                description: a.description,
+                required: a.required == Some(true),
+                values: Vec::new(),
+            })
+            .collect();
+        Prompt {
+            version: VersionHash(*hasher.finalize().as_bytes()),
+            description: (listed.description.clone())
+                .or_else(|| listed.title.clone())
+                .unwrap_or_else(|| listed.name.clone()),
+            name,
+            ensemble: Arc::clone(ensemble),
+            title: listed.title,
+            arguments,
+            source: Source::Imported {
+                server: Arc::clone(server),
+                remote: listed.name,
+            },
+            definition,
         }
     }
 
@@ -229,10 +286,46 @@ impl Prompt {
         session: &Session,
     ) -> Result<Vec<Rendered>, PromptError> {
         let arguments = self.arguments_of(given)?;
-        let mut rendered = Vec::with_capacity(self.messages.len());
-        for (index, message) in self.messages.iter().enumerate() {
+        match &self.source {
+            Source::Written(messages) => self.written(messages, &arguments, catalog, session).await,
+            Source::Imported { server, remote } => {
+                let arguments = arguments
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                let result = server
+                    .get_prompt(remote, &arguments)
+                    .await
+                    .map_err(|reason| PromptError::Imported {
+                        prompt: self.name.clone(),
+                        reason,
+                    })?;
+                Ok(result
+                    .messages
+                    .into_iter()
+                    .map(|message| Rendered {
+                        role: match message.role {
+                            rmcp::model::Role::Assistant => Role::Assistant,
+                            _ => Role::User,
+                        },
+                        content: crate::backend::mcp::content::item(message.content),
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    async fn written(
+        &self,
+        messages: &[MessageDraft],
+        arguments: &BTreeMap<String, String>,
+        catalog: &Catalog,
+        session: &Session,
+    ) -> Result<Vec<Rendered>, PromptError> {
+        let mut rendered = Vec::with_capacity(messages.len());
+        for (index, message) in messages.iter().enumerate() {
             let number = index + 1;
-            let text = template::render(&message.template, &arguments).map_err(|error| {
+            let text = template::render(&message.template, arguments).map_err(|error| {
                 PromptError::Template {
                     prompt: self.name.clone(),
                     message: number,
@@ -240,29 +333,29 @@ impl Prompt {
                 }
             })?;
             let content = match message.kind {
-                MessageKind::Text => RenderedContent::Text(text),
+                MessageKind::Text => Content::Text(text),
                 MessageKind::Resource | MessageKind::Image => {
                     let uri = text.trim();
-                    let contents = catalog.read_resource(session, uri).await.map_err(|error| {
-                        PromptError::Resource {
-                            prompt: self.name.clone(),
-                            message: number,
-                            error,
-                        }
+                    let read = catalog.read_resource(session, uri).await;
+                    let mut contents = read.map_err(|error| PromptError::Resource {
+                        prompt: self.name.clone(),
+                        message: number,
+                        error,
                     })?;
-                    match (message.kind, contents.body) {
-                        (MessageKind::Image, body) if contents.mime.starts_with("image/") => {
-                            let data = match body {
-                                Body::Blob(data) => data,
-                                // An SVG is text, and an image.
-                                Body::Text(text) => text.into_bytes(),
-                            };
-                            RenderedContent::Image {
-                                data,
-                                mime: contents.mime,
-                            }
+                    // A resource is one item; a server's may be several: the first is taken.
+                    let contents = contents.swap_remove(0);
+                    match message.kind {
+                        MessageKind::Image if contents.mime.starts_with("image/") => {
+                            Content::Image(Media {
+                                mime_type: contents.mime,
+                                data: match contents.body {
+                                    Body::Blob(data) => data,
+                                    // An SVG is text, and an image.
+                                    Body::Text(text) => text.into_bytes(),
+                                },
+                            })
                         }
-                        (MessageKind::Image, _) => {
+                        MessageKind::Image => {
                             return Err(PromptError::NotAnImage {
                                 prompt: self.name.clone(),
                                 message: number,
@@ -270,7 +363,7 @@ impl Prompt {
                                 mime: contents.mime,
                             });
                         }
-                        (_, body) => RenderedContent::Resource(Contents { body, ..contents }),
+                        _ => Content::Resource(contents.into()),
                     }
                 }
             };

@@ -438,7 +438,7 @@ impl ServerHandler for McpServer {
         self.first_load_ended().await;
         let catalog = self.host.catalog().snapshot();
         let session = self.own_session(caller(&context));
-        let templates = resources::templates(&catalog, &session);
+        let templates = resources::templates(&catalog, &session).await;
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
@@ -453,7 +453,8 @@ impl ServerHandler for McpServer {
             .read_resource(&session, &request.uri)
             .await
             .map_err(resources::refusal)?;
-        Ok(ReadResourceResult::new(vec![prompts::resource(contents)]).into())
+        let contents = contents.into_iter().map(prompts::resource).collect();
+        Ok(ReadResourceResult::new(contents).into())
     }
 
     async fn subscribe(
@@ -465,6 +466,7 @@ impl ServerHandler for McpServer {
         let session = self.own_session(caller(&context));
         self.subscriptions
             .subscribe(&catalog, &session, &request.uri)
+            .await
     }
 
     async fn unsubscribe(

@@ -136,10 +136,11 @@ fn readable(
     wanted
         .iter()
         .filter(|uri| update.everything || update.updated.contains(*uri))
-        .filter(|uri| {
-            catalog
-                .resource_set_for(uri)
-                .is_some_and(|set| session.permits_offer(set.ensemble(), set.name()))
+        .filter(|uri| match catalog.resource_set_for(uri) {
+            Some(set) => session.permits_offer(set.ensemble(), set.name()),
+            None => catalog.imported_resources().any(|set| {
+                session.permits_offer(set.ensemble(), set.name()) && set.claims_listed(uri)
+            }),
         })
         .cloned()
         .collect()

@@ -6,13 +6,14 @@
 use base64::Engine;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ContentBlock, GetPromptResult, Prompt as McpPrompt, PromptArgument, PromptMessage,
-    ResourceContents, Role as McpRole,
+    GetPromptResult, Prompt as McpPrompt, PromptArgument, PromptMessage, ResourceContents,
+    Role as McpRole,
 };
 use serde_json::{Map, Value};
+use toolhost_core::backend::mcp::content;
 use toolhost_core::catalog::Catalog;
 use toolhost_core::invoke::{Host, Session};
-use toolhost_core::prompts::{Prompt, PromptError, RenderedContent};
+use toolhost_core::prompts::{Prompt, PromptError};
 use toolhost_core::resources::{Body, Contents, ResourceError};
 
 /// Prompts per `prompts/list` page, at most.
@@ -78,8 +79,10 @@ pub async fn get(
         .get_prompt(session, name, arguments)
         .await
         .map_err(|error| match error {
-            // The prompt's own doing (a template out of fuel, a file that cannot be read).
+            // The prompt's own doing (a template out of fuel, a file that cannot be read, a
+            // server that failed).
             PromptError::Template { .. }
+            | PromptError::Imported { .. }
             | PromptError::Resource {
                 error: ResourceError::TooLarge { .. } | ResourceError::Unreadable { .. },
                 ..
@@ -88,20 +91,17 @@ pub async fn get(
         })?;
     let messages = messages
         .into_iter()
-        .map(|message| {
+        .filter_map(|message| {
             let role = match message.role {
                 toolhost_config::draft::Role::User => McpRole::User,
                 toolhost_config::draft::Role::Assistant => McpRole::Assistant,
             };
-            let content = match message.content {
-                RenderedContent::Text(text) => ContentBlock::text(text),
-                RenderedContent::Resource(contents) => ContentBlock::resource(resource(contents)),
-                RenderedContent::Image { data, mime } => ContentBlock::image(
-                    base64::engine::general_purpose::STANDARD.encode(data),
-                    mime,
-                ),
+            let item = toolhost_contract::ToolResult {
+                content: vec![message.content],
+                structured: None,
             };
-            PromptMessage::new(role, content)
+            let content = content::to_mcp(&item).into_iter().next()?;
+            Some(PromptMessage::new(role, content))
         })
         .collect();
     Ok(GetPromptResult::new(messages).with_description(prompt.description()))

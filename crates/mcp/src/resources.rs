@@ -1,8 +1,10 @@
 //! `resources/list`, `resources/templates/list`, `resources/read`, `completion/complete`
-//! and subscriptions: the catalog's resource sets in MCP form. A listing walks the sets'
-//! directories (bounded by each set's `max-files`) and answers in pages whose cursor is the
-//! last URI sent; a read goes through [`Host::read_resource`] (bounded, audited); a session
-//! holds at most [`MAX_SUBSCRIPTIONS`] subscribed URIs.
+//! and subscriptions: the catalog's resource sets, and the imported servers' resources, in
+//! MCP form. A listing walks the sets' directories (bounded by each set's `max-files`) and
+//! asks the imported servers (bounded per server), and answers in pages whose cursor is the
+//! last URI sent; a read goes through [`toolhost_core::invoke::Host::read_resource`]
+//! (bounded, audited); a session holds at most [`MAX_SUBSCRIPTIONS`] subscribed URIs, and a
+//! subscription to an imported server's resource is passed on to it.
 
 use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceTemplate};
@@ -10,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 use toolhost_core::catalog::Catalog;
 use toolhost_core::invoke::Session;
+use toolhost_core::resources::imported::ImportedResources;
 use toolhost_core::resources::{MAX_URI_BYTES, ResourceError, ResourceSet};
 
 /// Resources per `resources/list` page, at most.
@@ -43,9 +46,15 @@ pub async fn page(
                 listed.len()
             );
         }
-        all.extend(listed.into_iter().map(|l| (set.clone(), l)));
+        let description = set.description().map(str::to_string);
+        all.extend(listed.into_iter().map(|l| (description.clone(), l)));
+    }
+    for set in imported(catalog, session) {
+        let (listed, _) = set.list().await;
+        all.extend(listed.into_iter().map(|l| (None, l)));
     }
     all.sort_by(|(_, a), (_, b)| a.uri.cmp(&b.uri));
+    all.dedup_by(|(_, a), (_, b)| a.uri == b.uri);
     let start = cursor.map_or(0, |after| {
         all.partition_point(|(_, l)| l.uri.as_str() <= after)
     });
@@ -53,12 +62,13 @@ pub async fn page(
     let page: Vec<Resource> = rest
         .iter()
         .take(PAGE_RESOURCES)
-        .map(|(set, l)| {
-            let resource = Resource::new(l.uri.clone(), l.path.clone())
-                .with_mime_type(l.mime.clone())
-                .with_size(l.size);
-            match set.description() {
-                Some(description) => resource.with_description(description),
+        .map(|(description, l)| {
+            let mut resource = Resource::new(l.uri.clone(), l.path.clone()).with_size(l.size);
+            if !l.mime.is_empty() {
+                resource = resource.with_mime_type(l.mime.clone());
+            }
+            match description {
+                Some(description) => resource.with_description(description.clone()),
                 None => resource,
             }
         })
@@ -69,9 +79,19 @@ pub async fn page(
     (page, next)
 }
 
-/// One template per set: its prefix, then the path.
-pub fn templates(catalog: &Catalog, session: &Session) -> Vec<ResourceTemplate> {
-    visible(catalog, session)
+/// The imported servers' resources `session` may see.
+fn imported<'c>(
+    catalog: &'c Catalog,
+    session: &'c Session,
+) -> impl Iterator<Item = &'c std::sync::Arc<ImportedResources>> {
+    catalog
+        .imported_resources()
+        .filter(|set| session.permits_offer(set.ensemble(), set.name()))
+}
+
+/// One template per set (its prefix, then the path), and the imported servers' templates.
+pub async fn templates(catalog: &Catalog, session: &Session) -> Vec<ResourceTemplate> {
+    let mut templates: Vec<ResourceTemplate> = visible(catalog, session)
         .map(|set| {
             let template = ResourceTemplate::new(set.template(), set.name().to_string());
             match set.description() {
@@ -79,7 +99,11 @@ pub fn templates(catalog: &Catalog, session: &Session) -> Vec<ResourceTemplate> 
                 None => template,
             }
         })
-        .collect()
+        .collect();
+    for set in imported(catalog, session) {
+        templates.extend(set.templates().await);
+    }
+    templates
 }
 
 /// The error of a refused read: not found for a URI that names nothing this session may
@@ -114,17 +138,29 @@ pub struct Subscriptions(Mutex<BTreeSet<String>>);
 
 impl Subscriptions {
     /// Subscribes to `uri`, which must be one a set of the catalog could serve to `session`
-    /// (the file need not exist yet).
-    pub fn subscribe(
+    /// (the file need not exist yet), or one an imported server claims (then the server is
+    /// asked to report its updates too).
+    pub async fn subscribe(
         &self,
         catalog: &Catalog,
         session: &Session,
         uri: &str,
     ) -> Result<(), ErrorData> {
-        let servable = uri.len() <= MAX_URI_BYTES
+        let mut servable = uri.len() <= MAX_URI_BYTES
             && catalog.resource_set_for(uri).is_some_and(|set| {
                 session.permits_offer(set.ensemble(), set.name()) && set.path_of(uri).is_some()
             });
+        if !servable && uri.len() <= MAX_URI_BYTES && catalog.resource_set_for(uri).is_none() {
+            for set in imported(catalog, session) {
+                if set.claims(uri).await {
+                    // A server that takes no subscriptions still has its URI subscribed
+                    // here: its list changes and our own reloads are reported.
+                    set.subscribe(uri).await;
+                    servable = true;
+                    break;
+                }
+            }
+        }
         if !servable {
             return Err(refusal(ResourceError::NotFound {
                 uri: toolhost_audit::cut_text(uri),

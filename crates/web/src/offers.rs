@@ -148,9 +148,11 @@ pub(super) async fn bring(
             .read_resource(&session, uri)
             .await
             .map_err(|e| bad(&format!("/resources/{index}"), e.to_string()))?;
-        match context::resource_text(&contents) {
-            Ok(text) => context::push(&mut turns, toolhost_config::draft::Role::User, text),
-            Err(note) => notes.push(note),
+        for contents in &contents {
+            match context::resource_text(contents) {
+                Ok(text) => context::push(&mut turns, toolhost_config::draft::Role::User, text),
+                Err(note) => notes.push(note),
+            }
         }
     }
     Ok((turns, notes))

@@ -233,9 +233,11 @@ async fn bring_context(
             .read_resource(session, uri)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        match context::resource_text(&contents) {
-            Ok(text) => context::push(conversation, Role::User, text),
-            Err(note) => notes.push(note),
+        for contents in &contents {
+            match context::resource_text(contents) {
+                Ok(text) => context::push(conversation, Role::User, text),
+                Err(note) => notes.push(note),
+            }
         }
     }
     Ok(notes)

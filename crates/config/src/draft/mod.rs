@@ -258,6 +258,11 @@ pub fn read(
 }
 
 impl EnsembleDraft {
+    /// The ensemble's `prefix`, if it has one.
+    pub fn prefix(&self) -> Option<&ToolName> {
+        self.context.prefix.as_ref()
+    }
+
     /// True for an ensemble without `[[invokers]]` that names an MCP server or a component:
     /// it offers every tool the server or component has.
     pub fn imports_every_tool(&self) -> bool {

@@ -42,6 +42,7 @@ pub use toolhost_config::draft::{McpSpec, McpTarget};
 
 pub mod content;
 mod oauth;
+pub mod offers;
 mod servers;
 mod stderr;
 
@@ -70,6 +71,8 @@ const LOG_INTERVAL: Duration = Duration::from_secs(10);
 struct Watcher {
     server: String,
     changes: broadcast::Sender<String>,
+    /// Where its resources' updates go (a URI, or `None`: the list changed).
+    updates: broadcast::Sender<Option<String>>,
     /// When a tool-list change was last logged.
     logged: Arc<Mutex<Option<Instant>>>,
 }
@@ -85,6 +88,25 @@ impl ClientHandler for Watcher {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed();
+    }
+
+    /// Its prompts are taken when the catalog is built: a reload takes the new list.
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if params.uri.len() <= crate::resources::MAX_URI_BYTES {
+            let _ = self.updates.send(Some(params.uri));
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.updates.send(None);
     }
 }
 
@@ -141,6 +163,13 @@ pub struct McpImport {
     retry_scheduled: std::sync::atomic::AtomicBool,
     /// Told (its description) when a start in the background ended, however it ended.
     started: broadcast::Sender<String>,
+    /// Its resources' updates, as its session reports them ([`McpImport::resource_updates`]).
+    updates: broadcast::Sender<Option<String>>,
+    /// The URIs it was asked to report updates of (`resources/subscribe`), at most
+    /// [`offers::MAX_UPSTREAM_SUBSCRIPTIONS`].
+    subscribed: Mutex<std::collections::HashSet<String>>,
+    /// With a 2026-07-28 server, the stream that reports the subscribed URIs' updates.
+    listening: Mutex<Option<AbortOnDrop>>,
 }
 
 impl std::fmt::Debug for McpImport {
@@ -248,6 +277,7 @@ impl McpImport {
         let watcher = Watcher {
             server: self.spec.describe(),
             changes: self.changes.clone(),
+            updates: self.updates.clone(),
             logged: Arc::default(),
         };
         let auto = ClientLifecycleMode::Auto {

@@ -3,7 +3,7 @@
 //! or `resource`), and the watch that tells which resources changed.
 
 use super::{Host, Session};
-use crate::prompts::{Prompt, PromptError, Rendered, RenderedContent};
+use crate::prompts::{Prompt, PromptError, Rendered};
 use crate::resources::watch::{ResourceEvent, ResourceWatch};
 use crate::resources::{Contents, ResourceError};
 use serde_json::{Map, Value};
@@ -40,14 +40,7 @@ impl Host {
             None => Err(PromptError::NotFound(audit::cut_text(name))),
         };
         let bytes = result.as_ref().map_or(0, |messages| {
-            messages
-                .iter()
-                .map(|m| match &m.content {
-                    RenderedContent::Text(text) => text.len(),
-                    RenderedContent::Resource(contents) => contents.len(),
-                    RenderedContent::Image { data, .. } => data.len(),
-                })
-                .sum()
+            messages.iter().map(|m| m.content.bytes()).sum()
         });
         let arguments = Value::Object(arguments.clone());
         self.audit_offer(OfferRecord {
@@ -66,16 +59,22 @@ impl Host {
         ))
     }
 
-    /// The resource at `uri`, as `session` may read it; audited.
+    /// The resource at `uri` (one item, or several from an imported server), as `session` may
+    /// read it; audited.
     pub async fn read_resource(
         &self,
         session: &Session,
         uri: &str,
-    ) -> Result<Contents, ResourceError> {
+    ) -> Result<Vec<Contents>, ResourceError> {
         let started = Instant::now();
         let catalog = self.catalog().snapshot();
         let result = catalog.read_resource(session, uri).await;
-        let ensemble = catalog.resource_set_for(uri).map(|set| set.ensemble());
+        let ensemble = match catalog.resource_set_for(uri) {
+            Some(set) => Some(set.ensemble()),
+            None => (catalog.imported_resources())
+                .find(|set| result.is_ok() && set.claims_listed(uri))
+                .map(|set| set.ensemble()),
+        };
         self.audit_offer(OfferRecord {
             session,
             kind: "resource",
@@ -84,7 +83,9 @@ impl Host {
             arguments: None,
             error: result.as_ref().err().map(ToString::to_string),
             started,
-            bytes: result.as_ref().map_or(0, Contents::len),
+            bytes: result
+                .as_ref()
+                .map_or(0, |c| c.iter().map(Contents::len).sum()),
         });
         result
     }

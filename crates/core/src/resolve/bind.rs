@@ -25,6 +25,15 @@ pub(super) struct Bound {
     pub(super) origin: String,
     /// Where the component or server is named, for messages about its schemas.
     pub(super) at: Span,
+    /// An imported server's prompts and resources, passed through.
+    pub(super) passed: Option<Passed>,
+}
+
+/// What an imported server offers besides tools.
+pub(super) struct Passed {
+    pub(super) server: Arc<crate::backend::mcp::McpImport>,
+    pub(super) prompts: Vec<rmcp::model::Prompt>,
+    pub(super) resources: bool,
 }
 
 /// The tools of a backend, in its order and by name, each with its schema compiled the
@@ -257,6 +266,7 @@ impl<'r> Binder<'r> {
                 let shown = self.shown.get(&path).unwrap_or(&path);
                 let (backend, offers) = ComponentBackend::new(self.runtime, component, shown);
                 Loaded::Ready(Arc::new(Bound {
+                    passed: None,
                     backend: Arc::new(backend),
                     offers: Offers::new(offers),
                     origin: format!("component {}", shown.display()),
@@ -398,12 +408,26 @@ impl<'r> Binder<'r> {
             }
         }
         match server.tools().await {
-            Ok(offers) => Ok(Arc::new(Bound {
-                origin: format!("MCP server `{}`", spec.describe()),
-                backend: server,
-                offers: Offers::new(offers),
-                at: draft.at.clone(),
-            })),
+            Ok(offers) => {
+                // Its prompts and resources are extras: a server that fails to list them
+                // still serves its tools.
+                let prompts = server.prompts().await.unwrap_or_else(|e| {
+                    tracing::warn!("{e}; its prompts are not offered");
+                    Vec::new()
+                });
+                let passed = Passed {
+                    server: Arc::clone(&server),
+                    prompts,
+                    resources: server.has_resources().await,
+                };
+                Ok(Arc::new(Bound {
+                    origin: format!("MCP server `{}`", spec.describe()),
+                    backend: server,
+                    offers: Offers::new(offers),
+                    at: draft.at.clone(),
+                    passed: Some(passed),
+                }))
+            }
             Err(e) => Err(Unbound::Error(Diagnostic::new(
                 draft.at.location(),
                 BindError::from(e).to_string(),

@@ -5,8 +5,10 @@
 //! are all refused the same way: "no such resource").
 //!
 //! The file system work runs on blocking threads ([`ResourceSet::list`], [`ResourceSet::read`]);
-//! [`watch`] tells subscribers which URIs changed.
+//! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server
+//! are passed through by [`imported`].
 
+pub mod imported;
 pub mod watch;
 
 use crate::catalog::VersionHash;
@@ -82,6 +84,19 @@ pub struct Contents {
     pub uri: String,
     pub mime: String,
     pub body: Body,
+}
+
+impl From<Contents> for toolhost_contract::EmbeddedResource {
+    fn from(contents: Contents) -> Self {
+        toolhost_contract::EmbeddedResource {
+            uri: contents.uri,
+            mime_type: Some(contents.mime),
+            contents: match contents.body {
+                Body::Text(text) => toolhost_contract::ResourceContents::Text(text),
+                Body::Blob(bytes) => toolhost_contract::ResourceContents::Blob(bytes),
+            },
+        }
+    }
 }
 
 impl Contents {

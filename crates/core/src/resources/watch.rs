@@ -1,7 +1,8 @@
-//! watch: which resources changed on disk, for `notifications/resources/updated` and
+//! watch: which resources changed, for `notifications/resources/updated` and
 //! `notifications/resources/list_changed`. One file system watch per host covers the
 //! directories of the live catalog's resource sets (moved along at each swap that changes
-//! them); what it sees in [`SETTLE`] is sent to subscribers as one [`ResourceEvent`].
+//! them), and the updates the imported servers report are followed beside it; what it sees
+//! in [`SETTLE`] is sent to subscribers as one [`ResourceEvent`].
 
 use crate::catalog::LiveCatalog;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
@@ -49,17 +50,25 @@ impl ResourceWatch {
         let (events, _) = broadcast::channel(64);
         let sender = events.clone();
         let changes = catalog.subscribe();
-        let (notices, seen) = mpsc::unbounded_channel::<notify::Event>();
+        let (notices, seen) = mpsc::unbounded_channel::<Seen>();
+        let passed = notices.clone();
         let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
             if let Ok(event) = result {
-                let _ = notices.send(event);
+                let _ = notices.send(Seen::Disk(event));
             }
         });
         let task = match watcher {
             Ok(mut watcher) => {
                 let catalog = Arc::downgrade(catalog);
                 let watched = retarget(&mut watcher, &catalog, &[]);
-                tokio::spawn(run(catalog, changes, seen, watcher, watched, sender))
+                let following = follow_servers(&catalog, &passed);
+                let sources = Sources {
+                    watcher,
+                    watched,
+                    passed,
+                    _following: following,
+                };
+                tokio::spawn(run(catalog, changes, seen, sources, sender))
             }
             Err(e) => {
                 tracing::warn!(
@@ -81,6 +90,61 @@ impl ResourceWatch {
 }
 
 type Watched = Vec<(PathBuf, Arc<crate::resources::ResourceSet>)>;
+
+/// What the watch has seen: a file system event, or an imported server's update (a URI, or
+/// `None`: its list changed).
+enum Seen {
+    Disk(notify::Event),
+    Passed(Option<String>),
+}
+
+/// Where changes come from: the directories watched, and the servers followed.
+struct Sources {
+    watcher: RecommendedWatcher,
+    watched: Watched,
+    passed: mpsc::UnboundedSender<Seen>,
+    _following: Vec<Following>,
+}
+
+/// A task that passes one imported server's updates on, stopped when dropped.
+struct Following(tokio::task::AbortHandle);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Follows the updates of the live catalog's imported servers.
+fn follow_servers(catalog: &Weak<LiveCatalog>, to: &mpsc::UnboundedSender<Seen>) -> Vec<Following> {
+    let Some(catalog) = catalog.upgrade() else {
+        return Vec::new();
+    };
+    let snapshot = catalog.snapshot();
+    snapshot
+        .imported_resources()
+        .map(|set| {
+            let mut updates = set.updates();
+            let to = to.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    match updates.recv().await {
+                        Ok(update) => {
+                            if to.send(Seen::Passed(update)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let _ = to.send(Seen::Passed(None));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            });
+            Following(task.abort_handle())
+        })
+        .collect()
+}
 
 /// Moves the watch from the directories of `before` to those of the live catalog.
 fn retarget(
@@ -120,16 +184,17 @@ fn targets(catalog: &Weak<LiveCatalog>) -> Watched {
 async fn run(
     catalog: Weak<LiveCatalog>,
     mut changes: broadcast::Receiver<Arc<crate::catalog::CatalogChange>>,
-    mut seen: mpsc::UnboundedReceiver<notify::Event>,
-    mut watcher: RecommendedWatcher,
-    mut watched: Watched,
+    mut seen: mpsc::UnboundedReceiver<Seen>,
+    mut sources: Sources,
     events: broadcast::Sender<Arc<ResourceEvent>>,
 ) {
     let mut moved = false;
     loop {
         if std::mem::take(&mut moved) {
-            watched = retarget(&mut watcher, &catalog, &watched);
+            sources.watched = retarget(&mut sources.watcher, &catalog, &sources.watched);
+            sources._following = follow_servers(&catalog, &sources.passed);
         }
+        let watched = &sources.watched;
         let first = tokio::select! {
             change = changes.recv() => {
                 match change {
@@ -146,14 +211,14 @@ async fn run(
             },
         };
         let mut event = ResourceEvent::default();
-        note(&watched, &first, &mut event);
+        note(watched, &first, &mut event);
         let settled = tokio::time::sleep(SETTLE);
         tokio::pin!(settled);
         loop {
             tokio::select! {
                 _ = &mut settled => break,
                 more = seen.recv() => match more {
-                    Some(more) => note(&watched, &more, &mut event),
+                    Some(more) => note(watched, &more, &mut event),
                     None => return,
                 },
             }
@@ -165,8 +230,23 @@ async fn run(
     }
 }
 
-/// Adds what one file system event says to `event`.
-fn note(watched: &Watched, seen: &notify::Event, event: &mut ResourceEvent) {
+/// Adds what one file system event or server update says to `event`.
+fn note(watched: &Watched, seen: &Seen, event: &mut ResourceEvent) {
+    let seen = match seen {
+        Seen::Disk(seen) => seen,
+        Seen::Passed(None) => {
+            event.listing = true;
+            return;
+        }
+        Seen::Passed(Some(uri)) => {
+            if event.updated.len() >= MAX_URIS_PER_EVENT {
+                event.everything = true;
+            } else {
+                event.updated.insert(uri.clone());
+            }
+            return;
+        }
+    };
     let listing = match seen.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
         EventKind::Access(_) => return,

@@ -57,7 +57,8 @@ pub fn from_mcp(result: mcp::CallToolResult) -> ToolResult {
     }
 }
 
-fn item(block: ContentBlock) -> Content {
+/// One MCP content block as a result item (as JSON text when it is none of the kinds).
+pub fn item(block: ContentBlock) -> Content {
     let as_json =
         |block: &ContentBlock| Content::Text(serde_json::to_string(block).unwrap_or_default());
     match block {

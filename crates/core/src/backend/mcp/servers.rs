@@ -62,6 +62,9 @@ impl ImportedServers {
             starting: std::sync::atomic::AtomicBool::new(false),
             retry_scheduled: std::sync::atomic::AtomicBool::new(false),
             started: self.started.clone(),
+            updates: tokio::sync::broadcast::channel(64).0,
+            subscribed: std::sync::Mutex::default(),
+            listening: std::sync::Mutex::default(),
         });
         servers.insert(key, Arc::downgrade(&server));
         // Servers no catalog uses any more are forgotten when the map has doubled: each
