@@ -35,6 +35,7 @@ mod mcp_import;
 mod mcp_import_changes;
 mod mcp_import_hostile;
 mod mcp_import_offers;
+mod mcp_import_talk;
 mod mcp_list;
 mod mcp_logs;
 mod mcp_offers;

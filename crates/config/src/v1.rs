@@ -96,6 +96,12 @@ pub struct McpSection {
     /// credentials from the authorization server the server's metadata names.
     #[schemars(with = "Option<McpOauthSection>")]
     pub oauth: Option<Spanned<McpOauthSection>>,
+    /// Whether the server may sample the model of whoever calls its tools (default false).
+    #[serde(default)]
+    pub sampling: bool,
+    /// Whether the server may ask the person behind whoever calls its tools (default false).
+    #[serde(default)]
+    pub elicitation: bool,
 }
 
 /// `[ensemble.mcp] oauth`: this host's client at the imported server's authorization server,

@@ -22,7 +22,7 @@ mod outcome;
 mod prepared;
 pub mod sandbox;
 mod state;
-mod talk;
+pub mod talk;
 mod tools;
 mod typed;
 mod world;

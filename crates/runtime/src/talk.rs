@@ -5,7 +5,9 @@
 //! the caller (an MCP request, a turn of the agent loop): the only way to reach that caller,
 //! so a call's progress and questions go to the session that made it and nowhere else. What
 //! an invoker may use is its [`TalkGrants`]; how much of it one call may use is bounded here
-//! ([`TalkBudget`]), whatever the guest does.
+//! ([`TalkBudget`]), whatever the guest does. An imported MCP server's calls are bounded by
+//! the same budget (`toolhost_core::backend::mcp`), with the grant named where an import sets
+//! it.
 
 use serde_json::Value;
 use std::sync::Arc;
@@ -16,21 +18,24 @@ use toolhost_contract::talk::{
 };
 
 /// What is left to one call of each kind of talking back.
-pub(crate) struct TalkBudget {
-    pub(crate) grants: TalkGrants,
-    pub(crate) link: Arc<dyn CallerLink>,
+pub struct TalkBudget {
+    pub grants: TalkGrants,
+    pub link: Arc<dyn CallerLink>,
+    /// Where the operator grants sampling and elicitation, for the refusal's message.
+    granted_in: &'static str,
     progress: u32,
     samples: u32,
     elicitations: u32,
     /// Progress reports dropped (past the limit, or not granted).
-    pub(crate) progress_dropped: u32,
+    pub progress_dropped: u32,
 }
 
 impl TalkBudget {
-    pub(crate) fn new(grants: TalkGrants, link: Arc<dyn CallerLink>) -> Self {
+    pub fn new(grants: TalkGrants, link: Arc<dyn CallerLink>) -> Self {
         TalkBudget {
             grants,
             link,
+            granted_in: "the ensemble's [grants] and the invoker's [capabilities]",
             progress: PROGRESS_PER_CALL,
             samples: SAMPLES_PER_CALL,
             elicitations: ELICITATIONS_PER_CALL,
@@ -39,7 +44,15 @@ impl TalkBudget {
     }
 
     /// A progress report to pass on, or `None` when it is dropped.
-    pub(crate) fn progress(&mut self, mut report: Progress) -> Option<Progress> {
+    /// The budget of an imported MCP server's call, whose grants are in `[ensemble.mcp]`.
+    pub fn for_import(grants: TalkGrants, link: Arc<dyn CallerLink>) -> Self {
+        TalkBudget {
+            granted_in: "the ensemble's [ensemble.mcp]",
+            ..TalkBudget::new(grants, link)
+        }
+    }
+
+    pub fn progress(&mut self, mut report: Progress) -> Option<Progress> {
         if !self.grants.progress || self.progress == 0 || !report.done.is_finite() {
             self.progress_dropped = self.progress_dropped.saturating_add(1);
             return None;
@@ -53,16 +66,13 @@ impl TalkBudget {
     }
 
     /// The request as it may be sent, or why not.
-    pub(crate) fn sample(
-        &mut self,
-        mut request: SamplingRequest,
-    ) -> Result<SamplingRequest, AskError> {
+    pub fn sample(&mut self, mut request: SamplingRequest) -> Result<SamplingRequest, AskError> {
         if !self.grants.sampling {
-            return Err(AskError::NotGranted(
+            return Err(AskError::NotGranted(format!(
                 "sampling is not granted to this tool (the operator grants it with \
-                 `sampling = true` in the ensemble's [grants] and the invoker's [capabilities])"
-                    .into(),
-            ));
+                 `sampling = true` in {})",
+                self.granted_in
+            )));
         }
         if self.samples == 0 {
             return Err(AskError::LimitReached(format!(
@@ -95,18 +105,17 @@ impl TalkBudget {
     }
 
     /// The message and schema of an elicitation as they may be sent, or why not.
-    pub(crate) fn elicit(
+    pub fn elicit(
         &mut self,
         mut message: String,
         schema: &str,
     ) -> Result<(String, Value), AskError> {
         if !self.grants.elicitation {
-            return Err(AskError::NotGranted(
+            return Err(AskError::NotGranted(format!(
                 "elicitation is not granted to this tool (the operator grants it with \
-                 `elicitation = true` in the ensemble's [grants] and the invoker's \
-                 [capabilities])"
-                    .into(),
-            ));
+                 `elicitation = true` in {})",
+                self.granted_in
+            )));
         }
         if self.elicitations == 0 {
             return Err(AskError::LimitReached(format!(
@@ -149,7 +158,7 @@ fn form_schema(schema: Value) -> Result<Value, AskError> {
 /// [`fit_answer`] as the tool hears it: whoever answered (an MCP client, a terminal, the web
 /// chat), the tool gets only the form it asked for, or `failed` naming the property that did
 /// not fit (a JSON pointer).
-pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskError> {
+pub fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskError> {
     fit_answer(schema, answer).map_err(|refused| {
         AskError::Failed(format!(
             "the answer does not fit the requested schema at {}: {}",
@@ -165,7 +174,7 @@ pub(crate) fn check_answer(schema: &Value, answer: &Value) -> Result<(), AskErro
 
 /// Cuts `text` to at most `bytes`, on a character boundary, with no mark: a field whose bound
 /// its reader knows.
-pub(crate) fn cut(text: &mut String, bytes: usize) {
+pub fn cut(text: &mut String, bytes: usize) {
     toolhost_contract::cut_in_place(text, bytes, |_| String::new());
 }
 

@@ -74,6 +74,10 @@ pub struct McpSpec {
     /// The most tools taken from the server (`max-tools`).
     #[serde(skip)]
     pub max_tools: usize,
+    /// What the server may ask of whoever calls its tools (`sampling`, `elicitation`);
+    /// its progress and log messages are passed on always.
+    #[serde(skip)]
+    pub talk: toolhost_contract::TalkGrants,
 }
 
 impl McpSpec {
@@ -92,6 +96,11 @@ impl McpSpec {
         hasher.update(&self.hash().0);
         hasher.update(&(self.startup_timeout.as_millis() as u64).to_le_bytes());
         hasher.update(&(self.max_tools as u64).to_le_bytes());
+        // The client's capabilities are declared when its session opens.
+        hasher.update(&[
+            u8::from(self.talk.sampling),
+            u8::from(self.talk.elicitation),
+        ]);
         if let Some(oauth) = &self.oauth {
             let (kind, credential) = match &oauth.credential {
                 McpCredential::Secret(secret) => ("secret", [secret.as_str(), ""]),
@@ -230,6 +239,11 @@ pub(super) fn draft(
                 Duration::from_millis(DEFAULT_MCP_STARTUP_TIMEOUT_MS),
             ),
             max_tools: written_or(mcp.max_tools, DEFAULT_MCP_MAX_TOOLS as usize),
+            talk: toolhost_contract::TalkGrants {
+                sampling: mcp.sampling,
+                elicitation: mcp.elicitation,
+                ..Default::default()
+            },
         });
     McpDraft { spec, at }
 }

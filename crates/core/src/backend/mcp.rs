@@ -45,6 +45,7 @@ mod oauth;
 pub mod offers;
 mod servers;
 mod stderr;
+mod talk;
 
 pub use servers::{Background, ImportedServers};
 
@@ -73,6 +74,10 @@ struct Watcher {
     changes: broadcast::Sender<String>,
     /// Where its resources' updates go (a URI, or `None`: the list changed).
     updates: broadcast::Sender<Option<String>>,
+    /// The calls running, each with its way back to its caller.
+    routes: Arc<talk::Routes>,
+    /// What it may ask of the callers (declared as the client's capabilities).
+    asks: toolhost_contract::TalkGrants,
     /// When a tool-list change was last logged.
     logged: Arc<Mutex<Option<Instant>>>,
 }
@@ -82,8 +87,49 @@ impl ClientHandler for Watcher {
     /// (`server/discover` names its revisions itself).
     fn get_info(&self) -> ClientConfig {
         let toolhost = rmcp::model::Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
-        ClientConfig::new(Default::default(), toolhost)
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        if self.asks.sampling {
+            capabilities.sampling = Some(Default::default());
+        }
+        if self.asks.elicitation {
+            capabilities.elicitation = Some(Default::default());
+        }
+        ClientConfig::new(capabilities, toolhost)
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.routes.progress(params).await;
+    }
+
+    #[allow(deprecated)] // MCP logging: part of the revisions servers speak
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.routes.log(&self.server, params);
+    }
+
+    #[allow(deprecated)] // sampling: part of the revisions servers speak
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.routes.sample(params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.routes.elicit(request).await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -170,6 +216,8 @@ pub struct McpImport {
     subscribed: Mutex<std::collections::HashSet<String>>,
     /// With a 2026-07-28 server, the stream that reports the subscribed URIs' updates.
     listening: Mutex<Option<AbortOnDrop>>,
+    /// The calls running, each with its way back to its caller ([`talk`]).
+    routes: Arc<talk::Routes>,
 }
 
 impl std::fmt::Debug for McpImport {
@@ -278,11 +326,20 @@ impl McpImport {
             server: self.spec.describe(),
             changes: self.changes.clone(),
             updates: self.updates.clone(),
+            routes: Arc::clone(&self.routes),
+            asks: self.spec.talk,
             logged: Arc::default(),
         };
-        let auto = ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: None,
+        // A server that may ask the caller (sampling, elicitation) is met with the handshake:
+        // at 2026-07-28 a server cannot send a request during a call, which toolhost does
+        // not pass on in the other form yet (`InputRequired`).
+        let auto = if self.spec.talk.sampling || self.spec.talk.elicitation {
+            ClientLifecycleMode::Initialize
+        } else {
+            ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            }
         };
         let handshake =
             |e: ClientInitializeError| format!("did not complete the MCP handshake: {e}");
@@ -444,6 +501,7 @@ impl McpImport {
         arguments: &Value,
         timeout: Duration,
         max_output_bytes: usize,
+        mut route: talk::Registered<'_>,
     ) -> Result<ToolResult, RunError> {
         let started = Instant::now();
         let crashed = |message: String| RunError::Crashed { message };
@@ -458,10 +516,42 @@ impl McpImport {
             params = params.with_arguments(map.clone());
         }
         let left = timeout.saturating_sub(started.elapsed());
-        // Dropping the request on timeout sends the server `notifications/cancelled`.
-        let answer = tokio::time::timeout(left, service.peer().call_tool_once(params))
-            .await
-            .map_err(|_| RunError::Timeout { limit: timeout })?;
+        // Sent with its handle, to learn the progress token rmcp gives the request; dropping
+        // the wait (a timeout, a cancelled call) sends the server `notifications/cancelled`.
+        let asked = async {
+            let request = rmcp::model::ClientRequest::CallToolRequest(
+                rmcp::model::CallToolRequest::new(params),
+            );
+            let options = rmcp::service::PeerRequestOptions::no_options();
+            let handle = service
+                .peer()
+                .send_request_with_option(request, options)
+                .await?;
+            route.bind(&handle.progress_token.0);
+            let mut abandoned = talk::Abandoned::new(service.peer().clone(), handle.id.clone());
+            let result = handle.await_response().await;
+            abandoned.disarm();
+            // Notifications handled on tasks of their own (progress sent just before the
+            // answer) get their turn before the route goes.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            match result? {
+                rmcp::model::ServerResult::CallToolResult(result) => {
+                    Ok(CallToolResponse::Complete(result))
+                }
+                _ => Ok(CallToolResponse::Complete(
+                    rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                        "the server asked for input or deferred the call, which toolhost does \
+                         not support",
+                    )]),
+                )),
+            }
+        };
+        let answer: Result<CallToolResponse, rmcp::ServiceError> =
+            tokio::time::timeout(left, asked)
+                .await
+                .map_err(|_| RunError::Timeout { limit: timeout })?;
         let result = match answer {
             Ok(CallToolResponse::Complete(result)) => result,
             Ok(_) => {
@@ -504,12 +594,23 @@ impl McpImport {
 
 impl Backend for McpImport {
     fn call<'a>(&'a self, call: BackendCall<'a>) -> BoxFuture<'a, Result<ToolResult, RunError>> {
-        Box::pin(self.call_tool(
-            call.tool,
-            call.arguments,
-            call.limits.timeout,
-            call.limits.max_output_bytes,
-        ))
+        Box::pin(async move {
+            // Progress and questions go back to this call's caller, within a component
+            // call's bounds; the server may ask only what `[ensemble.mcp]` grants.
+            let budget = toolhost_runtime::talk::TalkBudget::for_import(
+                self.spec.talk,
+                Arc::clone(call.link),
+            );
+            let route = self.routes.register(call.invoker, call.session, budget);
+            self.call_tool(
+                call.tool,
+                call.arguments,
+                call.limits.timeout,
+                call.limits.max_output_bytes,
+                route,
+            )
+            .await
+        })
     }
 
     fn source_hash(&self) -> SourceHash {

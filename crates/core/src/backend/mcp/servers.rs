@@ -65,6 +65,7 @@ impl ImportedServers {
             updates: tokio::sync::broadcast::channel(64).0,
             subscribed: std::sync::Mutex::default(),
             listening: std::sync::Mutex::default(),
+            routes: Default::default(),
         });
         servers.insert(key, Arc::downgrade(&server));
         // Servers no catalog uses any more are forgotten when the map has doubled: each
