@@ -30,34 +30,36 @@ pub fn resource_text(contents: &Contents) -> Result<String, String> {
 pub fn push_prompt(conversation: &mut Conversation, messages: Vec<Rendered>) -> Vec<String> {
     let mut notes = Vec::new();
     for message in messages {
-        let text = match message.content {
-            Content::Text(text) => text,
-            Content::Resource(embedded) => {
-                let mime = embedded.mime_type.unwrap_or_default();
-                match embedded.contents {
-                    ResourceContents::Text(text) => {
-                        format!("Resource {} ({mime}):\n{text}", embedded.uri)
-                    }
-                    ResourceContents::Blob(bytes) => {
-                        notes.push(format!(
-                            "{} ({mime}, {} bytes) is not text; this chat sends text only, so \
+        let text =
+            match message.content {
+                Content::Text(text) => text,
+                Content::Resource(embedded) => {
+                    let mime = embedded.mime_type.unwrap_or_default();
+                    match embedded.contents {
+                        ResourceContents::Text(text) => {
+                            format!("Resource {} ({mime}):\n{text}", embedded.uri)
+                        }
+                        ResourceContents::Blob(bytes) => {
+                            notes.push(format!(
+                                "{} ({mime}, {} bytes) is not text; this chat sends text only, so \
                              it was left out",
-                            embedded.uri,
-                            bytes.len()
-                        ));
-                        continue;
+                                embedded.uri,
+                                bytes.len()
+                            ));
+                            continue;
+                        }
                     }
                 }
-            }
-            Content::Image(media) | Content::Audio(media) => {
-                notes.push(format!(
-                    "{} ({} bytes) is not text; this chat sends text only, so it was left out",
+                Content::Image(media) | Content::Audio(media) => {
+                    notes.push(format!(
+                    "{} ({}, {} bytes) is not text; this chat sends text only, so it was left out",
+                    if media.mime_type.starts_with("audio/") { "audio" } else { "an image" },
                     media.mime_type,
                     media.data.len()
                 ));
-                continue;
-            }
-        };
+                    continue;
+                }
+            };
         push(conversation, message.role, text);
     }
     notes
@@ -121,7 +123,10 @@ mod tests {
             ],
         );
         assert_eq!(notes.len(), 1);
-        assert!(notes[0].contains("image/png (3 bytes)"), "{notes:?}");
+        assert!(
+            notes[0].contains("an image (image/png, 3 bytes)"),
+            "{notes:?}"
+        );
         assert_eq!(
             conversation.messages,
             [

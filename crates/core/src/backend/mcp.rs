@@ -21,18 +21,15 @@
 //! the server itself can reach is up to the operator.
 
 use super::{Backend, BackendCall, ToolHints, ToolOffer};
+use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion, ServerNotification,
+    CallToolRequestParams, CallToolResponse, ProtocolVersion, ServerNotification,
     SubscriptionFilter,
 };
-use rmcp::service::{
-    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
-    RunningService,
-};
-use rmcp::{ClientHandler, RoleClient};
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
 use serde_json::Value;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolhost_contract::{BoxFuture, RunError, SourceHash, ToolFailure, ToolResult};
 
@@ -46,6 +43,9 @@ pub mod offers;
 mod servers;
 mod stderr;
 mod talk;
+mod watcher;
+
+use watcher::Watcher;
 
 pub use servers::{Background, ImportedServers};
 
@@ -62,114 +62,6 @@ pub const MAX_LISTED_BYTES: usize = toolhost_runtime::MAX_DESCRIBED_BYTES;
 pub struct McpError {
     pub server: String,
     pub reason: String,
-}
-
-/// A server's repeated notices are logged at most this often.
-const LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Receives a server's notifications.
-#[derive(Clone)]
-struct Watcher {
-    server: String,
-    changes: broadcast::Sender<String>,
-    /// Where its resources' updates go (a URI, or `None`: the list changed).
-    updates: broadcast::Sender<Option<String>>,
-    /// The calls running, each with its way back to its caller.
-    routes: Arc<talk::Routes>,
-    /// What it may ask of the callers (declared as the client's capabilities).
-    asks: toolhost_contract::TalkGrants,
-    /// When a tool-list change was last logged.
-    logged: Arc<Mutex<Option<Instant>>>,
-}
-
-impl ClientHandler for Watcher {
-    /// toolhost by name, and for an `initialize` handshake the latest revision that has one
-    /// (`server/discover` names its revisions itself).
-    fn get_info(&self) -> ClientConfig {
-        let toolhost = rmcp::model::Implementation::new("toolhost", env!("CARGO_PKG_VERSION"));
-        let mut capabilities = rmcp::model::ClientCapabilities::default();
-        if self.asks.sampling {
-            capabilities.sampling = Some(Default::default());
-        }
-        if self.asks.elicitation {
-            capabilities.elicitation = Some(Default::default());
-        }
-        ClientConfig::new(capabilities, toolhost)
-            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-    }
-
-    async fn on_progress(
-        &self,
-        params: rmcp::model::ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.routes.progress(params).await;
-    }
-
-    #[allow(deprecated)] // MCP logging: part of the revisions servers speak
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.routes.log(&self.server, params);
-    }
-
-    #[allow(deprecated)] // sampling: part of the revisions servers speak
-    async fn create_message(
-        &self,
-        params: rmcp::model::CreateMessageRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
-    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
-        self.routes.sample(params).await
-    }
-
-    async fn create_elicitation(
-        &self,
-        request: rmcp::model::ElicitRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
-    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        self.routes.elicit(request).await
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed();
-    }
-
-    /// Its prompts are taken when the catalog is built: a reload takes the new list.
-    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed();
-    }
-
-    async fn on_resource_updated(
-        &self,
-        params: rmcp::model::ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if params.uri.len() <= crate::resources::MAX_URI_BYTES {
-            let _ = self.updates.send(Some(params.uri));
-        }
-    }
-
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.updates.send(None);
-    }
-}
-
-impl Watcher {
-    /// The server said its tools changed (a session's notification, or a subscription's).
-    fn tools_changed(&self) {
-        // A server that floods notifications is logged once per interval, not per message.
-        let now = Instant::now();
-        let mut last = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
-        if last.is_none_or(|at| now.duration_since(at) >= LOG_INTERVAL) {
-            tracing::info!("MCP server `{}` changed its tools", self.server);
-            *last = Some(now);
-        }
-        drop(last);
-        // Nobody listening (`check`, `call`) is fine; a lagging listener reloads once.
-        let _ = self.changes.send(self.server.clone());
-    }
 }
 
 /// A task stopped when this is dropped.
@@ -501,7 +393,7 @@ impl McpImport {
         arguments: &Value,
         timeout: Duration,
         max_output_bytes: usize,
-        mut route: talk::Registered<'_>,
+        mut route: talk::Registered,
     ) -> Result<ToolResult, RunError> {
         let started = Instant::now();
         let crashed = |message: String| RunError::Crashed { message };
@@ -531,11 +423,6 @@ impl McpImport {
             let mut abandoned = talk::Abandoned::new(service.peer().clone(), handle.id.clone());
             let result = handle.await_response().await;
             abandoned.disarm();
-            // Notifications handled on tasks of their own (progress sent just before the
-            // answer) get their turn before the route goes.
-            for _ in 0..4 {
-                tokio::task::yield_now().await;
-            }
             match result? {
                 rmcp::model::ServerResult::CallToolResult(result) => {
                     Ok(CallToolResponse::Complete(result))

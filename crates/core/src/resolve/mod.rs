@@ -19,6 +19,7 @@
 
 mod bind;
 mod names;
+mod offers;
 
 pub use bind::Compiles;
 pub use names::CatalogBuilder;
@@ -34,9 +35,6 @@ pub use toolhost_config::schema::{
 use crate::backend::ToolOffer;
 use crate::backend::mcp::ImportedServers;
 use crate::catalog::{Accepts, CallGate, Catalog, Ensemble, Policy, Schema, Tool, VersionHash};
-use crate::prompts::Prompt;
-use crate::resources::ResourceSet;
-use crate::resources::imported::ImportedResources;
 use bind::{Binder, Bound, Unbound};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -405,31 +403,11 @@ impl Resolver {
         }
         diagnostics.extend(draft.duplicates());
         let result = if diagnostics.is_empty() && compiling.is_empty() && starting.is_empty() {
-            let mut prompts: Vec<Arc<Prompt>> = std::mem::take(&mut draft.prompts)
-                .into_iter()
-                .map(|prompt| Arc::new(Prompt::new(&shared.name, prompt)))
-                .collect();
             let passed = match &server {
                 Some(Ok(bound)) => bound.passed.as_ref(),
                 _ => None,
             };
-            let imported = passed.and_then(|passed| {
-                passed.resources.then(|| {
-                    Arc::new(ImportedResources::new(
-                        &shared.name,
-                        draft.name.clone(),
-                        &passed.server,
-                        passed_at(&draft),
-                    ))
-                })
-            });
-            if let Some(passed) = passed {
-                prompts.extend(imported_prompts(&draft, &shared, passed, &prompts));
-            }
-            let resources = std::mem::take(&mut draft.resources)
-                .into_iter()
-                .map(|set| Arc::new(ResourceSet::new(&shared.name, set)))
-                .collect();
+            let (prompts, resources, imported) = offers::offers(&mut draft, &shared.name, passed);
             Ok(Arc::new(Ensemble {
                 name: draft.name,
                 file: file.to_path_buf(),
@@ -657,54 +635,4 @@ fn version_hash(tool: &Tool) -> VersionHash {
         u8::from(tool.policy.read_only),
     ]);
     VersionHash(*hasher.finalize().as_bytes())
-}
-
-/// Where an ensemble names the server it imports (for messages about what it passes on).
-fn passed_at(draft: &EnsembleDraft) -> toolhost_config::Span {
-    match &draft.mcp {
-        Some(mcp) => mcp.at.clone(),
-        None => toolhost_config::Span::new(&draft.source, 0..0),
-    }
-}
-
-/// The prompts an imported server passes on, named with the ensemble's prefix; one whose
-/// name is taken by a prompt written in the ensemble, or unusable as a name, is left out
-/// (and logged).
-fn imported_prompts(
-    draft: &EnsembleDraft,
-    shared: &Shared,
-    passed: &bind::Passed,
-    written: &[Arc<Prompt>],
-) -> Vec<Arc<Prompt>> {
-    let mut taken: std::collections::HashSet<String> =
-        written.iter().map(|p| p.name().to_string()).collect();
-    let mut prompts = Vec::new();
-    for listed in &passed.prompts {
-        let name = match draft.prefix() {
-            Some(prefix) => format!("{prefix}_{}", listed.name),
-            None => listed.name.clone(),
-        };
-        let usable = !name.is_empty() && name.len() <= 128 && !name.chars().any(char::is_control);
-        if !usable || !taken.insert(name.clone()) {
-            tracing::warn!(
-                "ensemble `{}`: the server's prompt `{}` is left out (its name is {})",
-                draft.name,
-                toolhost_audit::cut_text(&listed.name),
-                if usable {
-                    "taken by a prompt written in the ensemble"
-                } else {
-                    "not usable"
-                }
-            );
-            continue;
-        }
-        prompts.push(Arc::new(Prompt::imported(
-            &shared.name,
-            name,
-            &passed.server,
-            listed.clone(),
-            passed_at(draft),
-        )));
-    }
-    prompts
 }

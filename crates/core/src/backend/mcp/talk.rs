@@ -3,10 +3,9 @@
 //! [`TalkBudget`]: the bounds a component's call has), registered under the progress token
 //! its request carries. The server's progress with that token goes to that caller only (a
 //! report that comes before the token is known goes to the one call running, if one is).
-//! rmcp hands each notification to its handler on a task of its own, so a report the server
-//! sent just before its answer can be handled after the answer: the call lets those tasks
-//! run before it lets go of its route, and one that comes later still is dropped (progress
-//! after the answer means nothing to the caller). A log message, a sampling request or an elicitation carries no token, so it goes to
+//! rmcp hands each notification to its handler on a task of its own, so a report or log line
+//! the server sent just before its answer can be handled after the answer: a call's route
+//! lingers for those ([`LINGER`]), and takes no question meanwhile. A log message, a sampling request or an elicitation carries no token, so it goes to
 //! the call only when exactly one call of the server is running; otherwise it is refused
 //! (logged to nobody), never guessed at another caller.
 
@@ -46,16 +45,23 @@ pub(super) struct Route {
     session: String,
     budget: tokio::sync::Mutex<TalkBudget>,
     logs: std::sync::atomic::AtomicU32,
+    /// Its call has ended: its route lingers for late progress and log lines only.
+    ended: std::sync::atomic::AtomicBool,
 }
 
-/// A call registered in [`Routes`], taken out when dropped.
-pub(super) struct Registered<'a> {
-    routes: &'a Routes,
+/// How long a call's route outlives it, for the progress and log lines rmcp hands over on
+/// tasks of their own that were sent before the server's answer.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A call registered in [`Routes`]: taken out [`LINGER`] after it is dropped (meanwhile only
+/// its progress and log lines are passed on).
+pub(super) struct Registered {
+    routes: Arc<Routes>,
     key: u64,
     token: Option<String>,
 }
 
-impl Registered<'_> {
+impl Registered {
     /// The progress token its request went out with.
     pub(super) fn bind(&mut self, token: &NumberOrString) {
         let token = token.to_string();
@@ -69,22 +75,28 @@ impl Registered<'_> {
     }
 }
 
-impl Drop for Registered<'_> {
+impl Drop for Registered {
     fn drop(&mut self) {
-        if let Some(token) = &self.token {
-            let mut tokens = self
-                .routes
-                .tokens
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            tokens.remove(token);
+        let (routes, key, token) = (Arc::clone(&self.routes), self.key, self.token.take());
+        if let Some(route) = (routes.calls.lock().unwrap_or_else(PoisonError::into_inner)).get(&key)
+        {
+            route.ended.store(true, Ordering::Release);
         }
-        let mut calls = self
-            .routes
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        calls.remove(&self.key);
+        let forget = move || {
+            if let Some(token) = &token {
+                (routes.tokens.lock().unwrap_or_else(PoisonError::into_inner)).remove(token);
+            }
+            (routes.calls.lock().unwrap_or_else(PoisonError::into_inner)).remove(&key);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(LINGER).await;
+                    forget();
+                });
+            }
+            Err(_) => forget(),
+        }
     }
 }
 
@@ -92,22 +104,23 @@ impl Routes {
     /// Registers a call of `invoker` for `session`, reaching its caller within `budget`
     /// (bound to its progress token once its request is sent).
     pub(super) fn register(
-        &self,
+        self: &Arc<Self>,
         invoker: &str,
         session: &str,
         budget: TalkBudget,
-    ) -> Registered<'_> {
+    ) -> Registered {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         let route = Arc::new(Route {
             invoker: invoker.to_string(),
             session: session.to_string(),
             budget: tokio::sync::Mutex::new(budget),
             logs: std::sync::atomic::AtomicU32::new(LOGS_PER_CALL),
+            ended: std::sync::atomic::AtomicBool::new(false),
         });
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         calls.insert(key, route);
         Registered {
-            routes: self,
+            routes: Arc::clone(self),
             key,
             token: None,
         }
@@ -122,19 +135,29 @@ impl Routes {
                 let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
                 calls.get(&key).cloned()
             }
-            None => self.only().ok(),
+            None => self.only(true).ok(),
         }
     }
 
-    /// The one call running, when there is exactly one.
-    fn only(&self) -> Result<Arc<Route>, String> {
+    /// The one call running, when there is exactly one; with `lately`, else the one call
+    /// that ended within [`LINGER`], when no call runs and there is exactly one.
+    fn only(&self, lately: bool) -> Result<Arc<Route>, String> {
         let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-        if calls.len() == 1
+        let running: Vec<&Arc<Route>> = calls
+            .values()
+            .filter(|r| !r.ended.load(Ordering::Acquire))
+            .collect();
+        if let [route] = running.as_slice() {
+            return Ok(Arc::clone(route));
+        }
+        if lately
+            && running.is_empty()
+            && calls.len() == 1
             && let Some(route) = calls.values().next()
         {
             return Ok(Arc::clone(route));
         }
-        Err(match calls.len() {
+        Err(match running.len() {
             0 => "no call of this server's tools is running".into(),
             n => format!(
                 "{n} calls of this server's tools are running, and the request does not say \
@@ -169,7 +192,7 @@ impl Routes {
             other => other.to_string(),
         };
         cut(&mut message, MESSAGE_BYTES);
-        let route = self.only().ok().filter(|route| {
+        let route = self.only(true).ok().filter(|route| {
             route
                 .logs
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -198,7 +221,7 @@ impl Routes {
         &self,
         params: CreateMessageRequestParams,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let route = self.only().map_err(refused)?;
+        let route = self.only(false).map_err(refused)?;
         let mut messages = Vec::with_capacity(params.messages.len());
         for message in &params.messages {
             let role = match message.role {
@@ -242,7 +265,7 @@ impl Routes {
         &self,
         request: ElicitRequestParams,
     ) -> Result<ElicitResult, ErrorData> {
-        let route = self.only().map_err(refused)?;
+        let route = self.only(false).map_err(refused)?;
         let ElicitRequestParams::FormElicitationParams {
             message,
             requested_schema,
