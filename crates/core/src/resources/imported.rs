@@ -21,7 +21,13 @@ pub struct ImportedResources {
     definition: Span,
     version: VersionHash,
     known: Mutex<Known>,
+    /// When a failure to list was last logged: a client that lists again and again while
+    /// the server is down costs one log line every [`WARN_INTERVAL`], not one per request.
+    warned: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a server that fails to list its resources is logged, at most.
+const WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What the server listed last: the URIs, the templates, and whether it has listed at all.
 #[derive(Debug, Default)]
@@ -50,6 +56,7 @@ impl ImportedResources {
             definition,
             version: VersionHash(*hasher.finalize().as_bytes()),
             known: Mutex::default(),
+            warned: Mutex::default(),
         }
     }
 
@@ -90,7 +97,7 @@ impl ImportedResources {
                 (listed, cut)
             }
             Err(e) => {
-                tracing::warn!("resources of `{}`: {e}", self.name);
+                self.warn(&format!("resources of `{}`: {e}", self.name));
                 (Vec::new(), false)
             }
         }
@@ -105,7 +112,7 @@ impl ImportedResources {
                 templates
             }
             Err(e) => {
-                tracing::warn!("resource templates of `{}`: {e}", self.name);
+                self.warn(&format!("resource templates of `{}`: {e}", self.name));
                 Vec::new()
             }
         }
@@ -124,6 +131,18 @@ impl ImportedResources {
             self.templates().await;
         }
         self.claims_listed(uri)
+    }
+
+    /// Logs `message` unless a failure was logged within [`WARN_INTERVAL`] (then at debug).
+    fn warn(&self, message: &str) {
+        let now = std::time::Instant::now();
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.is_none_or(|at| now.duration_since(at) >= WARN_INTERVAL) {
+            *warned = Some(now);
+            tracing::warn!("{message} (said at most once a minute)");
+        } else {
+            tracing::debug!("{message}");
+        }
     }
 
     /// Whether `uri` is one of this server's as far as it is known now (no listing asked).
