@@ -143,3 +143,28 @@ async fn an_imported_servers_prompts_and_resources_are_passed_through() {
         .expect("the server's update reached the client");
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_prompt_whose_name_is_taken_is_left_out_not_its_ensemble() {
+    let inner = inner_fixture();
+    crate::web_offers::add_offers(&inner);
+    let outer = Fixture::new();
+    // `a.toml` loads first and takes the name the server's prompt would get.
+    outer.write(
+        "a.toml",
+        "schema-version = 1\n[ensemble]\nname = \"a\"\n\n[[prompts]]\nname = \"in_brief\"\n\
+         description = \"Taken first\"\nmessages = [{ text = \"mine\" }]\n",
+    );
+    outer.write("inner.toml", &import_ensemble(&inner, ""));
+    let client = ().serve(stdio_serve(&outer)).await.expect("MCP session");
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert!(
+        tools.iter().any(|t| t.name == "in_echo"),
+        "the import still serves"
+    );
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    let brief: Vec<_> = prompts.iter().filter(|p| p.name == "in_brief").collect();
+    assert_eq!(brief.len(), 1);
+    assert_eq!(brief[0].description.as_deref(), Some("Taken first"));
+    client.cancel().await.expect("close");
+}

@@ -543,8 +543,9 @@ pub struct ResourcesEntry {
     /// `docs://handbook/guide/intro.md`.
     #[schemars(with = "UriPrefix")]
     pub uri_prefix: Spanned<UriPrefix>,
-    /// MIME types by path pattern (`"*.md" = "text/markdown"`, `"logo" = "image/png"`); a
-    /// path no pattern matches gets the type of its extension, else `text/plain` when it is
+    /// MIME types by path pattern (`"*.md" = "text/markdown"`, `"logo" = "image/png"`; an
+    /// exact path first, else the longest pattern that matches); a path no pattern matches
+    /// gets the type of its extension, else `text/plain` when it is
     /// UTF-8 text and `application/octet-stream` otherwise.
     #[serde(default)]
     #[schemars(with = "std::collections::BTreeMap<String, String>")]

@@ -209,6 +209,11 @@ impl Prompt {
         &self.definition
     }
 
+    /// Whether an imported server offers it (rather than the ensemble's TOML).
+    pub fn is_imported(&self) -> bool {
+        matches!(self.source, Source::Imported { .. })
+    }
+
     pub fn version(&self) -> VersionHash {
         self.version
     }

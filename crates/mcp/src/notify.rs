@@ -55,6 +55,19 @@ pub(crate) async fn listen(
         .flatten()
         .cloned()
         .collect();
+    // An imported server's resources are subscribed to on the server too.
+    let catalog = server.host.catalog().snapshot();
+    for uri in &wanted {
+        if catalog.resource_set_for(uri).is_none() {
+            for set in catalog.imported_resources() {
+                if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
+                    set.subscribe(uri).await;
+                    break;
+                }
+            }
+        }
+    }
+    drop(catalog);
     let stopping = server.host.stopping();
     tokio::pin!(stopping);
     let sink = context.sink();
@@ -75,7 +88,12 @@ pub(crate) async fn listen(
                     let uris = readable(&catalog, &session, &wanted, &update);
                     notify_updates(sink, &update, uris).await
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => Ok(()),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let catalog = server.host.catalog().snapshot();
+                    let missed = ResourceEvent::missed();
+                    let uris = readable(&catalog, &session, &wanted, &missed);
+                    notify_updates(sink, &missed, uris).await
+                }
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             },
         };
@@ -114,7 +132,8 @@ pub(crate) fn relay_updates(server: &McpServer, peer: Peer<RoleServer>) -> Abort
         loop {
             let update = match updates.recv().await {
                 Ok(update) => update,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                // Events were missed: each subscribed resource may have changed.
+                Err(broadcast::error::RecvError::Lagged(_)) => Arc::new(ResourceEvent::missed()),
                 Err(broadcast::error::RecvError::Closed) => return,
             };
             let uris = subscriptions.among(&update.updated, update.everything);

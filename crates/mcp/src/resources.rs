@@ -146,6 +146,19 @@ impl Subscriptions {
         session: &Session,
         uri: &str,
     ) -> Result<(), ErrorData> {
+        let full = {
+            let subscribed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(uri)
+        };
+        if full {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may \
+                     be; unsubscribe from one first"
+                ),
+                None,
+            ));
+        }
         let mut servable = uri.len() <= MAX_URI_BYTES
             && catalog.resource_set_for(uri).is_some_and(|set| {
                 session.permits_offer(set.ensemble(), set.name()) && set.path_of(uri).is_some()

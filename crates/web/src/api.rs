@@ -498,7 +498,6 @@ pub(super) async fn continue_conversation(
     }
     let owner = owner(&caller);
     let plan = plan(&web, &request, caller.map(|Extension(caller)| caller))?;
-    let plan = bring(&web, &id, &request, plan).await?;
     // What it holds, asked of the database before anything is read; another identity's
     // conversation is not there for this one (not even as busy).
     let limit = web.chat.limits.max_conversation_bytes;
@@ -515,6 +514,8 @@ pub(super) async fn continue_conversation(
             format!("no conversation `{id}`"),
         ));
     };
+    // The prompt and resources are got once the conversation is known to be the caller's.
+    let plan = bring(&web, &id, &request, plan).await?;
     let slot = web.runs.start(&id).map_err(busy)?;
     if log_bytes as usize >= limit {
         return Err(too_large(&id, log_bytes as usize, limit, "its log"));

@@ -137,9 +137,9 @@ fn print_offers(
                 .collect();
             println!(
                 "{:width$}  {:10}  {:24}  {}",
-                prompt.name(),
+                safe(prompt.name()),
                 prompt.ensemble(),
-                arguments.join(", "),
+                safe(&arguments.join(", ")),
                 safe(&first_line(prompt.description())),
             );
         }

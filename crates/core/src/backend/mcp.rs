@@ -182,6 +182,16 @@ impl McpImport {
         match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
             Ok(Ok((service, watcher))) => {
                 self.up.store(true, std::sync::atomic::Ordering::Relaxed);
+                // A new connection holds none of the old one's subscriptions.
+                (self
+                    .subscribed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner))
+                .clear();
+                *self
+                    .listening
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 let service = Arc::new(service);
                 *connection = Connection {
                     _listening: listen_for_changes(&service, watcher),
@@ -539,14 +549,18 @@ fn listen_for_changes(
     watcher: Watcher,
 ) -> Option<AbortOnDrop> {
     let info = service.peer().peer_info()?;
-    let announces =
-        (info.capabilities.tools.as_ref()).is_some_and(|t| t.list_changed == Some(true));
+    let announces = (info.capabilities.tools.as_ref())
+        .is_some_and(|t| t.list_changed == Some(true))
+        || (info.capabilities.prompts.as_ref()).is_some_and(|p| p.list_changed == Some(true));
     if info.protocol_version.has_initialize() || !announces {
         return None;
     }
     let peer = service.peer().clone();
     let task = tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let filter = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .build();
         // A stream the server ends (its own restart or shutdown) is opened again, at most
         // once a second, while the connection lasts.
         while !peer.is_transport_closed() {
@@ -556,6 +570,7 @@ fn listen_for_changes(
                         if matches!(
                             notification,
                             ServerNotification::ToolListChangedNotification(_)
+                                | ServerNotification::PromptListChangedNotification(_)
                         ) {
                             watcher.tools_changed();
                         }

@@ -24,6 +24,7 @@ impl CatalogBuilder {
     /// Adds `ensemble` if none of its enabled tools' names is taken; otherwise adds none of
     /// them and says which name collides with which.
     pub fn add(&mut self, ensemble: Arc<Ensemble>) -> Result<(), Diagnostic> {
+        let ensemble = self.without_taken_imports(ensemble);
         if ensemble.enabled {
             let enabled = || ensemble.tools.iter().filter(|t| t.enabled);
             if let Some((tool, (owner, first))) =
@@ -95,6 +96,39 @@ impl CatalogBuilder {
         }
         self.ensembles.push(ensemble);
         Ok(())
+    }
+
+    /// `ensemble` without the prompts its imported server passes on whose names are taken:
+    /// a server cannot get an ensemble refused by naming a prompt as another's (they are
+    /// left out, and logged).
+    fn without_taken_imports(&self, ensemble: Arc<Ensemble>) -> Arc<Ensemble> {
+        let taken =
+            |p: &crate::prompts::Prompt| p.is_imported() && self.prompts.contains_key(p.name());
+        if !ensemble.enabled || !ensemble.prompts.iter().any(|p| taken(p)) {
+            return ensemble;
+        }
+        let mut prompts = Vec::with_capacity(ensemble.prompts.len());
+        for prompt in &ensemble.prompts {
+            if taken(prompt) {
+                tracing::warn!(
+                    "ensemble `{}`: its server's prompt `{}` is left out: the name is taken",
+                    ensemble.name,
+                    prompt.name()
+                );
+            } else {
+                prompts.push(Arc::clone(prompt));
+            }
+        }
+        Arc::new(Ensemble {
+            name: ensemble.name.clone(),
+            file: ensemble.file.clone(),
+            enabled: ensemble.enabled,
+            description: ensemble.description.clone(),
+            tools: ensemble.tools.clone(),
+            prompts,
+            resources: ensemble.resources.clone(),
+            imported: ensemble.imported.clone(),
+        })
     }
 
     pub fn build(self) -> Catalog {

@@ -194,6 +194,9 @@ impl ImportedResources {
                 _ => continue,
             });
         }
+        // An item under a URI the server never named (nor the one asked for) is left out: a
+        // server cannot pass its text off as another resource's.
+        contents.retain(|item| item.uri == uri || self.claims_listed(&item.uri));
         if contents.is_empty() {
             return Err(ResourceError::NotFound {
                 uri: toolhost_audit::cut_text(uri),

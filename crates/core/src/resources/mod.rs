@@ -1,8 +1,10 @@
 //! resources: the files an ensemble offers to MCP clients as resources (`[[resources]]`).
 //! A [`ResourceSet`] is one directory at one URI prefix: read-only, each file at most
 //! `max-file-kib`, at most `max-files` listed, and nothing outside the directory reachable by
-//! any URI (`..`, absolute paths, symbolic links that lead out, hidden files and directories
-//! are all refused the same way: "no such resource").
+//! any URI (`..`, absolute paths, symbolic links, hidden files and directories, anything but
+//! a regular file are all refused the same way: "no such resource"). A file is opened one
+//! path component at a time below a handle of the directory, none of them followed if it is
+//! a link, so a link swapped in while a read is under way leads nowhere either.
 //!
 //! The file system work runs on blocking threads ([`ResourceSet::list`], [`ResourceSet::read`]);
 //! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server
@@ -26,6 +28,12 @@ pub const MAX_ENTRIES_WALKED: usize = 200_000;
 pub const MAX_DEPTH: usize = 16;
 /// The longest URI taken in a request.
 pub const MAX_URI_BYTES: usize = 2048;
+/// Listings and reads of resource files under way at once, host-wide; more wait their turn.
+/// With reads of 1 MiB (64 MiB at most) each, what they hold stays a bounded multiple, and
+/// the blocking threads they run on stay free for the rest of the host.
+pub const MAX_FILE_WORK: usize = 16;
+
+static FILE_WORK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_FILE_WORK);
 
 /// What is escaped in a path when it becomes part of a URI: controls, space and the
 /// characters URIs reserve or forbid (`/` stays: it separates the path's parts).
@@ -213,17 +221,20 @@ impl ResourceSet {
         (uri.len() <= MAX_URI_BYTES && path.split('/').all(fine)).then(|| path.into_owned())
     }
 
-    /// The MIME type of the file at `path`: the first pattern of `mime-types` that matches
-    /// (exact paths before patterns), else its extension's, else `text/plain` for UTF-8 text
+    /// The MIME type of the file at `path`: its exact path in `mime-types`, else the longest
+    /// pattern there that matches, else its extension's, else `text/plain` for UTF-8 text
     /// (`head` is the file's start, when at hand) and `application/octet-stream` otherwise.
     pub fn mime_of(&self, path: &str, head: Option<&[u8]>) -> String {
         if let Some((_, mime)) = self.mime_types.iter().find(|(pattern, _)| pattern == path) {
             return mime.clone();
         }
+        // The most specific (longest) pattern wins: `*` does not hide `*.md`, whatever
+        // order the table is written in.
         if let Some((_, mime)) = self
             .mime_types
             .iter()
-            .find(|(pattern, _)| toolhost_config::glob(pattern, path))
+            .filter(|(pattern, _)| toolhost_config::glob(pattern, path))
+            .max_by_key(|(pattern, _)| pattern.len())
         {
             return mime.clone();
         }
@@ -240,6 +251,10 @@ impl ResourceSet {
     /// The set's files, sorted by path, and whether the listing stopped at `max-files` (or at
     /// [`MAX_ENTRIES_WALKED`]) before it saw them all.
     pub async fn list(self: &Arc<Self>) -> (Vec<Listed>, bool) {
+        // The semaphore is never closed.
+        let Ok(_turn) = FILE_WORK.acquire().await else {
+            return (Vec::new(), true);
+        };
         let set = Arc::clone(self);
         tokio::task::spawn_blocking(move || set.walk())
             .await
@@ -275,14 +290,15 @@ impl ResourceSet {
                 } else {
                     format!("{relative}/{name}")
                 };
-                // A link is followed only where it stays inside the directory.
-                let Ok(real) = entry.path().canonicalize() else {
+                // Links are not followed, inside the directory or out.
+                let Ok(kind) = entry.file_type() else {
                     continue;
                 };
-                if !real.starts_with(&root) {
+                if kind.is_symlink() {
                     continue;
                 }
-                let Ok(metadata) = std::fs::metadata(&real) else {
+                let real = entry.path();
+                let Ok(metadata) = entry.metadata() else {
                     continue;
                 };
                 if metadata.is_dir() {
@@ -290,7 +306,9 @@ impl ResourceSet {
                         pending.push((real, path, depth + 1));
                     }
                 } else if metadata.is_file() {
-                    let head = (self.needs_head(&path)).then(|| head_of(&real)).flatten();
+                    let head = (self.needs_head(&path))
+                        .then(|| head_of(&self.directory, &path))
+                        .flatten();
                     found.push(Listed {
                         uri: self.uri_of(&path),
                         mime: self.mime_of(&path, head.as_deref()),
@@ -317,6 +335,9 @@ impl ResourceSet {
     /// Reads the resource at `uri` whole: text when its type is textual and it is UTF-8,
     /// bytes otherwise.
     pub async fn read(self: &Arc<Self>, uri: &str) -> Result<Contents, ResourceError> {
+        let Ok(_turn) = FILE_WORK.acquire().await else {
+            return Err(ResourceError::NotFound { uri: uri.into() });
+        };
         let set = Arc::clone(self);
         let uri = uri.to_string();
         let failed = uri.clone();
@@ -333,12 +354,7 @@ impl ResourceSet {
     fn read_now(&self, uri: &str) -> Result<Contents, ResourceError> {
         let not_found = || ResourceError::NotFound { uri: uri.into() };
         let path = self.path_of(uri).ok_or_else(not_found)?;
-        let root = self.directory.canonicalize().map_err(|_| not_found())?;
-        let real = root.join(&path).canonicalize().map_err(|_| not_found())?;
-        if !real.starts_with(&root) {
-            return Err(not_found());
-        }
-        let file = std::fs::File::open(&real).map_err(|_| not_found())?;
+        let file = open_beneath(&self.directory, &path).map_err(|_| not_found())?;
         let metadata = file.metadata().map_err(|_| not_found())?;
         if !metadata.is_file() {
             return Err(not_found());
@@ -394,14 +410,46 @@ impl ResourceSet {
 /// How much of a file's start tells text from bytes.
 const HEAD_BYTES: usize = 4096;
 
-fn head_of(path: &Path) -> Option<Vec<u8>> {
+fn head_of(directory: &Path, path: &str) -> Option<Vec<u8>> {
     let mut head = Vec::with_capacity(HEAD_BYTES);
-    std::fs::File::open(path)
-        .ok()?
-        .take(HEAD_BYTES as u64)
-        .read_to_end(&mut head)
-        .ok()?;
+    let file = open_beneath(directory, path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    file.take(HEAD_BYTES as u64).read_to_end(&mut head).ok()?;
     Some(head)
+}
+
+/// Opens `path` (parts checked by [`ResourceSet::path_of`]: none empty, `.` or `..`) below
+/// `directory` for reading, one part at a time from the directory's handle, refusing a link at
+/// any part (`O_NOFOLLOW`), and without blocking on a FIFO or a device (`O_NONBLOCK`; the
+/// caller then refuses what is not a regular file).
+fn open_beneath(directory: &Path, path: &str) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags, openat};
+    let mut dir = rustix::fs::open(
+        directory,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut parts = path.split('/').peekable();
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            let flags = OFlags::RDONLY
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK
+                | OFlags::NOCTTY
+                | OFlags::CLOEXEC;
+            return Ok(std::fs::File::from(openat(
+                &dir,
+                part,
+                flags,
+                Mode::empty(),
+            )?));
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        dir = openat(&dir, part, flags, Mode::empty())?;
+    }
+    Err(std::io::Error::from(std::io::ErrorKind::NotFound))
 }
 
 /// UTF-8 (a character cut at the end aside) without NUL bytes.
@@ -521,6 +569,17 @@ mod tests {
         std::fs::write(dir.path().join("big.txt"), "x".repeat(65)).expect("write");
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link"))
             .expect("link");
+        std::fs::write(dir.path().join(".env"), "TOKEN=1").expect("write");
+        // A link to a hidden file inside the directory, and a FIFO nobody writes to.
+        std::os::unix::fs::symlink(dir.path().join(".env"), dir.path().join("env")).expect("link");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("pipe"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("fifo");
         let set = set(dir.path(), &[("logo", "image/png")]);
 
         let text = set.read("docs://d/a.md").await.expect("read");
@@ -537,10 +596,17 @@ mod tests {
                 ..
             })
         ));
-        assert!(matches!(
-            set.read("docs://d/link").await,
-            Err(ResourceError::NotFound { .. })
-        ));
+        for refused in [
+            "docs://d/link",
+            "docs://d/env",
+            "docs://d/pipe",
+            "docs://d/.env",
+        ] {
+            assert!(
+                matches!(set.read(refused).await, Err(ResourceError::NotFound { .. })),
+                "{refused}"
+            );
+        }
 
         let (listed, cut) = set.list().await;
         let paths: Vec<&str> = listed.iter().map(|l| l.path.as_str()).collect();

@@ -30,6 +30,17 @@ pub struct ResourceEvent {
     pub listing: bool,
 }
 
+impl ResourceEvent {
+    /// What a subscriber that fell behind is told: everything may have changed.
+    pub fn missed() -> Self {
+        ResourceEvent {
+            updated: BTreeSet::new(),
+            everything: true,
+            listing: true,
+        }
+    }
+}
+
 /// The host's watch of its resource directories. Dropping it stops it.
 pub struct ResourceWatch {
     events: broadcast::Sender<Arc<ResourceEvent>>,
@@ -52,11 +63,17 @@ impl ResourceWatch {
         let changes = catalog.subscribe();
         let (notices, seen) = mpsc::unbounded_channel::<Seen>();
         let passed = notices.clone();
-        let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-            if let Ok(event) = result {
-                let _ = notices.send(Seen::Disk(event));
-            }
-        });
+        // Links are not followed: a link to `/` in a resource directory must not make the
+        // watch walk (and watch) the whole file system.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let watcher = RecommendedWatcher::new(
+            move |result: notify::Result<notify::Event>| {
+                if let Ok(event) = result {
+                    let _ = notices.send(Seen::Disk(event));
+                }
+            },
+            config,
+        );
         let task = match watcher {
             Ok(mut watcher) => {
                 let catalog = Arc::downgrade(catalog);
@@ -72,7 +89,8 @@ impl ResourceWatch {
             }
             Err(e) => {
                 tracing::warn!(
-                    "resources: no file watch ({e}); subscribers are not told of changes"
+                    "resources: no file watch ({e}); subscribers are not told of changes, \
+                     on disk or on imported servers"
                 );
                 tokio::spawn(async {})
             }

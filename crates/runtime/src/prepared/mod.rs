@@ -459,6 +459,9 @@ impl Shelf {
             return Err(Stop::Bounds);
         }
         let started = Instant::now();
+        // The granted directories before and after the instance opened its own: the same
+        // both times, or the instance may hold one that was swapped meanwhile.
+        let before = crate::sandbox::granted_directories(&self.sandbox);
         let (sandboxed, instance) = match runtime.prepare(self, slot).await {
             Ok(made) => made,
             Err(error) => {
@@ -477,9 +480,12 @@ impl Shelf {
             }
         };
         self.measured(started.elapsed());
-        // None: a directory changed while the instance was made; it is not kept.
-        let Some(directories) = crate::sandbox::granted_directories(&self.sandbox) else {
-            return Err(Stop::Calls);
+        // A directory that changed while the instance was made (moved, or a link in its
+        // path): the instance is not kept.
+        let after = crate::sandbox::granted_directories(&self.sandbox);
+        let directories = match (before, after) {
+            (Some(before), Some(after)) if before == after => after,
+            _ => return Err(Stop::Calls),
         };
         (runtime.prepared.counts.made).fetch_add(1, Ordering::Relaxed);
         self.made.fetch_add(1, Ordering::Relaxed);

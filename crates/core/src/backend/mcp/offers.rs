@@ -43,6 +43,7 @@ impl McpImport {
 
     /// The server's prompts (none when it offers none), page by page within the bounds.
     pub async fn prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        let _other = self.routes.other();
         if !self.offers().await?.0 {
             return Ok(Vec::new());
         }
@@ -80,6 +81,7 @@ impl McpImport {
         name: &str,
         arguments: &Map<String, Value>,
     ) -> Result<GetPromptResult, String> {
+        let _other = self.routes.other();
         let service = self.session().await.map_err(|e| e.to_string())?;
         let params = GetPromptRequestParams::new(name).with_arguments(arguments.clone());
         let asked = service.peer().get_prompt(params);
@@ -94,6 +96,7 @@ impl McpImport {
     /// The server's resources (page by page, at most [`MAX_RESOURCES`]), and whether there
     /// were more.
     pub async fn resources(&self) -> Result<(Vec<Resource>, bool), McpError> {
+        let _other = self.routes.other();
         let service = self.session().await?;
         let list = async {
             let mut resources = Vec::new();
@@ -123,6 +126,7 @@ impl McpImport {
 
     /// The server's resource templates (at most [`MAX_RESOURCES`]).
     pub async fn resource_templates(&self) -> Result<Vec<ResourceTemplate>, McpError> {
+        let _other = self.routes.other();
         let service = self.session().await?;
         let asked = service.list_resource_templates(Some(PaginatedRequestParams::default()));
         let mut templates = tokio::time::timeout(self.spec.startup_timeout, asked)
@@ -136,6 +140,7 @@ impl McpImport {
 
     /// The server's answer to `resources/read`.
     pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, String> {
+        let _other = self.routes.other();
         let service = self.session().await.map_err(|e| e.to_string())?;
         let asked = service
             .peer()
@@ -152,6 +157,7 @@ impl McpImport {
     /// [`MAX_UPSTREAM_SUBSCRIPTIONS`], kept until its connection ends); `false` when it could
     /// not (it does not take subscriptions, or the bound is reached).
     pub async fn subscribe(&self, uri: &str) -> bool {
+        let _other = self.routes.other();
         let Ok(service) = self.session().await else {
             return false;
         };
@@ -202,6 +208,12 @@ impl McpImport {
         &self,
         service: &rmcp::service::RunningService<rmcp::RoleClient, super::Watcher>,
     ) {
+        // Under the stream's lock: two subscriptions at once leave the stream of the later
+        // set, which holds both.
+        let mut listening = self
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let uris: Vec<String> = (self
             .subscribed
             .lock()
@@ -236,11 +248,7 @@ impl McpImport {
                 let _ = updates.send(update);
             }
         });
-        *self
-            .listening
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) =
-            Some(super::AbortOnDrop(task.abort_handle()));
+        *listening = Some(super::AbortOnDrop(task.abort_handle()));
     }
 
     /// The updates its session reports: a resource's URI, or `None` when its list changed.

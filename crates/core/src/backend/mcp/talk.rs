@@ -37,6 +37,18 @@ pub(super) struct Routes {
     calls: Mutex<HashMap<u64, Arc<Route>>>,
     tokens: Mutex<HashMap<String, u64>>,
     next: AtomicU64,
+    /// Requests to the server for no tool call (prompts, resources) under way: a question
+    /// that comes meanwhile may be theirs, so it goes to no caller.
+    others: std::sync::atomic::AtomicUsize,
+}
+
+/// A request to the server for no tool call, counted while it is under way.
+pub(super) struct Other<'a>(&'a Routes);
+
+impl Drop for Other<'_> {
+    fn drop(&mut self) {
+        self.0.others.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One call's way back to its caller.
@@ -139,10 +151,23 @@ impl Routes {
         }
     }
 
+    /// Counts a request to the server for no tool call until the guard is dropped.
+    pub(super) fn other(&self) -> Other<'_> {
+        self.others.fetch_add(1, Ordering::AcqRel);
+        Other(self)
+    }
+
     /// The one call running, when there is exactly one; with `lately`, else the one call
     /// that ended within [`LINGER`], when no call runs and there is exactly one.
     fn only(&self, lately: bool) -> Result<Arc<Route>, String> {
         let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if !lately && self.others.load(Ordering::Acquire) > 0 {
+            return Err(
+                "a request for this server's prompts or resources is under way, and \
+                        the request does not say whether it belongs to that or to a call"
+                    .into(),
+            );
+        }
         let running: Vec<&Arc<Route>> = calls
             .values()
             .filter(|r| !r.ended.load(Ordering::Acquire))
