@@ -120,8 +120,10 @@ impl Served {
     fn url(&self) -> String {
         let mut url = None;
         wait_until("the HTTP address", || {
+            // Only a whole line: stderr may be read while the line is being written.
             url = self.stderr().lines().find_map(|l| {
                 l.strip_prefix("toolhost: serving MCP on ")
+                    .filter(|rest| rest.ends_with("/mcp"))
                     .map(str::to_string)
             });
             url.is_some()
