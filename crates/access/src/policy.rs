@@ -141,6 +141,35 @@ mod tests {
     }
 
     #[test]
+    fn prompts_and_resource_sets_are_granted_by_name_and_ensemble_as_tools_are() {
+        let policy = Policy::new(
+            vec![Rule {
+                who: Who {
+                    groups: vec!["readers".into()],
+                    ..Who::default()
+                },
+                tools: vec!["summarize_*".into()],
+                ensembles: vec!["docs".into()],
+                ..Rule::default()
+            }],
+            Vec::new(),
+        );
+        let reader = identity(IdentityKind::Token, "r", &["readers"], &[]);
+        assert!(
+            policy.may_use(&reader, "files", "summarize_sample"),
+            "by name"
+        );
+        assert!(policy.may_use(&reader, "docs", "handbook"), "by ensemble");
+        assert!(!policy.may_use(&reader, "files", "samples"), "neither");
+        let other = identity(IdentityKind::Token, "o", &["others"], &[]);
+        assert!(!policy.may_use(&other, "files", "summarize_sample"));
+        assert!(
+            Policy::default().may_use(&other, "files", "samples"),
+            "no rules written"
+        );
+    }
+
+    #[test]
     fn rules_match_names_groups_and_only_an_access_tokens_scopes() {
         let policy = Policy::new(
             vec![
