@@ -146,18 +146,8 @@ impl Subscriptions {
         session: &Session,
         uri: &str,
     ) -> Result<(), ErrorData> {
-        let full = {
-            let subscribed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(uri)
-        };
-        if full {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may \
-                     be; unsubscribe from one first"
-                ),
-                None,
-            ));
+        if no_room(&self.0.lock().unwrap_or_else(PoisonError::into_inner), uri) {
+            return Err(full());
         }
         let mut servable = uri.len() <= MAX_URI_BYTES
             && catalog.resource_set_for(uri).is_some_and(|set| {
@@ -179,15 +169,10 @@ impl Subscriptions {
                 uri: toolhost_audit::cut_text(uri),
             }));
         }
+        // Looked at again: another subscription may have taken the last place meanwhile.
         let mut subscribed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(uri) {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may \
-                     be; unsubscribe from one first"
-                ),
-                None,
-            ));
+        if no_room(&subscribed, uri) {
+            return Err(full());
         }
         subscribed.insert(uri.to_string());
         Ok(())
@@ -209,4 +194,20 @@ impl Subscriptions {
             .cloned()
             .collect()
     }
+}
+
+/// Whether `subscribed` is full for `uri` (one it holds already takes no new place).
+fn no_room(subscribed: &BTreeSet<String>, uri: &str) -> bool {
+    subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(uri)
+}
+
+/// The refusal of a subscription past [`MAX_SUBSCRIPTIONS`].
+fn full() -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may be; \
+             unsubscribe from one first"
+        ),
+        None,
+    )
 }

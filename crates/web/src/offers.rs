@@ -44,16 +44,21 @@ fn session(web: &Web, id: &str, policy: CallPolicy, caller: Option<Caller>) -> S
     }
 }
 
+/// The session of a page's listing: the request's caller, within `[chat]`'s lists.
+fn page_session(web: &Web, caller: Option<Extension<Caller>>) -> Session {
+    session(
+        web,
+        "page",
+        web.chat.policy.clone(),
+        caller.map(|Extension(c)| c),
+    )
+}
+
 pub(super) async fn prompts(
     State(web): State<Arc<Web>>,
     caller: Option<Extension<Caller>>,
 ) -> Response {
-    let session = session(
-        &web,
-        "page",
-        web.chat.policy.clone(),
-        caller.map(|Extension(c)| c),
-    );
+    let session = page_session(&web, caller);
     let catalog = web.host.catalog().snapshot();
     let prompts: Vec<Value> = catalog
         .prompts()
@@ -80,12 +85,7 @@ pub(super) async fn resources(
     State(web): State<Arc<Web>>,
     caller: Option<Extension<Caller>>,
 ) -> Response {
-    let session = session(
-        &web,
-        "page",
-        web.chat.policy.clone(),
-        caller.map(|Extension(c)| c),
-    );
+    let session = page_session(&web, caller);
     let catalog = web.host.catalog().snapshot();
     let mut listed = Vec::new();
     let mut cut = false;
