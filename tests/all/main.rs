@@ -17,6 +17,7 @@ mod chat_bounds_web;
 mod cli;
 mod compile;
 mod compile_serving;
+mod component_offers;
 mod config_golden;
 mod conformance;
 mod dedup;

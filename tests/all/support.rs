@@ -55,6 +55,7 @@ pub fn warm_cache() {
                     toolhost_testkit::FETCH,
                     toolhost_testkit::TYPED,
                     toolhost_testkit::TALKER,
+                    toolhost_testkit::LIBRARIAN,
                 ] {
                     let bytes = std::fs::read(path).expect("read a test component");
                     runtime()

@@ -32,6 +32,18 @@ pub struct EmbeddedResource {
     pub contents: ResourceContents,
 }
 
+impl EmbeddedResource {
+    /// The bytes it holds: its contents and its names.
+    pub fn bytes(&self) -> usize {
+        self.uri.len()
+            + self.mime_type.as_ref().map_or(0, String::len)
+            + match &self.contents {
+                ResourceContents::Text(text) => text.len(),
+                ResourceContents::Blob(blob) => blob.len(),
+            }
+    }
+}
+
 /// One item of a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
@@ -49,14 +61,7 @@ impl Content {
             Content::Image(media) | Content::Audio(media) => {
                 media.mime_type.len() + media.data.len()
             }
-            Content::Resource(resource) => {
-                resource.uri.len()
-                    + resource.mime_type.as_ref().map_or(0, String::len)
-                    + match &resource.contents {
-                        ResourceContents::Text(text) => text.len(),
-                        ResourceContents::Blob(blob) => blob.len(),
-                    }
-            }
+            Content::Resource(resource) => resource.bytes(),
         }
     }
 }

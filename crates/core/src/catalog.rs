@@ -10,7 +10,7 @@
 use crate::backend::Backend;
 use crate::invoke::Session;
 use crate::prompts::Prompt;
-use crate::resources::imported::ImportedResources;
+use crate::resources::passed::PassedResources;
 use crate::resources::{Contents, ResourceError, ResourceSet};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -224,7 +224,7 @@ pub struct Ensemble {
     pub prompts: Vec<Arc<Prompt>>,
     pub resources: Vec<Arc<ResourceSet>>,
     /// The resources of the MCP server it imports, when that server offers any.
-    pub imported: Option<Arc<ImportedResources>>,
+    pub passed: Option<Arc<PassedResources>>,
 }
 
 impl Serialize for Ensemble {
@@ -255,7 +255,7 @@ pub struct Catalog {
     /// The enabled ensembles' prompts by name, and their resource sets.
     prompts: BTreeMap<String, Arc<Prompt>>,
     resources: Vec<Arc<ResourceSet>>,
-    imported: Vec<Arc<ImportedResources>>,
+    passed: Vec<Arc<PassedResources>>,
     /// The accepted ensembles, in load order, and where each is by file.
     ensembles: Vec<Arc<Ensemble>>,
     by_file: HashMap<PathBuf, usize>,
@@ -295,7 +295,7 @@ impl Catalog {
         let resources = enabled()
             .flat_map(|e| e.resources.iter().cloned())
             .collect();
-        let imported = enabled().filter_map(|e| e.imported.clone()).collect();
+        let passed = enabled().filter_map(|e| e.passed.clone()).collect();
         let by_file = ensembles
             .iter()
             .enumerate()
@@ -305,7 +305,7 @@ impl Catalog {
             active,
             prompts,
             resources,
-            imported,
+            passed,
             ensembles,
             by_file,
             pending: Vec::new(),
@@ -377,8 +377,8 @@ impl Catalog {
     }
 
     /// The imported servers' resources.
-    pub fn imported_resources(&self) -> impl ExactSizeIterator<Item = &Arc<ImportedResources>> {
-        self.imported.iter()
+    pub fn passed_resources(&self) -> impl ExactSizeIterator<Item = &Arc<PassedResources>> {
+        self.passed.iter()
     }
 
     /// Reads the resource at `uri`, if `session` may: one it may not read is not found. A
@@ -401,9 +401,9 @@ impl Catalog {
             }
             return set.read(uri).await.map(|contents| vec![contents]);
         }
-        for set in &self.imported {
+        for set in &self.passed {
             if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
-                return set.read(uri).await;
+                return set.read(&session.id, uri).await;
             }
         }
         Err(not_found())
@@ -490,7 +490,7 @@ impl CatalogChange {
         let sets = |c: &Catalog| {
             let files = c.resource_sets().map(|r| r.version);
             files
-                .chain(c.imported_resources().map(|r| r.version()))
+                .chain(c.passed_resources().map(|r| r.version()))
                 .collect::<Vec<_>>()
         };
         change.resources_changed = sets(old) != sets(new);

@@ -1,12 +1,14 @@
 //! prompts: the prompts an ensemble offers to MCP clients: written in its TOML
-//! (`[[prompts]]`), or passed through from the MCP server it imports. A [`Prompt`] checks the
-//! arguments a `prompts/get` brings (each named, each a string of at most
-//! [`MAX_ARGUMENT_BYTES`], the required ones there), then renders each written message's
-//! template with them ([`toolhost_config::template`]: sandboxed, fuel- and output-bounded)
-//! or asks the server. A `resource` or `image` message reads the resource its URI names, as
+//! (`[[prompts]]`), or passed on from the MCP server it imports or from its
+//! `toolhost:plugin@0.3.0` component. A [`Prompt`] checks the arguments a `prompts/get`
+//! brings (each named, each a string of at most [`MAX_ARGUMENT_BYTES`], the required ones
+//! there), then renders each written message's template with them
+//! ([`toolhost_config::template`]: sandboxed, fuel- and output-bounded), asks the server, or
+//! runs the component's `get-prompt` (bounded as a call). A `resource` or `image` message reads the resource its URI names, as
 //! `resources/read` would for the same caller. Messages hold the items tool results hold
 //! ([`Content`]).
 
+use crate::backend::component::ComponentOffers;
 use crate::backend::mcp::McpImport;
 use crate::catalog::{Catalog, VersionHash};
 use crate::invoke::Session;
@@ -44,6 +46,11 @@ pub(crate) enum Source {
         server: Arc<McpImport>,
         remote: String,
     },
+    /// The component's prompt of this name.
+    Component {
+        offers: Arc<ComponentOffers>,
+        remote: String,
+    },
 }
 
 impl std::fmt::Debug for Source {
@@ -52,6 +59,9 @@ impl std::fmt::Debug for Source {
             Source::Written(messages) => f.debug_tuple("Written").field(messages).finish(),
             Source::Imported { remote, .. } => {
                 f.debug_struct("Imported").field("remote", remote).finish()
+            }
+            Source::Component { remote, .. } => {
+                f.debug_struct("Component").field("remote", remote).finish()
             }
         }
     }
@@ -99,8 +109,9 @@ pub enum PromptError {
         message: usize,
         error: ResourceError,
     },
+    /// The server or component that passes it on could not give it.
     #[error("prompt `{prompt}`: {reason}")]
-    Imported { prompt: String, reason: String },
+    Passed { prompt: String, reason: String },
     #[error("prompt `{prompt}`, message {message}: `{uri}` is {mime}, not an image")]
     NotAnImage {
         prompt: String,
@@ -185,6 +196,41 @@ impl Prompt {
         }
     }
 
+    /// The prompt `listed` of a component, named `name` here (with the ensemble's prefix),
+    /// defined where the ensemble names its component.
+    pub(crate) fn of_component(
+        ensemble: &Arc<str>,
+        name: String,
+        offers: &Arc<ComponentOffers>,
+        listed: &toolhost_runtime::PromptSpec,
+        definition: Span,
+    ) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&offers.source_hash().0);
+        hasher.update(format!("{:?} {:?}", offers.limits(), listed).as_bytes());
+        hasher.update(name.as_bytes());
+        Prompt {
+            version: VersionHash(*hasher.finalize().as_bytes()),
+            name,
+            ensemble: Arc::clone(ensemble),
+            title: listed.title.clone(),
+            description: listed.description.clone(),
+            arguments: (listed.arguments.iter())
+                .map(|a| ArgumentDraft {
+                    name: a.name.clone(),
+                    description: a.description.clone(),
+                    required: a.required,
+                    values: Vec::new(),
+                })
+                .collect(),
+            source: Source::Component {
+                offers: Arc::clone(offers),
+                remote: listed.name.clone(),
+            },
+            definition,
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -209,9 +255,10 @@ impl Prompt {
         &self.definition
     }
 
-    /// Whether an imported server offers it (rather than the ensemble's TOML).
-    pub fn is_imported(&self) -> bool {
-        matches!(self.source, Source::Imported { .. })
+    /// Whether an imported server or a component passes it on (rather than the ensemble's
+    /// TOML).
+    pub fn is_passed(&self) -> bool {
+        !matches!(self.source, Source::Written(_))
     }
 
     pub fn version(&self) -> VersionHash {
@@ -301,7 +348,7 @@ impl Prompt {
                 let result = server
                     .get_prompt(remote, &arguments)
                     .await
-                    .map_err(|reason| PromptError::Imported {
+                    .map_err(|reason| PromptError::Passed {
                         prompt: self.name.clone(),
                         reason,
                     })?;
@@ -316,6 +363,39 @@ impl Prompt {
                         content: crate::backend::mcp::content::item(message.content),
                     })
                     .collect())
+            }
+            Source::Component { offers, remote } => {
+                let arguments: Vec<(String, String)> = arguments.into_iter().collect();
+                let request = toolhost_runtime::OfferRequest::Prompt {
+                    name: remote,
+                    arguments: &arguments,
+                };
+                let failed = |reason: String| PromptError::Passed {
+                    prompt: self.name.clone(),
+                    reason,
+                };
+                match offers.run(&session.id, request).await {
+                    Ok(toolhost_runtime::Offered::Prompt(messages)) => Ok(messages
+                        .into_iter()
+                        .map(|(role, content)| Rendered {
+                            role: match role {
+                                toolhost_contract::Role::User => Role::User,
+                                toolhost_contract::Role::Assistant => Role::Assistant,
+                            },
+                            content,
+                        })
+                        .collect()),
+                    Ok(toolhost_runtime::Offered::NotFound(_)) => {
+                        Err(PromptError::NotFound(self.name.clone()))
+                    }
+                    Ok(toolhost_runtime::Offered::Resource(_)) => {
+                        Err(failed("the component answered with a resource".into()))
+                    }
+                    Err(toolhost_contract::RunError::Tool(failure)) => {
+                        Err(failed(failure.to_string()))
+                    }
+                    Err(error) => Err(failed(format!("the component {error}"))),
+                }
             }
         }
     }

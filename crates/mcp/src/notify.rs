@@ -59,7 +59,7 @@ pub(crate) async fn listen(
     let catalog = server.host.catalog().snapshot();
     for uri in &wanted {
         if catalog.resource_set_for(uri).is_none() {
-            for set in catalog.imported_resources() {
+            for set in catalog.passed_resources() {
                 if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
                     set.subscribe(uri).await;
                     break;
@@ -157,7 +157,7 @@ fn readable(
         .filter(|uri| update.everything || update.updated.contains(*uri))
         .filter(|uri| match catalog.resource_set_for(uri) {
             Some(set) => session.permits_offer(set.ensemble(), set.name()),
-            None => catalog.imported_resources().any(|set| {
+            None => catalog.passed_resources().any(|set| {
                 session.permits_offer(set.ensemble(), set.name()) && set.claims_listed(uri)
             }),
         })

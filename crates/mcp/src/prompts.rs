@@ -82,7 +82,7 @@ pub async fn get(
             // The prompt's own doing (a template out of fuel, a file that cannot be read, a
             // server that failed).
             PromptError::Template { .. }
-            | PromptError::Imported { .. }
+            | PromptError::Passed { .. }
             | PromptError::Resource {
                 error: ResourceError::TooLarge { .. } | ResourceError::Unreadable { .. },
                 ..

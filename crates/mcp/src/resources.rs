@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 use toolhost_core::catalog::Catalog;
 use toolhost_core::invoke::Session;
-use toolhost_core::resources::imported::ImportedResources;
+use toolhost_core::resources::passed::PassedResources;
 use toolhost_core::resources::{MAX_URI_BYTES, ResourceError, ResourceSet};
 
 /// Resources per `resources/list` page, at most.
@@ -83,9 +83,9 @@ pub async fn page(
 fn imported<'c>(
     catalog: &'c Catalog,
     session: &'c Session,
-) -> impl Iterator<Item = &'c std::sync::Arc<ImportedResources>> {
+) -> impl Iterator<Item = &'c std::sync::Arc<PassedResources>> {
     catalog
-        .imported_resources()
+        .passed_resources()
         .filter(|set| session.permits_offer(set.ensemble(), set.name()))
 }
 

@@ -1,9 +1,9 @@
 //! Looking inside a component without serving it, for `toolhost describe`: the world it is
 //! built for, what it imports (and which of that the host does not provide), what it exports,
-//! and the tools it offers, or why it offers none.
+//! and the tools (and, from 0.3.0, prompts and resources) it offers, or why it offers none.
 
 use super::outcome::not_a_component;
-use super::{LoadError, Runtime, SourceHash, ToolDescription, typed};
+use super::{LoadError, Offers, Runtime, SourceHash, ToolDescription, typed};
 use std::path::Path;
 use std::sync::Arc;
 use wasmtime::component::types::ComponentItem;
@@ -18,15 +18,19 @@ pub struct Inspection {
     pub exports: Vec<String>,
     /// Its tools, or why the host cannot offer them (an import it lacks, say).
     pub tools: Result<Vec<ToolDescription>, LoadError>,
+    /// Its prompts and resources (0.3.0); none when it has no tools either.
+    pub offers: Offers,
 }
 
-/// The two kinds of component.
+/// The kinds of component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum World {
     /// `toolhost:plugin@0.1.0`: `describe()` and `call()`.
     Plugin,
     /// `toolhost:plugin@0.2.0`: results of content items, and a call that talks back.
     Plugin2,
+    /// `toolhost:plugin@0.3.0`: 0.2.0, and prompts and resources beside the tools.
+    Plugin3,
     /// Any other world: each exported function is a tool.
     Typed,
 }
@@ -121,18 +125,20 @@ impl Runtime {
         let world = typed::kind(&component, &self.engine).map(|kind| match kind {
             typed::Kind::Plugin => World::Plugin,
             typed::Kind::Plugin2 => World::Plugin2,
+            typed::Kind::Plugin3 => World::Plugin3,
             typed::Kind::Typed => World::Typed,
         });
-        let tools = self
-            .linked(path, &component, &bytes)
-            .await
-            .map(|(_, tools)| tools);
+        let (tools, offers) = match self.linked(path, &component, &bytes).await {
+            Ok((_, described)) => (Ok(described.tools), described.offers),
+            Err(error) => (Err(error), Offers::default()),
+        };
         Ok(Inspection {
             hash,
             world,
             imports,
             exports,
             tools,
+            offers,
         })
     }
 }
@@ -148,7 +154,8 @@ mod tests {
         assert!(!provided("wasi:io/streams@0.3.0"));
         assert!(!provided("wasi:keyvalue/store@0.2.0"));
         assert!(provided("toolhost:plugin/host@0.2.0"));
-        assert!(!provided("toolhost:plugin/host@0.3.0"));
+        assert!(provided("toolhost:plugin/host@0.3.0"));
+        assert!(!provided("toolhost:plugin/host@0.4.0"));
         assert!(!provided("example:thing/api"));
     }
 }

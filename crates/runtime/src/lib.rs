@@ -1,8 +1,9 @@
 //! runtime: one wasmtime `Engine` per process, components compiled once (and cached on disk by
 //! blake3) in a bounded worker, and every call in a fresh `Store` with its memory limit, epoch
-//! deadline, sandbox and captured stdout/stderr. Each kind of component (the 0.1.0 and 0.2.0
-//! `toolhost:plugin` worlds, typed components) is one adapter in [`world`]: how it describes
-//! its tools and answers a call; the store around it is set up, bounded and classified here,
+//! deadline, sandbox and captured stdout/stderr. Each kind of component (the 0.1.0, 0.2.0 and
+//! 0.3.0 `toolhost:plugin` worlds, typed components) is one adapter in [`world`]: how it
+//! describes its tools and answers a call (and, from 0.3.0, its prompts and resources:
+//! [`offers`]); the store around it is set up, bounded and classified here,
 //! once. A call returns a [`ToolResult`] of content items whichever kind ran it, and may talk
 //! back to its caller through the [`CallerLink`] the caller passed in, within per-call bounds
 //! ([`talk`]).
@@ -17,7 +18,9 @@ mod cache;
 mod compile;
 mod engine;
 mod inspect;
+mod instance;
 mod load;
+mod offers;
 mod outcome;
 mod prepared;
 pub mod sandbox;
@@ -35,6 +38,11 @@ pub use compile::{
 pub use engine::engine_config;
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
+pub use offers::{
+    MAX_OFFERED_BYTES, MAX_OFFERED_PROMPTS, MAX_OFFERED_RESOURCES, MAX_OFFERED_TEMPLATES,
+    MAX_OFFERED_URI_BYTES, MAX_PROMPT_ARGUMENTS, OfferRequest, Offered, Offers, PromptArgument,
+    PromptSpec, ResourceSpec, TemplateSpec,
+};
 pub use outcome::LoadError;
 pub use prepared::{
     DROP_ABOVE, PREPARE_ABOVE, Preparation, PreparedLimits, PreparedUsage, Stock, StockState,
@@ -45,9 +53,10 @@ pub use typed::with_package_docs;
 use crate::sandbox::{Capture, NetworkGuard, SandboxSpec};
 use bindings::since_v0_1_0::Plugin;
 use bindings::since_v0_2_0 as v2;
+use bindings::since_v0_3_0 as v3;
 use cache::ComponentCache;
 use engine::EpochTicker;
-use outcome::classify;
+use instance::{Sandboxed, within_deadline};
 use state::{CallLimiter, CallState, LogBudget};
 use std::collections::HashMap;
 use std::fmt;
@@ -57,11 +66,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use talk::TalkBudget;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use toolhost_contract::{
-    CallLimits, CallerLink, PROGRESS_PER_CALL, RunError, SourceHash, ToolResult,
-};
+use toolhost_contract::{CallLimits, CallerLink, RunError, SourceHash, ToolResult};
 use wasmtime::component::Linker;
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Engine, Store};
 use world::{Adapter, Answer};
 
 /// Captured stdout and stderr keep this many bytes each.
@@ -84,10 +91,6 @@ const TOOL_SPEC_RECORD_BYTES: usize = 24;
 fn field_size_limit(memory_bytes: usize) -> usize {
     (memory_bytes / MAX_RESOURCES_PER_CALL).clamp(8 << 10, 128 << 10)
 }
-
-/// A call stuck in a host function (a long sleep, say) is abandoned this long after its
-/// timeout; CPU-bound guests are interrupted at the deadline itself by the epoch.
-const WALL_CLOCK_GRACE: Duration = Duration::from_millis(50);
 
 /// Process-wide runtime settings.
 #[derive(Debug, Clone)]
@@ -136,6 +139,8 @@ pub struct LoadedComponent {
     /// that need the file a descriptor named keep that path themselves.
     pub path: PathBuf,
     pub tools: Vec<ToolDescription>,
+    /// Its prompts and resources (0.3.0), as it listed them at load.
+    pub offers: Offers,
     /// How a component of its world is described and called.
     world: Box<dyn Adapter>,
 }
@@ -222,6 +227,11 @@ impl Runtime {
         })
         .map_err(engine_error)?;
         v2::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(engine_error)?;
+        v3::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(
             &mut linker,
             |state| state,
         )
@@ -336,6 +346,80 @@ impl Runtime {
                 .iter()
                 .any(|t| t.name == tool && t.output.is_some()),
         };
+        let work = async |store: &mut Store<CallState>, made| world.call(store, made, call).await;
+        let run = Run {
+            component,
+            caller,
+            limits,
+            sandbox,
+            stock,
+        };
+        match self.run(run, Answer::is_tool_error, work).await? {
+            Answer::Returned { counted, .. } if counted > limits.max_output_bytes => {
+                Err(RunError::OutputLimit {
+                    bytes: counted,
+                    limit: limits.max_output_bytes,
+                })
+            }
+            Answer::Returned { result, .. } => Ok(result),
+            Answer::ToolError(failure) => Err(RunError::Tool(failure)),
+            Answer::Refused(error) => Err(error),
+        }
+    }
+
+    /// Renders a prompt or reads a resource of a 0.3.0 `component` in a fresh instance, for
+    /// `caller`, bounded as a call is: `limits` (what it returns counts against
+    /// `max-output-bytes`) and `sandbox`.
+    pub async fn offer(
+        &self,
+        component: &LoadedComponent,
+        caller: Caller<'_>,
+        request: OfferRequest<'_>,
+        limits: CallLimits,
+        sandbox: &SandboxSpec,
+    ) -> Result<Offered, RunError> {
+        let world = &*component.world;
+        let work =
+            async |store: &mut Store<CallState>, made| world.offer(store, made, request).await;
+        let run = Run {
+            component,
+            caller,
+            limits,
+            sandbox,
+            stock: None,
+        };
+        let offered = self.run(run, Result::is_err, work).await??;
+        let bytes = offered.bytes();
+        if bytes > limits.max_output_bytes {
+            return Err(RunError::OutputLimit {
+                bytes,
+                limit: limits.max_output_bytes,
+            });
+        }
+        Ok(offered)
+    }
+
+    /// Does `work` on a fresh instance of `run.component` (from its stock when it has one
+    /// prepared): the store, its limits and deadline, and what its end means, written once
+    /// for calls and offers. `failed` says whether what `work` returned is a failure of its
+    /// own (for which a refused network request is the better answer).
+    async fn run<T>(
+        &self,
+        run: Run<'_>,
+        failed: impl Fn(&T) -> bool,
+        work: impl AsyncFnOnce(
+            &mut Store<CallState>,
+            wasmtime::component::Instance,
+        ) -> wasmtime::Result<T>,
+    ) -> Result<T, RunError> {
+        let Run {
+            component,
+            caller,
+            limits,
+            sandbox,
+            stock,
+        } = run;
+        let world = &*component.world;
         let (mut instance, prepared) = match stock.and_then(Stock::take) {
             Some(prepared) => {
                 let (mut sandboxed, made) = prepared.into_parts();
@@ -360,10 +444,10 @@ impl Runtime {
                     made
                 }
             };
-            world.call(store, made, call).await
+            work(store, made).await
         };
         let outcome = within_deadline(limits, work).await;
-        let answer = instance.conclude(caller, limits, outcome, Answer::is_tool_error);
+        let answer = instance.conclude(caller, limits, outcome, failed);
         match stock {
             Some(stock) => stock.retire(instance),
             None => {
@@ -371,17 +455,7 @@ impl Runtime {
                 self.prepared.after_call();
             }
         }
-        match answer? {
-            Answer::Returned { counted, .. } if counted > limits.max_output_bytes => {
-                Err(RunError::OutputLimit {
-                    bytes: counted,
-                    limit: limits.max_output_bytes,
-                })
-            }
-            Answer::Returned { result, .. } => Ok(result),
-            Answer::ToolError(failure) => Err(RunError::Tool(failure)),
-            Answer::Refused(error) => Err(error),
-        }
+        answer
     }
 
     /// A fresh store for one instance under `limits` and `sandbox`, once the pool has a slot
@@ -440,7 +514,11 @@ impl Runtime {
 }
 
 /// The guard of a call's outgoing HTTP requests for `caller`.
-fn network_guard(caller: Caller<'_>, limits: CallLimits, sandbox: &SandboxSpec) -> NetworkGuard {
+pub(crate) fn network_guard(
+    caller: Caller<'_>,
+    limits: CallLimits,
+    sandbox: &SandboxSpec,
+) -> NetworkGuard {
     NetworkGuard::new(
         Arc::clone(&sandbox.network),
         limits.max_response_bytes,
@@ -450,128 +528,11 @@ fn network_guard(caller: Caller<'_>, limits: CallLimits, sandbox: &SandboxSpec) 
     )
 }
 
-/// One instance's store, the captures of its output, and its slot of the pool (freed when
-/// this is dropped).
-struct Sandboxed {
-    store: Store<CallState>,
-    stdout: Capture,
-    stderr: Capture,
-    _slot: Option<OwnedSemaphorePermit>,
-    /// The epoch advances while this is held: from [`Sandboxed::begin`] until the work for
-    /// which it began is concluded.
-    ticking: Option<engine::Ticking>,
-}
-
-/// Runs `work` to its end or to the call's deadline. CPU-bound guests are interrupted at the
-/// deadline by the epoch; this catches a call stuck in a host function.
-async fn within_deadline<T>(
+/// One run of [`Runtime::run`]: of what, for whom, and within what.
+struct Run<'a> {
+    component: &'a LoadedComponent,
+    caller: Caller<'a>,
     limits: CallLimits,
-    work: impl Future<Output = wasmtime::Result<T>>,
-) -> Result<wasmtime::Result<T>, tokio::time::error::Elapsed> {
-    tokio::time::timeout(limits.timeout + WALL_CLOCK_GRACE, work).await
-}
-
-impl Sandboxed {
-    /// Makes the store `caller`'s from now on: the log and talk budgets and the network guard
-    /// are new and theirs, and the clock starts.
-    fn begin(
-        &mut self,
-        ticker: &EpochTicker,
-        caller: Caller<'_>,
-        limits: CallLimits,
-        sandbox: &SandboxSpec,
-    ) {
-        let state = self.store.data_mut();
-        state.log = LogBudget::new(caller, sandbox.talk.log);
-        state.talk = TalkBudget::new(sandbox.talk, Arc::clone(caller.link));
-        state.network = network_guard(caller, limits, sandbox);
-        self.start_clock(ticker, limits);
-    }
-
-    /// The deadline is `limits.timeout` from now, the epoch advancing until the work is
-    /// concluded.
-    fn start_clock(&mut self, ticker: &EpochTicker, limits: CallLimits) {
-        self.ticking = Some(ticker.running());
-        let deadline = Instant::now() + limits.timeout;
-        self.store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
-        });
-        self.store.set_epoch_deadline(1);
-    }
-
-    /// Bytes of the instance's linear memories.
-    fn memory_bytes(&self) -> usize {
-        self.store.data().limiter.in_use()
-    }
-
-    /// What the instance's work came to, with its captured output logged for `caller`: a
-    /// timeout, a trap classified (memory, fuel, a crash), or what it returned. A tool's own
-    /// error (`tool_error`) or a trap after one of its network requests was refused is that
-    /// refusal: it failed for want of the grant. The epoch no longer advances for this store.
-    fn conclude<T>(
-        &mut self,
-        caller: Caller<'_>,
-        limits: CallLimits,
-        outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
-        tool_error: impl Fn(&T) -> bool,
-    ) -> Result<T, RunError> {
-        self.ticking = None;
-        let (out, out_dropped) = self.stdout.take();
-        let (err, err_dropped) = self.stderr.take();
-        let state = self.store.data();
-        report_output(
-            caller,
-            &out,
-            out_dropped,
-            &err,
-            err_dropped,
-            state.log.dropped,
-            state.talk.progress_dropped,
-        );
-        let refused = state.network.refused();
-        let failed = match &outcome {
-            Ok(Ok(answer)) => tool_error(answer),
-            Ok(Err(_)) => true,
-            Err(_) => false,
-        };
-        if failed && !refused.is_empty() {
-            return Err(RunError::CapabilityDenied {
-                message: refused.join("; "),
-            });
-        }
-        match outcome {
-            Err(_elapsed) => Err(RunError::Timeout {
-                limit: limits.timeout,
-            }),
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => Err(classify(&error, state.limiter.memory_refused, limits, &err)),
-        }
-    }
-}
-
-fn report_output(
-    caller: Caller<'_>,
-    out: &str,
-    out_dropped: u64,
-    err: &str,
-    err_dropped: u64,
-    logs_dropped: u32,
-    progress_dropped: u32,
-) {
-    if !out.is_empty() {
-        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, stream = "stdout", dropped = out_dropped, "{out}");
-    }
-    if !err.is_empty() {
-        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, stream = "stderr", dropped = err_dropped, "{err}");
-    }
-    if logs_dropped > 0 {
-        tracing::warn!(target: "plugin", invoker = caller.invoker, session = caller.session, "dropped {logs_dropped} log messages over the per-call limit");
-    }
-    if progress_dropped > 0 {
-        tracing::debug!(target: "plugin", invoker = caller.invoker, session = caller.session, "dropped {progress_dropped} progress reports (not granted, or over the per-call limit of {PROGRESS_PER_CALL})");
-    }
+    sandbox: &'a SandboxSpec,
+    stock: Option<&'a Stock>,
 }

@@ -7,13 +7,14 @@
 //! reload does not pay for it again; it is tried again when its bytes change. Loads of the
 //! same bytes wait for each other instead of compiling twice.
 
-use super::bindings::{since_v0_1_0, since_v0_2_0};
+use super::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
 use super::compile::{self, CompileError, CompileSettings};
+use super::instance::within_deadline;
 use super::outcome::not_a_component;
-use super::world::{Adapter, typed::Typed, v1::V1, v2::V2};
+use super::world::{Adapter, Described, typed::Typed, v1::V1, v2::V2, v3::V3};
 use super::{
     CallLimits, DESCRIBE_FUEL, LoadError, LoadedComponent, Runtime, RuntimeSettings, SourceHash,
-    ToolDescription, typed, within_deadline,
+    typed,
 };
 use crate::sandbox::SandboxSpec;
 use std::collections::HashMap;
@@ -268,11 +269,12 @@ impl Runtime {
         hash: SourceHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
         let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
-        let (world, tools) = self.linked(path, &component, &bytes).await?;
+        let (world, described) = self.linked(path, &component, &bytes).await?;
         let loaded = Arc::new(LoadedComponent {
             hash,
             path: path.to_path_buf(),
-            tools,
+            tools: described.tools,
+            offers: described.offers,
             world,
         });
         let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
@@ -389,7 +391,7 @@ impl Runtime {
         path: &Path,
         component: &Component,
         bytes: &[u8],
-    ) -> Result<(Box<dyn Adapter>, Vec<ToolDescription>), LoadError> {
+    ) -> Result<(Box<dyn Adapter>, Described), LoadError> {
         let link_error = |e: wasmtime::Error| LoadError::Link {
             path: path.to_path_buf(),
             reason: explain_link(&e),
@@ -410,6 +412,11 @@ impl Runtime {
                     .and_then(V2::new)
                     .map_err(link_error)?,
             ),
+            typed::Kind::Plugin3 => Box::new(
+                since_v0_3_0::PluginPre::new(instance_pre)
+                    .and_then(V3::new)
+                    .map_err(link_error)?,
+            ),
             typed::Kind::Typed => {
                 let (funcs, tools) =
                     typed::exports(component, &self.engine, bytes).map_err(|reason| {
@@ -421,8 +428,8 @@ impl Runtime {
                 Box::new(Typed::new(instance_pre, funcs, tools))
             }
         };
-        let tools = self.describe(path, &*world).await?;
-        Ok((world, tools))
+        let described = self.describe(path, &*world).await?;
+        Ok((world, described))
     }
 
     /// Compiles, waiting for one of the compile slots, and shows the compile in `compiles()`.
@@ -453,11 +460,7 @@ impl Runtime {
     }
 
     /// Runs `describe()` under the load limits and the describe deadline.
-    async fn describe(
-        &self,
-        path: &Path,
-        world: &dyn Adapter,
-    ) -> Result<Vec<ToolDescription>, LoadError> {
+    async fn describe(&self, path: &Path, world: &dyn Adapter) -> Result<Described, LoadError> {
         let limits = CallLimits {
             timeout: self.loads.describe_timeout,
             memory_bytes: 256 << 20,
@@ -489,7 +492,9 @@ impl Runtime {
             let outcome = within_deadline(limits, world.describe(&mut instance.store)).await;
             instance.conclude(caller, limits, outcome, |_| false)
         };
-        let tools = described.await.map_err(|e| describe_error(e.to_string()))?;
+        let described = described.await.map_err(|e| describe_error(e.to_string()))?;
+        described.offers.check().map_err(describe_error)?;
+        let tools = &described.tools;
         if tools.len() > MAX_DESCRIBED_TOOLS {
             return Err(describe_error(format!(
                 "it describes {} tools; a component may describe at most {MAX_DESCRIBED_TOOLS}",
@@ -507,7 +512,7 @@ impl Runtime {
                 MAX_DESCRIBED_BYTES >> 20
             )));
         }
-        for tool in &tools {
+        for tool in tools {
             let Some(output) = &tool.output else { continue };
             match serde_json::from_str::<serde_json::Value>(&output.schema) {
                 Ok(schema) if schema.is_object() => {}
@@ -519,7 +524,7 @@ impl Runtime {
                 }
             }
         }
-        Ok(tools)
+        Ok(described)
     }
 
     pub(super) fn loaded_component(&self, hash: &SourceHash) -> Option<Arc<LoadedComponent>> {
@@ -538,7 +543,7 @@ const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
 /// What the host links, for messages about what a component imports.
 const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:io, wasi:random, \
      wasi:sockets, wasi:http/outgoing-handler; each denied unless granted) and \
-     toolhost:plugin/host@0.1.0 and @0.2.0";
+     toolhost:plugin/host@0.1.0, @0.2.0 and @0.3.0";
 
 /// A linker failure in plain words: which import the host lacks, and what it provides. The
 /// import is the first name wasmtime quotes in its message, which follows.
@@ -561,7 +566,7 @@ fn explain_link(error: &wasmtime::Error) -> String {
         format!(
             "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
              toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",
-            typed::PLUGIN_VERSIONS.join(" and @")
+            typed::PLUGIN_VERSIONS.join(", @")
         )
     } else if name.starts_with("wasi:") && !version.is_empty() && !version.starts_with("0.2.") {
         format!(

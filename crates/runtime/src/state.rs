@@ -1,9 +1,10 @@
 //! `CallState`: what one call's `Store` holds — the WASI context of its capabilities, the
 //! memory limiter, the budget of `host.log` messages and of talking back to the caller — and
-//! the `host` import of both plugin versions.
+//! the `host` import of every plugin version.
 
 use super::bindings::since_v0_1_0::{Host, LogLevel, TypesHost};
 use super::bindings::since_v0_2_0::host as v2;
+use super::bindings::since_v0_3_0::host as v3;
 use super::talk::{self, TalkBudget};
 use crate::sandbox::NetworkGuard;
 use toolhost_contract::{ANSWER_BYTES, AskError, ElicitAnswer, Progress, Role, SamplingRequest};
@@ -150,110 +151,127 @@ impl CallState {
     }
 }
 
-/// The `types` interface has no functions; the bindings still want it implemented.
+/// The `types` interfaces have no functions; the bindings still want them implemented.
 impl TypesHost for CallState {}
 impl super::bindings::since_v0_2_0::types::Host for CallState {}
+impl super::bindings::since_v0_3_0::types::Host for CallState {}
 
-impl v2::Host for CallState {
-    async fn log(&mut self, level: v2::LogLevel, message: String) {
-        let level = match level {
-            v2::LogLevel::Trace => LogLevel::Trace,
-            v2::LogLevel::Debug => LogLevel::Debug,
-            v2::LogLevel::Info => LogLevel::Info,
-            v2::LogLevel::Warn => LogLevel::Warn,
-            v2::LogLevel::Error => LogLevel::Error,
-        };
-        self.write_log(level, message);
-    }
-
-    async fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) {
-        let report = Progress {
-            done,
-            total,
-            message,
-        };
-        if let Some(report) = self.talk.progress(report) {
-            self.talk.link.progress(report).await;
-        }
-    }
-
-    async fn sample(
-        &mut self,
-        request: v2::SamplingRequest,
-    ) -> Result<v2::SamplingResponse, v2::AskError> {
-        let request = SamplingRequest {
-            messages: request
-                .messages
-                .into_iter()
-                .map(|m| {
-                    let role = match m.role {
-                        v2::Role::User => Role::User,
-                        v2::Role::Assistant => Role::Assistant,
-                    };
-                    (role, m.text)
-                })
-                .collect(),
-            system_prompt: request.system_prompt,
-            max_tokens: request.max_tokens,
-            temperature: request.temperature,
-            model_hints: request.model_hints,
-        };
-        let request = self.talk.sample(request).map_err(ask_error)?;
-        let mut answer = self.talk.link.sample(request).await.map_err(ask_error)?;
-        talk::cut(&mut answer.text, ANSWER_BYTES);
-        talk::cut(&mut answer.model, toolhost_contract::MESSAGE_BYTES);
-        Ok(v2::SamplingResponse {
-            text: answer.text,
-            model: answer.model,
-            stop_reason: answer.stop_reason.map(|mut reason| {
-                talk::cut(&mut reason, toolhost_contract::MESSAGE_BYTES);
-                reason
-            }),
-        })
-    }
-
-    async fn elicit(
-        &mut self,
-        message: String,
-        requested_schema: String,
-    ) -> Result<v2::ElicitAnswer, v2::AskError> {
-        let (message, schema) = self
-            .talk
-            .elicit(message, &requested_schema)
-            .map_err(ask_error)?;
-        match self
-            .talk
-            .link
-            .elicit(message, schema.clone())
-            .await
-            .map_err(ask_error)?
-        {
-            ElicitAnswer::Accept(value) => {
-                let text = value.to_string();
-                if text.len() > ANSWER_BYTES {
-                    return Err(v2::AskError::LimitReached(format!(
-                        "the answer has {} bytes, more than the {} a call is given",
-                        text.len(),
-                        ANSWER_BYTES
-                    )));
+/// The `host` interface of 0.2.0 and later: the same functions in each version, whose types
+/// wasmtime makes distinct, so the implementation is written once and made for each.
+macro_rules! talk_back_host {
+    ($v:ident) => {
+        impl From<AskError> for $v::AskError {
+            fn from(error: AskError) -> Self {
+                match error {
+                    AskError::NotGranted(m) => $v::AskError::NotGranted(m),
+                    AskError::Unsupported(m) => $v::AskError::Unsupported(m),
+                    AskError::LimitReached(m) => $v::AskError::LimitReached(m),
+                    AskError::Failed(m) => $v::AskError::Failed(m),
                 }
-                talk::check_answer(&schema, &value).map_err(ask_error)?;
-                Ok(v2::ElicitAnswer::Accept(text))
             }
-            ElicitAnswer::Decline => Ok(v2::ElicitAnswer::Decline),
-            ElicitAnswer::Cancel => Ok(v2::ElicitAnswer::Cancel),
         }
-    }
+
+        impl $v::Host for CallState {
+            async fn log(&mut self, level: $v::LogLevel, message: String) {
+                let level = match level {
+                    $v::LogLevel::Trace => LogLevel::Trace,
+                    $v::LogLevel::Debug => LogLevel::Debug,
+                    $v::LogLevel::Info => LogLevel::Info,
+                    $v::LogLevel::Warn => LogLevel::Warn,
+                    $v::LogLevel::Error => LogLevel::Error,
+                };
+                self.write_log(level, message);
+            }
+
+            async fn progress(&mut self, done: f64, total: Option<f64>, message: Option<String>) {
+                let report = Progress {
+                    done,
+                    total,
+                    message,
+                };
+                if let Some(report) = self.talk.progress(report) {
+                    self.talk.link.progress(report).await;
+                }
+            }
+
+            async fn sample(
+                &mut self,
+                request: $v::SamplingRequest,
+            ) -> Result<$v::SamplingResponse, $v::AskError> {
+                let request = SamplingRequest {
+                    messages: request
+                        .messages
+                        .into_iter()
+                        .map(|m| {
+                            let role = match m.role {
+                                $v::Role::User => Role::User,
+                                $v::Role::Assistant => Role::Assistant,
+                            };
+                            (role, m.text)
+                        })
+                        .collect(),
+                    system_prompt: request.system_prompt,
+                    max_tokens: request.max_tokens,
+                    temperature: request.temperature,
+                    model_hints: request.model_hints,
+                };
+                let request = self.talk.sample(request).map_err($v::AskError::from)?;
+                let mut answer = self
+                    .talk
+                    .link
+                    .sample(request)
+                    .await
+                    .map_err($v::AskError::from)?;
+                talk::cut(&mut answer.text, ANSWER_BYTES);
+                talk::cut(&mut answer.model, toolhost_contract::MESSAGE_BYTES);
+                Ok($v::SamplingResponse {
+                    text: answer.text,
+                    model: answer.model,
+                    stop_reason: answer.stop_reason.map(|mut reason| {
+                        talk::cut(&mut reason, toolhost_contract::MESSAGE_BYTES);
+                        reason
+                    }),
+                })
+            }
+
+            async fn elicit(
+                &mut self,
+                message: String,
+                requested_schema: String,
+            ) -> Result<$v::ElicitAnswer, $v::AskError> {
+                let (message, schema) = self
+                    .talk
+                    .elicit(message, &requested_schema)
+                    .map_err($v::AskError::from)?;
+                match self
+                    .talk
+                    .link
+                    .elicit(message, schema.clone())
+                    .await
+                    .map_err($v::AskError::from)?
+                {
+                    ElicitAnswer::Accept(value) => {
+                        let text = value.to_string();
+                        if text.len() > ANSWER_BYTES {
+                            return Err($v::AskError::LimitReached(format!(
+                                "the answer has {} bytes, more than the {} a call is given",
+                                text.len(),
+                                ANSWER_BYTES
+                            )));
+                        }
+                        talk::check_answer(&schema, &value).map_err($v::AskError::from)?;
+                        Ok($v::ElicitAnswer::Accept(text))
+                    }
+                    ElicitAnswer::Decline => Ok($v::ElicitAnswer::Decline),
+                    ElicitAnswer::Cancel => Ok($v::ElicitAnswer::Cancel),
+                }
+            }
+        }
+    };
 }
 
-fn ask_error(error: AskError) -> v2::AskError {
-    match error {
-        AskError::NotGranted(m) => v2::AskError::NotGranted(m),
-        AskError::Unsupported(m) => v2::AskError::Unsupported(m),
-        AskError::LimitReached(m) => v2::AskError::LimitReached(m),
-        AskError::Failed(m) => v2::AskError::Failed(m),
-    }
-}
+talk_back_host!(v2);
+talk_back_host!(v3);
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,14 @@
 //! `toolhost describe FILE.wasm`: what a component is before anyone writes an ensemble for
 //! it: the world it is built for, its imports (and which the host does not provide), its
-//! tools with their schemas, and an ensemble file ready to paste.
+//! tools with their schemas, its prompts and resources (0.3.0), and an ensemble file ready
+//! to paste.
 
 use super::settings::Settings;
 use super::terminal::safe;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::ExitCode;
-use toolhost::runtime::{Inspection, ToolDescription, World};
+use toolhost::runtime::{Inspection, PromptSpec, ToolDescription, World};
 
 pub(crate) async fn run(
     settings: &Settings,
@@ -34,6 +35,7 @@ pub(crate) async fn run(
             "world": match &inspection.world {
                 Ok(World::Plugin) => json!("toolhost:plugin@0.1.0"),
                 Ok(World::Plugin2) => json!("toolhost:plugin@0.2.0"),
+                Ok(World::Plugin3) => json!("toolhost:plugin@0.3.0"),
                 Ok(World::Typed) => json!("typed"),
                 Err(_) => Value::Null,
             },
@@ -45,6 +47,15 @@ pub(crate) async fn run(
             "unused_exports": inspection.exports.iter()
                 .filter(|e| !used(e, &inspection)).collect::<Vec<_>>(),
             "tools": tools,
+            "prompts": inspection.offers.prompts.iter().map(prompt_json).collect::<Vec<_>>(),
+            "resources": inspection.offers.resources.iter().map(|r| json!({
+                "uri": r.uri, "name": r.name, "title": r.title,
+                "description": r.description, "mime_type": r.mime_type,
+            })).collect::<Vec<_>>(),
+            "resource_templates": inspection.offers.templates.iter().map(|t| json!({
+                "uri_template": t.uri_template, "name": t.name, "title": t.title,
+                "description": t.description, "mime_type": t.mime_type,
+            })).collect::<Vec<_>>(),
             "error": inspection.tools.as_ref().err().map(ToString::to_string),
             "ensemble": ensemble,
         });
@@ -70,11 +81,25 @@ fn tool_json(tool: &ToolDescription) -> Value {
     })
 }
 
+fn prompt_json(prompt: &PromptSpec) -> Value {
+    json!({
+        "name": prompt.name,
+        "title": prompt.title,
+        "description": prompt.description,
+        "arguments": prompt.arguments.iter().map(|a| json!({
+            "name": a.name, "description": a.description, "required": a.required,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
     let world = match &inspection.world {
         Ok(World::Plugin) => "a toolhost:plugin@0.1.0 component (describe() and call())".into(),
         Ok(World::Plugin2) => "a toolhost:plugin@0.2.0 component (describe() and call(), \
                                results of content items, progress, sampling, elicitation)"
+            .into(),
+        Ok(World::Plugin3) => "a toolhost:plugin@0.3.0 component (0.2.0, and prompts and \
+                               resources beside its tools)"
             .into(),
         Ok(World::Typed) => {
             "a typed component (any world: each exported function is a tool)".into()
@@ -120,6 +145,7 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
         }
         Err(error) => println!("error: {}", safe(&error.to_string())),
     }
+    print_offers(inspection);
     if let Some(ensemble) = ensemble {
         println!(
             "\nAn ensemble to start from (save it in the ensembles folder; the component's path \
@@ -129,12 +155,47 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
     }
 }
 
+/// A 0.3.0 component's prompts, resources and templates, when it lists any.
+fn print_offers(inspection: &Inspection) {
+    let offers = &inspection.offers;
+    if !offers.prompts.is_empty() {
+        println!("prompts:");
+        for prompt in &offers.prompts {
+            let arguments: Vec<String> = (prompt.arguments.iter())
+                .map(|a| format!("{}{}", a.name, if a.required { "" } else { "?" }))
+                .collect();
+            println!(
+                "  {}({}): {}",
+                safe(&prompt.name),
+                safe(&arguments.join(", ")),
+                safe(&prompt.description)
+            );
+        }
+    }
+    if !offers.resources.is_empty() || !offers.templates.is_empty() {
+        println!("resources:");
+        let uris = (offers.resources.iter()).map(|r| (&r.uri, &r.name, &r.mime_type));
+        let templates = (offers.templates.iter()).map(|t| (&t.uri_template, &t.name, &t.mime_type));
+        for (uri, name, mime) in uris.chain(templates) {
+            let mime = mime
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            println!("  {}: {}{}", safe(uri), safe(name), safe(&mime));
+        }
+    }
+}
+
 /// Whether toolhost uses `export`: the plugin world's tool interface, or an instance or
 /// function a typed component's tools come from. Toolchains add exports of their own
 /// (componentize-py's `exports`), which are listed as unused.
 fn used(export: &str, inspection: &Inspection) -> bool {
     match &inspection.world {
         Ok(World::Plugin | World::Plugin2) => export.starts_with("toolhost:plugin/tool@"),
+        Ok(World::Plugin3) => {
+            export.starts_with("toolhost:plugin/tool@")
+                || export.starts_with("toolhost:plugin/offers@")
+        }
         Ok(World::Typed) => {
             // `example:greeter/greetings@0.1.0` offers `greetings/greet`.
             let interface = export.split('@').next().unwrap_or(export);

@@ -274,6 +274,12 @@ impl EnsembleDraft {
         self.context.component.as_ref()
     }
 
+    /// The limits of a run of the component's prompts and resources (0.3.0): the
+    /// ensemble's `[defaults]`, else the built-ins, as an invoker without `[limits]` has.
+    pub fn offer_limits(&self) -> toolhost_contract::CallLimits {
+        Settings::merge(&Limits::default(), None, &self.context.defaults).limits
+    }
+
     /// Drafts one invoker per tool the server or component offers (by the names it offers
     /// them under).
     pub fn draft_offers<'a>(

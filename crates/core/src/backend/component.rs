@@ -1,6 +1,7 @@
 //! The component backend: a WebAssembly component, of the `toolhost:plugin` world or typed
 //! (any other world: each exported function a tool), run in a fresh sandboxed instance per
-//! call by the [`Runtime`].
+//! call by the [`Runtime`]. A `toolhost:plugin@0.3.0` component may also offer prompts and
+//! resources ([`ComponentOffers`]), each run the same way.
 
 use super::{
     Backend, BackendCall, BoxFuture, RunError, SourceHash, ToolHints, ToolOffer, ToolOutput,
@@ -8,9 +9,11 @@ use super::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use toolhost_contract::CallLimits;
+use toolhost_contract::{CallLimits, CallerLink, Unlinked};
 use toolhost_runtime::sandbox::SandboxSpec;
-use toolhost_runtime::{Caller, LoadedComponent, Preparation, Runtime, Stock};
+use toolhost_runtime::{
+    Caller, LoadedComponent, OfferRequest, Offered, Offers, Preparation, Runtime, Stock,
+};
 
 /// One component file, as a descriptor names it.
 pub struct ComponentBackend {
@@ -100,5 +103,73 @@ impl Backend for ComponentBackend {
 
     fn stock(&self, limits: CallLimits, sandbox: &SandboxSpec, want: Preparation) -> Option<Stock> {
         Some(self.runtime.stock(&self.component, limits, sandbox, want))
+    }
+}
+
+/// A 0.3.0 component's prompts and resources, as it listed them at load, and how each
+/// `get-prompt` and `read-resource` runs: in a fresh instance, under the ensemble's
+/// `[defaults]` limits, with no capabilities (no files, network or environment) and nobody
+/// to talk back to. What it returns counts against `max-output-bytes`, as a call's result.
+pub struct ComponentOffers {
+    runtime: Arc<Runtime>,
+    component: Arc<LoadedComponent>,
+    limits: CallLimits,
+    sandbox: SandboxSpec,
+    /// `ensemble <name>`: what its log lines and captured output are tagged with.
+    label: String,
+}
+
+impl ComponentOffers {
+    /// The offers of `component` (loaded by `runtime`) in ensemble `ensemble`, run within
+    /// `limits`.
+    pub(crate) fn new(
+        runtime: &Arc<Runtime>,
+        component: &Arc<LoadedComponent>,
+        limits: CallLimits,
+        ensemble: &str,
+    ) -> Self {
+        ComponentOffers {
+            runtime: Arc::clone(runtime),
+            component: Arc::clone(component),
+            limits,
+            sandbox: SandboxSpec::default(),
+            label: format!("ensemble {ensemble}"),
+        }
+    }
+
+    /// What the component listed.
+    pub fn listed(&self) -> &Offers {
+        &self.component.offers
+    }
+
+    /// The component's hash, and the limits its offers run within: what makes a version.
+    pub fn source_hash(&self) -> SourceHash {
+        SourceHash(self.component.hash.0)
+    }
+
+    pub fn limits(&self) -> CallLimits {
+        self.limits
+    }
+
+    /// Runs `request` for `session` (who alone sees its log lines).
+    pub async fn run(&self, session: &str, request: OfferRequest<'_>) -> Result<Offered, RunError> {
+        let nobody: Arc<dyn CallerLink> = Arc::new(Unlinked);
+        let caller = Caller {
+            invoker: &self.label,
+            session,
+            link: &nobody,
+        };
+        (self.runtime)
+            .offer(&self.component, caller, request, self.limits, &self.sandbox)
+            .await
+    }
+}
+
+impl std::fmt::Debug for ComponentOffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentOffers")
+            .field("component", &self.component)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
     }
 }

@@ -71,7 +71,7 @@ impl Host {
         let result = catalog.read_resource(session, uri).await;
         let ensemble = match catalog.resource_set_for(uri) {
             Some(set) => Some(set.ensemble()),
-            None => (catalog.imported_resources())
+            None => (catalog.passed_resources())
                 .find(|set| result.is_ok() && set.claims_listed(uri))
                 .map(|set| set.ensemble()),
         };

@@ -25,15 +25,25 @@ pub(super) struct Bound {
     pub(super) origin: String,
     /// Where the component or server is named, for messages about its schemas.
     pub(super) at: Span,
-    /// An imported server's prompts and resources, passed through.
+    /// An imported server's or a component's prompts and resources, passed on.
     pub(super) passed: Option<Passed>,
 }
 
-/// What an imported server offers besides tools.
-pub(super) struct Passed {
-    pub(super) server: Arc<crate::backend::mcp::McpImport>,
-    pub(super) prompts: Vec<rmcp::model::Prompt>,
-    pub(super) resources: bool,
+/// What a backend offers besides tools, passed on by its ensemble.
+pub(super) enum Passed {
+    /// An imported server's prompts (listed when it was bound), and whether it offers
+    /// resources.
+    Server {
+        server: Arc<crate::backend::mcp::McpImport>,
+        prompts: Vec<rmcp::model::Prompt>,
+        resources: bool,
+    },
+    /// A `toolhost:plugin@0.3.0` component that lists prompts or resources, and the runtime
+    /// that runs them.
+    Component {
+        runtime: Arc<Runtime>,
+        component: Arc<toolhost_runtime::LoadedComponent>,
+    },
 }
 
 /// The tools of a backend, in its order and by name, each with its schema compiled the
@@ -264,9 +274,13 @@ impl<'r> Binder<'r> {
         match loaded {
             Ok(component) => {
                 let shown = self.shown.get(&path).unwrap_or(&path);
+                let passed = (!component.offers.is_empty()).then(|| Passed::Component {
+                    runtime: Arc::clone(self.runtime),
+                    component: Arc::clone(&component),
+                });
                 let (backend, offers) = ComponentBackend::new(self.runtime, component, shown);
                 Loaded::Ready(Arc::new(Bound {
-                    passed: None,
+                    passed,
                     backend: Arc::new(backend),
                     offers: Offers::new(offers),
                     origin: format!("component {}", shown.display()),
@@ -415,7 +429,7 @@ impl<'r> Binder<'r> {
                     tracing::warn!("{e}; its prompts are not offered");
                     Vec::new()
                 });
-                let passed = Passed {
+                let passed = Passed::Server {
                     server: Arc::clone(&server),
                     prompts,
                     resources: server.has_resources().await,

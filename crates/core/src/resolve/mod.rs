@@ -403,11 +403,17 @@ impl Resolver {
         }
         diagnostics.extend(draft.duplicates());
         let result = if diagnostics.is_empty() && compiling.is_empty() && starting.is_empty() {
-            let passed = match &server {
-                Some(Ok(bound)) => bound.passed.as_ref(),
+            // The ensemble's own component, bound above when its invokers run on it (binding
+            // again is a lookup), passes on its prompts and resources.
+            let own = match (&server, draft.component().cloned()) {
+                (None, Some(component)) => binder.component(&component).await.ok(),
                 _ => None,
             };
-            let (prompts, resources, imported) = offers::offers(&mut draft, &shared.name, passed);
+            let passed = match &server {
+                Some(Ok(bound)) => bound.passed.as_ref(),
+                _ => own.as_ref().and_then(|bound| bound.passed.as_ref()),
+            };
+            let (prompts, resources, passed) = offers::offers(&mut draft, &shared.name, passed);
             Ok(Arc::new(Ensemble {
                 name: draft.name,
                 file: file.to_path_buf(),
@@ -416,7 +422,7 @@ impl Resolver {
                 tools,
                 prompts,
                 resources,
-                imported,
+                passed,
             }))
         } else {
             Err(diagnostics)

@@ -98,12 +98,12 @@ impl CatalogBuilder {
         Ok(())
     }
 
-    /// `ensemble` without the prompts its imported server passes on whose names are taken:
-    /// a server cannot get an ensemble refused by naming a prompt as another's (they are
-    /// left out, and logged).
+    /// `ensemble` without the prompts its imported server or component passes on whose
+    /// names are taken: neither can get an ensemble refused by naming a prompt as another's
+    /// (they are left out, and logged).
     fn without_taken_imports(&self, ensemble: Arc<Ensemble>) -> Arc<Ensemble> {
         let taken =
-            |p: &crate::prompts::Prompt| p.is_imported() && self.prompts.contains_key(p.name());
+            |p: &crate::prompts::Prompt| p.is_passed() && self.prompts.contains_key(p.name());
         if !ensemble.enabled || !ensemble.prompts.iter().any(|p| taken(p)) {
             return ensemble;
         }
@@ -111,7 +111,7 @@ impl CatalogBuilder {
         for prompt in &ensemble.prompts {
             if taken(prompt) {
                 tracing::warn!(
-                    "ensemble `{}`: its server's prompt `{}` is left out: the name is taken",
+                    "ensemble `{}`: the prompt `{}` it passes on is left out: the name is taken",
                     ensemble.name,
                     prompt.name()
                 );
@@ -127,7 +127,7 @@ impl CatalogBuilder {
             tools: ensemble.tools.clone(),
             prompts,
             resources: ensemble.resources.clone(),
-            imported: ensemble.imported.clone(),
+            passed: ensemble.passed.clone(),
         })
     }
 

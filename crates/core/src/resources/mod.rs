@@ -10,7 +10,7 @@
 //! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server
 //! are passed through by [`imported`].
 
-pub mod imported;
+pub mod passed;
 pub mod watch;
 
 use crate::catalog::VersionHash;

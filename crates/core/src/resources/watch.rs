@@ -140,7 +140,7 @@ fn follow_servers(catalog: &Weak<LiveCatalog>, to: &mpsc::UnboundedSender<Seen>)
     };
     let snapshot = catalog.snapshot();
     snapshot
-        .imported_resources()
+        .passed_resources()
         .map(|set| {
             let mut updates = set.updates();
             let to = to.clone();

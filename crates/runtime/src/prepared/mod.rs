@@ -28,8 +28,9 @@ mod pool;
 pub(crate) use pool::Pool;
 pub use pool::{PreparedLimits, PreparedUsage};
 
+use crate::instance::{Sandboxed, within_deadline};
 use crate::sandbox::SandboxSpec;
-use crate::{Caller, LoadedComponent, Runtime, Sandboxed, within_deadline};
+use crate::{Caller, LoadedComponent, Runtime};
 use pool::{Alike, Held};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};

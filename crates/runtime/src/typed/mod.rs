@@ -20,7 +20,7 @@ use wasmtime::component::{Component, ComponentExportIndex, Val};
 pub(crate) use convert::ConvertError;
 
 /// The versions of the `toolhost:plugin` world this host speaks, oldest first.
-pub(super) const PLUGIN_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+pub(super) const PLUGIN_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
 /// The newest of them, which new plugins are built against.
 pub(super) const PLUGIN_VERSION: &str = "0.2.0";
 const PLUGIN_TOOL: &str = "toolhost:plugin/tool";
@@ -43,6 +43,8 @@ pub(super) enum Kind {
     Plugin,
     /// `toolhost:plugin@0.2.0`.
     Plugin2,
+    /// `toolhost:plugin@0.3.0`.
+    Plugin3,
     Typed,
 }
 
@@ -60,15 +62,16 @@ pub(super) fn kind(component: &Component, engine: &Engine) -> Result<Kind, Strin
         return match rest.strip_prefix('@') {
             Some("0.1.0") => Ok(Kind::Plugin),
             Some("0.2.0") => Ok(Kind::Plugin2),
+            Some("0.3.0") => Ok(Kind::Plugin3),
             Some(version) => Err(format!(
                 "it is built for toolhost:plugin@{version}; this host speaks \
                  toolhost:plugin@{} (rebuild it against the WIT in the host's `wit/` folder)",
-                PLUGIN_VERSIONS.join(" and @")
+                PLUGIN_VERSIONS.join(", @")
             )),
             None => Err(format!(
                 "it exports {PLUGIN_TOOL} without a version; this host speaks \
                  toolhost:plugin@{}",
-                PLUGIN_VERSIONS.join(" and @")
+                PLUGIN_VERSIONS.join(", @")
             )),
         };
     }

@@ -1,15 +1,19 @@
 //! One adapter per kind of component the host runs: the `toolhost:plugin@0.1.0` world
-//! ([`v1`]), `toolhost:plugin@0.2.0` ([`v2`]) and typed components ([`typed`]). Each
-//! implements [`Adapter`] on its own pre-instantiated component: how it describes its tools,
-//! how it is instantiated, and how one call runs on a fresh instance. Instantiation is a step
+//! ([`v1`]), `@0.2.0` ([`v2`]), `@0.3.0` ([`v3`], which also offers prompts and resources)
+//! and typed components ([`typed`]). Each implements [`Adapter`] on its own pre-instantiated
+//! component: how it describes its tools, how it is instantiated, and how one call (or one
+//! prompt or resource of 0.3.0) runs on a fresh instance. Instantiation is a step
 //! of its own so that it can happen before the call arrives (`crate::prepared`). Everything
 //! around that (the store, its limits and deadline, the sandbox, captured output, what a trap
 //! means) is the runtime's, written once, whichever world runs.
 
+mod plugin;
 pub(crate) mod typed;
 pub(crate) mod v1;
 pub(crate) mod v2;
+pub(crate) mod v3;
 
+use crate::offers::{OfferRequest, Offered, Offers};
 use crate::state::CallState;
 use crate::tools::ToolDescription;
 use serde_json::Value;
@@ -33,13 +37,14 @@ fn lifted_result_fuel(limits: &CallLimits) -> usize {
 
 /// One kind of component, ready to instantiate.
 pub(crate) trait Adapter: Send + Sync {
-    /// The tools the component offers. The plugin worlds run their `describe()` in `store`
-    /// (fresh, under the load's limits); a typed component's tools are its exports, read from
-    /// its types when it was linked, so nothing runs.
+    /// The tools the component offers, and its prompts and resources. The plugin worlds run
+    /// their `describe()` (and 0.3.0 its lists) in `store` (fresh, under the load's limits);
+    /// a typed component's tools are its exports, read from its types when it was linked, so
+    /// nothing runs.
     fn describe<'a>(
         &'a self,
         store: &'a mut Store<CallState>,
-    ) -> BoxFuture<'a, wasmtime::Result<Vec<ToolDescription>>>;
+    ) -> BoxFuture<'a, wasmtime::Result<Described>>;
 
     /// The most wasmtime may copy out of the guest as this call's result, as hostcall fuel;
     /// `None` when the result is one string, counted once it is in the host.
@@ -60,6 +65,38 @@ pub(crate) trait Adapter: Send + Sync {
         instance: Instance,
         call: Call<'a>,
     ) -> BoxFuture<'a, wasmtime::Result<Answer>>;
+
+    /// Renders a prompt or reads a resource on `instance`, made by [`Adapter::instantiate`]
+    /// in `store` and never called before. Only a world with offers lists any, so the others
+    /// are never asked; they refuse.
+    fn offer<'a>(
+        &'a self,
+        _store: &'a mut Store<CallState>,
+        _instance: Instance,
+        _request: OfferRequest<'a>,
+    ) -> BoxFuture<'a, wasmtime::Result<Result<Offered, RunError>>> {
+        Box::pin(async {
+            Ok(Err(RunError::Tool(ToolFailure::Failed(
+                "this component offers no prompts or resources".into(),
+            ))))
+        })
+    }
+}
+
+/// What a component offers, as its load found it.
+pub(crate) struct Described {
+    pub tools: Vec<ToolDescription>,
+    pub offers: Offers,
+}
+
+impl Described {
+    /// Tools only: every world before 0.3.0.
+    pub(crate) fn tools(tools: Vec<ToolDescription>) -> Self {
+        Described {
+            tools,
+            offers: Offers::default(),
+        }
+    }
 }
 
 /// One call of a tool, as a world gets it.

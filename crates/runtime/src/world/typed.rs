@@ -3,7 +3,7 @@
 //! directly, and what it returns back to JSON (`crate::typed` holds the conversions and the
 //! schemas made from WIT types).
 
-use super::{Adapter, Answer, Call, lifted_result_fuel};
+use super::{Adapter, Answer, Call, Described, lifted_result_fuel};
 use crate::state::CallState;
 use crate::tools::ToolDescription;
 use crate::typed::{self as types, TypedFunc};
@@ -34,8 +34,8 @@ impl Adapter for Typed {
     fn describe<'a>(
         &'a self,
         _store: &'a mut Store<CallState>,
-    ) -> BoxFuture<'a, wasmtime::Result<Vec<ToolDescription>>> {
-        Box::pin(async move { Ok(self.tools.clone()) })
+    ) -> BoxFuture<'a, wasmtime::Result<Described>> {
+        Box::pin(async move { Ok(Described::tools(self.tools.clone())) })
     }
 
     /// A typed result is lifted into values of some 40 bytes each before it becomes JSON.

@@ -1,7 +1,7 @@
 //! The `toolhost:plugin@0.1.0` world: `describe()` lists the tools, `call()` answers with one
 //! text or the tool's error.
 
-use super::{Adapter, Answer, Call};
+use super::{Adapter, Answer, Call, Described};
 use crate::bindings::since_v0_1_0::{PluginIndices, PluginPre, ToolError};
 use crate::state::CallState;
 use crate::tools::ToolDescription;
@@ -26,17 +26,19 @@ impl Adapter for V1 {
     fn describe<'a>(
         &'a self,
         store: &'a mut Store<CallState>,
-    ) -> BoxFuture<'a, wasmtime::Result<Vec<ToolDescription>>> {
+    ) -> BoxFuture<'a, wasmtime::Result<Described>> {
         Box::pin(async move {
             let plugin = self.pre.instantiate_async(&mut *store).await?;
             let specs = plugin
                 .toolhost_plugin_tool()
                 .call_describe(&mut *store)
                 .await?;
-            Ok(specs
-                .into_iter()
-                .map(|s| ToolDescription::declared(s.name, s.description, s.input_schema, None))
-                .collect())
+            Ok(Described::tools(
+                specs
+                    .into_iter()
+                    .map(|s| ToolDescription::declared(s.name, s.description, s.input_schema, None))
+                    .collect(),
+            ))
         })
     }
 

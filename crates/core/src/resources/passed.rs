@@ -1,9 +1,13 @@
-//! imported: the resources of an MCP server an ensemble imports, passed through. The set
-//! answers for the URIs the server listed last and those its templates match (a URI a client
-//! makes up is asked of no server); listing, reading and subscribing go to the server, within
-//! the bounds of [`crate::backend::mcp::offers`].
+//! passed: resources an ensemble passes on from what it is made of: the MCP server it
+//! imports, or its `toolhost:plugin@0.3.0` component. The set answers for the URIs its source
+//! listed last and those its templates match (a URI a client makes up is asked of no server
+//! and runs no component). A server's are listed, read and subscribed to on the server,
+//! within the bounds of [`crate::backend::mcp::offers`]; a component's were listed when it
+//! loaded (they are fixed until a reload) and each read runs it, bounded as a call
+//! ([`crate::backend::component::ComponentOffers`]).
 
 use super::{Body, Contents, Listed, ResourceError};
+use crate::backend::component::ComponentOffers;
 use crate::backend::mcp::McpImport;
 use crate::catalog::VersionHash;
 use base64::Engine;
@@ -12,18 +16,27 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
 use toolhost_config::Span;
 
-/// An imported server's resources.
+/// An imported server's or a component's resources.
 #[derive(Debug)]
-pub struct ImportedResources {
+pub struct PassedResources {
     name: String,
     ensemble: Arc<str>,
-    server: Arc<McpImport>,
+    source: Source,
     definition: Span,
     version: VersionHash,
     known: Mutex<Known>,
     /// When a failure to list was last logged: a client that lists again and again while
     /// the server is down costs one log line every [`WARN_INTERVAL`], not one per request.
     warned: Mutex<Option<std::time::Instant>>,
+}
+
+/// Where a set's resources come from.
+#[derive(Debug)]
+enum Source {
+    Server(Arc<McpImport>),
+    /// A component's, and the sender of its updates: none ever come (its resources are fixed
+    /// until a reload, which says so itself), but a subscriber listens all the same.
+    Component(Arc<ComponentOffers>, broadcast::Sender<Option<String>>),
 }
 
 /// How often a server that fails to list its resources is logged, at most.
@@ -37,7 +50,7 @@ struct Known {
     templates: Vec<String>,
 }
 
-impl ImportedResources {
+impl PassedResources {
     /// The resources of `server`, named `name` (the ensemble's name: what access rules
     /// match), defined where the ensemble names the server.
     pub(crate) fn new(
@@ -46,13 +59,53 @@ impl ImportedResources {
         server: &Arc<McpImport>,
         definition: Span,
     ) -> Self {
+        let hash = crate::backend::Backend::source_hash(server.as_ref());
+        Self::of(
+            ensemble,
+            name,
+            Source::Server(Arc::clone(server)),
+            hash.0,
+            definition,
+        )
+    }
+
+    /// The resources `offers` lists, named `name` (the ensemble's name), defined where the
+    /// ensemble names its component. Its URIs and templates are known from the start.
+    pub(crate) fn component(
+        ensemble: &Arc<str>,
+        name: String,
+        offers: &Arc<ComponentOffers>,
+        definition: Span,
+    ) -> Self {
+        let hash = offers.source_hash().0;
+        let (updates, _) = broadcast::channel(1);
+        let source = Source::Component(Arc::clone(offers), updates);
+        let set = Self::of(ensemble, name, source, hash, definition);
+        let listed = offers.listed();
+        *set.known.lock().unwrap_or_else(PoisonError::into_inner) = Known {
+            listed: true,
+            uris: listed.resources.iter().map(|r| r.uri.clone()).collect(),
+            templates: (listed.templates.iter())
+                .map(|t| t.uri_template.clone())
+                .collect(),
+        };
+        set
+    }
+
+    fn of(
+        ensemble: &Arc<str>,
+        name: String,
+        source: Source,
+        hash: [u8; 32],
+        definition: Span,
+    ) -> Self {
         let mut hasher = blake3::Hasher::new();
-        hasher.update(&crate::backend::Backend::source_hash(server.as_ref()).0);
+        hasher.update(&hash);
         hasher.update(name.as_bytes());
-        ImportedResources {
+        PassedResources {
             name,
             ensemble: Arc::clone(ensemble),
-            server: Arc::clone(server),
+            source,
             definition,
             version: VersionHash(*hasher.finalize().as_bytes()),
             known: Mutex::default(),
@@ -76,10 +129,24 @@ impl ImportedResources {
         self.version
     }
 
-    /// The server's resources, and whether there were more than were taken. A server that
-    /// cannot be reached lists nothing (and says why in the log).
+    /// The resources, and whether there were more than were taken. A server that cannot be
+    /// reached lists nothing (and says why in the log).
     pub async fn list(&self) -> (Vec<Listed>, bool) {
-        match self.server.resources().await {
+        let server = match &self.source {
+            Source::Server(server) => server,
+            Source::Component(offers, _) => {
+                let listed = (offers.listed().resources.iter())
+                    .map(|r| Listed {
+                        uri: r.uri.clone(),
+                        path: r.name.clone(),
+                        mime: r.mime_type.clone().unwrap_or_default(),
+                        size: 0,
+                    })
+                    .collect();
+                return (listed, false);
+            }
+        };
+        match server.resources().await {
             Ok((resources, cut)) => {
                 let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
                 known.listed = true;
@@ -103,9 +170,32 @@ impl ImportedResources {
         }
     }
 
-    /// The server's resource templates.
+    /// The resource templates.
     pub async fn templates(&self) -> Vec<rmcp::model::ResourceTemplate> {
-        match self.server.resource_templates().await {
+        let server = match &self.source {
+            Source::Server(server) => server,
+            Source::Component(offers, _) => {
+                return (offers.listed().templates.iter())
+                    .map(|t| {
+                        let mut template = rmcp::model::ResourceTemplate::new(
+                            t.uri_template.clone(),
+                            t.name.clone(),
+                        );
+                        if let Some(title) = &t.title {
+                            template = template.with_title(title.clone());
+                        }
+                        if let Some(description) = &t.description {
+                            template = template.with_description(description.clone());
+                        }
+                        if let Some(mime) = &t.mime_type {
+                            template = template.with_mime_type(mime.clone());
+                        }
+                        template
+                    })
+                    .collect();
+            }
+        };
+        match server.resource_templates().await {
             Ok(templates) => {
                 let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
                 known.templates = templates.iter().map(|t| t.uri_template.clone()).collect();
@@ -151,10 +241,15 @@ impl ImportedResources {
         known.uris.contains(uri) || known.templates.iter().any(|t| matches_template(t, uri))
     }
 
-    /// Reads `uri` on the server: each item it answers, text or bytes.
-    pub async fn read(&self, uri: &str) -> Result<Vec<Contents>, ResourceError> {
+    /// Reads `uri` on the server, or runs the component's `read-resource` for `session`:
+    /// each item it answers, text or bytes.
+    pub async fn read(&self, session: &str, uri: &str) -> Result<Vec<Contents>, ResourceError> {
+        let server = match &self.source {
+            Source::Server(server) => server,
+            Source::Component(offers, _) => return self.read_component(offers, session, uri).await,
+        };
         let result =
-            self.server
+            server
                 .read_resource(uri)
                 .await
                 .map_err(|reason| ResourceError::Unreadable {
@@ -205,14 +300,68 @@ impl ImportedResources {
         Ok(contents)
     }
 
-    /// Asks the server to report `uri`'s updates; `false` when it does not take that.
-    pub async fn subscribe(&self, uri: &str) -> bool {
-        self.server.subscribe(uri).await
+    /// Runs the component's `read-resource` of `uri`. Its items under URIs it never named
+    /// are left out, as a server's are; `not-found` is the same answer as any unknown URI.
+    async fn read_component(
+        &self,
+        offers: &ComponentOffers,
+        session: &str,
+        uri: &str,
+    ) -> Result<Vec<Contents>, ResourceError> {
+        let not_found = || ResourceError::NotFound {
+            uri: toolhost_audit::cut_text(uri),
+        };
+        let offered = offers
+            .run(session, toolhost_runtime::OfferRequest::Resource { uri })
+            .await
+            .map_err(|error| ResourceError::Unreadable {
+                uri: toolhost_audit::cut_text(uri),
+                reason: error.to_string(),
+            })?;
+        let items = match offered {
+            toolhost_runtime::Offered::Resource(items) => items,
+            _ => return Err(not_found()),
+        };
+        let contents: Vec<Contents> = items
+            .into_iter()
+            .filter(|item| item.uri == uri || self.claims_listed(&item.uri))
+            .map(|item| {
+                let (mime, body) = match item.contents {
+                    toolhost_contract::ResourceContents::Text(text) => {
+                        ("text/plain", Body::Text(text))
+                    }
+                    toolhost_contract::ResourceContents::Blob(blob) => {
+                        ("application/octet-stream", Body::Blob(blob))
+                    }
+                };
+                Contents {
+                    uri: item.uri,
+                    mime: item.mime_type.unwrap_or_else(|| mime.into()),
+                    body,
+                }
+            })
+            .collect();
+        if contents.is_empty() {
+            return Err(not_found());
+        }
+        Ok(contents)
     }
 
-    /// The server's updates: a URI, or `None` when its list changed.
+    /// Asks the server to report `uri`'s updates; `false` when it does not take that (a
+    /// component never does: its resources change only with a reload).
+    pub async fn subscribe(&self, uri: &str) -> bool {
+        match &self.source {
+            Source::Server(server) => server.subscribe(uri).await,
+            Source::Component(..) => false,
+        }
+    }
+
+    /// The updates: a URI, or `None` when the list changed.
     pub fn updates(&self) -> broadcast::Receiver<Option<String>> {
-        self.server.resource_updates()
+        match &self.source {
+            Source::Server(server) => server.resource_updates(),
+            Source::Component(_, updates) => updates.subscribe(),
+        }
     }
 }
 

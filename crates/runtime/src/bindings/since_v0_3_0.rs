@@ -1,0 +1,17 @@
+//! Bindings for `toolhost:plugin@0.3.0` (`wit/toolhost-plugin-0.3.0`): 0.2.0, and the
+//! `offers` interface of a component's prompts and resources.
+
+wasmtime::component::bindgen!({
+    path: "../../wit/toolhost-plugin-0.3.0",
+    world: "plugin",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+pub(crate) use self::exports::toolhost::plugin::tool::ToolError;
+pub(crate) use self::toolhost::plugin::host;
+pub(crate) use self::toolhost::plugin::types;
+
+use toolhost_contract::content;
+
+super::content_conversions!();
