@@ -36,8 +36,9 @@
 //! toolhost-registry  `oci://` references, bounded pulls into a content store by digest,
 //!                    push, cosign keys, credentials
 //! toolhost-runtime   the wasmtime Engine, the compile cache and worker, a fresh Store per call
-//!                    with limits and an epoch deadline; both plugin versions and typed
-//!                    components adapted to one result; prepared (instances made ahead of
+//!                    with limits and an epoch deadline; the three plugin versions and typed
+//!                    components adapted to one result, 0.3.0's prompts and resources
+//!                    (offers) run the same way; prepared (instances made ahead of
 //!                    their calls, bounded); inspect; sandbox (capabilities -> WASI context,
 //!                    wasi:http checks, bounded stdio capture)
 //! toolhost-config    TOML -> raw descriptor types with file:line:col errors (Diagnostic); draft

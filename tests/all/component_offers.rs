@@ -242,7 +242,10 @@ async fn a_components_resources_are_listed_read_and_bounded() {
         ("books://liar", "no resource `books://liar`"),
         ("books://empty", "returned no contents"),
         // 200 KB: within what wasmtime copies out, past `max-output-bytes`.
-        ("books://huge", "returned 200022 bytes, more than its limit of 65536 bytes"),
+        (
+            "books://huge",
+            "returned 200022 bytes, more than its limit of 65536 bytes",
+        ),
     ] {
         let error = read(&client, uri).await.expect_err("refused");
         assert!(error.contains(says), "{uri}: {error}");

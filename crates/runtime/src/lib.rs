@@ -3,8 +3,8 @@
 //! deadline, sandbox and captured stdout/stderr. Each kind of component (the 0.1.0, 0.2.0 and
 //! 0.3.0 `toolhost:plugin` worlds, typed components) is one adapter in [`world`]: how it
 //! describes its tools and answers a call (and, from 0.3.0, its prompts and resources:
-//! [`offers`]); the store around it is set up, bounded and classified here,
-//! once. A call returns a [`ToolResult`] of content items whichever kind ran it, and may talk
+//! [`offers`]); the store around it is set up and bounded here ([`Runtime::run`]), and what
+//! its end means is classified once ([`instance`]). A call returns a [`ToolResult`] of content items whichever kind ran it, and may talk
 //! back to its caller through the [`CallerLink`] the caller passed in, within per-call bounds
 //! ([`talk`]).
 //!

@@ -566,7 +566,7 @@ fn explain_link(error: &wasmtime::Error) -> String {
         format!(
             "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
              toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",
-            typed::PLUGIN_VERSIONS.join(", @")
+            typed::versions_spoken()
         )
     } else if name.starts_with("wasi:") && !version.is_empty() && !version.starts_with("0.2.") {
         format!(

@@ -22,8 +22,17 @@ pub(crate) use convert::ConvertError;
 /// The versions of the `toolhost:plugin` world this host speaks, oldest first.
 pub(super) const PLUGIN_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
 /// The newest of them, which new plugins are built against.
-pub(super) const PLUGIN_VERSION: &str = "0.2.0";
+pub(super) const PLUGIN_VERSION: &str = "0.3.0";
 const PLUGIN_TOOL: &str = "toolhost:plugin/tool";
+
+/// The versions this host speaks, as messages name them: `0.1.0, @0.2.0 and @0.3.0`.
+pub(super) fn versions_spoken() -> String {
+    match PLUGIN_VERSIONS.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and @{last}", rest.join(", @")),
+        None => String::new(),
+    }
+}
 
 /// One exported function, ready to be called as a tool.
 pub(crate) struct TypedFunc {
@@ -66,12 +75,12 @@ pub(super) fn kind(component: &Component, engine: &Engine) -> Result<Kind, Strin
             Some(version) => Err(format!(
                 "it is built for toolhost:plugin@{version}; this host speaks \
                  toolhost:plugin@{} (rebuild it against the WIT in the host's `wit/` folder)",
-                PLUGIN_VERSIONS.join(", @")
+                versions_spoken()
             )),
             None => Err(format!(
                 "it exports {PLUGIN_TOOL} without a version; this host speaks \
                  toolhost:plugin@{}",
-                PLUGIN_VERSIONS.join(", @")
+                versions_spoken()
             )),
         };
     }

@@ -1,4 +1,4 @@
 (component
   (instance $empty)
-  (export "toolhost:plugin/tool@0.3.0" (instance $empty))
+  (export "toolhost:plugin/tool@0.4.0" (instance $empty))
 )
