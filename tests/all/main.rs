@@ -66,6 +66,7 @@ mod support;
 mod talk;
 mod talk_asking;
 mod talk_chat;
+mod talk_rounds;
 mod typed;
 mod web;
 mod web_conversations;

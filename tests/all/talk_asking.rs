@@ -1,11 +1,10 @@
 //! Tools that ask the MCP client: sampling the client's model and asking the person for a form,
 //! each only when granted (an ungranted capability is a file:line error), bounded per call, the
-//! answer checked against the form, a silent person ended at the call's timeout, and a
-//! 2026-07-28 client answered `unsupported` at once.
+//! answer checked against the form, and a silent person ended at the call's timeout. At
+//! 2026-07-28 the same tools ask in rounds: `talk_rounds`.
 
-use crate::mcp::{call, configure, stdio_serve};
-use crate::talk::{Answer, GRANTS, Talker, fixture, start, text, wait_for};
-use rmcp::model::ProtocolVersion;
+use crate::mcp::{call, configure};
+use crate::talk::{Answer, GRANTS, Talker, fixture, start, text};
 use serde_json::json;
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -171,41 +170,4 @@ async fn asking_for_sampling_or_elicitation_the_ensemble_does_not_grant_is_a_fil
     );
     assert!(stderr.contains("talker.toml:"), "{stderr}");
     assert!(stderr.contains("asks for elicitation"), "{stderr}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_2026_07_28_progress_flows_and_asking_the_client_is_unsupported_at_once() {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-    let fixture = fixture(GRANTS);
-    let talker = Talker::default();
-    let reports = talker.progress.clone();
-    let sampled = talker.sampled.clone();
-    let client = talker
-        .serve_with_lifecycle(
-            stdio_serve(&fixture),
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("a 2026-07-28 connection");
-    assert_eq!(
-        client.peer_info().expect("discovered").protocol_version,
-        ProtocolVersion::V_2026_07_28
-    );
-    assert_eq!(
-        text(&call(&client, "report", json!({"steps": 2})).await),
-        "reported 2"
-    );
-    wait_for(&reports, 2).await;
-    for tool in ["ask_model", "ask_person"] {
-        let refused = call(&client, tool, json!({})).await;
-        assert!(
-            text(&refused).starts_with("unsupported: the client speaks MCP 2026-07-28"),
-            "{}",
-            text(&refused)
-        );
-    }
-    assert_eq!(sampled.load(Ordering::SeqCst), 0);
-    client.cancel().await.expect("close");
 }

@@ -8,7 +8,9 @@
 //! is sent `notifications/tools/list_changed`, and so is every open `subscriptions/listen`
 //! stream that asked for tool list changes; sessions also get the host's own log messages as
 //! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
-//! to the request that called it ([`talk`]).
+//! to the request that called it ([`talk`]); at 2026-07-28 a call that asks does so in rounds
+//! of `input_required` answers and follow-up requests ([`rounds`]). How one `tools/call` runs
+//! is [`calls`].
 //!
 //! Beside the tools, the ensembles' prompts ([`prompts`]: `prompts/list`, `prompts/get`,
 //! completion of their arguments) and resources ([`resources`]: `resources/list`,
@@ -25,10 +27,12 @@
 // the revisions before it, which this server speaks too, and clients rely on it there.
 #![allow(deprecated)]
 
+mod calls;
 pub mod log;
 mod notify;
 pub mod prompts;
 pub mod resources;
+pub mod rounds;
 pub mod scope;
 pub mod stdio;
 mod streams;
@@ -39,19 +43,18 @@ pub mod tools;
 use log::{LogRelay, relay_logs};
 use resources::Subscriptions;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, CreateTaskResult,
-    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Reference, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use scope::Conversations;
-use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -60,10 +63,8 @@ use std::time::Duration;
 pub use streams::{StreamSlot, StreamSlots};
 use tasks::Tasks;
 use tokio::task::AbortHandle;
-use tokio_util::sync::CancellationToken;
-use toolhost_contract::{CallerLink, IdentityKind};
-use toolhost_core::backend::mcp::content;
-use toolhost_core::invoke::{Call, Caller, Host, Session};
+use toolhost_contract::IdentityKind;
+use toolhost_core::invoke::{Caller, Host, Session};
 use tools::ToolList;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
@@ -98,6 +99,8 @@ pub struct Shared {
     streams: Option<Arc<StreamSlots>>,
     /// Turns true when the host's first load has ended ([`FIRST_LIST_WAIT`]).
     first_load: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Calls at 2026-07-28 waiting for their clients' answers.
+    rounds: Arc<rounds::Rounds>,
 }
 
 impl Shared {
@@ -111,6 +114,7 @@ impl Shared {
             max_listeners,
             streams: None,
             first_load: None,
+            rounds: Arc::default(),
         }
     }
 
@@ -292,7 +296,7 @@ fn caller(context: &RequestContext<RoleServer>) -> Option<Caller> {
 /// the guard found (every token of one identity alike, any two identities apart; the local
 /// operator's requests told apart by their Authorization header, as when no token is set);
 /// over stdio, nobody in particular (the connection's conversations and tasks are its own).
-fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
+pub(crate) fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
     let parts = context.extensions.get::<http::request::Parts>();
     match parts.and_then(|request| request.extensions.get::<Caller>()) {
         Some(caller) if caller.identity.kind != IdentityKind::Local => caller.identity.key(),
@@ -300,38 +304,6 @@ fn credentials(context: &RequestContext<RoleServer>) -> [u8; 32] {
             .and_then(|request| request.headers.get(http::header::AUTHORIZATION))
             .map_or([0; 32], |value| *blake3::hash(value.as_bytes()).as_bytes()),
     }
-}
-
-/// One `tools/call` through the host, as an MCP result: every failure is a tool result the
-/// model can read and act on, never a protocol error. Ends as `cancelled` when `cancel` is.
-async fn call(
-    host: Arc<Host>,
-    session: Arc<Session>,
-    request: CallToolRequestParams,
-    cancel: CancellationToken,
-    link: Arc<dyn CallerLink>,
-) -> CallToolResult {
-    let arguments = Value::Object(request.arguments.unwrap_or_default());
-    let call = Call::new(&session, &request.name, arguments)
-        .until(cancel.cancelled())
-        .linked(&link);
-    let outcome = host.call(call).await;
-    match outcome.result {
-        Ok(result) => {
-            let mut answer = CallToolResult::success(content::to_mcp(&result));
-            // A tool with an output schema also as the object it describes.
-            answer.structured_content = result.structured.clone();
-            answer
-        }
-        Err(error) => CallToolResult::error(vec![ContentBlock::text(error.to_string())]),
-    }
-}
-
-/// A call's result once its task ended, or the error its task failed with.
-fn joined(
-    result: Result<CallToolResult, tokio::task::JoinError>,
-) -> Result<CallToolResult, ErrorData> {
-    result.map_err(|e| ErrorData::internal_error(format!("the call failed: {e}"), None))
 }
 
 impl ServerHandler for McpServer {
@@ -507,37 +479,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let session = self.session_for(&context)?;
-        let cancel = CancellationToken::new();
-        let link: Arc<dyn CallerLink> = Arc::new(talk::McpLink::of(&context));
-        let wants_tasks = context
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks());
-        if !wants_tasks {
-            return Ok(call(self.host.clone(), session, request, cancel, link)
-                .await
-                .into());
-        }
-        // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
-        // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
-        let mut running = tokio::spawn(call(
-            self.host.clone(),
-            session,
-            request,
-            cancel.clone(),
-            link,
-        ));
-        if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
-            return joined(result).map(Into::into);
-        }
-        match self
-            .shared
-            .tasks
-            .start(credentials(&context), running, cancel)
-        {
-            Ok(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(task))),
-            Err(running) => joined(running.await).map(Into::into),
-        }
+        calls::call_tool(self, request, context).await
     }
 
     async fn get_task(

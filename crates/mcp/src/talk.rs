@@ -6,9 +6,9 @@
 //! sent from inside the request's handler so that rmcp delivers them on that request's own
 //! stream (SEP-2260); a request the call stops waiting for is withdrawn with
 //! `notifications/cancelled`. Nothing of one request's link reaches another session. A client that
-//! did not declare the capability, or a request at 2026-07-28 (which forbids requests from
-//! server to client mid-call), gets `unsupported` at once rather than a request that would
-//! never be answered.
+//! did not declare the capability gets `unsupported` at once rather than a request that would
+//! never be answered. At 2026-07-28, which forbids requests from server to client mid-call, a
+//! call asks in rounds instead ([`crate::rounds`]), with the requests and answers made here.
 
 // Sampling is deprecated from 2026-07-28 on (SEP-2577); it is how the revisions before it,
 // which this server speaks, let a tool use the client's model.
@@ -17,9 +17,9 @@
 use rmcp::RoleServer;
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ModelHint,
-    ModelPreferences, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
-    SamplingMessage, ServerRequest,
+    CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, ModelHint, ModelPreferences, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, RequestId, SamplingMessage, ServerRequest,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
 use serde_json::Value;
@@ -39,35 +39,40 @@ pub(crate) struct McpLink {
     no_elicitation: Option<&'static str>,
 }
 
-const STATELESS: &str = "the client speaks MCP 2026-07-28, which does not let a server send \
-     requests to the client during a call; toolhost cannot ask it yet";
+/// Why the client of `context`'s request cannot be asked for a completion and for input, if
+/// it cannot: the capabilities it declared (on the request itself at 2026-07-28).
+pub(crate) fn refusals(
+    context: &RequestContext<RoleServer>,
+) -> (Option<&'static str>, Option<&'static str>) {
+    let capabilities = context.client_capabilities();
+    let no_sampling = if capabilities.as_ref().is_none_or(|c| c.sampling.is_none()) {
+        Some("the client did not declare the sampling capability")
+    } else {
+        None
+    };
+    let elicitation = capabilities.as_ref().and_then(|c| c.elicitation.as_ref());
+    let no_elicitation = match elicitation {
+        None => Some("the client did not declare the elicitation capability"),
+        // A client that names only `url` mode cannot show a form.
+        Some(e) if e.form.is_none() && e.url.is_some() => {
+            Some("the client takes only URL elicitation, not a form")
+        }
+        Some(_) => None,
+    };
+    (no_sampling, no_elicitation)
+}
 
 impl McpLink {
-    /// The link of the request of `context`.
+    /// The link of the request of `context`. At 2026-07-28 (a call run as a task) it cannot
+    /// send the client requests: asking is `unsupported`.
     pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
         let stateless = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        let capabilities = context.client_capabilities();
-        let no_sampling = if stateless {
-            Some(STATELESS)
-        } else if capabilities.as_ref().is_none_or(|c| c.sampling.is_none()) {
-            Some("the client did not declare the sampling capability")
+        let (no_sampling, no_elicitation) = if stateless {
+            (Some(AS_A_TASK), Some(AS_A_TASK))
         } else {
-            None
-        };
-        let elicitation = capabilities.as_ref().and_then(|c| c.elicitation.as_ref());
-        let no_elicitation = if stateless {
-            Some(STATELESS)
-        } else {
-            match elicitation {
-                None => Some("the client did not declare the elicitation capability"),
-                // A client that names only `url` mode cannot show a form.
-                Some(e) if e.form.is_none() && e.url.is_some() => {
-                    Some("the client takes only URL elicitation, not a form")
-                }
-                Some(_) => None,
-            }
+            refusals(context)
         };
         McpLink {
             peer: context.peer.clone(),
@@ -75,6 +80,87 @@ impl McpLink {
             no_sampling,
             no_elicitation,
         }
+    }
+}
+
+const AS_A_TASK: &str = "the call runs as a task, which cannot ask its client at MCP 2026-07-28";
+
+/// `request` as MCP's `sampling/createMessage` parameters, or why MCP does not allow it.
+pub(crate) fn sampling_params(
+    request: SamplingRequest,
+) -> Result<CreateMessageRequestParams, AskError> {
+    let messages = request
+        .messages
+        .into_iter()
+        .map(|(role, text)| match role {
+            Role::User => SamplingMessage::user_text(text),
+            Role::Assistant => SamplingMessage::assistant_text(text),
+        })
+        .collect();
+    let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
+    params.system_prompt = request.system_prompt;
+    params.temperature = request.temperature;
+    if !request.model_hints.is_empty() {
+        params.model_preferences = Some(
+            ModelPreferences::new().with_hints(
+                request
+                    .model_hints
+                    .into_iter()
+                    .map(ModelHint::new)
+                    .collect(),
+            ),
+        );
+    }
+    params.validate().map_err(|e| {
+        AskError::Failed(format!("the sampling request is not one MCP allows: {e}"))
+    })?;
+    Ok(params)
+}
+
+/// The client's model's answer, as the tool gets it: its text blocks, joined.
+pub(crate) fn sampling_answer(answer: CreateMessageResult) -> SamplingResponse {
+    let text = answer
+        .message
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    SamplingResponse {
+        text,
+        model: answer.model,
+        stop_reason: answer.stop_reason,
+    }
+}
+
+/// A question as MCP's form `elicitation/create` parameters, or why MCP does not allow it.
+pub(crate) fn elicit_params(
+    message: String,
+    schema: Value,
+) -> Result<ElicitRequestParams, AskError> {
+    // The runtime passed it through the same type: this cannot fail.
+    let requested_schema: ElicitationSchema = serde_json::from_value(schema).map_err(|e| {
+        AskError::Failed(format!(
+            "the requested schema is not one MCP elicitation allows: {e}"
+        ))
+    })?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema,
+    })
+}
+
+/// What the person did, as the tool gets it.
+pub(crate) fn elicit_answer(answer: ElicitResult) -> ElicitAnswer {
+    match answer.action {
+        ElicitationAction::Accept => ElicitAnswer::Accept(
+            answer
+                .content
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        ),
+        ElicitationAction::Decline => ElicitAnswer::Decline,
+        _ => ElicitAnswer::Cancel,
     }
 }
 
@@ -100,33 +186,10 @@ impl CallerLink for McpLink {
         if let Some(why) = self.no_sampling {
             return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
         }
-        let messages = request
-            .messages
-            .into_iter()
-            .map(|(role, text)| match role {
-                Role::User => SamplingMessage::user_text(text),
-                Role::Assistant => SamplingMessage::assistant_text(text),
-            })
-            .collect();
-        let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
-        params.system_prompt = request.system_prompt;
-        params.temperature = request.temperature;
-        if !request.model_hints.is_empty() {
-            params.model_preferences = Some(
-                ModelPreferences::new().with_hints(
-                    request
-                        .model_hints
-                        .into_iter()
-                        .map(ModelHint::new)
-                        .collect(),
-                ),
-            );
-        }
-        if let Err(e) = params.validate() {
-            return Box::pin(std::future::ready(Err(AskError::Failed(format!(
-                "the sampling request is not one MCP allows: {e}"
-            )))));
-        }
+        let params = match sampling_params(request) {
+            Ok(params) => params,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
         let peer = self.peer.clone();
         Box::pin(async move {
             let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
@@ -140,18 +203,7 @@ impl CallerLink for McpLink {
                 },
             )
             .await?;
-            let text = answer
-                .message
-                .content
-                .iter()
-                .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
-                .collect::<Vec<_>>()
-                .join("\n");
-            Ok(SamplingResponse {
-                text,
-                model: answer.model,
-                stop_reason: answer.stop_reason,
-            })
+            Ok(sampling_answer(*answer))
         })
     }
 
@@ -163,19 +215,9 @@ impl CallerLink for McpLink {
         if let Some(why) = self.no_elicitation {
             return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
         }
-        // The runtime passed it through the same type: this cannot fail.
-        let requested_schema: ElicitationSchema = match serde_json::from_value(schema) {
-            Ok(schema) => schema,
-            Err(e) => {
-                return Box::pin(std::future::ready(Err(AskError::Failed(format!(
-                    "the requested schema is not one MCP elicitation allows: {e}"
-                )))));
-            }
-        };
-        let params = ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message,
-            requested_schema,
+        let params = match elicit_params(message, schema) {
+            Ok(params) => params,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
         };
         let peer = self.peer.clone();
         Box::pin(async move {
@@ -190,15 +232,7 @@ impl CallerLink for McpLink {
                 },
             )
             .await?;
-            Ok(match answer.action {
-                ElicitationAction::Accept => ElicitAnswer::Accept(
-                    answer
-                        .content
-                        .unwrap_or_else(|| Value::Object(Default::default())),
-                ),
-                ElicitationAction::Decline => ElicitAnswer::Decline,
-                _ => ElicitAnswer::Cancel,
-            })
+            Ok(elicit_answer(answer))
         })
     }
 }

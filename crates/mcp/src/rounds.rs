@@ -1,0 +1,455 @@
+//! Tools that ask, at 2026-07-28: multi round-trip requests (SEP-2322). The revision forbids
+//! requests from server to client during a call; a server instead answers the `tools/call`
+//! with `input_required`, naming what it wants answered (`inputRequests`) and a
+//! `requestState`, and the client sends the same `tools/call` again with the answers
+//! (`inputResponses`) and that state.
+//!
+//! A component's `sample` or `elicit` waits in the middle of its run, so the call keeps
+//! running here between the two requests: it runs on its own task, and when it asks, the
+//! request that drives it answers `input_required` and parks the call ([`Rounds`]) under a
+//! random token, which is the `requestState`. The follow-up finds it by that token (only
+//! from the same caller, for the same tool and arguments), hands the answer to the waiting
+//! call and drives it on, to its result or its next question. Re-running the call instead
+//! and replaying the answers would run a tool's side effects twice.
+//!
+//! Bounds: [`MAX_WAITING`] calls parked at once on one transport, [`MAX_WAITING_PER_CALLER`]
+//! of one caller (past either, the question is answered `limit-reached` and the call goes
+//! on); each waits at most [`MAX_FOLLOW_UP_WAIT`] for its follow-up, and within its own
+//! `timeout-ms` (the wait counts against it, as any wait of a call does). A call whose
+//! follow-up does not come is cancelled.
+//!
+//! The token names the host instance that holds the call: behind a load balancer a
+//! follow-up must reach the same instance (docs/decisions.md says how), and one that reaches
+//! another is told so, plainly, with an error.
+
+// Sampling is deprecated from 2026-07-28 on (SEP-2577); the revision still carries it as an
+// input request, and the tools of the revisions before it use it.
+#![allow(deprecated)]
+
+use crate::talk;
+use rmcp::ErrorData;
+use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CreateMessageRequest,
+    CreateMessageResult, ElicitRequest, ElicitResult, InputRequest, InputRequests,
+    InputRequiredResult, ProgressNotificationParam, ProgressToken,
+};
+use rmcp::service::{Peer, RequestContext};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use toolhost_contract::{
+    AskError, CallerLink, ElicitAnswer, Progress, SamplingRequest, SamplingResponse,
+};
+
+/// Calls parked at once, waiting for their follow-ups, on one transport: each holds an
+/// instance (and its memory) while it waits, so this stays well below the pool's
+/// `max-concurrent-calls` (128 by default).
+pub const MAX_WAITING: usize = 32;
+/// Calls of one caller parked at once.
+pub const MAX_WAITING_PER_CALLER: usize = 8;
+/// The longest a parked call waits for its follow-up: a person answering a form.
+pub const MAX_FOLLOW_UP_WAIT: Duration = Duration::from_secs(300);
+
+/// What a call running in rounds tells the request that drives it.
+enum Event {
+    /// It asks: the request for the client, and where the answer goes.
+    Ask {
+        request: InputRequest,
+        answer: oneshot::Sender<Result<Value, AskError>>,
+    },
+    /// It ended.
+    Done(CallToolResult),
+}
+
+/// Where a call's progress goes: the request that drives it now.
+struct Target {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+}
+
+impl Target {
+    fn of(context: &RequestContext<RoleServer>) -> Self {
+        Target {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+        }
+    }
+}
+
+/// A call running in rounds, as its driver holds it.
+struct Running {
+    /// Who started it, and which call it is (the tool and its arguments): only the same
+    /// caller's follow-up for the same call continues it.
+    owner: [u8; 32],
+    call: [u8; 32],
+    events: mpsc::Receiver<Event>,
+    target: Arc<Mutex<Target>>,
+    cancel: CancellationToken,
+    /// Questions asked so far: the next is keyed `ask-<n>`.
+    asked: u32,
+}
+
+/// A call dropped (its driver gone, or parked past its time) is cancelled.
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// A running call parked on its question, until its follow-up or its time is up.
+struct Parked {
+    running: Running,
+    key: String,
+    request: InputRequest,
+    answer: oneshot::Sender<Result<Value, AskError>>,
+    until: Instant,
+}
+
+/// The calls parked on one transport, by token.
+pub struct Rounds {
+    /// This host instance, as tokens name it: `<instance>.<call>`.
+    instance: String,
+    parked: Mutex<HashMap<String, Parked>>,
+}
+
+impl Default for Rounds {
+    fn default() -> Self {
+        Rounds {
+            instance: random_hex(8),
+            parked: Mutex::default(),
+        }
+    }
+}
+
+/// `bytes` random bytes, as hex (a clock-and-counter hash where the system has no
+/// randomness to give, which never happens on the systems toolhost runs on).
+fn random_hex(bytes: usize) -> String {
+    let mut random = vec![0u8; bytes];
+    if getrandom::fill(&mut random).is_err() {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed = format!("{:?} {n}", std::time::SystemTime::now());
+        random.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..bytes]);
+    }
+    random.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What identifies a call across its rounds: its tool and its arguments.
+fn call_key(request: &CallToolRequestParams) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(request.name.as_bytes());
+    hasher.update(&[0]);
+    let arguments = serde_json::to_string(&request.arguments).unwrap_or_default();
+    hasher.update(arguments.as_bytes());
+    *hasher.finalize().as_bytes()
+}
+
+fn follow_up_error(message: String) -> ErrorData {
+    ErrorData::invalid_params(message, None)
+}
+
+impl Rounds {
+    /// Runs `run` (the call, given its link) for the request of `context` from `owner`, in
+    /// rounds; or, when the request carries a `requestState`, continues the call it names.
+    pub(crate) async fn call<F>(
+        self: &Arc<Self>,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        owner: [u8; 32],
+        run: impl FnOnce(CallToolRequestParams, CancellationToken, Arc<dyn CallerLink>) -> F,
+    ) -> Result<CallToolResponse, ErrorData>
+    where
+        F: Future<Output = CallToolResult> + Send + 'static,
+    {
+        if let Some(state) = &request.request_state {
+            return self.resume(state, &request, context, owner).await;
+        }
+        let (events, receiver) = mpsc::channel(1);
+        let target = Arc::new(Mutex::new(Target::of(context)));
+        let (no_sampling, no_elicitation) = talk::refusals(context);
+        let link: Arc<dyn CallerLink> = Arc::new(RoundsLink {
+            events: events.clone(),
+            target: Arc::clone(&target),
+            no_sampling,
+            no_elicitation,
+        });
+        let cancel = CancellationToken::new();
+        let running = Running {
+            owner,
+            call: call_key(&request),
+            events: receiver,
+            target,
+            cancel: cancel.clone(),
+            asked: 0,
+        };
+        let call = run(request, cancel, link);
+        tokio::spawn(async move {
+            let result = call.await;
+            // Nobody drives a call whose follow-up never came: its result goes nowhere.
+            let _ = events.send(Event::Done(result)).await;
+        });
+        self.drive(running).await
+    }
+
+    /// Waits for `running`'s next event: its result, or a question, which parks it and
+    /// answers `input_required`.
+    async fn drive(self: &Arc<Self>, mut running: Running) -> Result<CallToolResponse, ErrorData> {
+        loop {
+            let Some(event) = running.events.recv().await else {
+                return Err(ErrorData::internal_error(
+                    "the call ended without a result",
+                    None,
+                ));
+            };
+            let (request, answer) = match event {
+                Event::Done(result) => return Ok(result.into()),
+                Event::Ask { request, answer } => (request, answer),
+            };
+            running.asked += 1;
+            let key = format!("ask-{}", running.asked);
+            match self.park(running, key, request, answer) {
+                Ok(parked) => return Ok(parked.into()),
+                Err(back) => running = back,
+            }
+        }
+    }
+
+    /// Parks `running` on its question; the answer to give the client. When the table is
+    /// full (for everyone, or for this caller), the question is answered `limit-reached` and
+    /// the call is handed back to go on.
+    fn park(
+        self: &Arc<Self>,
+        running: Running,
+        key: String,
+        request: InputRequest,
+        answer: oneshot::Sender<Result<Value, AskError>>,
+    ) -> Result<InputRequiredResult, Running> {
+        let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        // The calls no longer waiting (their time, or their own timeout, is up) go first.
+        parked.retain(|_, p| p.until > now && !p.answer.is_closed());
+        let mine = parked
+            .values()
+            .filter(|p| p.running.owner == running.owner)
+            .count();
+        if parked.len() >= MAX_WAITING || mine >= MAX_WAITING_PER_CALLER {
+            let _ = answer.send(Err(AskError::LimitReached(format!(
+                "{} calls are waiting for their clients' answers ({mine} of this caller), the \
+                 most this host keeps ({MAX_WAITING}, {MAX_WAITING_PER_CALLER} per caller)",
+                parked.len()
+            ))));
+            return Err(running);
+        }
+        let token = format!("{}.{}", self.instance, random_hex(16));
+        let result = input_required(&key, &request, &token);
+        parked.insert(
+            token.clone(),
+            Parked {
+                running,
+                key,
+                request,
+                answer,
+                until: now + MAX_FOLLOW_UP_WAIT,
+            },
+        );
+        drop(parked);
+        // Let go of a call whose follow-up never comes, at its time.
+        let rounds: Weak<Rounds> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(MAX_FOLLOW_UP_WAIT).await;
+            if let Some(rounds) = rounds.upgrade() {
+                let expired = rounds
+                    .parked
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&token);
+                drop(expired);
+            }
+        });
+        Ok(result)
+    }
+
+    /// Continues the call `state` names with the answers `request` brings: only for the
+    /// caller who started it and the same tool and arguments. Without the answer to its
+    /// question it is asked again.
+    async fn resume(
+        self: &Arc<Self>,
+        state: &str,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        owner: [u8; 32],
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (parked, answer) = match self.take(state, request, owner) {
+            Ok(taken) => taken,
+            Err(instead) => return instead,
+        };
+        let Parked {
+            running,
+            answer: to,
+            ..
+        } = parked;
+        *running
+            .target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Target::of(context);
+        // A call whose own timeout ran out meanwhile has stopped listening: its result
+        // follows.
+        let _ = to.send(Ok(answer));
+        self.drive(running).await
+    }
+
+    /// The call `state` names and the answer `request` brings to its question; or what to
+    /// answer instead: the error of a state that names no call of this caller, or the
+    /// question again when the answer is missing.
+    fn take(
+        &self,
+        state: &str,
+        request: &CallToolRequestParams,
+        owner: [u8; 32],
+    ) -> Result<(Parked, Value), Result<CallToolResponse, ErrorData>> {
+        let mut table = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(parked) = table.remove(state) else {
+            let elsewhere = state
+                .split_once('.')
+                .is_some_and(|(instance, _)| instance != self.instance);
+            return Err(Err(follow_up_error(if elsewhere {
+                "this requestState names a call started on another toolhost instance; send \
+                 the follow-up to the instance that started it, or call the tool again"
+                    .into()
+            } else {
+                "no call is waiting under this requestState (it ended, its time to wait for \
+                 the answer ran out, or it was answered already); call the tool again"
+                    .into()
+            })));
+        };
+        if parked.running.owner != owner || parked.running.call != call_key(request) {
+            table.insert(state.to_string(), parked);
+            return Err(Err(follow_up_error(
+                "this requestState belongs to another call: a follow-up repeats the tool and \
+                 arguments of the call that asked, from the same caller"
+                    .into(),
+            )));
+        }
+        let answered = request
+            .input_responses
+            .as_ref()
+            .and_then(|responses| responses.get(&parked.key))
+            .cloned();
+        match answered {
+            Some(answer) => Ok((parked, answer)),
+            None => {
+                // Asked again, as the revision asks, under the same state.
+                let result = input_required(&parked.key, &parked.request, state);
+                table.insert(state.to_string(), parked);
+                Err(Ok(result.into()))
+            }
+        }
+    }
+}
+
+/// The `input_required` answer of question `key`, under `token`.
+fn input_required(key: &str, request: &InputRequest, token: &str) -> InputRequiredResult {
+    let mut requests = InputRequests::new();
+    requests.insert(key.to_string(), request.clone());
+    InputRequiredResult::new(Some(requests), Some(token.to_string()))
+}
+
+/// The link of a call running in rounds: its questions go to its driver, its progress to
+/// the request that drives it now.
+struct RoundsLink {
+    events: mpsc::Sender<Event>,
+    target: Arc<Mutex<Target>>,
+    no_sampling: Option<&'static str>,
+    no_elicitation: Option<&'static str>,
+}
+
+impl RoundsLink {
+    /// Asks the client through the driver; the client's answer, as JSON.
+    fn ask(
+        &self,
+        request: InputRequest,
+    ) -> impl Future<Output = Result<Value, AskError>> + Send + 'static {
+        let events = self.events.clone();
+        async move {
+            let (answer, answered) = oneshot::channel();
+            events
+                .send(Event::Ask { request, answer })
+                .await
+                .map_err(|_| AskError::Failed("the request that ran the call is gone".into()))?;
+            answered.await.map_err(|_| {
+                AskError::Failed(format!(
+                    "the client did not answer: no follow-up came within {} s",
+                    MAX_FOLLOW_UP_WAIT.as_secs()
+                ))
+            })?
+        }
+    }
+}
+
+/// The answer `value` as the kind `T` the question asked for.
+fn answer_as<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, AskError> {
+    serde_json::from_value(value)
+        .map_err(|e| AskError::Failed(format!("the client's answer is not {what}: {e}")))
+}
+
+impl CallerLink for RoundsLink {
+    fn progress(&self, progress: Progress) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let target = self.target.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(token) = target.token.clone() else {
+            return Box::pin(std::future::ready(()));
+        };
+        let peer = target.peer.clone();
+        Box::pin(async move {
+            let mut param = ProgressNotificationParam::new(token, progress.done);
+            param.total = progress.total;
+            param.message = progress.message;
+            // A client that has gone away ends the call by its own means; a report is lost.
+            let _ = peer.notify_progress(param).await;
+        })
+    }
+
+    fn sample(
+        &self,
+        request: SamplingRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<SamplingResponse, AskError>> + Send>> {
+        if let Some(why) = self.no_sampling {
+            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
+        }
+        let params = match talk::sampling_params(request) {
+            Ok(params) => params,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
+        let asked = self.ask(InputRequest::CreateMessage(CreateMessageRequest::new(
+            params,
+        )));
+        Box::pin(async move {
+            let answer: CreateMessageResult = answer_as(asked.await?, "a model's message")?;
+            Ok(talk::sampling_answer(answer))
+        })
+    }
+
+    fn elicit(
+        &self,
+        message: String,
+        schema: Value,
+    ) -> Pin<Box<dyn Future<Output = Result<ElicitAnswer, AskError>> + Send>> {
+        if let Some(why) = self.no_elicitation {
+            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
+        }
+        let params = match talk::elicit_params(message, schema) {
+            Ok(params) => params,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
+        let asked = self.ask(InputRequest::Elicitation(ElicitRequest::new(params)));
+        Box::pin(async move {
+            let answer: ElicitResult = answer_as(asked.await?, "an elicitation result")?;
+            Ok(talk::elicit_answer(answer))
+        })
+    }
+}
