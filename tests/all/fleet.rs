@@ -68,13 +68,19 @@ impl ConfigMapVolume {
 }
 
 /// haproxy in front of `backends`, on a free loopback port; stopped when dropped.
-struct Haproxy {
+pub(crate) struct Haproxy {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Haproxy {
+    /// Round robin over `backends`.
     fn start(root: &Path, backends: &[String]) -> Self {
+        Self::balancing(root, backends, "roundrobin")
+    }
+
+    /// `backends` balanced by `balance` (`roundrobin`, `hdr(Authorization)`, ...).
+    pub(crate) fn balancing(root: &Path, backends: &[String], balance: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -90,10 +96,10 @@ impl Haproxy {
             "global\n    maxconn 256\n\ndefaults\n    mode http\n    timeout connect 2s\n    \
              timeout client 30s\n    timeout server 30s\n    retries 0\n\n\
              frontend mcp\n    bind 127.0.0.1:{port}\n    default_backend replicas\n\n\
-             backend replicas\n    balance roundrobin\n    option httpchk GET /readyz\n    \
+             backend replicas\n    balance {balance}\n    option httpchk GET /readyz\n    \
              http-check expect status 200\n{servers}"
         );
-        let path = root.join("haproxy.cfg");
+        let path = root.join(format!("haproxy-{port}.cfg"));
         std::fs::write(&path, config).expect("haproxy.cfg");
         let haproxy = ["/usr/sbin/haproxy", "haproxy"]
             .into_iter()
