@@ -286,14 +286,14 @@ impl Rounds {
         owner: [u8; 32],
     ) -> Result<CallToolResponse, ErrorData> {
         let (parked, answer) = match self.take(state, request, owner) {
-            Ok(taken) => taken,
-            Err(instead) => return instead,
+            Taken::Answered(parked, answer) => (parked, answer),
+            Taken::Instead(instead) => return instead,
         };
         let Parked {
             running,
             answer: to,
             ..
-        } = parked;
+        } = *parked;
         *running
             .target
             .lock()
@@ -307,18 +307,13 @@ impl Rounds {
     /// The call `state` names and the answer `request` brings to its question; or what to
     /// answer instead: the error of a state that names no call of this caller, or the
     /// question again when the answer is missing.
-    fn take(
-        &self,
-        state: &str,
-        request: &CallToolRequestParams,
-        owner: [u8; 32],
-    ) -> Result<(Parked, Value), Result<CallToolResponse, ErrorData>> {
+    fn take(&self, state: &str, request: &CallToolRequestParams, owner: [u8; 32]) -> Taken {
         let mut table = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(parked) = table.remove(state) else {
             let elsewhere = state
                 .split_once('.')
                 .is_some_and(|(instance, _)| instance != self.instance);
-            return Err(Err(follow_up_error(if elsewhere {
+            return Taken::Instead(Err(follow_up_error(if elsewhere {
                 "this requestState names a call started on another toolhost instance; send \
                  the follow-up to the instance that started it, or call the tool again"
                     .into()
@@ -330,7 +325,7 @@ impl Rounds {
         };
         if parked.running.owner != owner || parked.running.call != call_key(request) {
             table.insert(state.to_string(), parked);
-            return Err(Err(follow_up_error(
+            return Taken::Instead(Err(follow_up_error(
                 "this requestState belongs to another call: a follow-up repeats the tool and \
                  arguments of the call that asked, from the same caller"
                     .into(),
@@ -342,15 +337,22 @@ impl Rounds {
             .and_then(|responses| responses.get(&parked.key))
             .cloned();
         match answered {
-            Some(answer) => Ok((parked, answer)),
+            Some(answer) => Taken::Answered(Box::new(parked), answer),
             None => {
                 // Asked again, as the revision asks, under the same state.
                 let result = input_required(&parked.key, &parked.request, state);
                 table.insert(state.to_string(), parked);
-                Err(Ok(result.into()))
+                Taken::Instead(Ok(result.into()))
             }
         }
     }
+}
+
+/// What a follow-up came to: the parked call and the answer to its question, or what to
+/// answer the follow-up instead.
+enum Taken {
+    Answered(Box<Parked>, Value),
+    Instead(Result<CallToolResponse, ErrorData>),
 }
 
 /// The `input_required` answer of question `key`, under `token`.
