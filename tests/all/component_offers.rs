@@ -140,7 +140,7 @@ async fn a_components_prompts_are_listed_with_the_prefix_and_got_in_a_fresh_inst
         (
             "lib_picky",
             json!({"word": "zyx"}),
-            "prompt `lib_picky`: `zyx` is not a word I know",
+            "-32602: prompt `lib_picky`: `zyx` is not a word I know",
         ),
         (
             "lib_forever",
@@ -284,4 +284,47 @@ fn describe_shows_a_components_prompts_and_resources() {
         "books://shelf/{topic}"
     );
     assert_eq!(report["unused_exports"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_components_prompts_and_reads_run_within_the_ensembles_concurrency() {
+    let fixture = fixture();
+    fixture.write(
+        "library.toml",
+        &LIBRARY.replace(
+            "max-output-bytes = 65536",
+            "max-output-bytes = 65536\nmax-concurrency = 1\nmax-queue = 0",
+        ),
+    );
+    let client = ().serve(stdio_serve(&fixture)).await.expect("MCP session");
+    // One never ends (until its timeout), holding the only place; the other is refused at
+    // once rather than queued.
+    let (first, second) = tokio::join!(
+        get(&client, "lib_forever", json!({})),
+        get(&client, "lib_forever", json!({})),
+    );
+    let mut errors = [
+        first.expect_err("refused or timed out"),
+        second.expect_err("refused or timed out"),
+    ];
+    errors.sort();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("did not finish within 500 ms")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains(
+            "1 prompts and resources of ensemble library are being given and 0 more wait"
+        )),
+        "{errors:?}"
+    );
+    // The place is free again.
+    assert!(
+        get(&client, "lib_brief", json!({"topic": "owls"}))
+            .await
+            .is_ok()
+    );
+    client.cancel().await.expect("close");
 }

@@ -2,7 +2,8 @@
 //! that runs it, under a `requestState` that names that replica. With affinity by the
 //! client's `Authorization` header (haproxy `balance hdr(Authorization)`) every follow-up
 //! reaches it and the rounds complete; with round robin a follow-up that reaches the other
-//! replica is answered with an error that says so, and the waiting call is untouched.
+//! replica is answered with an error that says so, and the waiting call is untouched, as it
+//! is by another caller's follow-up with its state.
 
 use crate::fleet::Haproxy;
 use crate::mcp::HttpServer;
@@ -145,4 +146,43 @@ async fn a_follow_up_reaches_its_call_with_affinity_and_is_told_plainly_without(
         told[1].contains("names a call started on another toolhost instance"),
         "{told:?}"
     );
+
+    // Another caller with the state, straight to each replica: the one that holds the call
+    // refuses it to them (the call waits on for dave), the other says it is not there.
+    let mut refusals = Vec::new();
+    for replica in &replicas {
+        let stolen = ask(
+            &client,
+            &replica.url,
+            "eve",
+            json!({"requestState": waiting}),
+        )
+        .await;
+        refusals.push(
+            stolen["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    refusals.sort();
+    assert!(
+        refusals[0].contains("belongs to another call"),
+        "{refusals:?}"
+    );
+    assert!(
+        refusals[1].contains("another toolhost instance"),
+        "{refusals:?}"
+    );
+    let mut more = answer.clone();
+    more["requestState"] = json!(waiting);
+    for replica in &replicas {
+        let done = ask(&client, &replica.url, "dave", more.clone()).await;
+        if done.get("result").is_some() {
+            assert_eq!(
+                done["result"]["content"][0]["text"],
+                r#"accepted: {"name":"Fleet"}"#
+            );
+        }
+    }
 }

@@ -201,6 +201,30 @@ async fn each_round_is_checked_and_parked_calls_are_bounded() {
         .await,
     );
     assert_eq!(done, r#"accepted: {"name":"Grace"}"#);
+    // The arguments may come back with their keys in another order.
+    let (_, _, ordered) = asked(
+        round(
+            &client,
+            "ask_person",
+            json!({"a": 1, "b": [2, {"c": 3, "d": 4}]}),
+            None,
+            None,
+        )
+        .await,
+    );
+    let answer_too = json!({"ask-1": {"action": "decline"}});
+    let reordered = json!({"b": [2, {"d": 4, "c": 3}], "a": 1});
+    let done_too = completed(
+        round(
+            &client,
+            "ask_person",
+            reordered,
+            Some(&ordered),
+            Some(answer_too),
+        )
+        .await,
+    );
+    assert_eq!(done_too, "declined");
     // A state is used once.
     let used = round(
         &client,

@@ -112,6 +112,9 @@ pub enum PromptError {
     /// The server or component that passes it on could not give it.
     #[error("prompt `{prompt}`: {reason}")]
     Passed { prompt: String, reason: String },
+    /// The component refused its arguments (its `invalid-arguments`): the caller's to fix.
+    #[error("prompt `{prompt}`: {reason}")]
+    Refused { prompt: String, reason: String },
     #[error("prompt `{prompt}`, message {message}: `{uri}` is {mime}, not an image")]
     NotAnImage {
         prompt: String,
@@ -391,6 +394,12 @@ impl Prompt {
                     Ok(toolhost_runtime::Offered::Resource(_)) => {
                         Err(failed("the component answered with a resource".into()))
                     }
+                    Err(toolhost_contract::RunError::Tool(
+                        toolhost_contract::ToolFailure::InvalidArguments(reason),
+                    )) => Err(PromptError::Refused {
+                        prompt: self.name.clone(),
+                        reason,
+                    }),
                     Err(toolhost_contract::RunError::Tool(failure)) => {
                         Err(failed(failure.to_string()))
                     }

@@ -1,8 +1,9 @@
 //! `tools/call`: how one call runs for its request. At the handshake revisions it runs while
 //! the request waits, and its link sends the client requests mid-call ([`crate::talk`]). For
 //! a client that takes tasks it becomes a task past [`tasks::TASK_AFTER`]
-//! ([`crate::tasks`]). At 2026-07-28 it runs in rounds ([`crate::rounds`]): a tool that asks
-//! its caller answers `input_required`, and the follow-up request goes on with it.
+//! ([`crate::tasks`]; at 2026-07-28 such a call cannot ask its client). Otherwise, at
+//! 2026-07-28, it runs in rounds ([`crate::rounds`]): a tool that asks its caller answers
+//! `input_required`, and the follow-up request goes on with it.
 
 use crate::{McpServer, credentials, tasks};
 use rmcp::model::{
@@ -31,7 +32,8 @@ pub(crate) async fn call_tool(
     let stateless = context
         .protocol_version()
         .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    if stateless && !wants_tasks {
+    // A follow-up always goes to the call it names, whatever the client takes.
+    if stateless && (!wants_tasks || request.request_state.is_some()) {
         let host = server.host.clone();
         let run = move |request, cancel, link| call(host, session, request, cancel, link);
         return (server.shared.rounds)

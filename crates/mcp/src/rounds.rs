@@ -26,13 +26,13 @@
 // input request, and the tools of the revisions before it use it.
 #![allow(deprecated)]
 
-use crate::talk;
+use crate::talk::{self, Asker, Link};
 use rmcp::ErrorData;
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CreateMessageRequest,
-    CreateMessageResult, ElicitRequest, ElicitResult, InputRequest, InputRequests,
-    InputRequiredResult, ProgressNotificationParam, ProgressToken,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, InputRequest, InputRequests, InputRequiredResult, ProgressToken,
 };
 use rmcp::service::{Peer, RequestContext};
 use serde_json::Value;
@@ -42,10 +42,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
-use toolhost_contract::{
-    AskError, CallerLink, ElicitAnswer, Progress, SamplingRequest, SamplingResponse,
-};
+use toolhost_contract::{AskError, CallerLink};
 
 /// Calls parked at once, waiting for their follow-ups, on one transport: each holds an
 /// instance (and its memory) while it waits, so this stays well below the pool's
@@ -109,6 +108,21 @@ struct Parked {
     request: InputRequest,
     answer: oneshot::Sender<Result<Value, AskError>>,
     until: Instant,
+    /// The timer that lets go of it at `until`; stopped when it is taken or let go of
+    /// sooner, so that no more timers run than calls are parked.
+    timer: AbortHandle,
+}
+
+impl Parked {
+    /// Whether it still waits for its follow-up: its time is not up, and its call (whose
+    /// own timeout may have ended it) still listens.
+    fn waiting(&self, now: Instant) -> bool {
+        let waiting = self.until > now && !self.answer.is_closed();
+        if !waiting {
+            self.timer.abort();
+        }
+        waiting
+    }
 }
 
 /// The calls parked on one transport, by token.
@@ -140,14 +154,44 @@ fn random_hex(bytes: usize) -> String {
     random.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What identifies a call across its rounds: its tool and its arguments.
+/// What identifies a call across its rounds: its tool and its arguments (their keys in any
+/// order: a client may write them differently in its follow-up).
 fn call_key(request: &CallToolRequestParams) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new();
     hasher.update(request.name.as_bytes());
     hasher.update(&[0]);
-    let arguments = serde_json::to_string(&request.arguments).unwrap_or_default();
-    hasher.update(arguments.as_bytes());
+    let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+    hash_value(&mut hasher, &arguments);
     *hasher.finalize().as_bytes()
+}
+
+/// Hashes `value` with every object's keys sorted; each part is tagged and each string
+/// length-prefixed, so that no two values hash alike by running together.
+fn hash_value(hasher: &mut blake3::Hasher, value: &Value) {
+    fn part(hasher: &mut blake3::Hasher, tag: u8, text: &str) {
+        hasher.update(&[tag]);
+        hasher.update(&(text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    match value {
+        Value::Object(map) => {
+            part(hasher, b'{', "");
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in entries {
+                part(hasher, b'k', key);
+                hash_value(hasher, value);
+            }
+            hasher.update(b"}");
+        }
+        Value::Array(items) => {
+            part(hasher, b'[', "");
+            items.iter().for_each(|item| hash_value(hasher, item));
+            hasher.update(b"]");
+        }
+        Value::String(s) => part(hasher, b's', s),
+        other => part(hasher, b'v', &other.to_string()),
+    }
 }
 
 fn follow_up_error(message: String) -> ErrorData {
@@ -173,12 +217,12 @@ impl Rounds {
         let (events, receiver) = mpsc::channel(1);
         let target = Arc::new(Mutex::new(Target::of(context)));
         let (no_sampling, no_elicitation) = talk::refusals(context);
-        let link: Arc<dyn CallerLink> = Arc::new(RoundsLink {
+        let link: Arc<dyn CallerLink> = Arc::new(Link(RoundsLink {
             events: events.clone(),
             target: Arc::clone(&target),
             no_sampling,
             no_elicitation,
-        });
+        }));
         let cancel = CancellationToken::new();
         let running = Running {
             owner,
@@ -233,7 +277,7 @@ impl Rounds {
         let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         // The calls no longer waiting (their time, or their own timeout, is up) go first.
-        parked.retain(|_, p| p.until > now && !p.answer.is_closed());
+        parked.retain(|_, p| p.waiting(now));
         let mine = parked
             .values()
             .filter(|p| p.running.owner == running.owner)
@@ -248,30 +292,32 @@ impl Rounds {
         }
         let token = format!("{}.{}", self.instance, random_hex(16));
         let result = input_required(&key, &request, &token);
-        parked.insert(
-            token.clone(),
-            Parked {
-                running,
-                key,
-                request,
-                answer,
-                until: now + MAX_FOLLOW_UP_WAIT,
-            },
-        );
-        drop(parked);
         // Let go of a call whose follow-up never comes, at its time.
         let rounds: Weak<Rounds> = Arc::downgrade(self);
-        tokio::spawn(async move {
+        let expiring = token.clone();
+        let timer = tokio::spawn(async move {
             tokio::time::sleep(MAX_FOLLOW_UP_WAIT).await;
             if let Some(rounds) = rounds.upgrade() {
                 let expired = rounds
                     .parked
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&token);
+                    .remove(&expiring);
                 drop(expired);
             }
-        });
+        })
+        .abort_handle();
+        parked.insert(
+            token,
+            Parked {
+                running,
+                key,
+                request,
+                answer,
+                until: now + MAX_FOLLOW_UP_WAIT,
+                timer,
+            },
+        );
         Ok(result)
     }
 
@@ -337,7 +383,10 @@ impl Rounds {
             .and_then(|responses| responses.get(&parked.key))
             .cloned();
         match answered {
-            Some(answer) => Taken::Answered(Box::new(parked), answer),
+            Some(answer) => {
+                parked.timer.abort();
+                Taken::Answered(Box::new(parked), answer)
+            }
             None => {
                 // Asked again, as the revision asks, under the same state.
                 let result = input_required(&parked.key, &parked.request, state);
@@ -362,8 +411,8 @@ fn input_required(key: &str, request: &InputRequest, token: &str) -> InputRequir
     InputRequiredResult::new(Some(requests), Some(token.to_string()))
 }
 
-/// The link of a call running in rounds: its questions go to its driver, its progress to
-/// the request that drives it now.
+/// How a call running in rounds asks: its questions go to its driver, its progress to the
+/// request that drives it now.
 struct RoundsLink {
     events: mpsc::Sender<Event>,
     target: Arc<Mutex<Target>>,
@@ -372,86 +421,55 @@ struct RoundsLink {
 }
 
 impl RoundsLink {
-    /// Asks the client through the driver; the client's answer, as JSON.
-    fn ask(
+    /// Asks the client through the driver; the client's answer, as the kind `T` the question
+    /// asked for (`what`, for the error).
+    fn ask<T: serde::de::DeserializeOwned>(
         &self,
         request: InputRequest,
-    ) -> impl Future<Output = Result<Value, AskError>> + Send + 'static {
+        what: &'static str,
+    ) -> Pin<Box<dyn Future<Output = Result<T, AskError>> + Send>> {
         let events = self.events.clone();
-        async move {
+        Box::pin(async move {
             let (answer, answered) = oneshot::channel();
             events
                 .send(Event::Ask { request, answer })
                 .await
                 .map_err(|_| AskError::Failed("the request that ran the call is gone".into()))?;
-            answered.await.map_err(|_| {
+            let value = answered.await.map_err(|_| {
                 AskError::Failed(format!(
                     "the client did not answer: no follow-up came within {} s",
                     MAX_FOLLOW_UP_WAIT.as_secs()
                 ))
-            })?
-        }
+            })??;
+            serde_json::from_value(value)
+                .map_err(|e| AskError::Failed(format!("the client's answer is not {what}: {e}")))
+        })
     }
 }
 
-/// The answer `value` as the kind `T` the question asked for.
-fn answer_as<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, AskError> {
-    serde_json::from_value(value)
-        .map_err(|e| AskError::Failed(format!("the client's answer is not {what}: {e}")))
-}
-
-impl CallerLink for RoundsLink {
-    fn progress(&self, progress: Progress) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+impl Asker for RoundsLink {
+    fn progress_target(&self) -> (Peer<RoleServer>, Option<ProgressToken>) {
         let target = self.target.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(token) = target.token.clone() else {
-            return Box::pin(std::future::ready(()));
-        };
-        let peer = target.peer.clone();
-        Box::pin(async move {
-            let mut param = ProgressNotificationParam::new(token, progress.done);
-            param.total = progress.total;
-            param.message = progress.message;
-            // A client that has gone away ends the call by its own means; a report is lost.
-            let _ = peer.notify_progress(param).await;
-        })
+        (target.peer.clone(), target.token.clone())
     }
 
-    fn sample(
-        &self,
-        request: SamplingRequest,
-    ) -> Pin<Box<dyn Future<Output = Result<SamplingResponse, AskError>> + Send>> {
-        if let Some(why) = self.no_sampling {
-            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
-        }
-        let params = match talk::sampling_params(request) {
-            Ok(params) => params,
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
-        let asked = self.ask(InputRequest::CreateMessage(CreateMessageRequest::new(
-            params,
-        )));
-        Box::pin(async move {
-            let answer: CreateMessageResult = answer_as(asked.await?, "a model's message")?;
-            Ok(talk::sampling_answer(answer))
-        })
+    fn refusals(&self) -> (Option<&'static str>, Option<&'static str>) {
+        (self.no_sampling, self.no_elicitation)
     }
 
-    fn elicit(
+    fn ask_model(
         &self,
-        message: String,
-        schema: Value,
-    ) -> Pin<Box<dyn Future<Output = Result<ElicitAnswer, AskError>> + Send>> {
-        if let Some(why) = self.no_elicitation {
-            return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
-        }
-        let params = match talk::elicit_params(message, schema) {
-            Ok(params) => params,
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
-        let asked = self.ask(InputRequest::Elicitation(ElicitRequest::new(params)));
-        Box::pin(async move {
-            let answer: ElicitResult = answer_as(asked.await?, "an elicitation result")?;
-            Ok(talk::elicit_answer(answer))
-        })
+        params: CreateMessageRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<CreateMessageResult, AskError>> + Send>> {
+        let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
+        self.ask(request, "a model's message")
+    }
+
+    fn ask_person(
+        &self,
+        params: ElicitRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<ElicitResult, AskError>> + Send>> {
+        let request = InputRequest::Elicitation(ElicitRequest::new(params));
+        self.ask(request, "an elicitation result")
     }
 }

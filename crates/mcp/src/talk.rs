@@ -8,7 +8,8 @@
 //! `notifications/cancelled`. Nothing of one request's link reaches another session. A client that
 //! did not declare the capability gets `unsupported` at once rather than a request that would
 //! never be answered. At 2026-07-28, which forbids requests from server to client mid-call, a
-//! call asks in rounds instead ([`crate::rounds`]), with the requests and answers made here.
+//! call asks in rounds instead ([`crate::rounds`]): one [`Link`] makes the requests and reads
+//! the answers for both, over an [`Asker`] each.
 
 // Sampling is deprecated from 2026-07-28 on (SEP-2577); it is how the revisions before it,
 // which this server speaks, let a tool use the client's model.
@@ -29,13 +30,36 @@ use toolhost_contract::{
     AskError, CallerLink, ElicitAnswer, Progress, Role, SamplingRequest, SamplingResponse,
 };
 
-/// One `tools/call` request's way back to its client.
+/// How a link reaches its client: where progress goes, what the client cannot be asked, and
+/// how a request is put to it and answered. The requests and answers themselves are made
+/// once, by [`Link`]: mid-call at the handshake revisions ([`McpLink`]), in rounds at
+/// 2026-07-28 ([`crate::rounds`]).
+pub(crate) trait Asker: Send + Sync + 'static {
+    /// The peer and progress token of the request that drives the call now.
+    fn progress_target(&self) -> (Peer<RoleServer>, Option<ProgressToken>);
+    /// Why the client cannot be asked for a completion, and for input, if it cannot.
+    fn refusals(&self) -> (Option<&'static str>, Option<&'static str>);
+    /// Puts a sampling request to the client; its answer.
+    fn ask_model(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<CreateMessageResult, AskError>> + Send>>;
+    /// Puts a form to the person behind the client; their answer.
+    fn ask_person(
+        &self,
+        params: ElicitRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<ElicitResult, AskError>> + Send>>;
+}
+
+/// The [`CallerLink`] of an [`Asker`].
+pub(crate) struct Link<A>(pub(crate) A);
+
+/// One `tools/call` request's way back to its client, at the handshake revisions: requests
+/// sent on the request's own stream.
 pub(crate) struct McpLink {
     peer: Peer<RoleServer>,
     progress_token: Option<ProgressToken>,
-    /// Why this client cannot be asked for a completion, if it cannot.
     no_sampling: Option<&'static str>,
-    /// Why this client cannot be asked for input, if it cannot.
     no_elicitation: Option<&'static str>,
 }
 
@@ -63,9 +87,9 @@ pub(crate) fn refusals(
 }
 
 impl McpLink {
-    /// The link of the request of `context`. At 2026-07-28 (a call run as a task) it cannot
-    /// send the client requests: asking is `unsupported`.
-    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
+    /// The link of the request of `context`. At 2026-07-28 (a call that may become a task)
+    /// it cannot send the client requests: asking is `unsupported`.
+    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Link<Self> {
         let stateless = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
@@ -74,21 +98,20 @@ impl McpLink {
         } else {
             refusals(context)
         };
-        McpLink {
+        Link(McpLink {
             peer: context.peer.clone(),
             progress_token: context.meta.get_progress_token(),
             no_sampling,
             no_elicitation,
-        }
+        })
     }
 }
 
-const AS_A_TASK: &str = "the call runs as a task, which cannot ask its client at MCP 2026-07-28";
+const AS_A_TASK: &str = "the client takes tasks, and at MCP 2026-07-28 a call that may become \
+     a task cannot ask its client (a client without the tasks capability is asked in rounds)";
 
 /// `request` as MCP's `sampling/createMessage` parameters, or why MCP does not allow it.
-pub(crate) fn sampling_params(
-    request: SamplingRequest,
-) -> Result<CreateMessageRequestParams, AskError> {
+fn sampling_params(request: SamplingRequest) -> Result<CreateMessageRequestParams, AskError> {
     let messages = request
         .messages
         .into_iter()
@@ -118,7 +141,7 @@ pub(crate) fn sampling_params(
 }
 
 /// The client's model's answer, as the tool gets it: its text blocks, joined.
-pub(crate) fn sampling_answer(answer: CreateMessageResult) -> SamplingResponse {
+fn sampling_answer(answer: CreateMessageResult) -> SamplingResponse {
     let text = answer
         .message
         .content
@@ -134,10 +157,7 @@ pub(crate) fn sampling_answer(answer: CreateMessageResult) -> SamplingResponse {
 }
 
 /// A question as MCP's form `elicitation/create` parameters, or why MCP does not allow it.
-pub(crate) fn elicit_params(
-    message: String,
-    schema: Value,
-) -> Result<ElicitRequestParams, AskError> {
+fn elicit_params(message: String, schema: Value) -> Result<ElicitRequestParams, AskError> {
     // The runtime passed it through the same type: this cannot fail.
     let requested_schema: ElicitationSchema = serde_json::from_value(schema).map_err(|e| {
         AskError::Failed(format!(
@@ -152,7 +172,7 @@ pub(crate) fn elicit_params(
 }
 
 /// What the person did, as the tool gets it.
-pub(crate) fn elicit_answer(answer: ElicitResult) -> ElicitAnswer {
+fn elicit_answer(answer: ElicitResult) -> ElicitAnswer {
     match answer.action {
         ElicitationAction::Accept => ElicitAnswer::Accept(
             answer
@@ -164,12 +184,54 @@ pub(crate) fn elicit_answer(answer: ElicitResult) -> ElicitAnswer {
     }
 }
 
-impl CallerLink for McpLink {
+impl Asker for McpLink {
+    fn progress_target(&self) -> (Peer<RoleServer>, Option<ProgressToken>) {
+        (self.peer.clone(), self.progress_token.clone())
+    }
+
+    fn refusals(&self) -> (Option<&'static str>, Option<&'static str>) {
+        (self.no_sampling, self.no_elicitation)
+    }
+
+    fn ask_model(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<CreateMessageResult, AskError>> + Send>> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        Box::pin(ask(
+            self.peer.clone(),
+            request,
+            "the client's model failed",
+            |result| match result {
+                ClientResult::CreateMessageResult(answer) => Some(*answer),
+                _ => None,
+            },
+        ))
+    }
+
+    fn ask_person(
+        &self,
+        params: ElicitRequestParams,
+    ) -> Pin<Box<dyn Future<Output = Result<ElicitResult, AskError>> + Send>> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        Box::pin(ask(
+            self.peer.clone(),
+            request,
+            "the client failed to ask",
+            |result| match result {
+                ClientResult::ElicitResult(answer) => Some(answer),
+                _ => None,
+            },
+        ))
+    }
+}
+
+impl<A: Asker> CallerLink for Link<A> {
     fn progress(&self, progress: Progress) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let Some(token) = self.progress_token.clone() else {
+        let (peer, token) = self.0.progress_target();
+        let Some(token) = token else {
             return Box::pin(std::future::ready(()));
         };
-        let peer = self.peer.clone();
         Box::pin(async move {
             let mut param = ProgressNotificationParam::new(token, progress.done);
             param.total = progress.total;
@@ -183,28 +245,11 @@ impl CallerLink for McpLink {
         &self,
         request: SamplingRequest,
     ) -> Pin<Box<dyn Future<Output = Result<SamplingResponse, AskError>> + Send>> {
-        if let Some(why) = self.no_sampling {
+        if let (Some(why), _) = self.0.refusals() {
             return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
         }
-        let params = match sampling_params(request) {
-            Ok(params) => params,
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
-        let peer = self.peer.clone();
-        Box::pin(async move {
-            let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-            let answer = ask(
-                peer,
-                request,
-                "the client's model failed",
-                |result| match result {
-                    ClientResult::CreateMessageResult(answer) => Some(answer),
-                    _ => None,
-                },
-            )
-            .await?;
-            Ok(sampling_answer(*answer))
-        })
+        let asked = sampling_params(request).map(|params| self.0.ask_model(params));
+        Box::pin(async move { Ok(sampling_answer(asked?.await?)) })
     }
 
     fn elicit(
@@ -212,28 +257,11 @@ impl CallerLink for McpLink {
         message: String,
         schema: Value,
     ) -> Pin<Box<dyn Future<Output = Result<ElicitAnswer, AskError>> + Send>> {
-        if let Some(why) = self.no_elicitation {
+        if let (_, Some(why)) = self.0.refusals() {
             return Box::pin(std::future::ready(Err(AskError::Unsupported(why.into()))));
         }
-        let params = match elicit_params(message, schema) {
-            Ok(params) => params,
-            Err(error) => return Box::pin(std::future::ready(Err(error))),
-        };
-        let peer = self.peer.clone();
-        Box::pin(async move {
-            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-            let answer = ask(
-                peer,
-                request,
-                "the client failed to ask",
-                |result| match result {
-                    ClientResult::ElicitResult(answer) => Some(answer),
-                    _ => None,
-                },
-            )
-            .await?;
-            Ok(elicit_answer(answer))
-        })
+        let asked = elicit_params(message, schema).map(|params| self.0.ask_person(params));
+        Box::pin(async move { Ok(elicit_answer(asked?.await?)) })
     }
 }
 

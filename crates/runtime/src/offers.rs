@@ -201,7 +201,10 @@ impl Offers {
                 ));
             }
             if !uris.insert(resource.uri.as_str()) {
-                return Err(format!("it lists resource `{}` twice", resource.uri));
+                return Err(format!(
+                    "it lists resource `{}` twice",
+                    shown(&resource.uri)
+                ));
             }
             bytes += text_bytes(&[
                 Some(&resource.uri),
@@ -211,7 +214,14 @@ impl Offers {
                 resource.mime_type.as_deref(),
             ]);
         }
+        let mut templates = std::collections::HashSet::new();
         for template in &self.templates {
+            if !templates.insert(template.uri_template.as_str()) {
+                return Err(format!(
+                    "it lists resource template `{}` twice",
+                    shown(&template.uri_template)
+                ));
+            }
             if !usable_uri(&template.uri_template) {
                 return Err(format!(
                     "resource template `{}`: a URI template has a scheme, no spaces, and at \

@@ -274,10 +274,11 @@ impl EnsembleDraft {
         self.context.component.as_ref()
     }
 
-    /// The limits of a run of the component's prompts and resources (0.3.0): the
-    /// ensemble's `[defaults]`, else the built-ins, as an invoker without `[limits]` has.
-    pub fn offer_limits(&self) -> toolhost_contract::CallLimits {
-        Settings::merge(&Limits::default(), None, &self.context.defaults).limits
+    /// The limits (and `max-concurrency`, `max-queue`) of the runs of the component's
+    /// prompts and resources (0.3.0): the ensemble's `[defaults]`, else the built-ins, as an
+    /// invoker without `[limits]` has.
+    pub fn offer_settings(&self) -> Settings {
+        Settings::merge(&Limits::default(), None, &self.context.defaults)
     }
 
     /// Drafts one invoker per tool the server or component offers (by the names it offers

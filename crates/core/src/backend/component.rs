@@ -108,31 +108,41 @@ impl Backend for ComponentBackend {
 
 /// A 0.3.0 component's prompts and resources, as it listed them at load, and how each
 /// `get-prompt` and `read-resource` runs: in a fresh instance, under the ensemble's
-/// `[defaults]` limits, with no capabilities (no files, network or environment) and nobody
-/// to talk back to. What it returns counts against `max-output-bytes`, as a call's result.
+/// `[defaults]` limits (`max-concurrency` of them at once, `max-queue` more waiting), with no
+/// capabilities (no files, network or environment; its log lines only) and nobody to talk
+/// back to. What it returns counts against `max-output-bytes`, as a call's result.
 pub struct ComponentOffers {
     runtime: Arc<Runtime>,
     component: Arc<LoadedComponent>,
     limits: CallLimits,
     sandbox: SandboxSpec,
+    gate: crate::catalog::CallGate,
     /// `ensemble <name>`: what its log lines and captured output are tagged with.
     label: String,
 }
 
 impl ComponentOffers {
     /// The offers of `component` (loaded by `runtime`) in ensemble `ensemble`, run within
-    /// `limits`.
+    /// `settings`.
     pub(crate) fn new(
         runtime: &Arc<Runtime>,
         component: &Arc<LoadedComponent>,
-        limits: CallLimits,
+        settings: &toolhost_config::draft::Settings,
         ensemble: &str,
     ) -> Self {
+        let mut sandbox = SandboxSpec::default();
+        sandbox.talk = toolhost_contract::TalkGrants {
+            log: true,
+            progress: false,
+            sampling: false,
+            elicitation: false,
+        };
         ComponentOffers {
             runtime: Arc::clone(runtime),
             component: Arc::clone(component),
-            limits,
-            sandbox: SandboxSpec::default(),
+            limits: settings.limits,
+            sandbox,
+            gate: crate::catalog::CallGate::new(settings.max_running, settings.max_waiting),
             label: format!("ensemble {ensemble}"),
         }
     }
@@ -151,8 +161,19 @@ impl ComponentOffers {
         self.limits
     }
 
-    /// Runs `request` for `session` (who alone sees its log lines).
+    /// Runs `request` for `session` (who alone sees its log lines), once the gate lets it.
     pub async fn run(&self, session: &str, request: OfferRequest<'_>) -> Result<Offered, RunError> {
+        let _turn = self
+            .gate
+            .enter()
+            .await
+            .map_err(|_| RunError::HostCapacity {
+                detail: format!(
+                    "{} prompts and resources of {} are being given and {} more wait \
+                 (max-concurrency and max-queue of its [defaults])",
+                    self.gate.max_running, self.label, self.gate.max_waiting
+                ),
+            })?;
         let nobody: Arc<dyn CallerLink> = Arc::new(Unlinked);
         let caller = Caller {
             invoker: &self.label,

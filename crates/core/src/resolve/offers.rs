@@ -58,7 +58,7 @@ pub(super) fn offers(
             let offers = Arc::new(ComponentOffers::new(
                 runtime,
                 component,
-                draft.offer_limits(),
+                &draft.offer_settings(),
                 &draft.name,
             ));
             let listed = &offers.listed().prompts;

@@ -10,7 +10,7 @@ use crate::offers::{
 };
 use crate::state::CallState;
 use crate::tools::ToolDescription;
-use toolhost_contract::{BoxFuture, CallLimits, Role, RunError, ToolFailure};
+use toolhost_contract::{BoxFuture, CallLimits, MESSAGE_BYTES, Role, RunError, ToolFailure};
 use wasmtime::Store;
 use wasmtime::component::Instance;
 
@@ -104,17 +104,22 @@ impl V3 {
                 .await?
                 .map(|items| Offered::Resource(items.into_iter().map(v3::embedded).collect())),
         };
+        // The component's own words, cut as a call's messages are.
+        let said = |mut reason: String| {
+            crate::talk::cut(&mut reason, MESSAGE_BYTES);
+            reason
+        };
         Ok(match answer {
             Ok(Offered::Resource(items)) if items.is_empty() => Err(RunError::Tool(
                 ToolFailure::Failed(format!("reading `{}` returned no contents", shown(request))),
             )),
             Ok(offered) => Ok(offered),
-            Err(types::OfferError::NotFound(reason)) => Ok(Offered::NotFound(reason)),
+            Err(types::OfferError::NotFound(reason)) => Ok(Offered::NotFound(said(reason))),
             Err(types::OfferError::InvalidArguments(reason)) => {
-                Err(RunError::Tool(ToolFailure::InvalidArguments(reason)))
+                Err(RunError::Tool(ToolFailure::InvalidArguments(said(reason))))
             }
             Err(types::OfferError::Failed(reason)) => {
-                Err(RunError::Tool(ToolFailure::Failed(reason)))
+                Err(RunError::Tool(ToolFailure::Failed(said(reason))))
             }
         })
     }
