@@ -223,7 +223,8 @@ pub struct Ensemble {
     pub tools: Vec<Arc<Tool>>,
     pub prompts: Vec<Arc<Prompt>>,
     pub resources: Vec<Arc<ResourceSet>>,
-    /// The resources of the MCP server it imports, when that server offers any.
+    /// The resources of the MCP server it imports, or of its 0.3.0 component, when it
+    /// offers any.
     pub passed: Option<Arc<PassedResources>>,
 }
 
@@ -376,7 +377,7 @@ impl Catalog {
             .find(|set| uri.starts_with(set.uri_prefix()))
     }
 
-    /// The imported servers' resources.
+    /// The resources imported servers and 0.3.0 components pass on.
     pub fn passed_resources(&self) -> impl ExactSizeIterator<Item = &Arc<PassedResources>> {
         self.passed.iter()
     }

@@ -55,7 +55,8 @@ pub(crate) async fn listen(
         .flatten()
         .cloned()
         .collect();
-    // An imported server's resources are subscribed to on the server too.
+    // An imported server's resources are subscribed to on the server too (a component's
+    // take no subscription: they change only with a reload).
     let catalog = server.host.catalog().snapshot();
     for uri in &wanted {
         if catalog.resource_set_for(uri).is_none() {

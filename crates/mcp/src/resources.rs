@@ -1,9 +1,10 @@
 //! `resources/list`, `resources/templates/list`, `resources/read`, `completion/complete`
-//! and subscriptions: the catalog's resource sets, and the imported servers' resources, in
-//! MCP form. A listing walks the sets' directories (bounded by each set's `max-files`) and
-//! asks the imported servers (bounded per server), and answers in pages whose cursor is the
-//! last URI sent; a read goes through [`toolhost_core::invoke::Host::read_resource`]
-//! (bounded, audited); a session holds at most [`MAX_SUBSCRIPTIONS`] subscribed URIs, and a
+//! and subscriptions: the catalog's resource sets, and the resources imported servers and
+//! `toolhost:plugin@0.3.0` components pass on, in MCP form. A listing walks the sets'
+//! directories (bounded by each set's `max-files`) and asks the imported servers (bounded per
+//! server; a component's were listed at load), and answers in pages whose cursor is the last
+//! URI sent; a read goes through [`toolhost_core::invoke::Host::read_resource`] (bounded,
+//! audited); a session holds at most [`MAX_SUBSCRIPTIONS`] subscribed URIs, and a
 //! subscription to an imported server's resource is passed on to it.
 
 use rmcp::ErrorData;
@@ -63,7 +64,10 @@ pub async fn page(
         .iter()
         .take(PAGE_RESOURCES)
         .map(|(description, l)| {
-            let mut resource = Resource::new(l.uri.clone(), l.path.clone()).with_size(l.size);
+            let mut resource = Resource::new(l.uri.clone(), l.path.clone());
+            if let Some(size) = l.size {
+                resource = resource.with_size(size);
+            }
             if !l.mime.is_empty() {
                 resource = resource.with_mime_type(l.mime.clone());
             }
@@ -79,7 +83,7 @@ pub async fn page(
     (page, next)
 }
 
-/// The imported servers' resources `session` may see.
+/// The passed-on resources (of imported servers and components) `session` may see.
 fn imported<'c>(
     catalog: &'c Catalog,
     session: &'c Session,
@@ -89,7 +93,7 @@ fn imported<'c>(
         .filter(|set| session.permits_offer(set.ensemble(), set.name()))
 }
 
-/// One template per set (its prefix, then the path), and the imported servers' templates.
+/// One template per set (its prefix, then the path), and the passed-on templates.
 pub async fn templates(catalog: &Catalog, session: &Session) -> Vec<ResourceTemplate> {
     let mut templates: Vec<ResourceTemplate> = visible(catalog, session)
         .map(|set| {

@@ -128,7 +128,7 @@ impl Host for CallState {
 }
 
 impl CallState {
-    /// One `host.log` line of either plugin version, within the call's budget.
+    /// One `host.log` line of any plugin version, within the call's budget.
     fn write_log(&mut self, level: LogLevel, mut message: String) {
         let budget = &mut self.log;
         if budget.remaining == 0 {

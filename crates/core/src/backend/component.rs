@@ -130,12 +130,14 @@ impl ComponentOffers {
         settings: &toolhost_config::draft::Settings,
         ensemble: &str,
     ) -> Self {
-        let mut sandbox = SandboxSpec::default();
-        sandbox.talk = toolhost_contract::TalkGrants {
-            log: true,
-            progress: false,
-            sampling: false,
-            elicitation: false,
+        let sandbox = SandboxSpec {
+            talk: toolhost_contract::TalkGrants {
+                log: true,
+                progress: false,
+                sampling: false,
+                elicitation: false,
+            },
+            ..SandboxSpec::default()
         };
         ComponentOffers {
             runtime: Arc::clone(runtime),

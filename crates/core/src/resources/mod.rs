@@ -7,8 +7,8 @@
 //! a link, so a link swapped in while a read is under way leads nowhere either.
 //!
 //! The file system work runs on blocking threads ([`ResourceSet::list`], [`ResourceSet::read`]);
-//! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server
-//! are passed through by [`imported`].
+//! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server or
+//! of a `toolhost:plugin@0.3.0` component are passed on by [`passed`].
 
 pub mod passed;
 pub mod watch;
@@ -73,10 +73,11 @@ pub struct ResourceSet {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     pub uri: String,
-    /// Its path below the set's directory.
+    /// Its path below the set's directory (a passed-on resource's name).
     pub path: String,
     pub mime: String,
-    pub size: u64,
+    /// Its size in bytes, when known (a file's; a server's when it says; a component's never).
+    pub size: Option<u64>,
 }
 
 /// What a resource holds: text (UTF-8 of a textual type) or bytes.
@@ -313,7 +314,7 @@ impl ResourceSet {
                         uri: self.uri_of(&path),
                         mime: self.mime_of(&path, head.as_deref()),
                         path,
-                        size: metadata.len(),
+                        size: Some(metadata.len()),
                     });
                 }
             }

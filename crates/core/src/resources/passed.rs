@@ -140,7 +140,7 @@ impl PassedResources {
                         uri: r.uri.clone(),
                         path: r.name.clone(),
                         mime: r.mime_type.clone().unwrap_or_default(),
-                        size: 0,
+                        size: None,
                     })
                     .collect();
                 return (listed, false);
@@ -157,7 +157,7 @@ impl PassedResources {
                     .map(|r| Listed {
                         path: r.name.clone(),
                         mime: r.mime_type.clone().unwrap_or_default(),
-                        size: r.size.unwrap_or(0),
+                        size: r.size.map(u64::from),
                         uri: r.uri,
                     })
                     .collect();

@@ -3,8 +3,9 @@
 //! 0.3.0. What a call returns is made the same [`super::ToolResult`] for every version in
 //! `runtime` (0.1.0's text is one text item).
 //!
-//! 0.3.0 repeats 0.2.0's types and `host` interface word for word (a package stands alone,
-//! so that a plugin author reads one file), and wasmtime makes distinct Rust types of them.
+//! 0.3.0 repeats 0.2.0's types and `host` interface (`role` moved to `types`; a package
+//! stands alone, so that a plugin author reads one file), and wasmtime makes distinct Rust
+//! types of them.
 //! What the host does with them is written once, as macros instantiated for each version:
 //! [`content_conversions`] here, and the `host` implementation in `crate::state`.
 
