@@ -157,7 +157,7 @@ impl PassedResources {
                     .map(|r| Listed {
                         path: r.name.clone(),
                         mime: r.mime_type.clone().unwrap_or_default(),
-                        size: r.size.map(u64::from),
+                        size: r.size,
                         uri: r.uri,
                     })
                     .collect();
