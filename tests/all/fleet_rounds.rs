@@ -3,7 +3,8 @@
 //! client's `Authorization` header (haproxy `balance hdr(Authorization)`) every follow-up
 //! reaches it and the rounds complete; with round robin a follow-up that reaches the other
 //! replica is answered with an error that says so, and the waiting call is untouched, as it
-//! is by another caller's follow-up with its state.
+//! is by another caller's follow-up with its state. One transport parks at most 32 calls,
+//! whoever asks.
 
 use crate::fleet::Haproxy;
 use crate::mcp::HttpServer;
@@ -11,8 +12,9 @@ use crate::talk::GRANTS;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-/// One 2026-07-28 `tools/call` of the talker's `ask_person` by the client `who` (its
-/// `Authorization`), declaring elicitation, with `more` params (a state, answers).
+/// One 2026-07-28 `tools/call` of the talker's `ask_person` (arguments `{"n": 0}` unless
+/// `more` says others) by the client `who` (its `Authorization`), declaring elicitation,
+/// with `more` params (a state, answers).
 async fn ask(client: &reqwest::Client, url: &str, who: &str, more: Value) -> Value {
     try_ask(client, url, who, more)
         .await
@@ -28,7 +30,7 @@ async fn try_ask(
 ) -> Result<Value, String> {
     let mut params = json!({
         "name": "ask_person",
-        "arguments": {},
+        "arguments": {"n": 0},
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "fleet", "version": "1"},
@@ -64,10 +66,10 @@ async fn try_ask(
 
 /// The first round of `who`'s call through `url`, once the balancer passes requests (its
 /// first health checks take a moment).
-async fn first_round(client: &reqwest::Client, url: &str, who: &str) -> Value {
+async fn first_round(client: &reqwest::Client, url: &str, who: &str, n: u32) -> Value {
     let started = Instant::now();
     loop {
-        match try_ask(client, url, who, json!({})).await {
+        match try_ask(client, url, who, json!({"arguments": {"n": n}})).await {
             Ok(first) if first.get("result").is_some() => return first,
             other => assert!(
                 started.elapsed() < Duration::from_secs(60),
@@ -111,7 +113,7 @@ async fn a_follow_up_reaches_its_call_with_affinity_and_is_told_plainly_without(
     // Affinity by the Authorization header: each client's rounds reach its replica.
     let sticky = Haproxy::balancing(fixture.root(), &addresses, "hdr(Authorization)");
     for who in ["alice", "bob", "carol"] {
-        let first = first_round(&client, &sticky.url, who).await;
+        let first = first_round(&client, &sticky.url, who, 0).await;
         let mut more = answer.clone();
         more["requestState"] = json!(state(&first));
         let done = ask(&client, &sticky.url, who, more).await;
@@ -124,7 +126,7 @@ async fn a_follow_up_reaches_its_call_with_affinity_and_is_told_plainly_without(
     // Round robin: the follow-ups alternate between the replicas. The one that holds the call
     // asks again (no answer was sent); the other says where the call is, and takes nothing.
     let rotating = Haproxy::balancing(fixture.root(), &addresses, "roundrobin");
-    let first = first_round(&client, &rotating.url, "dave").await;
+    let first = first_round(&client, &rotating.url, "dave", 0).await;
     let waiting = state(&first);
     let mut told = Vec::new();
     for _ in 0..2 {
@@ -185,4 +187,34 @@ async fn a_follow_up_reaches_its_call_with_affinity_and_is_told_plainly_without(
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_transport_parks_at_most_32_calls_whoever_asks() {
+    let fixture = crate::support::Fixture::new();
+    std::fs::copy(toolhost_testkit::TALKER, fixture.root().join("talker.wasm")).expect("copy");
+    let invokers = "[defaults]\ntimeout-ms = 60000\n\n[[invokers]]\nname = \"ask_person\"\n\
+        capabilities = { elicitation = true }\nlimits = { max-concurrency = 64 }\n";
+    fixture.write(
+        "talker.toml",
+        &crate::support::ensemble("talker", "talker", &format!("{GRANTS}\n{invokers}")),
+    );
+    let server = HttpServer::start(&fixture, &[], &[]);
+    let client = reqwest::Client::new();
+    // Four callers park 8 calls each: the transport's 32.
+    for caller in 0..4 {
+        for n in 0..8 {
+            let first = first_round(&client, &server.url, &format!("caller-{caller}"), n).await;
+            state(&first);
+        }
+    }
+    // A fifth caller's question is answered `limit-reached`, and its call goes on to its end.
+    let fifth = first_round(&client, &server.url, "caller-4", 0).await;
+    let text = fifth["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("limit-reached: 32 calls are waiting for their clients' answers"),
+        "{fifth}"
+    );
 }

@@ -437,7 +437,7 @@ impl RoundsLink {
                 .map_err(|_| AskError::Failed("the request that ran the call is gone".into()))?;
             let value = answered.await.map_err(|_| {
                 AskError::Failed(format!(
-                    "the client did not answer: no follow-up came within {} s",
+                    "the client did not answer: no follow-up came in time (at most {} s)",
                     MAX_FOLLOW_UP_WAIT.as_secs()
                 ))
             })??;
