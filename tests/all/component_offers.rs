@@ -163,13 +163,8 @@ async fn a_components_prompts_are_listed_with_the_prefix_and_got_in_a_fresh_inst
     );
 
     // Each get is audited with its kind, the refused ones too.
-    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
-    let gets: Vec<Value> = audit
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("a record"))
-        .filter(|r| r["kind"] == "prompt")
-        .collect();
-    assert_eq!(gets.len(), 10, "{audit}");
+    let gets = fixture.audited("prompt");
+    assert_eq!(gets.len(), 10, "{gets:?}");
     assert_eq!(gets[0]["tool"], "lib_brief");
     assert_eq!(gets[0]["ensemble"], "library");
     client.cancel().await.expect("close");
@@ -255,12 +250,7 @@ async fn a_components_resources_are_listed_read_and_bounded() {
         "still serving"
     );
 
-    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
-    let reads = audit
-        .lines()
-        .filter(|l| l.contains(r#""kind":"resource""#))
-        .count();
-    assert_eq!(reads, 10, "{audit}");
+    assert_eq!(fixture.audited("resource").len(), 10);
     client.cancel().await.expect("close");
 }
 

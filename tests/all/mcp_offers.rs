@@ -283,13 +283,8 @@ async fn prompts_are_listed_got_with_their_arguments_and_completed() {
     assert!(values.completion.values.is_empty());
 
     // Each get is audited with its kind; the refused ones too.
-    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
-    let gets: Vec<Value> = audit
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("a record"))
-        .filter(|r| r["kind"] == "prompt")
-        .collect();
-    assert_eq!(gets.len(), 10, "{audit}");
+    let gets = fixture.audited("prompt");
+    assert_eq!(gets.len(), 10, "{gets:?}");
     assert_eq!(gets[0]["tool"], "n_review");
     assert_eq!(gets[0]["ensemble"], "notes");
     assert_eq!(gets[0]["outcome"], "ok");
@@ -382,12 +377,7 @@ async fn resources_are_listed_and_read_within_their_directory_and_bounds() {
 
     // The host goes on answering, and each read was audited.
     assert!(read(&client, "docs://notes/intro.md").await.is_ok());
-    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
-    let reads = audit
-        .lines()
-        .filter(|l| l.contains("\"kind\":\"resource\""))
-        .count();
-    assert_eq!(reads, 14, "{audit}");
+    assert_eq!(fixture.audited("resource").len(), 14);
     client.cancel().await.expect("close");
 }
 

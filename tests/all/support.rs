@@ -144,6 +144,17 @@ impl Fixture {
         )
     }
 
+    /// The records of kind `kind` (`prompt`, `resource`) in the fixture's audit log
+    /// (`audit.jsonl` at its root), in order.
+    pub fn audited(&self, kind: &str) -> Vec<serde_json::Value> {
+        let audit = std::fs::read_to_string(self.root().join("audit.jsonl")).expect("audit");
+        audit
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a record"))
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    }
+
     /// Makes a directory under the fixture root and returns its path.
     pub fn mkdir(&self, relative: &str) -> PathBuf {
         let path = self.root().join(relative);

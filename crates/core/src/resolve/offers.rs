@@ -10,14 +10,14 @@ use crate::resources::passed::PassedResources;
 use std::sync::Arc;
 use toolhost_config::draft::EnsembleDraft;
 
-/// An ensemble's prompts, resource sets and imported resources.
+/// An ensemble's prompts, resource sets and passed-on resources.
 pub(super) type Offered = (
     Vec<Arc<Prompt>>,
     Vec<Arc<ResourceSet>>,
     Option<Arc<PassedResources>>,
 );
 
-/// The ensemble's prompts, resource sets and imported resources.
+/// The ensemble's prompts, resource sets and passed-on resources.
 pub(super) fn offers(
     draft: &mut EnsembleDraft,
     ensemble: &Arc<str>,
