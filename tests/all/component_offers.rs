@@ -191,6 +191,9 @@ async fn a_components_resources_are_listed_read_and_bounded() {
             ("books://welcome", "welcome", Some("text/markdown")),
         ]
     );
+    // What the component says of each resource is listed with it (but no size: it said none).
+    assert_eq!(listed[5].description.as_deref(), Some("the welcome"));
+    assert_eq!(listed[5].size, None);
     let templates = client
         .list_all_resource_templates()
         .await

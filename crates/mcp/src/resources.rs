@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use toolhost_core::catalog::Catalog;
 use toolhost_core::invoke::Session;
 use toolhost_core::resources::passed::PassedResources;
-use toolhost_core::resources::{MAX_URI_BYTES, ResourceError, ResourceSet};
+use toolhost_core::resources::{Listed, MAX_URI_BYTES, ResourceError, ResourceSet};
 
 /// Resources per `resources/list` page, at most.
 pub const PAGE_RESOURCES: usize = 1000;
@@ -48,22 +48,23 @@ pub async fn page(
             );
         }
         let description = set.description().map(str::to_string);
-        all.extend(listed.into_iter().map(|l| (description.clone(), l)));
+        all.extend(listed.into_iter().map(|l| Listed {
+            description: description.clone(),
+            ..l
+        }));
     }
     for set in imported(catalog, session) {
         let (listed, _) = set.list().await;
-        all.extend(listed.into_iter().map(|l| (None, l)));
+        all.extend(listed);
     }
-    all.sort_by(|(_, a), (_, b)| a.uri.cmp(&b.uri));
-    all.dedup_by(|(_, a), (_, b)| a.uri == b.uri);
-    let start = cursor.map_or(0, |after| {
-        all.partition_point(|(_, l)| l.uri.as_str() <= after)
-    });
+    all.sort_by(|a, b| a.uri.cmp(&b.uri));
+    all.dedup_by(|a, b| a.uri == b.uri);
+    let start = cursor.map_or(0, |after| all.partition_point(|l| l.uri.as_str() <= after));
     let rest = &all[start..];
     let page: Vec<Resource> = rest
         .iter()
         .take(PAGE_RESOURCES)
-        .map(|(description, l)| {
+        .map(|l| {
             let mut resource = Resource::new(l.uri.clone(), l.path.clone());
             if let Some(size) = l.size {
                 resource = resource.with_size(size);
@@ -71,7 +72,10 @@ pub async fn page(
             if !l.mime.is_empty() {
                 resource = resource.with_mime_type(l.mime.clone());
             }
-            match description {
+            if let Some(title) = &l.title {
+                resource = resource.with_title(title.clone());
+            }
+            match &l.description {
                 Some(description) => resource.with_description(description.clone()),
                 None => resource,
             }

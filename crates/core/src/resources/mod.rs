@@ -78,6 +78,10 @@ pub struct Listed {
     pub mime: String,
     /// Its size in bytes, when known (a file's; a server's when it says; a component's never).
     pub size: Option<u64>,
+    /// A name for people, and what it is, when its source says (a file says neither: its set
+    /// has a description).
+    pub title: Option<String>,
+    pub description: Option<String>,
 }
 
 /// What a resource holds: text (UTF-8 of a textual type) or bytes.
@@ -315,6 +319,8 @@ impl ResourceSet {
                         mime: self.mime_of(&path, head.as_deref()),
                         path,
                         size: Some(metadata.len()),
+                        title: None,
+                        description: None,
                     });
                 }
             }

@@ -141,6 +141,8 @@ impl PassedResources {
                         path: r.name.clone(),
                         mime: r.mime_type.clone().unwrap_or_default(),
                         size: None,
+                        title: r.title.clone(),
+                        description: r.description.clone(),
                     })
                     .collect();
                 return (listed, false);
@@ -158,7 +160,9 @@ impl PassedResources {
                         path: r.name.clone(),
                         mime: r.mime_type.clone().unwrap_or_default(),
                         size: r.size,
-                        uri: r.uri,
+                        title: r.title.clone(),
+                        description: r.description.clone(),
+                        uri: r.uri.clone(),
                     })
                     .collect();
                 (listed, cut)
