@@ -7,9 +7,7 @@
 
 use crate::mcp::stdio_serve;
 use crate::support::Fixture;
-use rmcp::model::{
-    ContentBlock, GetPromptRequestParams, ReadResourceRequestParams, ResourceContents,
-};
+use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams, ResourceContents};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -104,16 +102,8 @@ async fn a_components_prompts_are_listed_with_the_prefix_and_got_in_a_fresh_inst
     )
     .await
     .expect("prompts/get");
-    let said: Vec<String> = got
-        .messages
-        .iter()
-        .map(|m| match &m.content {
-            ContentBlock::Text(t) => format!("{:?}: {}", m.role, t.text),
-            other => panic!("not text: {other:?}"),
-        })
-        .collect();
     assert_eq!(
-        said,
+        crate::mcp_offers::said(&got),
         [
             "User: Write a brief on owls, in a dry tone.",
             "Assistant: How long should it be?"

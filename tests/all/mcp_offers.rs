@@ -135,6 +135,17 @@ impl ClientHandler for Watcher {
     }
 }
 
+/// A prompt's messages, each `Role: text`; a message that is not text fails the test.
+pub(crate) fn said(got: &rmcp::model::GetPromptResult) -> Vec<String> {
+    got.messages
+        .iter()
+        .map(|m| match &m.content {
+            ContentBlock::Text(t) => format!("{:?}: {}", m.role, t.text),
+            other => panic!("not text: {other:?}"),
+        })
+        .collect()
+}
+
 fn arguments(value: Value) -> Map<String, Value> {
     value.as_object().expect("an object").clone()
 }
@@ -191,16 +202,8 @@ async fn prompts_are_listed_got_with_their_arguments_and_completed() {
         got.description.as_deref(),
         Some("Ask for a review of one file")
     );
-    let texts: Vec<String> = got
-        .messages
-        .iter()
-        .map(|m| match &m.content {
-            ContentBlock::Text(t) => format!("{:?}: {}", m.role, t.text),
-            other => panic!("not text: {other:?}"),
-        })
-        .collect();
     assert_eq!(
-        texts,
+        said(&got),
         [
             "User: Review src/lib.rs, looking for bugs.",
             "Assistant: Which part first?"

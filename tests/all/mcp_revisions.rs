@@ -379,9 +379,39 @@ async fn session_less_requests_do_not_count_as_sessions_but_a_disguised_initiali
     assert_ne!(disguised, 200, "the disguised initialize opened a session");
 }
 
+/// Runs `tests/clients/<script>` (an official Python SDK client) at revision `mode` against
+/// `target`: a `toolhost serve` over stdio on `fixture`, or `server` over HTTP. The one JSON
+/// line it prints; a failed run fails the test with its output.
+pub(crate) fn python_client(
+    fixture: &Fixture,
+    script: &str,
+    mode: &str,
+    target: &str,
+    server: &HttpServer,
+) -> Value {
+    let python = crate::mcp_list::test_tools().join("venv/bin/python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/clients")
+        .join(script);
+    let mut command = std::process::Command::new(&python);
+    configure(&mut command, fixture);
+    command.arg(&script).arg(mode);
+    match target {
+        "stdio" => command.args([env!("CARGO_BIN_EXE_toolhost"), "serve"]),
+        _ => command.arg(&server.url),
+    };
+    let output = command.output().expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{mode} over {target}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON line")
+}
+
 #[test]
 fn the_python_sdk_speaks_both_revisions_over_stdio_and_http_tools_prompts_and_resources() {
-    let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let fixture = fixture();
     std::fs::write(
         fixture.mkdir("docs").join("hello.txt"),
@@ -396,29 +426,13 @@ fn the_python_sdk_speaks_both_revisions_over_stdio_and_http_tools_prompts_and_re
          directory = \"../docs\"\nuri-prefix = \"docs://\"\n",
     );
     let server = HttpServer::start(&fixture, &[], &[]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/revisions.py");
-    let serve = [env!("CARGO_BIN_EXE_toolhost"), "serve"];
     for (mode, expected) in [
         ("legacy", "2025-11-25"),
         ("2026-07-28", V2026),
         ("auto", V2026),
     ] {
         for target in ["stdio", "http"] {
-            let mut command = std::process::Command::new(&python);
-            configure(&mut command, &fixture);
-            command.arg(&script).arg(mode);
-            match target {
-                "stdio" => command.args(serve),
-                _ => command.arg(&server.url),
-            };
-            let output = command.output().expect("python runs");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "{mode} over {target}: {stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            let answer: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+            let answer = python_client(&fixture, "revisions.py", mode, target, &server);
             assert_eq!(
                 answer["protocol_version"],
                 json!(expected),

@@ -286,28 +286,13 @@ async fn each_round_is_checked_and_parked_calls_are_bounded() {
 
 #[test]
 fn the_python_sdk_answers_a_tools_questions_at_both_revisions_over_stdio_and_http() {
-    use crate::mcp::{HttpServer, configure};
-    let python = crate::mcp_list::test_tools().join("venv/bin/python");
+    use crate::mcp::HttpServer;
+    use crate::mcp_revisions::python_client;
     let fixture = crate::talk::fixture(GRANTS);
     let server = HttpServer::start(&fixture, &[], &[]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/asks.py");
     for (mode, expected) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
         for target in ["stdio", "http"] {
-            let mut command = std::process::Command::new(&python);
-            configure(&mut command, &fixture);
-            command.arg(&script).arg(mode);
-            match target {
-                "stdio" => command.args([env!("CARGO_BIN_EXE_toolhost"), "serve"]),
-                _ => command.arg(&server.url),
-            };
-            let output = command.output().expect("python runs");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "{mode} over {target}: {stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            let answer: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+            let answer = python_client(&fixture, "asks.py", mode, target, &server);
             assert_eq!(
                 answer["protocol_version"],
                 json!(expected),
