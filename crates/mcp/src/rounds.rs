@@ -5,8 +5,9 @@
 //! (`inputResponses`) and that state.
 //!
 //! A component's `sample` or `elicit` waits in the middle of its run, so the call keeps
-//! running here between the two requests: it runs on its own task, and when it asks, the
-//! request that drives it answers `input_required` and parks the call ([`Rounds`]) under a
+//! running here between the two requests: when it asks, it moves to a task of its own (a call
+//! that never asks runs in its request, as at the other revisions), the request that drives
+//! it answers `input_required`, and the call is parked ([`Rounds`]) under a
 //! random token, which is the `requestState`. The follow-up finds it by that token (only
 //! from the same caller, for the same tool and arguments), hands the answer to the waiting
 //! call and drives it on, to its result or its next question. Re-running the call instead
@@ -224,7 +225,7 @@ impl Rounds {
             no_elicitation,
         }));
         let cancel = CancellationToken::new();
-        let running = Running {
+        let mut running = Running {
             owner,
             call: call_key(&request),
             events: receiver,
@@ -232,20 +233,34 @@ impl Rounds {
             cancel: cancel.clone(),
             asked: 0,
         };
-        let call = run(request, cancel, link);
+        let mut call = Box::pin(run(request, cancel, link));
+        // Most calls never ask: they run here, as at the other revisions. Only a call that
+        // asks moves to a task of its own, to outlive this request while it waits.
+        let first = tokio::select! {
+            result = &mut call => return Ok(result.into()),
+            event = running.events.recv() => event,
+        };
         tokio::spawn(async move {
             let result = call.await;
             // Nobody drives a call whose follow-up never came: its result goes nowhere.
             let _ = events.send(Event::Done(result)).await;
         });
-        self.drive(running).await
+        self.drive(running, first).await
     }
 
-    /// Waits for `running`'s next event: its result, or a question, which parks it and
-    /// answers `input_required`.
-    async fn drive(self: &Arc<Self>, mut running: Running) -> Result<CallToolResponse, ErrorData> {
+    /// Takes `running`'s events, `first` the first of them, then the next as they come: its
+    /// result, or a question, which parks it and answers `input_required`.
+    async fn drive(
+        self: &Arc<Self>,
+        mut running: Running,
+        mut first: Option<Event>,
+    ) -> Result<CallToolResponse, ErrorData> {
         loop {
-            let Some(event) = running.events.recv().await else {
+            let event = match first.take() {
+                Some(event) => Some(event),
+                None => running.events.recv().await,
+            };
+            let Some(event) = event else {
                 return Err(ErrorData::internal_error(
                     "the call ended without a result",
                     None,
@@ -347,7 +362,7 @@ impl Rounds {
         // A call whose own timeout ran out meanwhile has stopped listening: its result
         // follows.
         let _ = to.send(Ok(answer));
-        self.drive(running).await
+        self.drive(running, None).await
     }
 
     /// The call `state` names and the answer `request` brings to its question; or what to
