@@ -34,10 +34,13 @@ async fn bad_tokens_are_refused_each_with_its_reason_and_the_good_ones_go_on() {
     let forged = |header: Value| format!("{}.{claims}.c2lnbmF0dXJl", b64(header));
     let brief = provider.token("brief", "tools:all", RESOURCE).await;
     let other_audience = provider.token("tools", "tools:all", OTHER).await;
+    // Signed by the trusted provider, but saying what this server must refuse.
+    let eternal = provider.token("eternal", "tools:all", RESOURCE).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let cases: Vec<(&str, String, &str)> = vec![
         ("expired", brief, "has expired"),
         ("another audience", other_audience, "not for this server"),
+        ("exp 2^63", eternal, "more than 10 years away"),
         (
             "HMAC",
             forged(json!({"alg": "HS256", "typ": "JWT"})),

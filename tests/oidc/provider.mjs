@@ -9,7 +9,10 @@
 // key), REDIRECT (when set: a client `web` signs people in by authorization code with PKCE,
 // back to this redirect URI, through oidc-provider's own login and consent pages, where any
 // login and password will do). Prints `issuer <url>` once it listens. Clients (secret = id +
-// "-secret"): `tools` (tokens for 10 minutes), `brief` (tokens for 1 second), `web`.
+// "-secret"): `tools` (tokens for 10 minutes), `brief` (tokens for 1 second), `web`, and
+// `eternal`, whose tokens are signed as any other's but expire at 2^63 s (a server must refuse
+// them without overflowing its clock). The signing library refuses to write a header with
+// `crit`: toolhost-access's own tests sign those.
 import { generateKeyPairSync } from 'node:crypto';
 import { createServer } from 'node:http';
 import { pathToFileURL } from 'node:url';
@@ -27,7 +30,11 @@ const client = (id) => ({
   response_types: [],
 });
 
-const clients = [client('tools'), client('brief')];
+const clients = ['tools', 'brief', 'eternal'].map(client);
+// What the odd clients' tokens say, set as each is signed.
+const odd = {
+  eternal: (token) => { token.payload.exp = 2 ** 63; },
+};
 if (process.env.REDIRECT) {
   clients.push({
     client_id: 'web',
@@ -44,6 +51,11 @@ server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
   const provider = new Provider(issuer, {
     clients,
     jwks: { keys: [key] },
+    formats: {
+      customizers: {
+        jwt: (ctx, token, structured) => odd[token.clientId]?.(structured),
+      },
+    },
     features: {
       devInteractions: { enabled: Boolean(process.env.REDIRECT) },
       clientCredentials: { enabled: true },

@@ -9,7 +9,15 @@
 //! so a flood of made-up `kid`s costs the provider one request per interval); validated
 //! tokens remembered until they expire, at most [`MAX_CACHED_TOKENS`] (keyed by a hash of
 //! the token, so the cache holds no token). A provider that is down leaves the keys already
-//! fetched in use; with none, every token is refused (fail closed).
+//! fetched in use; with none, every token is refused (fail closed), and the keys are tried
+//! again after a backoff that starts at [`FIRST_RETRY`] and doubles up to the interval, so a
+//! provider that comes back after the host started is used within a second or two.
+//!
+//! Times a token carries are read as whole seconds and never added to a clock unchecked:
+//! `exp` past [`MAX_TOKEN_LIFETIME`] from now is refused, as is any `exp` or `nbf` that is
+//! not a whole number of seconds. A header that names critical extensions (`crit`, RFC 7515
+//! 4.1.11) is refused, since this server understands none, and so is an unencoded payload
+//! (`b64` other than true, RFC 7797).
 
 use arc_swap::ArcSwap;
 use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm, PublicKeyUse};
@@ -33,6 +41,12 @@ pub const MAX_DOCUMENT_BYTES: usize = 256 << 10;
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The keys are fetched again at most this often.
 pub const REFETCH_INTERVAL: Duration = Duration::from_secs(10);
+/// With no keys in hand (the provider was down), the first wait before trying again; each
+/// failure doubles it, up to [`REFETCH_INTERVAL`].
+pub const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// The furthest `exp` taken: about ten years from now. No provider issues tokens that last
+/// longer; a later one is refused rather than trusted for centuries (or overflowing a clock).
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Validated tokens remembered at once.
 pub const MAX_CACHED_TOKENS: usize = 10_000;
 /// Keys kept from one key set.
@@ -61,9 +75,32 @@ struct Key {
 #[derive(Default)]
 struct Fetching {
     fetched: Option<Instant>,
+    /// Fetches (or discoveries) that failed in a row since the last success.
+    failures: u32,
     /// When the metadata was last fetched (or tried), until it was read.
     discovered: Option<Instant>,
     metadata: Option<Discovered>,
+}
+
+impl Fetching {
+    /// How long after the last try the provider is asked again: [`REFETCH_INTERVAL`] with
+    /// keys in hand (a flood of made-up key ids costs one fetch an interval); without, a
+    /// backoff from [`FIRST_RETRY`] that doubles with each failure in a row.
+    fn wait(&self, keys_in_hand: bool) -> Duration {
+        if keys_in_hand {
+            return REFETCH_INTERVAL;
+        }
+        let doublings = self.failures.saturating_sub(1).min(8);
+        (FIRST_RETRY * 2u32.pow(doublings)).min(REFETCH_INTERVAL)
+    }
+
+    fn count(&mut self, succeeded: bool) {
+        self.failures = if succeeded {
+            0
+        } else {
+            self.failures.saturating_add(1)
+        };
+    }
 }
 
 /// What the host takes from the provider's metadata.
@@ -135,6 +172,7 @@ impl Oidc {
         }
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| Invalid(format!("the access token is not a JWT: {e}")))?;
+        understood(&header)?;
         if !self.algorithms.contains(&header.alg) {
             return Err(Invalid(format!(
                 "the access token is signed with {:?}, which this server does not accept \
@@ -164,9 +202,8 @@ impl Oidc {
         let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation)
             .map_err(|e| Invalid(describe(&e, &self.settings)))?
             .claims;
+        let expires = expiry(&claims)?;
         let identity = Arc::new(identity_of(&claims, &self.settings.groups_claim)?);
-        let expires = (claims.get("exp").and_then(Value::as_u64))
-            .map_or(UNIX_EPOCH, |exp| UNIX_EPOCH + Duration::from_secs(exp));
         self.remember(hash, &identity, expires);
         Ok(identity)
     }
@@ -183,21 +220,21 @@ impl Oidc {
     async fn refetch(&self) -> Result<Arc<Vec<Key>>, Invalid> {
         let mut fetching = self.fetching.lock().await;
         let keys = self.keys.load_full();
-        if fetching
-            .fetched
-            .is_some_and(|at| at.elapsed() < REFETCH_INTERVAL)
-        {
+        let wait = fetching.wait(!keys.is_empty());
+        if fetching.fetched.is_some_and(|at| at.elapsed() < wait) {
             if keys.is_empty() {
                 return Err(Invalid(format!(
                     "this server has no keys of the issuer to check the token with: the last \
-                     fetch failed (tried again at most every {} s)",
-                    REFETCH_INTERVAL.as_secs()
+                     fetch failed (tried again in {} ms)",
+                    wait.as_millis()
                 )));
             }
             return Ok(keys);
         }
         fetching.fetched = Some(Instant::now());
-        match self.fetch(&mut fetching).await {
+        let fetched = self.fetch(&mut fetching).await;
+        fetching.count(fetched.is_ok());
+        match fetched {
             Ok(fetched) => {
                 let fetched = Arc::new(fetched);
                 self.keys.store(Arc::clone(&fetched));
@@ -244,19 +281,23 @@ impl Oidc {
     }
 
     /// Where the provider signs people in, from its metadata (fetched once; after a failure,
-    /// tried again at most once per [`REFETCH_INTERVAL`]).
+    /// tried again after the backoff of a fetch with no keys in hand).
     pub async fn endpoints(&self) -> Result<Endpoints, Invalid> {
         let mut fetching = self.fetching.lock().await;
+        let wait = fetching.wait(false);
         let discovered = match &fetching.metadata {
             Some(metadata) => metadata.clone(),
-            None if (fetching.discovered).is_some_and(|at| at.elapsed() < REFETCH_INTERVAL) => {
+            None if (fetching.discovered).is_some_and(|at| at.elapsed() < wait) => {
                 return Err(Invalid(format!(
-                    "the provider's metadata could not be fetched lately (tried again at most \
-                     every {} s)",
-                    REFETCH_INTERVAL.as_secs()
+                    "the provider's metadata could not be fetched lately (tried again in {} ms)",
+                    wait.as_millis()
                 )));
             }
-            None => self.discover(&mut fetching).await?,
+            None => {
+                let discovered = self.discover(&mut fetching).await;
+                fetching.count(discovered.is_ok());
+                discovered?
+            }
         };
         discovered.endpoints.ok_or_else(|| {
             Invalid(
@@ -381,6 +422,44 @@ fn algorithm_of(algorithm: KeyAlgorithm) -> Option<Algorithm> {
     Algorithm::from_str(&format!("{algorithm:?}")).ok()
 }
 
+/// Refuses a header that asks for more than this server understands: any critical extension
+/// (`crit`, RFC 7515 4.1.11: a recipient that does not understand one must refuse the token,
+/// and this server understands none), or a payload signed unencoded (`b64` other than true,
+/// RFC 7797), which would otherwise be checked as if it were encoded.
+fn understood(header: &jsonwebtoken::Header) -> Result<(), Invalid> {
+    if header.crit.is_some() {
+        return Err(Invalid(
+            "the access token's header lists critical extensions (crit), and this server \
+             understands none: RFC 7515 says to refuse it"
+                .into(),
+        ));
+    }
+    match header.extras.get::<Value>("b64") {
+        Ok(None) | Ok(Some(Value::Bool(true))) => Ok(()),
+        _ => Err(Invalid(
+            "the access token's payload is not base64url-encoded (b64), which this server does \
+             not accept"
+                .into(),
+        )),
+    }
+}
+
+/// When a token that passed its checks expires, as a time of the clock: refused when `exp`
+/// is further away than [`MAX_TOKEN_LIFETIME`] (the addition checked, never a panic).
+fn expiry(claims: &Map<String, Value>) -> Result<SystemTime, Invalid> {
+    let furthest = SystemTime::now() + MAX_TOKEN_LIFETIME;
+    (claims.get("exp").and_then(Value::as_u64))
+        .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)))
+        .filter(|expires| *expires <= furthest)
+        .ok_or_else(|| {
+            Invalid(format!(
+                "the access token's expiry (exp) is more than {} years away; this server \
+                 takes tokens that expire sooner",
+                MAX_TOKEN_LIFETIME.as_secs() / (366 * 24 * 3600)
+            ))
+        })
+}
+
 /// What a failed check says to the client.
 fn describe(error: &jsonwebtoken::errors::Error, settings: &OidcSettings) -> String {
     use jsonwebtoken::errors::ErrorKind;
@@ -395,6 +474,9 @@ fn describe(error: &jsonwebtoken::errors::Error, settings: &OidcSettings) -> Str
             format!("the access token was not issued by {}", settings.issuer)
         }
         ErrorKind::InvalidSignature => "the access token's signature does not verify".into(),
+        ErrorKind::MissingRequiredClaim(claim) if claim == "exp" => {
+            "the access token has no `exp` claim that is a whole number of seconds".into()
+        }
         ErrorKind::MissingRequiredClaim(claim) => {
             format!("the access token has no `{claim}` claim")
         }
@@ -406,8 +488,14 @@ fn describe(error: &jsonwebtoken::errors::Error, settings: &OidcSettings) -> Str
 }
 
 /// The identity of a token's claims: `sub`; the client from `client_id` (RFC 9068) or
-/// `azp`; scopes from `scope` (a space-separated string) or `scp` (a list); groups from the
-/// configured claim. Each list and item bounded.
+/// `azp`; scopes from `scope` (a string of scope tokens separated by spaces, RFC 6749 3.3) or
+/// `scp` (that string, or a list of scope tokens); groups from the configured claim (a list
+/// of names, or one name). Each list and item bounded.
+///
+/// Read strictly, so that no reading gives a token more than its provider meant: `scope` as
+/// a list, or a scope token with characters RFC 6749 does not allow (a newline, a tab, a
+/// quote), refuses the token; a groups claim given as one string is one group, never split
+/// (a group may be called `Domain Admins`).
 fn identity_of(claims: &Map<String, Value>, groups_claim: &str) -> Result<Identity, Invalid> {
     let text = |name: &str| {
         claims
@@ -421,31 +509,79 @@ fn identity_of(claims: &Map<String, Value>, groups_claim: &str) -> Result<Identi
             "the access token's subject (sub) is empty or longer than {MAX_CLAIM_BYTES} bytes"
         ))
     })?;
-    let list = |value: Option<&Value>| -> Vec<String> {
-        let items: Vec<String> = match value {
-            Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
-            Some(Value::Array(items)) => (items.iter())
+    let scopes = match (claims.get("scope"), claims.get("scp")) {
+        (Some(Value::String(s)), _) | (None, Some(Value::String(s))) => {
+            scope_tokens(s.split(' ').filter(|t| !t.is_empty()))?
+        }
+        (None, Some(Value::Array(items))) => {
+            let items: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            let items = items.ok_or_else(|| {
+                Invalid("the access token's scp claim lists something other than text".into())
+            })?;
+            scope_tokens(items.into_iter())?
+        }
+        (None, None) => Vec::new(),
+        (Some(_), _) => {
+            return Err(Invalid(
+                "the access token's scope claim is not a string of scopes separated by spaces \
+                 (RFC 9068 2.2.3)"
+                    .into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Invalid(
+                "the access token's scp claim is neither a string nor a list of scopes".into(),
+            ));
+        }
+    };
+    let groups = match claims.get(groups_claim) {
+        Some(Value::String(group)) => bounded(std::iter::once(group.clone())),
+        Some(Value::Array(items)) => bounded(
+            (items.iter())
                 .filter_map(|v| v.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut total = 0;
-        (items.into_iter())
-            .filter(|s| s.len() <= MAX_CLAIM_BYTES)
-            .take(MAX_CLAIM_ITEMS)
-            .take_while(|s| {
-                total += s.len();
-                total <= MAX_CLAIM_LIST_BYTES
-            })
-            .collect()
+                .filter(|s| !s.is_empty()),
+        ),
+        _ => Vec::new(),
     };
     Ok(Identity {
         kind: IdentityKind::Oauth,
         name,
         client: text("client_id").or_else(|| text("azp")),
-        groups: list(claims.get(groups_claim)),
-        scopes: list(claims.get("scope").or_else(|| claims.get("scp"))),
+        groups,
+        scopes,
     })
+}
+
+/// Scope tokens as RFC 6749 3.3 writes them (`%x21 / %x23-5B / %x5D-7E`, at least one), or
+/// the token refused; then bounded.
+fn scope_tokens<'a>(items: impl Iterator<Item = &'a str>) -> Result<Vec<String>, Invalid> {
+    let valid = |c: char| matches!(c, '\x21' | '\x23'..='\x5b' | '\x5d'..='\x7e');
+    let mut tokens = Vec::new();
+    for item in items {
+        if item.is_empty() || !item.chars().all(valid) {
+            return Err(Invalid(
+                "the access token's scopes hold a character a scope may not have (RFC 6749 \
+                 3.3: printable ASCII but space, `\"` and `\\`)"
+                    .into(),
+            ));
+        }
+        tokens.push(item.to_string());
+    }
+    Ok(bounded(tokens.into_iter()))
+}
+
+/// At most [`MAX_CLAIM_ITEMS`] items, each at most [`MAX_CLAIM_BYTES`], all at most
+/// [`MAX_CLAIM_LIST_BYTES`].
+fn bounded(items: impl Iterator<Item = String>) -> Vec<String> {
+    let mut total = 0;
+    items
+        .filter(|s| s.len() <= MAX_CLAIM_BYTES)
+        .take(MAX_CLAIM_ITEMS)
+        .take_while(|s| {
+            total += s.len();
+            total <= MAX_CLAIM_LIST_BYTES
+        })
+        .collect()
 }
 
 #[cfg(test)]

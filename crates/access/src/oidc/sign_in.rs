@@ -34,6 +34,9 @@ pub const MAX_CODE_BYTES: usize = 2 << 10;
 pub const MAX_COOKIE_TOKEN_BYTES: usize = 3800;
 /// How long a sign-in token is kept when the provider does not say (`expires_in`).
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// The longest a browser keeps a sign-in token, whatever `expires_in` says (the cookie's
+/// `Max-Age`): a day. The token's own `exp` still ends it sooner.
+pub const MAX_SIGN_IN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 /// A sign-in started: where to send the browser, and what it keeps until it comes back.
 #[derive(Debug)]
@@ -131,7 +134,7 @@ impl Oidc {
         Ok(SignedIn {
             token,
             identity,
-            lifetime: answer.expires_in().unwrap_or(DEFAULT_LIFETIME),
+            lifetime: (answer.expires_in().unwrap_or(DEFAULT_LIFETIME)).min(MAX_SIGN_IN_LIFETIME),
         })
     }
 

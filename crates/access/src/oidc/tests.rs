@@ -131,6 +131,97 @@ async fn every_claim_is_checked_and_a_valid_token_is_remembered() {
     assert_eq!(oidc.identify(&valid).await.expect("remembered").name, "ann");
 }
 
+/// A token of ann for this server with `claims` over the good ones (`null` removes one),
+/// signed as `kid` with `header` changed by `edit`.
+fn token_with(claims: serde_json::Value, edit: impl FnOnce(&mut Header)) -> String {
+    let mut all = json!({"sub": "ann", "iss": "https://id.example",
+        "aud": "https://tools.example/mcp", "exp": now() + 60});
+    for (key, value) in claims.as_object().expect("object") {
+        if value.is_null() {
+            all.as_object_mut().expect("object").remove(key);
+        } else {
+            all[key] = value.clone();
+        }
+    }
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("k".into());
+    edit(&mut header);
+    let key = EncodingKey::from_ec_pem(KEY.as_bytes()).expect("key");
+    encode(&header, &all, &key).expect("token")
+}
+
+#[tokio::test]
+async fn extreme_times_in_a_token_are_refused_with_a_reason_and_never_panic() {
+    let oidc = provider(30);
+    let years = |n: u64| now() + n * 366 * 24 * 3600;
+    let far = "more than 10 years away";
+    let unreadable = "cannot be read";
+    let not_seconds = "no `exp` claim that is a whole number of seconds";
+    let cases = [
+        (json!({"exp": 1u64 << 63}), far),
+        (json!({"exp": u64::MAX}), far),
+        (json!({"exp": 1u64 << 62}), far),
+        (json!({"exp": years(11)}), far),
+        (json!({"exp": 1e300}), not_seconds),
+        (json!({"exp": -1}), not_seconds),
+        (json!({"exp": "soon"}), not_seconds),
+        (json!({"exp": null}), not_seconds),
+        (json!({"nbf": u64::MAX}), "not valid yet"),
+        (json!({"nbf": 1u64 << 63}), "not valid yet"),
+        (json!({"nbf": -5}), unreadable),
+    ];
+    for (claims, reason) in cases {
+        let Err(refused) = oidc.identify(&token_with(claims.clone(), |_| ())).await else {
+            panic!("{claims} was taken");
+        };
+        assert!(refused.0.contains(reason), "{claims}: {}", refused.0);
+    }
+    // Within the bound, a long-lived token passes; `iat` is not read, whatever it says.
+    for claims in [
+        json!({"exp": years(9)}),
+        json!({"iat": u64::MAX}),
+        json!({"iat": -1}),
+        json!({"nbf": 0}),
+    ] {
+        let passed = oidc.identify(&token_with(claims.clone(), |_| ())).await;
+        let passed = passed.unwrap_or_else(|e| panic!("{claims}: {}", e.0));
+        assert_eq!(passed.name, "ann");
+    }
+}
+
+#[tokio::test]
+async fn a_header_with_critical_extensions_or_an_unencoded_payload_is_refused() {
+    let oidc = provider(0);
+    let critical = |names: &[&str]| {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        move |header: &mut Header| header.crit = Some(names)
+    };
+    let refusals = [
+        token_with(json!({}), critical(&["x-unknown"])),
+        token_with(json!({}), critical(&[])),
+        token_with(json!({}), |header| {
+            header.crit = Some(vec!["b64".into()]);
+            header.extras.insert("b64", false);
+        }),
+        token_with(json!({}), |header| header.extras.insert("b64", false)),
+        token_with(json!({}), |header| header.extras.insert("b64", "false")),
+    ];
+    for (n, token) in refusals.iter().enumerate() {
+        let refused = oidc.identify(token).await.expect_err("refused");
+        assert!(
+            refused.0.contains("(crit)") || refused.0.contains("(b64)"),
+            "case {n}: {}",
+            refused.0
+        );
+    }
+    // `b64: true` is the default spelled out, and other extra parameters are not critical.
+    let plain = token_with(json!({}), |header| {
+        header.extras.insert("b64", true);
+        header.extras.insert("x-note", "hello");
+    });
+    assert_eq!(oidc.identify(&plain).await.expect("plain").name, "ann");
+}
+
 #[test]
 fn claims_map_to_an_identity_bounded() {
     let claims: Map<String, Value> = serde_json::from_value(serde_json::json!({
@@ -154,6 +245,58 @@ fn claims_map_to_an_identity_bounded() {
     .expect("claims");
     let identity = identity_of(&crowded, "groups").expect("identity");
     assert_eq!(identity.groups.len(), 20, "4 KiB of 200-byte groups");
+}
+
+#[test]
+fn scopes_and_groups_are_read_strictly() {
+    let read = |claims: serde_json::Value| {
+        let claims: Map<String, Value> = serde_json::from_value(claims).expect("claims");
+        identity_of(&claims, "groups")
+    };
+    // `scp` as a list or a string (providers write both); `scope` wins over it.
+    let listed = read(json!({"sub": "a", "scp": ["tools:a", "tools:b"]})).expect("scp list");
+    assert_eq!(listed.scopes, ["tools:a", "tools:b"]);
+    let spaced = read(json!({"sub": "a", "scp": "tools:a tools:b"})).expect("scp string");
+    assert_eq!(spaced.scopes, ["tools:a", "tools:b"]);
+    let both = read(json!({"sub": "a", "scope": "tools:a", "scp": ["tools:all"]})).expect("both");
+    assert_eq!(both.scopes, ["tools:a"]);
+    // `scope` as a list, separators other than spaces, quotes: refused, with the reason.
+    for (claims, reason) in [
+        (
+            json!({"sub": "a", "scope": ["tools:all"]}),
+            "not a string of scopes",
+        ),
+        (
+            json!({"sub": "a", "scope": "tools:a\ntools:all"}),
+            "a scope may not have",
+        ),
+        (
+            json!({"sub": "a", "scope": "tools:a\ttools:all"}),
+            "a scope may not have",
+        ),
+        (
+            json!({"sub": "a", "scope": "\"tools:all\""}),
+            "a scope may not have",
+        ),
+        (
+            json!({"sub": "a", "scp": ["tools:a", 7]}),
+            "other than text",
+        ),
+        (
+            json!({"sub": "a", "scp": {"tools": "all"}}),
+            "neither a string nor a list",
+        ),
+    ] {
+        let Err(refused) = read(claims.clone()) else {
+            panic!("{claims} was taken");
+        };
+        assert!(refused.0.contains(reason), "{claims}: {}", refused.0);
+    }
+    // A groups claim of one string is one group: never split into others' names.
+    let one = read(json!({"sub": "a", "groups": "Domain Admins"})).expect("one group");
+    assert_eq!(one.groups, ["Domain Admins"]);
+    let none = read(json!({"sub": "a", "groups": 7})).expect("no groups");
+    assert!(none.groups.is_empty());
 }
 
 /// Where the provider on loopback serves its metadata and its key set.
@@ -342,6 +485,44 @@ async fn a_key_set_keeps_its_first_64_keys() {
         let refused = oidc.identify(&dropped).await.expect_err("past 64 keys");
         assert!(refused.0.contains(&format!("id `k{n}`")), "{}", refused.0);
     }
+    assert_eq!(provider.asked(JWKS), 1);
+}
+
+#[tokio::test]
+async fn with_no_keys_in_hand_the_provider_is_tried_again_after_a_growing_backoff() {
+    let provider = LoopbackProvider::start().await;
+    let metadata = provider.documents.lock().expect("lock").remove(METADATA);
+    let oidc = provider.oidc();
+    // Down when the host starts: the first try fails, the next waits FIRST_RETRY only.
+    oidc.prefetch().await;
+    let token = provider.token("ann", "k");
+    let refused = oidc.identify(&token).await.expect_err("down");
+    assert!(refused.0.contains("tried again in 500 ms"), "{}", refused.0);
+    assert_eq!(provider.asked(METADATA), 1);
+    // Each failure in a row doubles the wait: 500 ms, 1 s, 2 s, 4 s, 8 s, then 10 s.
+    for (n, wait) in [1000, 2000, 4000, 8000, 10_000, 10_000]
+        .into_iter()
+        .enumerate()
+    {
+        age(&oidc, FIRST_RETRY * 2u32.pow(n as u32)).await;
+        let refused = oidc.identify(&token).await.expect_err("still down");
+        assert!(refused.0.contains("404"), "{}", refused.0);
+        assert_eq!(provider.asked(METADATA), n + 2);
+        let refused = oidc.identify(&token).await.expect_err("waiting");
+        assert!(
+            refused.0.contains(&format!("tried again in {wait} ms")),
+            "{}",
+            refused.0
+        );
+    }
+    // Back: a token is taken as soon as the backoff of the moment allows, not 10 s later.
+    provider.serve(METADATA, metadata.expect("metadata"));
+    age(&oidc, REFETCH_INTERVAL).await;
+    assert_eq!(oidc.identify(&token).await.expect("back").name, "ann");
+    // With keys in hand, an unknown key id waits the whole interval again.
+    age(&oidc, FIRST_RETRY * 2).await;
+    let made_up = provider.token("ann", "x");
+    oidc.identify(&made_up).await.expect_err("made-up id");
     assert_eq!(provider.asked(JWKS), 1);
 }
 
