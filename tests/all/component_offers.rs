@@ -311,3 +311,83 @@ async fn a_components_prompts_and_reads_run_within_the_ensembles_concurrency() {
     );
     client.cancel().await.expect("close");
 }
+
+/// The diagnostics of `fixture`'s ensembles, rendered as `check` prints them.
+async fn refusals(fixture: &Fixture) -> Vec<String> {
+    let resolved = fixture.resolve().await;
+    resolved.diagnostics().map(|d| d.to_string()).collect()
+}
+
+/// A files set `name` over an empty `shelf/` directory at `prefix`, in ensemble `name`.
+fn files_set(fixture: &Fixture, name: &str, prefix: &str) {
+    fixture.mkdir("shelf");
+    fixture.write(
+        &format!("{name}.toml"),
+        &format!(
+            "schema-version = 1\n[ensemble]\nname = \"{name}\"\n\n[[resources]]\nname = \
+             \"{name}\"\ndirectory = \"../shelf\"\nuri-prefix = \"{prefix}\"\n"
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_uri_has_one_owner_whatever_offers_it() {
+    // Two components that list the same URIs (the fourth hostile suite's impostor): the
+    // later ensemble is refused, at the place that names its component, and the first's
+    // place is noted.
+    let fixture = self::fixture();
+    fixture.write(
+        "copy.toml",
+        &LIBRARY
+            .replace("name = \"library\"", "name = \"copy\"")
+            .replace("prefix = \"lib\"", "prefix = \"cp\""),
+    );
+    let errors = refusals(&fixture).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("library.toml:6:")
+            && errors[0].contains("(passed on by its component) overlaps the resource `books://")
+            && errors[0].contains("of ensemble `copy`; ensemble `library` is refused")
+            && errors[0].contains("copy.toml:6:")
+            && errors[0].contains("first defined here"),
+        "{errors:?}"
+    );
+    let client = ().serve(stdio_serve(&fixture)).await.expect("MCP session");
+    let listed = client.list_all_resources().await.expect("resources/list");
+    let mut uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    let all = uris.len();
+    uris.dedup();
+    assert_eq!(uris.len(), all, "each URI once");
+    let contents = read(&client, "books://welcome").await.expect("read");
+    assert_eq!(contents.len(), 1);
+    client.cancel().await.expect("close");
+
+    // A files set under whose prefix a component's template falls: the later one is
+    // refused, whichever it is.
+    let fixture = self::fixture();
+    files_set(&fixture, "shelf", "books://shelf/");
+    let errors = refusals(&fixture).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains(
+            "the URI prefix `books://shelf/` (of resource set `shelf`) overlaps the template \
+             `books://shelf/{topic}` of ensemble `library`; ensemble `shelf` is refused"
+        ),
+        "{errors:?}"
+    );
+    let fixture = self::fixture();
+    files_set(&fixture, "books", "books://");
+    let errors = refusals(&fixture).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains(
+            "(passed on by its component) overlaps the URI prefix `books://` of \
+             ensemble `books`; ensemble `library` is refused"
+        ),
+        "{errors:?}"
+    );
+    // Beside a prefix no URI of it can start, both load.
+    let fixture = self::fixture();
+    files_set(&fixture, "shelves", "shelves://");
+    assert_eq!(refusals(&fixture).await, Vec::<String>::new());
+}

@@ -168,3 +168,51 @@ async fn a_server_prompt_whose_name_is_taken_is_left_out_not_its_ensemble() {
     assert_eq!(brief[0].description.as_deref(), Some("Taken first"));
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_servers_resources_have_one_owner_here_too() {
+    let inner = inner_fixture();
+    crate::web_offers::add_offers(&inner);
+    // The outer host's own files at the URIs the server lists (its template `docs://{+path}`
+    // and `docs://brief.md`): the later ensemble is refused, whichever it is.
+    for (files, refused) in [("z-files", "inner"), ("a-files", "inner")] {
+        let outer = Fixture::new();
+        outer.write("inner.toml", &import_ensemble(&inner, ""));
+        let shelf = outer.mkdir("shelf");
+        std::fs::write(shelf.join("brief.md"), "An impostor's brief.").expect("file");
+        outer.write(
+            &format!("{files}.toml"),
+            &format!(
+                "schema-version = 1\n[ensemble]\nname = \"{files}\"\n\n[[resources]]\nname = \
+                 \"mine\"\ndirectory = \"../shelf\"\nuri-prefix = \"docs://\"\n"
+            ),
+        );
+        let resolved = outer.resolve().await;
+        let errors: Vec<String> = resolved.diagnostics().map(|d| d.to_string()).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let loser = if files.starts_with('z') {
+            files
+        } else {
+            refused
+        };
+        assert!(
+            errors[0].contains(&format!("ensemble `{loser}` is refused"))
+                && errors[0].contains("overlaps"),
+            "{errors:?}"
+        );
+        if files.starts_with('z') {
+            assert!(
+                errors[0].contains("(of resource set `mine`) overlaps the"),
+                "{errors:?}"
+            );
+        } else {
+            assert!(
+                errors[0].contains(
+                    "(passed on by its imported server) overlaps the URI prefix \
+                     `docs://` of ensemble `a-files`"
+                ),
+                "{errors:?}"
+            );
+        }
+    }
+}

@@ -498,7 +498,8 @@ async fn prompt_names_and_uri_prefixes_collide_across_ensembles_as_tool_names_do
     );
     assert!(
         errors[1].contains(
-            "URI prefix `docs://notes/guides/` overlaps `docs://notes/` of ensemble `notes`"
+            "the URI prefix `docs://notes/guides/` (of resource set `deep`) overlaps the URI \
+             prefix `docs://notes/` of ensemble `notes`"
         ),
         "{errors:?}"
     );

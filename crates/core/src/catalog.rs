@@ -248,6 +248,37 @@ impl Serialize for Ensemble {
     }
 }
 
+/// What answers for one resource URI.
+#[derive(Debug, Clone, Copy)]
+pub enum ResourceOwner<'c> {
+    /// Files under a directory (`[[resources]]`).
+    Files(&'c Arc<ResourceSet>),
+    /// What an imported server or a component passes on.
+    Passed(&'c Arc<PassedResources>),
+}
+
+impl ResourceOwner<'_> {
+    pub fn ensemble(&self) -> &str {
+        match self {
+            ResourceOwner::Files(set) => set.ensemble(),
+            ResourceOwner::Passed(set) => set.ensemble(),
+        }
+    }
+
+    /// The name access rules grant it by (a set's name, or its ensemble's).
+    pub fn name(&self) -> &str {
+        match self {
+            ResourceOwner::Files(set) => set.name(),
+            ResourceOwner::Passed(set) => set.name(),
+        }
+    }
+
+    /// Whether it is `set`.
+    pub fn is(&self, set: &PassedResources) -> bool {
+        matches!(self, ResourceOwner::Passed(owner) if std::ptr::eq(owner.as_ref(), set))
+    }
+}
+
 /// A consistent set of tools, built by `resolve` and never changed after.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -382,9 +413,39 @@ impl Catalog {
         self.passed.iter()
     }
 
-    /// Reads the resource at `uri`, if `session` may: one it may not read is not found. A
-    /// URI under a resource set's prefix is that set's; another is asked of the imported
-    /// server that claims it, if one does.
+    /// Who answers for `uri` as far as is known without asking a server: the resource set
+    /// under whose prefix it is; else the component that lists it or has a template that
+    /// matches it; else the first imported server (in ensemble order) that listed it or has
+    /// such a template. A server never answers for a URI a set or a component claims, and
+    /// the owner is never chosen by who asks ([`Catalog::read_resource`] checks the caller
+    /// on the owner alone).
+    pub fn resource_owner_known(&self, uri: &str) -> Option<ResourceOwner<'_>> {
+        if let Some(set) = self.resource_set_for(uri) {
+            return Some(ResourceOwner::Files(set));
+        }
+        let fixed = self.passed.iter().filter(|p| p.is_fixed());
+        let servers = self.passed.iter().filter(|p| !p.is_fixed());
+        (fixed.chain(servers))
+            .find(|set| set.claims_listed(uri))
+            .map(ResourceOwner::Passed)
+    }
+
+    /// [`Catalog::resource_owner_known`], where a server that has not listed its resources
+    /// yet lists them first.
+    pub async fn resource_owner(&self, uri: &str) -> Option<ResourceOwner<'_>> {
+        if let Some(owner) = self.resource_owner_known(uri) {
+            return Some(owner);
+        }
+        for set in self.passed.iter().filter(|p| !p.is_fixed()) {
+            if set.claims(uri).await {
+                return self.resource_owner_known(uri);
+            }
+        }
+        None
+    }
+
+    /// Reads the resource at `uri`, if `session` may read its owner's resources: one it may
+    /// not is not found.
     pub async fn read_resource(
         &self,
         session: &Session,
@@ -396,18 +457,14 @@ impl Catalog {
         if uri.len() > crate::resources::MAX_URI_BYTES {
             return Err(not_found());
         }
-        if let Some(set) = self.resource_set_for(uri) {
-            if !session.permits_offer(set.ensemble(), set.name()) {
-                return Err(not_found());
+        match self.resource_owner(uri).await {
+            Some(owner) if !session.permits_offer(owner.ensemble(), owner.name()) => {
+                Err(not_found())
             }
-            return set.read(uri).await.map(|contents| vec![contents]);
+            Some(ResourceOwner::Files(set)) => set.read(uri).await.map(|contents| vec![contents]),
+            Some(ResourceOwner::Passed(set)) => set.read(&session.id, uri).await,
+            None => Err(not_found()),
         }
-        for set in &self.passed {
-            if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
-                return set.read(&session.id, uri).await;
-            }
-        }
-        Err(not_found())
     }
 
     /// The accepted ensembles.

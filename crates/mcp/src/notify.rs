@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
-use toolhost_core::catalog::{Catalog, CatalogChange};
+use toolhost_core::catalog::{Catalog, CatalogChange, ResourceOwner};
 use toolhost_core::invoke::{Host, Session};
 use toolhost_core::resources::watch::ResourceEvent;
 
@@ -59,13 +59,10 @@ pub(crate) async fn listen(
     // take no subscription: they change only with a reload).
     let catalog = server.host.catalog().snapshot();
     for uri in &wanted {
-        if catalog.resource_set_for(uri).is_none() {
-            for set in catalog.passed_resources() {
-                if session.permits_offer(set.ensemble(), set.name()) && set.claims(uri).await {
-                    set.subscribe(uri).await;
-                    break;
-                }
-            }
+        if let Some(ResourceOwner::Passed(set)) = catalog.resource_owner(uri).await
+            && session.permits_offer(set.ensemble(), set.name())
+        {
+            set.subscribe(uri).await;
         }
     }
     drop(catalog);
@@ -156,11 +153,9 @@ fn readable(
     wanted
         .iter()
         .filter(|uri| update.everything || update.updated.contains(*uri))
-        .filter(|uri| match catalog.resource_set_for(uri) {
-            Some(set) => session.permits_offer(set.ensemble(), set.name()),
-            None => catalog.passed_resources().any(|set| {
-                session.permits_offer(set.ensemble(), set.name()) && set.claims_listed(uri)
-            }),
+        .filter(|uri| {
+            (catalog.resource_owner_known(uri))
+                .is_some_and(|owner| session.permits_offer(owner.ensemble(), owner.name()))
         })
         .cloned()
         .collect()

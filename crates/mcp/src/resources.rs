@@ -11,7 +11,7 @@ use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceTemplate};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
-use toolhost_core::catalog::Catalog;
+use toolhost_core::catalog::{Catalog, ResourceOwner};
 use toolhost_core::invoke::Session;
 use toolhost_core::resources::passed::PassedResources;
 use toolhost_core::resources::{Listed, MAX_URI_BYTES, ResourceError, ResourceSet};
@@ -54,7 +54,10 @@ pub async fn page(
         }));
     }
     for set in imported(catalog, session) {
-        let (listed, _) = set.list().await;
+        let (mut listed, _) = set.list().await;
+        // A URI another answers for (a set, a component, a server before it) is not this
+        // server's to list: a read of it goes to its owner.
+        listed.retain(|l| (catalog.resource_owner_known(&l.uri)).is_some_and(|o| o.is(set)));
         all.extend(listed);
     }
     all.sort_by(|a, b| a.uri.cmp(&b.uri));
@@ -157,21 +160,21 @@ impl Subscriptions {
         if no_room(&self.0.lock().unwrap_or_else(PoisonError::into_inner), uri) {
             return Err(full());
         }
-        let mut servable = uri.len() <= MAX_URI_BYTES
-            && catalog.resource_set_for(uri).is_some_and(|set| {
-                session.permits_offer(set.ensemble(), set.name()) && set.path_of(uri).is_some()
-            });
-        if !servable && uri.len() <= MAX_URI_BYTES && catalog.resource_set_for(uri).is_none() {
-            for set in imported(catalog, session) {
-                if set.claims(uri).await {
-                    // A server that takes no subscriptions still has its URI subscribed
-                    // here: its list changes and our own reloads are reported.
-                    set.subscribe(uri).await;
-                    servable = true;
-                    break;
-                }
+        let owner = match uri.len() <= MAX_URI_BYTES {
+            true => catalog.resource_owner(uri).await,
+            false => None,
+        };
+        let servable = match owner {
+            Some(owner) if !session.permits_offer(owner.ensemble(), owner.name()) => false,
+            Some(ResourceOwner::Files(set)) => set.path_of(uri).is_some(),
+            Some(ResourceOwner::Passed(set)) => {
+                // A server that takes no subscriptions still has its URI subscribed here:
+                // its list changes and our own reloads are reported.
+                set.subscribe(uri).await;
+                true
             }
-        }
+            None => false,
+        };
         if !servable {
             return Err(refusal(ResourceError::NotFound {
                 uri: toolhost_audit::cut_text(uri),

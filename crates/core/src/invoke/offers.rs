@@ -69,12 +69,8 @@ impl Host {
         let started = Instant::now();
         let catalog = self.catalog().snapshot();
         let result = catalog.read_resource(session, uri).await;
-        let ensemble = match catalog.resource_set_for(uri) {
-            Some(set) => Some(set.ensemble()),
-            None => (catalog.passed_resources())
-                .find(|set| result.is_ok() && set.claims_listed(uri))
-                .map(|set| set.ensemble()),
-        };
+        let owner = catalog.resource_owner_known(uri);
+        let ensemble = owner.as_ref().map(|owner| owner.ensemble());
         self.audit_offer(OfferRecord {
             session,
             kind: "resource",

@@ -32,11 +32,12 @@ pub(super) struct Bound {
 /// What a backend offers besides tools, passed on by its ensemble.
 pub(super) enum Passed {
     /// An imported server's prompts (listed when it was bound), and whether it offers
-    /// resources.
+    /// resources, with the URIs and templates it listed then (`None` when it could not
+    /// list them: they are asked for on first use).
     Server {
         server: Arc<crate::backend::mcp::McpImport>,
         prompts: Vec<rmcp::model::Prompt>,
-        resources: bool,
+        resources: Option<Option<crate::resources::passed::Known>>,
     },
     /// A `toolhost:plugin@0.3.0` component that lists prompts or resources, and the runtime
     /// that runs them.
@@ -429,10 +430,14 @@ impl<'r> Binder<'r> {
                     tracing::warn!("{e}; its prompts are not offered");
                     Vec::new()
                 });
+                let resources = match server.has_resources().await {
+                    true => Some(listed_resources(&server).await),
+                    false => None,
+                };
                 let passed = Passed::Server {
                     server: Arc::clone(&server),
                     prompts,
-                    resources: server.has_resources().await,
+                    resources,
                 };
                 Ok(Arc::new(Bound {
                     origin: format!("MCP server `{}`", spec.describe()),
@@ -448,4 +453,26 @@ impl<'r> Binder<'r> {
             ))),
         }
     }
+}
+
+/// The URIs and templates an imported server lists now, or `None` (and a warning) when it
+/// cannot list them.
+async fn listed_resources(
+    server: &crate::backend::mcp::McpImport,
+) -> Option<crate::resources::passed::Known> {
+    let listed = async {
+        let (resources, _) = server.resources().await?;
+        let templates = server.resource_templates().await?;
+        Ok::<_, crate::backend::mcp::McpError>(crate::resources::passed::Known::listed(
+            resources.into_iter().map(|r| r.uri.clone()).collect(),
+            templates
+                .into_iter()
+                .map(|t| t.uri_template.clone())
+                .collect(),
+        ))
+    };
+    listed
+        .await
+        .inspect_err(|e| tracing::warn!("{e}; its resources are listed when first asked for"))
+        .ok()
 }

@@ -1,11 +1,12 @@
 //! Names across ensembles: the first ensemble (in file-name order) to claim an enabled tool
-//! or prompt name, or a resource URI prefix, keeps it, and one that brings a taken name (or
-//! a prefix that overlaps a taken one) is refused whole, naming both places.
+//! or prompt name, or a resource URI (by a files set's prefix, or a URI or template its
+//! component or imported server lists), keeps it, and one that brings a taken name or a URI
+//! another answers for is refused whole, naming both places.
 
 use crate::catalog::{Catalog, Ensemble};
+use crate::resources::owners::{Claim, Claims};
 use std::collections::HashMap;
 use std::sync::Arc;
-use toolhost_config::draft::overlaps;
 use toolhost_config::{Diagnostic, Span};
 
 /// Builds a catalog one accepted ensemble at a time, refusing name collisions.
@@ -15,8 +16,8 @@ pub struct CatalogBuilder {
     owners: HashMap<String, (String, Span)>,
     /// The same for prompts.
     prompts: HashMap<String, (String, Span)>,
-    /// Each enabled resource set's URI prefix, its ensemble and where it is defined.
-    prefixes: Vec<(String, String, Span)>,
+    /// The resource URIs claimed, by which ensemble, and where.
+    claims: Claims<(String, Span)>,
     ensembles: Vec<Arc<Ensemble>>,
 }
 
@@ -56,23 +57,8 @@ impl CatalogBuilder {
                 )
                 .with_note(Some(first.location()), "first defined here"));
             }
-            if let Some((set, (prefix, owner, first))) = ensemble.resources.iter().find_map(|set| {
-                self.prefixes
-                    .iter()
-                    .find(|(taken, _, _)| overlaps(taken, set.uri_prefix()))
-                    .map(|taken| (set, taken))
-            }) {
-                return Err(Diagnostic::new(
-                    set.definition().location(),
-                    format!(
-                        "URI prefix `{}` overlaps `{prefix}` of ensemble `{owner}`; ensemble `{}` \
-                         is refused (a URI must name one file: choose prefixes neither of which \
-                         starts the other)",
-                        set.uri_prefix(),
-                        ensemble.name
-                    ),
-                )
-                .with_note(Some(first.location()), "first defined here"));
+            if let Some(refusal) = self.claimed_elsewhere(&ensemble) {
+                return Err(refusal);
             }
             for tool in enabled() {
                 self.owners.insert(
@@ -86,16 +72,52 @@ impl CatalogBuilder {
                     (ensemble.name.clone(), prompt.definition().clone()),
                 );
             }
-            for set in &ensemble.resources {
-                self.prefixes.push((
-                    set.uri_prefix().to_string(),
-                    ensemble.name.clone(),
-                    set.definition().clone(),
-                ));
+            for (_, at, claims) in resource_claims(&ensemble) {
+                for claim in claims {
+                    self.claims.take(claim, (ensemble.name.clone(), at.clone()));
+                }
             }
         }
         self.ensembles.push(ensemble);
         Ok(())
+    }
+
+    /// A refusal of `ensemble` if a resource URI it would answer for is answered for by an
+    /// ensemble accepted before it, or by another of its own sources.
+    fn claimed_elsewhere(&self, ensemble: &Ensemble) -> Option<Diagnostic> {
+        let mut own: Claims<(String, Span)> = Claims::default();
+        let sources = resource_claims(ensemble);
+        for (source, at, claims) in &sources {
+            for claim in claims {
+                let met = (self.claims.met(claim))
+                    .map(|(taken, (owner, first))| (taken, format!("of ensemble `{owner}`"), first))
+                    .or_else(|| {
+                        own.met(claim)
+                            .map(|(taken, (other, first))| (taken, other, first))
+                    });
+                if let Some((taken, owner, first)) = met {
+                    return Some(
+                        Diagnostic::new(
+                            at.location(),
+                            format!(
+                                "{} ({source}) overlaps {} {owner}; ensemble `{}` is refused (a \
+                                 resource URI must have one owner: choose URIs, templates and \
+                                 prefixes of which no two can name the same resource)",
+                                claim.describe(),
+                                taken.describe(),
+                                ensemble.name
+                            ),
+                        )
+                        .with_note(Some(first.location()), "first defined here"),
+                    );
+                }
+            }
+            // A source's own claims may meet each other (a URI its template matches).
+            for claim in claims {
+                own.take(claim.clone(), (source.clone(), at.clone()));
+            }
+        }
+        None
     }
 
     /// `ensemble` without the prompts its imported server or component passes on whose
@@ -134,4 +156,25 @@ impl CatalogBuilder {
     pub fn build(self) -> Catalog {
         Catalog::new(self.ensembles)
     }
+}
+
+/// The resource URIs an enabled ensemble answers for, by source: each files set (its prefix),
+/// and its component or imported server (the URIs and templates it lists), with where each
+/// source is written.
+fn resource_claims(ensemble: &Ensemble) -> Vec<(String, Span, Vec<Claim>)> {
+    let sets = ensemble.resources.iter().map(|set| {
+        (
+            format!("of resource set `{}`", set.name()),
+            set.definition().clone(),
+            vec![Claim::Prefix(set.uri_prefix().to_string())],
+        )
+    });
+    let passed = ensemble.passed.iter().map(|passed| {
+        (
+            format!("passed on by its {}", passed.source_kind()),
+            passed.definition().clone(),
+            passed.claimed(),
+        )
+    });
+    sets.chain(passed).collect()
 }

@@ -38,12 +38,13 @@ pub(super) fn offers(
             prompts: listed,
             resources: offers_resources,
         }) => {
-            if *offers_resources {
+            if let Some(known) = offers_resources {
                 resources_passed = Some(Arc::new(PassedResources::new(
                     ensemble,
                     draft.name.clone(),
                     server,
                     passed_at(draft),
+                    known.clone(),
                 )));
             }
             let more = named(draft, &prompts, listed.iter().map(|p| p.name.as_str()));

@@ -8,8 +8,10 @@
 //!
 //! The file system work runs on blocking threads ([`ResourceSet::list`], [`ResourceSet::read`]);
 //! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server or
-//! of a `toolhost:plugin@0.3.0` component are passed on by [`passed`].
+//! of a `toolhost:plugin@0.3.0` component are passed on by [`passed`]; [`owners`] keeps every
+//! URI to one of them.
 
+pub(crate) mod owners;
 pub mod passed;
 pub mod watch;
 

@@ -43,30 +43,48 @@ enum Source {
 const WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What the server listed last: the URIs, the templates, and whether it has listed at all.
-#[derive(Debug, Default)]
-struct Known {
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Known {
     listed: bool,
     uris: HashSet<String>,
     templates: Vec<String>,
 }
 
+impl Known {
+    /// What a server listed when its ensemble was bound (for the URIs it claims from the
+    /// start, which `check` compares with everyone else's).
+    pub(crate) fn listed(uris: HashSet<String>, templates: Vec<String>) -> Self {
+        Known {
+            listed: true,
+            uris,
+            templates,
+        }
+    }
+}
+
 impl PassedResources {
     /// The resources of `server`, named `name` (the ensemble's name: what access rules
-    /// match), defined where the ensemble names the server.
+    /// match), defined where the ensemble names the server, with what it listed when it was
+    /// bound (`None`: not listed yet).
     pub(crate) fn new(
         ensemble: &Arc<str>,
         name: String,
         server: &Arc<McpImport>,
         definition: Span,
+        known: Option<Known>,
     ) -> Self {
         let hash = crate::backend::Backend::source_hash(server.as_ref());
-        Self::of(
+        let set = Self::of(
             ensemble,
             name,
             Source::Server(Arc::clone(server)),
             hash.0,
             definition,
-        )
+        );
+        if let Some(known) = known {
+            *set.known.lock().unwrap_or_else(PoisonError::into_inner) = known;
+        }
+        set
     }
 
     /// The resources `offers` lists, named `name` (the ensemble's name), defined where the
@@ -127,6 +145,32 @@ impl PassedResources {
 
     pub fn version(&self) -> VersionHash {
         self.version
+    }
+
+    /// Whether what it answers for is fixed until a reload (a component's), rather than up
+    /// to a server that may list other URIs at any time.
+    pub fn is_fixed(&self) -> bool {
+        matches!(self.source, Source::Component(..))
+    }
+
+    /// What offers them, for messages: `component` or `imported server`.
+    pub fn source_kind(&self) -> &'static str {
+        match self.source {
+            Source::Server(_) => "imported server",
+            Source::Component(..) => "component",
+        }
+    }
+
+    /// What it answers for as far as it is known now: the URIs listed last and the templates.
+    pub(crate) fn claimed(&self) -> Vec<super::owners::Claim> {
+        use super::owners::Claim;
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let uris = known.uris.iter().map(|uri| Claim::Uri(uri.clone()));
+        let templates = known.templates.iter().map(|t| Claim::template(t));
+        let mut claims: Vec<Claim> = uris.chain(templates).collect();
+        // In a fixed order, so that a collision is reported the same way every time.
+        claims.sort();
+        claims
     }
 
     /// The resources, and whether there were more than were taken. A server that cannot be
