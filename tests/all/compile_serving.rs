@@ -124,3 +124,50 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
         "{stderr}"
     );
 }
+
+/// With JSON logs, the line that says a compile is still running is a JSON object like every
+/// other line on stderr: a log collector parses every line (the fourth hostile suite found
+/// it written as plain text).
+#[test]
+fn json_logs_stay_json_while_a_slow_compile_is_shown() {
+    let fixture = Fixture::new();
+    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3");
+    std::fs::write(
+        fixture.root().join("hog.wasm"),
+        register_hog(20_000, 20_000),
+    )
+    .expect("hog");
+    fixture.write(
+        "hog.toml",
+        &ensemble("hog", "hog", "[[invokers]]\ninvoker = { name = \"hog\" }\n"),
+    );
+    let output = crate::cli::toolhost_with_stdin(
+        &fixture,
+        &[
+            "--config",
+            config.to_str().expect("path"),
+            "--log-format",
+            "json",
+            "-v",
+            "--no-cache",
+            "check",
+        ],
+        None,
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the hog is refused at its bound"
+    );
+    let stderr = crate::cli::stderr(&output);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["target"] == "toolhost"
+            && l["level"] == "INFO"
+            && (l["message"].as_str()).is_some_and(|m| m.starts_with("still compiling "))),
+        "{stderr}"
+    );
+}

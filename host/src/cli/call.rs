@@ -45,7 +45,10 @@ pub(crate) async fn run(
         Err(error) => {
             if !json {
                 let one_line = error.message.replace('\n', " ");
-                eprintln!("error: {}: {}", error.kind, safe(&one_line));
+                super::logging::say(
+                    tracing::Level::ERROR,
+                    &format!("error: {}: {}", error.kind, safe(&one_line)),
+                );
             }
             Ok(ExitCode::from(1))
         }

@@ -5,6 +5,11 @@
 //! A JSON line has `time` (RFC 3339, UTC), `level`, `target` and `message`, the event's own
 //! fields, and the fields of the spans it happened in: `session`, `tool` and `ensemble` for
 //! anything logged during a call, `invoker` and `session` on a plugin's own lines.
+//!
+//! What the commands themselves write on stderr (the address `serve` listens on, a compile
+//! still running, a refused ensemble, the last error) goes through [`say`], so that in JSON
+//! every line on stderr is one JSON object too (target `toolhost`). `chat`'s conversation
+//! on a terminal is the one exception: it is the program's face, not its log.
 
 use serde_json::{Map, Value};
 use std::io::{IsTerminal, Write};
@@ -40,8 +45,42 @@ fn default_filter(verbose: u8) -> &'static str {
     }
 }
 
+/// The format chosen at start, for what [`say`] writes.
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Writes one line of a command's own on stderr: `line` as it is in text; in JSON, an object
+/// with `time`, `level`, `target` (`toolhost`) and `message` (the line without a leading
+/// `error: `, `warning: ` or `toolhost: `, which the level says).
+pub(crate) fn say(level: tracing::Level, line: &str) {
+    let mut stderr = std::io::stderr().lock();
+    if !is_json() {
+        let _ = writeln!(stderr, "{line}");
+        return;
+    }
+    let message = ["error: ", "warning: ", "toolhost: "]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))
+        .unwrap_or(line);
+    let mut object = Map::new();
+    object.insert("time".into(), now().into());
+    object.insert("level".into(), level.as_str().into());
+    object.insert("target".into(), "toolhost".into());
+    object.insert("message".into(), message.into());
+    let _ = writeln!(stderr, "{}", Value::Object(object));
+}
+
+/// Whether lines on stderr are JSON (then nothing is drawn on a terminal either).
+pub(crate) fn is_json() -> bool {
+    FORMAT.get() == Some(&LogFormat::Json)
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
 /// Installs the stderr logger and returns the relay for MCP sessions.
 pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
+    let _ = FORMAT.set(format);
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let default = default_filter(verbose);
@@ -154,12 +193,7 @@ where
     fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
         let metadata = event.metadata();
         let mut line = Map::new();
-        line.insert(
-            "time".into(),
-            humantime::format_rfc3339_millis(std::time::SystemTime::now())
-                .to_string()
-                .into(),
-        );
+        line.insert("time".into(), now().into());
         line.insert("level".into(), metadata.level().as_str().into());
         line.insert("target".into(), metadata.target().into());
         // Outer spans first: an inner span's field, then the event's own, win.

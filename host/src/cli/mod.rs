@@ -243,14 +243,17 @@ pub(crate) fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            logging::say(
+                tracing::Level::ERROR,
+                &format!("error: cannot start the async runtime: {e}"),
+            );
             return ExitCode::from(3);
         }
     };
     let code = match runtime.block_on(run(cli, logs)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            logging::say(tracing::Level::ERROR, &format!("error: {e:#}"));
             ExitCode::from(3)
         }
     };

@@ -157,7 +157,10 @@ pub(crate) async fn push(
     let pushed = match pushed {
         Ok(pushed) => pushed,
         Err(e) => {
-            eprintln!("error: {}", safe(&e.to_string()));
+            super::logging::say(
+                tracing::Level::ERROR,
+                &format!("error: {}", safe(&e.to_string())),
+            );
             return Ok(ExitCode::from(1));
         }
     };

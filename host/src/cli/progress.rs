@@ -13,9 +13,10 @@ const SHOWN_AFTER: f64 = 1.0;
 const EVERY: u64 = 10;
 
 /// Shows the compiles that have run for over a second, until dropped: on a terminal one line
-/// kept up to date, otherwise a line when a compile passes a second and every 10 s after.
+/// kept up to date, otherwise (or with JSON logs) a line when a compile passes a second and
+/// every 10 s after.
 pub(crate) async fn show_compiles(runtime: &Runtime) -> Infallible {
-    let terminal = std::io::stderr().is_terminal();
+    let terminal = std::io::stderr().is_terminal() && !super::logging::is_json();
     let mut shown_at: std::collections::HashMap<std::path::PathBuf, u64> = Default::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut drawn = false;
@@ -26,8 +27,8 @@ pub(crate) async fn show_compiles(runtime: &Runtime) -> Infallible {
             .into_iter()
             .filter(|c| c.seconds >= SHOWN_AFTER)
             .collect();
-        let mut stderr = std::io::stderr().lock();
         if terminal {
+            let mut stderr = std::io::stderr().lock();
             if slow.is_empty() && !drawn {
                 continue;
             }
@@ -53,10 +54,12 @@ pub(crate) async fn show_compiles(runtime: &Runtime) -> Infallible {
             if due {
                 shown_at.insert(compile.path.clone(), seconds);
                 let path = compile.path.display().to_string();
-                let _ = writeln!(
-                    stderr,
-                    "still compiling {} ({seconds} s so far; once: later starts use the cache)",
-                    super::terminal::safe(&path)
+                super::logging::say(
+                    tracing::Level::INFO,
+                    &format!(
+                        "still compiling {} ({seconds} s so far; once: later starts use the cache)",
+                        super::terminal::safe(&path)
+                    ),
                 );
             }
         }
@@ -66,7 +69,7 @@ pub(crate) async fn show_compiles(runtime: &Runtime) -> Infallible {
 /// Clears the line `show_compiles` keeps on a terminal.
 pub(crate) fn clear() {
     let mut stderr = std::io::stderr();
-    if stderr.is_terminal() {
+    if stderr.is_terminal() && !super::logging::is_json() {
         let _ = write!(stderr, "\r\x1b[2K");
         let _ = stderr.flush();
     }

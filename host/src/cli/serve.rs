@@ -513,9 +513,10 @@ async fn serve_http(
         )
     });
     // Tests and scripts read this line to learn the port when they asked for port 0.
-    eprintln!("toolhost: serving MCP on http://{local}/mcp");
+    let say = |line: String| super::logging::say(tracing::Level::INFO, &line);
+    say(format!("toolhost: serving MCP on http://{local}/mcp"));
     if page {
-        eprintln!("toolhost: the web chat is at http://{local}/");
+        say(format!("toolhost: the web chat is at http://{local}/"));
     }
     service::notify(&[sd_notify::NotifyState::Ready]);
     // Connections are still taken while the calls in flight drain (their answers, `/readyz`

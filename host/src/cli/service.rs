@@ -118,13 +118,16 @@ pub(crate) fn close_audit(host: &Host) {
     if unwritten.is_empty() {
         return;
     }
-    let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(
-        stderr,
-        "toolhost: {} audit record(s) could not be written to {}; they follow, one per line:",
-        unwritten.len(),
-        log.path().display()
+    super::logging::say(
+        tracing::Level::ERROR,
+        &format!(
+            "toolhost: {} audit record(s) could not be written to {}; they follow, one per line:",
+            unwritten.len(),
+            log.path().display()
+        ),
     );
+    // Each record is one JSON object on its line already, whatever the log format.
+    let mut stderr = std::io::stderr().lock();
     for line in unwritten {
         let _ = stderr.write_all(&line);
     }

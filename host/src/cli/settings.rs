@@ -332,9 +332,12 @@ impl Settings {
         let (_runtime, resolved) = self.load().await?;
         for refused in &resolved.refused {
             let count = refused.diagnostics.len();
-            eprintln!(
-                "warning: {} was refused ({count} error(s)); run `toolhost check` for details",
-                refused.file.display()
+            super::logging::say(
+                tracing::Level::WARN,
+                &format!(
+                    "warning: {} was refused ({count} error(s)); run `toolhost check` for details",
+                    refused.file.display()
+                ),
             );
         }
         self.host_over(Arc::new(LiveCatalog::new(resolved.catalog)))

@@ -194,9 +194,12 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
-                "no status at {}: no `toolhost serve` has run with this configuration",
-                path.display()
+            super::logging::say(
+                tracing::Level::WARN,
+                &format!(
+                    "no status at {}: no `toolhost serve` has run with this configuration",
+                    path.display()
+                ),
             );
             return Ok(ExitCode::from(1));
         }
