@@ -62,6 +62,7 @@ mod scripted;
 mod service;
 mod service_audit;
 mod service_systemd;
+mod start_functions;
 mod stdio_limits;
 mod support;
 mod talk;

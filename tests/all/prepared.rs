@@ -15,7 +15,7 @@ use toolhost::runtime::{
 };
 
 /// The stock of the tool `name` in `host`'s catalog.
-fn stock(host: &Host, name: &str) -> Stock {
+pub(crate) fn stock(host: &Host, name: &str) -> Stock {
     let catalog = host.catalog().snapshot();
     let tool = catalog.get(name).expect("the tool");
     tool.policy()

@@ -88,7 +88,8 @@ async fn manifests(UrlPath((repo, _tag)): UrlPath<(String, String)>) -> Response
         | "endless-token"
         | "endless-token-error"
         | "redirect-token"
-        | "no-token" => ok(manifest(CONFIG, &[("application/wasm", &echo, size)])),
+        | "no-token"
+        | "eternal-token" => ok(manifest(CONFIG, &[("application/wasm", &echo, size)])),
         _ => Response::builder()
             .status(404)
             .body(Body::from("{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}"))
@@ -105,6 +106,7 @@ async fn blobs(UrlPath((repo, _digest)): UrlPath<(String, String)>) -> Response 
             Response::new(Body::from(other))
         }
         "endless-blob" => Response::new(endless()),
+        "eternal-token" => Response::new(Body::from(echo)),
         "slow-blob" => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Response::new(Body::from(echo))
@@ -148,6 +150,11 @@ async fn token(uri: axum::http::Uri) -> Response {
             .body(Body::empty())
             .expect("response"),
         "no-token" => Response::new(Body::from("{}")),
+        // A lifetime no clock can add: kept a day at most, and the pull goes on.
+        "eternal-token" => Response::new(Body::from(format!(
+            r#"{{"token": "t", "expires_in": {}}}"#,
+            u64::MAX
+        ))),
         _ => Response::new(Body::from(r#"{"token": "t", "expires_in": 300}"#)),
     }
 }
@@ -293,7 +300,13 @@ async fn every_token_error_and_redirect_is_read_no_further_than_its_bound() {
         if repo.ends_with("-error") {
             assert!(error.contains(": xxxxxxxxxx"), "{repo}: {error}");
         }
-    }
+    } // A token whose `expires_in` is u64::MAX seconds is taken (for a day at most), and the
+    // pull that asked for it goes on.
+    let reference = Reference::parse(&format!("oci://{address}/eternal-token:1")).expect("ref");
+    registry
+        .pull(&reference, Fetch::Missing)
+        .await
+        .expect("a pull with a token of any lifetime");
 }
 
 #[test]
