@@ -12,9 +12,12 @@
 //!
 //! ```text
 //! toolhost           the CLI (the only place that prints for people and uses anyhow): check,
-//!                    describe, run, serve, chat, pull, push; serve's HTTP listener with its
-//!                    connection and stream bounds; running as a service (signals, drain,
-//!                    SIGHUP, systemd notifications); the text and JSON log lines
+//!                    describe, run, serve, chat, pull, push; running as a service (signals,
+//!                    drain, SIGHUP, systemd notifications); the text and JSON log lines
+//! toolhost-http      the HTTP front of `serve --http`: the accept loop with its connection,
+//!                    header and body bounds; the guard (origins, identity, sessions bound to
+//!                    it, quotas, step-up); the web chat's sign-in; probes and metrics; the
+//!                    routes to MCP and the web chat
 //! toolhost-web       the agent loop over HTTP: a run streamed as Server-Sent Events,
 //!                    approvals, conversations in SQLite (bounded), the page (assets built in)
 //! toolhost-mcp       the catalog served to MCP clients over stdio and streamable HTTP, at
@@ -65,6 +68,7 @@ pub use toolhost_config as config;
 pub use toolhost_contract as contract;
 pub use toolhost_contract::tls;
 pub use toolhost_core::{backend, catalog, invoke, metrics, prompts, reload, resolve, resources};
+pub use toolhost_http as http;
 pub use toolhost_mcp as mcp;
 pub use toolhost_registry as registry;
 pub use toolhost_runtime as runtime;

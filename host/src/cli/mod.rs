@@ -16,8 +16,6 @@ mod chat;
 mod check;
 mod describe;
 mod docs;
-mod guard;
-mod http;
 mod list;
 mod logging;
 mod new;
@@ -26,7 +24,6 @@ mod progress;
 mod serve;
 mod service;
 mod settings;
-mod sign_in;
 mod status;
 mod terminal;
 

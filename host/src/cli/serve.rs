@@ -1,22 +1,15 @@
 //! `toolhost serve`: the catalog over MCP (stdio by default, streamable HTTP with `--http`),
 //! with hot reload (unless `--no-watch`; SIGHUP reloads either way), a status file for
-//! `toolhost status`, and the shutdown of `service` on SIGTERM / SIGINT. Over HTTP, `/healthz`
-//! and `/readyz` answer probes.
+//! `toolhost status`, and the shutdown of `service` on SIGTERM / SIGINT. Over HTTP the front
+//! (toolhost-http) serves MCP, the web chat and the probes; this command builds what it
+//! serves.
 
 use super::service::{self, AbortOnDrop, Signals};
 use super::settings::Settings;
 use anyhow::{Context, bail};
-use axum::extract::Request;
-use axum::http::{StatusCode, header};
-use axum::middleware::Next;
 use rmcp::ServiceExt;
-use rmcp::transport::StreamableHttpServerConfig;
-use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use toolhost::invoke::{DrainReport, Host};
 use toolhost::mcp::McpServer;
@@ -115,17 +108,16 @@ pub(crate) async fn run(
     let code = match &options.http {
         None => serve_stdio(host.clone(), logs, first_load, drain).await,
         Some(address) => {
-            let scrape = Scrape {
-                host: host.clone(),
-                reloader: reloader.clone(),
-                runtime: runtime.clone(),
-                loaded: std::sync::atomic::AtomicBool::new(false),
+            let served = toolhost::http::Served {
+                scrape: toolhost::http::Scrape::new(host.clone(), reloader.clone(), runtime),
+                access,
+                web: web(settings, host.clone(), reloader.clone()).await,
+                page: options.page,
+                logs,
+                first_load,
+                allowed_hosts: settings.allowed_hosts.clone(),
             };
-            let limits = (settings.http, settings.allowed_hosts.clone());
-            let web = web(settings, host.clone(), reloader.clone()).await;
-            let web = (web, options.page);
-            let logs = (logs, first_load);
-            serve_http(scrape, logs, address, access, limits, web, drain).await
+            serve_http(served, address, settings.http, drain).await
         }
     };
     service::close_audit(&host);
@@ -243,9 +235,6 @@ fn first_load(reloader: Arc<Reloader>) -> tokio::sync::watch::Receiver<bool> {
     waiting
 }
 
-/// How long the MCP layer gets, after the drain, to write the answers of the last calls.
-const ANSWER_GRACE: Duration = Duration::from_secs(3);
-
 /// One MCP session over stdin/stdout, until the client closes stdin or a signal's drain ends
 /// (stdin may stay open: the session is ended from this side).
 async fn serve_stdio(
@@ -293,270 +282,32 @@ async fn serve_stdio(
         report = &mut drain => {
             // rmcp writes the answers of handlers that already finished before it closes.
             session.cancel();
-            let _ = tokio::time::timeout(ANSWER_GRACE, waiting).await;
+            let _ = tokio::time::timeout(toolhost::http::ANSWER_GRACE, waiting).await;
             Ok(service::exit_code(report))
         }
     }
 }
 
-/// What `/metrics` reads its gauges from when it is scraped, and `/readyz` its answer.
-struct Scrape {
-    host: Arc<Host>,
-    reloader: Arc<Reloader>,
-    runtime: Arc<Runtime>,
-    /// Set once the first load's compiles have all ended: later reloads keep serving the
-    /// previous versions while they compile, so they do not make the host unready.
-    loaded: std::sync::atomic::AtomicBool,
-}
-
-impl Scrape {
-    /// True once the first load ended: every component it named compiled, or was refused.
-    fn loaded(&self) -> bool {
-        if self.loaded.load(Ordering::SeqCst) {
-            return true;
-        }
-        let loaded = self.reloader.status().loading.is_empty();
-        if loaded {
-            self.loaded.store(true, Ordering::SeqCst);
-        }
-        loaded
-    }
-
-    /// Every metric, gauges set to what they are now.
-    fn render(&self) -> String {
-        let Some(metrics) = self.host.metrics() else {
-            return String::new();
-        };
-        let pool = self.runtime.pool();
-        metrics.instances_in_use.set(pool.in_use as i64);
-        metrics.instances_waiting.set(pool.waiting as i64);
-        metrics.instances_capacity.set(pool.capacity as i64);
-        let prepared = self.runtime.prepared();
-        metrics.prepared_instances.set(prepared.instances as i64);
-        metrics.prepared_bytes.set(prepared.bytes as i64);
-        for (outcome, count) in [
-            ("made", prepared.made),
-            ("used", prepared.used),
-            ("evicted", prepared.evicted),
-            ("failed", prepared.failed),
-        ] {
-            (metrics.prepared_outcomes.with_label_values(&[outcome])).set(count as i64);
-        }
-        let status = self.reloader.status();
-        metrics.catalog_generation.set(status.generation as i64);
-        metrics.refused_ensembles.set(status.refused.len() as i64);
-        let catalog = self.reloader.catalog().snapshot();
-        metrics.catalog_tools.set(catalog.tools().count() as i64);
-        // Imported servers by ensemble; an ensemble gone since the last scrape drops out.
-        metrics.mcp_servers_up.reset();
-        let mut seen = std::collections::HashSet::new();
-        for tool in catalog.tools() {
-            if let Some(up) = tool.backend().is_up()
-                && seen.insert(tool.ensemble())
-            {
-                (metrics.mcp_servers_up.with_label_values(&[tool.ensemble()])).set(i64::from(up));
-            }
-        }
-        if let Some(log) = self.host.audit_log() {
-            let health = log.health();
-            metrics.audit_held.set(health.held as i64);
-            metrics.audit_lost.set(health.lost as i64);
-            metrics
-                .audit_reopen_failures
-                .set(health.reopen_failures as i64);
-        }
-        metrics.draining.set(i64::from(self.host.is_draining()));
-        metrics.render()
-    }
-}
-
+/// MCP over streamable HTTP, the web chat and the probes on `address`, through the HTTP
+/// front (toolhost-http), until the drain ends.
 async fn serve_http(
-    scrape: Scrape,
-    (logs, first_load): (LogRelay, tokio::sync::watch::Receiver<bool>),
+    served: toolhost::http::Served,
     address: &str,
-    access: Arc<toolhost::access::Access>,
-    (limits, allowed_hosts): (super::settings::HttpLimits, Vec<String>),
-    (web, page): (Arc<toolhost::web::Web>, Option<bool>),
+    limits: toolhost::http::Limits,
     drain: impl Future<Output = DrainReport>,
 ) -> anyhow::Result<ExitCode> {
-    let address: SocketAddr = address
-        .parse()
-        .with_context(|| format!("--http {address}: expected IP:PORT, e.g. 127.0.0.1:8750"))?;
-    if !address.ip().is_loopback() && !access.has_identities() {
-        bail!(
-            "--http {address} is not a loopback address: name tokens or a provider in [access] of \
-             toolhost.toml (or set --token-env VAR) so that clients must present a bearer token"
-        );
-    }
-    if !access.local_allowed() && !access.has_identities() {
-        bail!(
-            "[access] require-token is set, but no token or provider is named: nobody could \
-             connect; add [[access.tokens]] or [access.oidc]"
-        );
-    }
-    // The provider's keys are fetched ahead of the first token (a failure is logged, and
-    // fetched again when a token needs them).
-    if let Some(oidc) = access.oidc() {
-        tokio::spawn(async move { oidc.prefetch().await });
-    }
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen on {address}"))?;
-    // Connections within the open-file limit (raised to its hard limit), streams within half
-    // of them, so that calls and probes always find a connection.
-    let max_connections = super::http::fit_to_open_files(limits.max_connections);
-    let streams = toolhost::mcp::StreamSlots::new(limits.max_streams.min(max_connections / 2));
-    let local = listener.local_addr()?;
-    // rmcp takes loopback names in the Host header; add the listening address and the
-    // names operators list (`allowed-hosts`: a Service's, a load balancer's).
-    let mut config = StreamableHttpServerConfig::default();
-    let mut hosts = config.allowed_hosts.clone();
-    if !local.ip().is_loopback() {
-        hosts.push(local.ip().to_string());
-    }
-    hosts.extend(allowed_hosts);
-    config = config.with_allowed_hosts(hosts.clone());
-    // The page and the chat API check the Host header as rmcp does for /mcp.
-    let page = page.unwrap_or(local.ip().is_loopback());
-    let hosts = Arc::new(hosts);
-    let checked = move |router: axum::Router| {
-        let hosts = hosts.clone();
-        router.layer(axum::middleware::from_fn(
-            move |request: Request, next: Next| {
-                let hosts = hosts.clone();
-                async move { super::http::check_host(&hosts, request, next).await }
-            },
-        ))
-    };
-    let web = checked(toolhost::web::router(web, page));
-    // The web chat's sign-in, outside the guard (whoever signs in has no token yet).
-    let sign_in = checked(super::sign_in::router(Arc::clone(&access)));
-    let cancel = config.cancellation_token.clone();
-    let host = scrape.host.clone();
-    // Conversations and `subscriptions/listen` streams are shared by every HTTP client; a
-    // stream replaces a session's notifications, so as many may be open as sessions may.
-    let shared = toolhost::mcp::Shared::new(
-        &format!("mcp-http-{}", std::process::id()),
-        limits.session_idle,
-        limits.max_sessions,
-    )
-    .with_streams(Arc::clone(&streams))
-    .with_first_load(first_load);
-    let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http", Arc::new(shared));
-    // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions` are
-    // refused (`guard`).
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(limits.session_idle);
-    let sessions = Arc::new(sessions);
-    let service = StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
-    let metadata = super::guard::metadata(&access);
-    let guard_state = Arc::new(super::guard::Guard::new(
-        access,
-        host.clone(),
-        sessions,
-        limits.max_sessions,
-    ));
-    // Probes come from kubelets and load balancers, which carry no token: they are outside
-    // the guard, and say nothing but whether this host serves.
-    let scrape = Arc::new(scrape);
-    let ready = scrape.clone();
-    // Tool calls are POSTs, answered on their own response stream: counted until it ends.
-    let answering = Arc::new(toolhost::invoke::Tally::default());
-    let counted = answering.clone();
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .merge(web)
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let scrape = scrape.clone();
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                        scrape.render(),
-                    )
-                }
-            }),
-        )
-        // Inside the guard: only requests it lets through take a stream's place.
-        .layer(axum::middleware::from_fn(
-            move |request: Request, next: Next| {
-                let streams = streams.clone();
-                async move { super::http::limit_streams(&streams, request, next).await }
-            },
-        ))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            let guard_state = guard_state.clone();
-            async move { super::guard::guard(&guard_state, request, next).await }
-        }))
-        .layer(axum::middleware::from_fn(
-            move |request: Request, next: Next| {
-                let counted = counted.clone();
-                async move {
-                    if request.method() == axum::http::Method::POST {
-                        super::http::count_answer(counted, request, next).await
-                    } else {
-                        next.run(request).await
-                    }
-                }
-            },
-        ))
-        .merge(probes(ready.clone()))
-        .merge(metadata)
-        .merge(sign_in);
-    // Past the connection cap with every connection busy, a new one is answered by this.
-    let probes_alone = probes(ready).fallback(|| async {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "every HTTP connection this host keeps is busy (max-http-connections); only \
-             /healthz and /readyz are answered now, try again later",
-        )
-    });
+    let front = toolhost::http::Front::bind(address, served, limits).await?;
+    let local = front.local_addr();
     // Tests and scripts read this line to learn the port when they asked for port 0.
     let say = |line: String| super::logging::say(tracing::Level::INFO, &line);
     say(format!("toolhost: serving MCP on http://{local}/mcp"));
-    if page {
+    if front.serves_page() {
         say(format!("toolhost: the web chat is at http://{local}/"));
     }
     service::notify(&[sd_notify::NotifyState::Ready]);
-    // Connections are still taken while the calls in flight drain (their answers, `/readyz`
-    // saying 503); once the last answers are written the MCP sessions close, and so do the
-    // connections.
-    let shutdown = async move {
-        let report = drain.await;
-        let _ = tokio::time::timeout(ANSWER_GRACE, answering.idle()).await;
-        cancel.cancel();
-        report
-    };
-    let report = super::http::serve(
-        listener,
-        router,
-        probes_alone,
-        max_connections,
-        (limits.header_timeout, limits.body_timeout),
-        shutdown,
-    )
-    .await
-    .context("the HTTP server failed")?;
+    let report = front
+        .serve(drain)
+        .await
+        .context("the HTTP server failed")?;
     Ok(service::exit_code(report))
-}
-
-/// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
-/// token), saying nothing but whether this host serves.
-fn probes(ready: Arc<Scrape>) -> axum::Router {
-    axum::Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let answer = if ready.host.is_draining() {
-                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-                } else if ready.loaded() {
-                    (StatusCode::OK, "ready\n")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
-                };
-                async move { answer }
-            }),
-        )
 }

@@ -15,20 +15,6 @@ use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, Trusted
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
-/// The bounds of `serve --http`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HttpLimits {
-    pub(crate) max_sessions: usize,
-    pub(crate) session_idle: std::time::Duration,
-    pub(crate) max_connections: usize,
-    /// Event streams open at once: at most half of `max_connections`, so that calls and
-    /// probes always have connections left.
-    pub(crate) max_streams: usize,
-    pub(crate) header_timeout: std::time::Duration,
-    /// How long a request's body may take once its headers arrived.
-    pub(crate) body_timeout: std::time::Duration,
-}
-
 /// Everything the commands need to build a host.
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -57,7 +43,7 @@ pub(crate) struct Settings {
     /// Bytes of results sessions may remember: each, and all together.
     pub(crate) dedup: (usize, usize),
     /// MCP sessions over HTTP at once, how long one may stay idle, and connections at once.
-    pub(crate) http: HttpLimits,
+    pub(crate) http: toolhost::http::Limits,
     /// Host header values `/mcp` takes besides loopback and the listening address.
     pub(crate) allowed_hosts: Vec<String>,
     /// `[chat]`, for `toolhost chat`.
@@ -105,7 +91,7 @@ impl Settings {
                 }
                 let connections = written_or(
                     file.host.max_http_connections,
-                    super::http::DEFAULT_MAX_CONNECTIONS,
+                    toolhost::http::DEFAULT_MAX_CONNECTIONS,
                 );
                 if let Some(streams) = &file.host.max_http_streams
                     && streams.get_ref().get() as usize > connections / 2
@@ -193,22 +179,22 @@ impl Settings {
         );
         let max_connections = written_or(
             host.max_http_connections,
-            super::http::DEFAULT_MAX_CONNECTIONS,
+            toolhost::http::DEFAULT_MAX_CONNECTIONS,
         );
-        let http = HttpLimits {
-            max_sessions: written_or(host.max_mcp_sessions, super::http::DEFAULT_MAX_SESSIONS),
-            session_idle: written_or(host.mcp_session_idle_s, super::http::DEFAULT_SESSION_IDLE),
+        let http = toolhost::http::Limits {
+            max_sessions: written_or(host.max_mcp_sessions, toolhost::http::DEFAULT_MAX_SESSIONS),
+            session_idle: written_or(host.mcp_session_idle_s, toolhost::http::DEFAULT_SESSION_IDLE),
             max_connections,
             max_streams: written_or(
                 host.max_http_streams.as_ref().map(|v| *v.get_ref()),
-                super::http::DEFAULT_MAX_STREAMS
+                toolhost::http::DEFAULT_MAX_STREAMS
                     .min(max_connections / 2)
                     .max(1),
             ),
-            body_timeout: written_or(host.http_body_timeout_s, super::http::DEFAULT_BODY_TIMEOUT),
+            body_timeout: written_or(host.http_body_timeout_s, toolhost::http::DEFAULT_BODY_TIMEOUT),
             header_timeout: written_or(
                 host.http_header_timeout_ms,
-                super::http::DEFAULT_HEADER_TIMEOUT,
+                toolhost::http::DEFAULT_HEADER_TIMEOUT,
             ),
         };
         let dedup = (

@@ -1,4 +1,4 @@
-//! The guard of `serve --http`: every request but the probes and the protected resource
+//! guard: the guard of `serve --http`: every request but the probes and the protected resource
 //! metadata passes it. It refuses other origins, authenticates the request (toolhost-access:
 //! loopback, a named token, an access token) and hands the caller on in the request's
 //! extensions, where the MCP server and the chat API find it; it binds an MCP session to the
@@ -11,7 +11,7 @@
 //! a second (the rest counted in the next record), so a flood of bad tokens cannot fill the
 //! disk.
 
-use super::http::Peer;
+use crate::accept::Peer;
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use toolhost::access::{Access, Refusal};
-use toolhost::invoke::{Caller, Host};
+use toolhost_access::{Access, Refusal};
+use toolhost_core::invoke::{Caller, Host};
 
 /// Refused requests recorded in the audit log per second, at most.
 pub(crate) const REFUSALS_PER_SECOND: u32 = 20;
@@ -116,18 +116,18 @@ impl Guard {
                  {REFUSALS_PER_SECOND} a second)"
             ));
         }
-        let record = toolhost::audit::AuditRecord {
-            time: toolhost::audit::now_rfc3339(),
+        let record = toolhost_audit::AuditRecord {
+            time: toolhost_audit::now_rfc3339(),
             session: "http".into(),
             identity: None,
-            tool: toolhost::audit::cut_text(path),
+            tool: toolhost_audit::cut_text(path),
             kind: None,
             ensemble: None,
             component: None,
             arguments: serde_json::Value::Null,
             arguments_bytes: None,
             outcome: format!("refused-{}", refusal.status.as_u16()),
-            error: Some(toolhost::audit::cut_text(&error)),
+            error: Some(toolhost_audit::cut_text(&error)),
             duration_ms: 0.0,
             deduplicated: false,
             result_bytes: 0,
@@ -172,12 +172,12 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         .and_then(|o| o.to_str().ok())
         && !is_local_origin(origin)
         // Only the web chat's paths check the Host header for everything they answer.
-        && !(toolhost::web::is_web_path(request.uri().path())
+        && !(toolhost_web::is_web_path(request.uri().path())
             && is_same_origin(origin, request.headers()))
     {
         return (StatusCode::FORBIDDEN, "cross-origin requests are refused").into_response();
     }
-    if toolhost::web::is_page_asset(request.method(), request.uri().path()) {
+    if toolhost_web::is_page_asset(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
     let loopback = request
@@ -187,10 +187,10 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
     let path = request.uri().path().to_string();
     // A browser signed in to the web chat carries its access token in a cookie: taken on the
     // page's paths only (never on /mcp), and checked as any token.
-    if toolhost::web::is_web_path(&path)
+    if toolhost_web::is_web_path(&path)
         && !request.headers().contains_key(header::AUTHORIZATION)
         && let Some(token) =
-            super::sign_in::cookie(request.headers(), super::sign_in::SESSION_COOKIE)
+            crate::sign_in::cookie(request.headers(), crate::sign_in::SESSION_COOKIE)
         && let Ok(value) = format!("Bearer {token}").parse()
     {
         request.headers_mut().insert(header::AUTHORIZATION, value);
@@ -288,7 +288,7 @@ async fn step_up(guard: &Guard, caller: &Caller, request: Request) -> Result<Req
     let small = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .is_some_and(|length| length <= STEP_UP_PEEK_BYTES);
-    if caller.identity.kind != toolhost::contract::IdentityKind::Oauth
+    if caller.identity.kind != toolhost_contract::IdentityKind::Oauth
         || !guard.access.is_restrictive()
         || !small
     {

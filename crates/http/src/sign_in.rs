@@ -1,4 +1,4 @@
-//! The web chat's sign-in over HTTP (`[access.oidc.sign-in]`): the browser's side of
+//! sign_in: the web chat's sign-in over HTTP (`[access.oidc.sign-in]`): the browser's side of
 //! toolhost-access's authorization code flow, outside the guard (whoever signs in has no
 //! token yet).
 //!
@@ -17,14 +17,14 @@
 //! host keeps nothing per sign-in. Answers are plain text (what a provider's error says is
 //! never markup).
 
-use super::guard::is_same_origin;
+use crate::guard::is_same_origin;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::collections::HashMap;
 use std::sync::Arc;
-use toolhost::access::Access;
+use toolhost_access::Access;
 
 /// The cookie that holds a signed-in browser's access token.
 pub(crate) const SESSION_COOKIE: &str = "toolhost-session";
@@ -57,7 +57,7 @@ pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
 }
 
 /// The provider the page signs people in with, if this host has one.
-fn signing_in(access: &Access) -> Option<Arc<toolhost::access::Oidc>> {
+fn signing_in(access: &Access) -> Option<Arc<toolhost_access::Oidc>> {
     access.oidc().filter(|o| o.settings.sign_in.is_some())
 }
 
@@ -159,7 +159,7 @@ async fn sign_out(State(access): State<Arc<Access>>, request: Request) -> Respon
 
 /// `; Secure` when the browser comes back over https (a cookie marked so is never sent over
 /// plain http, which loopback set-ups use).
-fn is_secure(oidc: &toolhost::access::Oidc) -> &'static str {
+fn is_secure(oidc: &toolhost_access::Oidc) -> &'static str {
     let https =
         (oidc.settings.sign_in.as_ref()).is_some_and(|s| s.redirect_uri.scheme() == "https");
     if https { "; Secure" } else { "" }

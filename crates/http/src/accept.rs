@@ -1,4 +1,4 @@
-//! The HTTP server of `serve --http`: an accept loop over hyper with the bounds that
+//! accept: the HTTP server of `serve --http`, an accept loop over hyper with the bounds that
 //! `axum::serve` does not have. A connection must send each request's headers within the
 //! header timeout (`[host] http-header-timeout-ms`, [`DEFAULT_HEADER_TIMEOUT`]), so half-open
 //! connections do not pile up, and at most `max_connections` are open at once.
@@ -19,20 +19,20 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use toolhost::invoke::{OwnedCounted, Tally};
+use toolhost_core::invoke::Tally;
 
 /// How long a connection may take to send a request's headers.
-pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once, at most (`[host] max-http-connections`).
-pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Event streams open at once, at most (`[host] max-http-streams`).
-pub(crate) const DEFAULT_MAX_STREAMS: usize = 256;
+pub const DEFAULT_MAX_STREAMS: usize = 256;
 /// MCP sessions open at once, at most (`[host] max-mcp-sessions`).
-pub(crate) const DEFAULT_MAX_SESSIONS: usize = 1000;
+pub const DEFAULT_MAX_SESSIONS: usize = 1000;
 /// An MCP session idle this long is closed (`[host] mcp-session-idle-s`).
-pub(crate) const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 /// Connections past the cap served for the probes alone, at most, when none can be let go.
-pub(crate) const PROBE_RESERVE: usize = 16;
+pub const PROBE_RESERVE: usize = 16;
 /// Open files kept for the host's own use (components, caches, the audit log, compile
 /// workers' pipes, imported servers) when the connection cap is fitted to the file limit.
 const FILES_FOR_THE_HOST: u64 = 256;
@@ -42,7 +42,7 @@ const FILES_FOR_THE_HOST: u64 = 256;
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
 /// How long a request's body may take to arrive, once its headers have
 /// (`[host] http-body-timeout-s`).
-pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Raises the soft open-file limit as far as the connection cap needs (within the hard limit;
 /// not further, since child processes inherit it), and returns the connection cap that fits
@@ -375,120 +375,3 @@ pub(crate) async fn serve<T>(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
 
-/// True for a request whose answer is a stream that stays open: MCP's standalone stream (a
-/// GET of /mcp), a chat run, the catalog's stream. (A `subscriptions/listen` stream is counted
-/// by the MCP server itself, which knows it by its body.)
-fn is_stream(request: &axum::extract::Request) -> bool {
-    let path = request.uri().path();
-    let method = request.method();
-    if method == axum::http::Method::GET {
-        return path == "/mcp" || path == "/api/catalog/events";
-    }
-    method == axum::http::Method::POST
-        && (path == "/api/conversations"
-            || (path.starts_with("/api/conversations/") && path.ends_with("/messages")))
-}
-
-/// Refuses a stream past `max-http-streams` with a 503 before anything is started, and counts
-/// the others until their answer ends.
-pub(crate) async fn limit_streams(
-    streams: &Arc<toolhost::mcp::StreamSlots>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if !is_stream(&request) {
-        return next.run(request).await;
-    }
-    let Some(slot) = streams.try_take() else {
-        let refusal = streams.refusal();
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, refusal).into_response();
-    };
-    let response = next.run(request).await;
-    response.map(|body| {
-        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
-            let _ = &slot;
-            frame
-        }))
-    })
-}
-
-/// Middleware: counts `request` in `answering` from its arrival until its response body
-/// ends (or is dropped), so that a shutdown can let the last answers go out before it closes
-/// the MCP sessions.
-pub(crate) async fn count_answer(
-    answering: Arc<Tally>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let open = answering.enter_owned();
-    let response = next.run(request).await;
-    response.map(|body| axum::body::Body::new(CountedBody { body, _open: open }))
-}
-
-/// A response body that keeps its request counted until it ends.
-struct CountedBody {
-    body: axum::body::Body,
-    _open: OwnedCounted,
-}
-
-impl http_body::Body for CountedBody {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// Refuses a request whose `Host` header is none of `allowed` (names, with or without a port,
-/// as rmcp takes them for /mcp): a DNS-rebinding page's requests carry its own name.
-pub(crate) async fn check_host(
-    allowed: &[String],
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let host = request
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
-    let allowed = host.as_ref().is_some_and(|host| {
-        let name = host.host().trim_matches(['[', ']']);
-        allowed
-            .iter()
-            .any(|entry| match entry.parse::<axum::http::uri::Authority>() {
-                Ok(entry) => {
-                    entry
-                        .host()
-                        .trim_matches(['[', ']'])
-                        .eq_ignore_ascii_case(name)
-                        && entry
-                            .port_u16()
-                            .is_none_or(|port| host.port_u16() == Some(port))
-                }
-                Err(_) => entry.trim_matches(['[', ']']).eq_ignore_ascii_case(name),
-            })
-    });
-    if allowed {
-        next.run(request).await
-    } else {
-        (
-            axum::http::StatusCode::FORBIDDEN,
-            "the Host header is not one this host answers to (see [host] allowed-hosts)",
-        )
-            .into_response()
-    }
-}

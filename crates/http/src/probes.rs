@@ -1,0 +1,129 @@
+//! probes: `/healthz`, `/readyz` and `/metrics`. The probes come from kubelets and load
+//! balancers, which carry no token: they are outside the guard and say nothing but whether
+//! this host serves. `/metrics` is inside it (the rules say who may read it); its gauges are
+//! read when it is scraped.
+
+use axum::http::{StatusCode, header};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use toolhost_core::invoke::Host;
+use toolhost_core::reload::Reloader;
+use toolhost_runtime::Runtime;
+
+/// What `/metrics` reads its gauges from when it is scraped, and `/readyz` its answer.
+pub struct Scrape {
+    pub(crate) host: Arc<Host>,
+    reloader: Arc<Reloader>,
+    runtime: Arc<Runtime>,
+    /// Set once the first load's compiles have all ended: later reloads keep serving the
+    /// previous versions while they compile, so they do not make the host unready.
+    loaded: std::sync::atomic::AtomicBool,
+}
+
+impl Scrape {
+    /// True once the first load ended: every component it named compiled, or was refused.
+    fn loaded(&self) -> bool {
+        if self.loaded.load(Ordering::SeqCst) {
+            return true;
+        }
+        let loaded = self.reloader.status().loading.is_empty();
+        if loaded {
+            self.loaded.store(true, Ordering::SeqCst);
+        }
+        loaded
+    }
+
+    /// Every metric, gauges set to what they are now.
+    fn render(&self) -> String {
+        let Some(metrics) = self.host.metrics() else {
+            return String::new();
+        };
+        let pool = self.runtime.pool();
+        metrics.instances_in_use.set(pool.in_use as i64);
+        metrics.instances_waiting.set(pool.waiting as i64);
+        metrics.instances_capacity.set(pool.capacity as i64);
+        let prepared = self.runtime.prepared();
+        metrics.prepared_instances.set(prepared.instances as i64);
+        metrics.prepared_bytes.set(prepared.bytes as i64);
+        for (outcome, count) in [
+            ("made", prepared.made),
+            ("used", prepared.used),
+            ("evicted", prepared.evicted),
+            ("failed", prepared.failed),
+        ] {
+            (metrics.prepared_outcomes.with_label_values(&[outcome])).set(count as i64);
+        }
+        let status = self.reloader.status();
+        metrics.catalog_generation.set(status.generation as i64);
+        metrics.refused_ensembles.set(status.refused.len() as i64);
+        let catalog = self.reloader.catalog().snapshot();
+        metrics.catalog_tools.set(catalog.tools().count() as i64);
+        // Imported servers by ensemble; an ensemble gone since the last scrape drops out.
+        metrics.mcp_servers_up.reset();
+        let mut seen = std::collections::HashSet::new();
+        for tool in catalog.tools() {
+            if let Some(up) = tool.backend().is_up()
+                && seen.insert(tool.ensemble())
+            {
+                (metrics.mcp_servers_up.with_label_values(&[tool.ensemble()])).set(i64::from(up));
+            }
+        }
+        if let Some(log) = self.host.audit_log() {
+            let health = log.health();
+            metrics.audit_held.set(health.held as i64);
+            metrics.audit_lost.set(health.lost as i64);
+            metrics
+                .audit_reopen_failures
+                .set(health.reopen_failures as i64);
+        }
+        metrics.draining.set(i64::from(self.host.is_draining()));
+        metrics.render()
+    }
+}
+
+impl Scrape {
+    pub fn new(host: Arc<Host>, reloader: Arc<Reloader>, runtime: Arc<Runtime>) -> Self {
+        Scrape {
+            host,
+            reloader,
+            runtime,
+            loaded: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+/// `GET /metrics`: every metric in the Prometheus text format.
+pub(crate) fn metrics(scrape: Arc<Scrape>) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let scrape = scrape.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    scrape.render(),
+                )
+            }
+        }),
+    )
+}
+
+/// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
+/// token), saying nothing but whether this host serves.
+pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let answer = if ready.host.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                } else if ready.loaded() {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+                };
+                async move { answer }
+            }),
+        )
+}
