@@ -374,4 +374,3 @@ pub(crate) async fn serve<T>(
 /// loopback apart by it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
-

@@ -12,6 +12,7 @@
 //! disk.
 
 use crate::accept::Peer;
+use crate::hosts::{is_local_origin, is_same_origin};
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -335,31 +336,9 @@ pub(crate) fn metadata(access: &Arc<Access>) -> axum::Router {
     router
 }
 
-/// True when `origin` is the host the request was sent to (a page this host served): its
-/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
-/// taken only on the web chat's paths, where `check_host` holds the Host header to the
-/// allowed names.
-pub(crate) fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    origin
-        .parse::<axum::http::Uri>()
-        .ok()
-        .and_then(|uri| uri.authority().map(|a| a.as_str().to_ascii_lowercase()))
-        .is_some_and(|authority| host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)))
-}
-
-fn is_local_origin(origin: &str) -> bool {
-    origin.parse::<axum::http::Uri>().is_ok_and(|uri| {
-        matches!(
-            uri.host(),
-            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::is_local_origin;
+    use crate::hosts::is_local_origin;
 
     #[test]
     fn only_local_origins_pass() {

@@ -1,5 +1,8 @@
 //! hosts: the `Host` header, held to the names this host answers to on the paths rmcp does
-//! not check itself (the page, the chat API, the sign-in).
+//! not check itself (the page, the chat API, the sign-in), and the `Origin` header, told
+//! local or the host's own.
+
+use axum::http::{HeaderMap, header};
 
 /// Refuses a request whose `Host` header is none of `allowed` (names, with or without a port,
 /// as rmcp takes them for /mcp): a DNS-rebinding page's requests carry its own name.
@@ -40,4 +43,26 @@ pub(crate) async fn check_host(
         )
             .into_response()
     }
+}
+
+/// True when `origin` is the host the request was sent to (a page this host served): its
+/// authority is the `Host` header. A DNS-rebinding page also passes this, which is why it is
+/// taken only on the web chat's paths, where `check_host` holds the Host header to the
+/// allowed names.
+pub(crate) fn is_same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    origin
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.authority().map(|a| a.as_str().to_ascii_lowercase()))
+        .is_some_and(|authority| host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)))
+}
+
+pub(crate) fn is_local_origin(origin: &str) -> bool {
+    origin.parse::<axum::http::Uri>().is_ok_and(|uri| {
+        matches!(
+            uri.host(),
+            Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+        )
+    })
 }

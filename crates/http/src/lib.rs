@@ -175,8 +175,7 @@ impl Front {
         // Connections within the open-file limit (raised to its hard limit), streams within
         // half of them, so that calls and probes always find a connection.
         let max_connections = accept::fit_to_open_files(limits.max_connections);
-        let streams =
-            toolhost_mcp::StreamSlots::new(limits.max_streams.min(max_connections / 2));
+        let streams = toolhost_mcp::StreamSlots::new(limits.max_streams.min(max_connections / 2));
         // rmcp takes loopback names in the Host header; add the listening address and the
         // names operators list (`allowed-hosts`: a Service's, a load balancer's).
         let mut config = StreamableHttpServerConfig::default();

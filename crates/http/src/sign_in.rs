@@ -17,7 +17,7 @@
 //! host keeps nothing per sign-in. Answers are plain text (what a provider's error says is
 //! never markup).
 
-use crate::guard::is_same_origin;
+use crate::hosts::is_same_origin;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};

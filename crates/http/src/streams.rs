@@ -83,4 +83,3 @@ impl http_body::Body for CountedBody {
         self.body.size_hint()
     }
 }
-

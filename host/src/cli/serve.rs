@@ -305,9 +305,6 @@ async fn serve_http(
         say(format!("toolhost: the web chat is at http://{local}/"));
     }
     service::notify(&[sd_notify::NotifyState::Ready]);
-    let report = front
-        .serve(drain)
-        .await
-        .context("the HTTP server failed")?;
+    let report = front.serve(drain).await.context("the HTTP server failed")?;
     Ok(service::exit_code(report))
 }

@@ -183,7 +183,10 @@ impl Settings {
         );
         let http = toolhost::http::Limits {
             max_sessions: written_or(host.max_mcp_sessions, toolhost::http::DEFAULT_MAX_SESSIONS),
-            session_idle: written_or(host.mcp_session_idle_s, toolhost::http::DEFAULT_SESSION_IDLE),
+            session_idle: written_or(
+                host.mcp_session_idle_s,
+                toolhost::http::DEFAULT_SESSION_IDLE,
+            ),
             max_connections,
             max_streams: written_or(
                 host.max_http_streams.as_ref().map(|v| *v.get_ref()),
@@ -191,7 +194,10 @@ impl Settings {
                     .min(max_connections / 2)
                     .max(1),
             ),
-            body_timeout: written_or(host.http_body_timeout_s, toolhost::http::DEFAULT_BODY_TIMEOUT),
+            body_timeout: written_or(
+                host.http_body_timeout_s,
+                toolhost::http::DEFAULT_BODY_TIMEOUT,
+            ),
             header_timeout: written_or(
                 host.http_header_timeout_ms,
                 toolhost::http::DEFAULT_HEADER_TIMEOUT,

@@ -6,6 +6,7 @@
 //! loaded (they are fixed until a reload) and each read runs it, bounded as a call
 //! ([`crate::backend::component::ComponentOffers`]).
 
+use super::owners::matches_template;
 use super::{Body, Contents, Listed, ResourceError};
 use crate::backend::component::ComponentOffers;
 use crate::backend::mcp::McpImport;
@@ -410,70 +411,5 @@ impl PassedResources {
             Source::Server(server) => server.resource_updates(),
             Source::Component(_, updates) => updates.subscribe(),
         }
-    }
-}
-
-/// Whether `uri` is one `template` (RFC 6570, level 2) describes: literal parts as written,
-/// `{name}` a non-empty run without `/`, `?` or `#`, `{+name}` and `{#name}` any non-empty
-/// run. Each expression takes the shortest run that lets the next literal follow (no
-/// backtracking: linear in the URI).
-pub fn matches_template(template: &str, uri: &str) -> bool {
-    let mut rest = uri;
-    let mut parts = template.split('{');
-    let Some(first) = parts.next() else {
-        return false;
-    };
-    let Some(after) = rest.strip_prefix(first) else {
-        return false;
-    };
-    rest = after;
-    for part in parts {
-        let Some((expression, literal)) = part.split_once('}') else {
-            return false;
-        };
-        let reserved = expression.starts_with('+') || expression.starts_with('#');
-        let allowed = |c: char| reserved || !matches!(c, '/' | '?' | '#');
-        let end = if literal.is_empty() {
-            rest.len()
-        } else {
-            match rest.find(literal) {
-                Some(at) => at,
-                None => return false,
-            }
-        };
-        let value = &rest[..end];
-        if value.is_empty() || !value.chars().all(allowed) {
-            return false;
-        }
-        rest = &rest[end + literal.len()..];
-    }
-    rest.is_empty()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::matches_template;
-
-    #[test]
-    fn templates_match_the_uris_they_describe() {
-        assert!(matches_template(
-            "test://template/{id}/data",
-            "test://template/123/data"
-        ));
-        assert!(!matches_template(
-            "test://template/{id}/data",
-            "test://template/1/2/data"
-        ));
-        assert!(!matches_template(
-            "test://template/{id}/data",
-            "test://template//data"
-        ));
-        assert!(matches_template("file:///{+path}", "file:///a/b/c.md"));
-        assert!(!matches_template("file:///{+path}", "file:///"));
-        assert!(matches_template("db://{table}/{id}", "db://users/7"));
-        assert!(!matches_template("db://{table}/{id}", "db://users/7/x"));
-        assert!(!matches_template("db://{table", "db://users"));
-        assert!(matches_template("exact://a", "exact://a"));
-        assert!(!matches_template("exact://a", "exact://ab"));
     }
 }
