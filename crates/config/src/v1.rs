@@ -366,8 +366,9 @@ pub struct HostSection {
     /// Compiled components that no ensemble uses kept in the cache, the most recently used
     /// (default 8); the others are removed as `serve` reloads.
     pub cache_keep: Option<CacheKeep>,
-    /// MiB of each instance's linear memory kept resident between calls (default 0): faster
-    /// calls of large components (Python, JavaScript), memory held by idle pool slots.
+    /// MiB of each instance's linear memory kept resident between calls (default 1; 0 gives
+    /// every page back): no unmapping and faulting in per call, faster calls of large
+    /// components (Python, JavaScript) with more, memory held by idle pool slots.
     pub keep_resident_mib: Option<KeepResidentMib>,
     /// Instances held prepared ahead of calls, all invokers together (default 32, at most
     /// half of `max-concurrent-calls`; 0 turns preparation off).

@@ -1,8 +1,8 @@
 //! The engine settings every component runs under, and the thread that advances the epoch
-//! while a call runs (and sleeps without waking while none does).
+//! while calls run (and sleeps without waking once none has run for a few ticks).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -65,21 +65,36 @@ pub fn engine_config(max_instances: u32, keep_resident: usize) -> Config {
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] while at least one store is alive
-/// ([`EpochTicker::running`]), and sleeps without waking when none is: an idle host costs no
-/// CPU for its deadlines. A store's deadline is counted from the epoch when it starts, so
-/// epochs that did not pass while nothing ran take nothing from anyone's time.
+/// ([`EpochTicker::running`]), and for [`LINGER`] ticks after the last one ends; then it
+/// sleeps without waking until a store starts: an idle host costs no CPU for its deadlines.
+/// A store's deadline is counted from the epoch when it starts, so epochs that did not pass
+/// while nothing ran take nothing from anyone's time.
+///
+/// The linger is what keeps a steady stream of calls from waking the thread once per call:
+/// one call at a time is 0 stores, then 1, then 0 again, hundreds of times a second, and
+/// parking and waking the thread each time cost every call two context switches and a
+/// futex (BENCHMARKS.md, "Where an HTTP call's time goes"). Starting a store is then one
+/// atomic add while the thread ticks.
 pub(super) struct EpochTicker {
     demand: Arc<Demand>,
 }
 
-/// How many stores are alive, and whether the ticker should end; the ticks so far, and
-/// whether the thread is waiting for a store (both read by the tests).
+/// Ticks the thread goes on for once no store is alive, before it parks: calls a few
+/// milliseconds apart or closer never wake it, and a host whose last call ended parks within
+/// [`LINGER`] ms.
+const LINGER: u64 = 4;
+
+/// How many stores are alive, whether the thread is parked and whether it should end; the
+/// ticks so far, and the tick at which the last store ended.
 #[derive(Default)]
 struct Demand {
-    state: Mutex<(usize, bool)>,
+    running: AtomicUsize,
+    parked: AtomicBool,
+    stop: AtomicBool,
+    lock: Mutex<()>,
     changed: Condvar,
     ticks: AtomicU64,
-    waiting: AtomicBool,
+    idle_since: AtomicU64,
 }
 
 /// One store's claim on the ticker: ticking goes on until every claim is dropped.
@@ -90,29 +105,10 @@ pub(super) struct Ticking {
 impl EpochTicker {
     pub(super) fn start(engine: Engine) -> Self {
         let demand = Arc::new(Demand::default());
-        let waiting = demand.clone();
+        let ticking = demand.clone();
         std::thread::Builder::new()
             .name("toolhost-epoch".into())
-            .spawn(move || {
-                loop {
-                    {
-                        let state = waiting.state.lock().unwrap_or_else(PoisonError::into_inner);
-                        let state = (waiting.changed)
-                            .wait_while(state, |(running, stop)| {
-                                let idle = *running == 0 && !*stop;
-                                waiting.waiting.store(idle, Ordering::Relaxed);
-                                idle
-                            })
-                            .unwrap_or_else(PoisonError::into_inner);
-                        if state.1 {
-                            return;
-                        }
-                    }
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                    waiting.ticks.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+            .spawn(move || ticking.run(&engine))
             .map(|_| ())
             .unwrap_or_else(|e| {
                 tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
@@ -122,39 +118,72 @@ impl EpochTicker {
 
     /// Keeps the epoch advancing until the claim is dropped (a store's lifetime).
     pub(super) fn running(&self) -> Ticking {
-        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
-        state.0 += 1;
-        if state.0 == 1 {
-            self.demand.changed.notify_one();
+        let demand = &self.demand;
+        // SeqCst with the thread's `parked` then `running` (Dekker): either it sees this
+        // store and does not park, or this sees it parked and wakes it.
+        if demand.running.fetch_add(1, Ordering::SeqCst) == 0
+            && demand.parked.load(Ordering::SeqCst)
+        {
+            let _held = demand.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            demand.changed.notify_one();
         }
         Ticking {
-            demand: Arc::clone(&self.demand),
+            demand: Arc::clone(demand),
         }
     }
 
-    /// The ticks so far, and whether the thread waits for a store (for tests).
+    /// The ticks so far, and whether the thread is parked (for tests).
     #[cfg(test)]
     fn ticks(&self) -> (u64, bool) {
         let demand = &self.demand;
         (
-            demand.ticks.load(Ordering::Relaxed),
-            demand.waiting.load(Ordering::Relaxed),
+            demand.ticks.load(Ordering::SeqCst),
+            demand.parked.load(Ordering::SeqCst),
         )
+    }
+}
+
+impl Demand {
+    /// The thread's loop: tick while stores are alive and [`LINGER`] ticks after, then park.
+    fn run(&self, engine: &Engine) {
+        loop {
+            let idle = self.running.load(Ordering::SeqCst) == 0;
+            let ticks = self.ticks.load(Ordering::SeqCst);
+            if idle && ticks >= self.idle_since.load(Ordering::SeqCst) + LINGER {
+                let mut held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+                self.parked.store(true, Ordering::SeqCst);
+                while self.running.load(Ordering::SeqCst) == 0 && !self.stop.load(Ordering::SeqCst)
+                {
+                    held = (self.changed.wait(held)).unwrap_or_else(PoisonError::into_inner);
+                }
+                self.parked.store(false, Ordering::SeqCst);
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+            self.ticks.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for Ticking {
     fn drop(&mut self) {
-        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
-        state.0 = state.0.saturating_sub(1);
+        let demand = &self.demand;
+        if demand.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let now = demand.ticks.load(Ordering::SeqCst);
+            demand.idle_since.store(now, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        let mut state = (self.demand.state.lock()).unwrap_or_else(PoisonError::into_inner);
-        state.1 = true;
-        self.demand.changed.notify_one();
+        let demand = &self.demand;
+        demand.stop.store(true, Ordering::SeqCst);
+        let _held = demand.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        demand.changed.notify_one();
     }
 }
 
@@ -183,17 +212,17 @@ mod tests {
     fn the_epoch_advances_while_a_store_runs_and_stands_still_when_none_does() {
         let engine = Engine::new(&compile_config()).expect("engine");
         let ticker = EpochTicker::start(engine);
-        // Idle from the start: waiting, no tick.
-        let (ticks, _) = until(&ticker, |(_, waiting)| waiting);
-        assert_eq!(ticks, 0);
+        // Idle from the start: it parks within its linger.
+        let (ticks, _) = until(&ticker, |(_, parked)| parked);
+        assert!(ticks <= LINGER, "{ticks} ticks before parking");
         // Two stores: it ticks until both are gone.
         let (first, second) = (ticker.running(), ticker.running());
         let (ticked, _) = until(&ticker, |(ticks, _)| ticks > 10);
         drop(first);
         until(&ticker, |(ticks, _)| ticks > ticked + 10);
         drop(second);
-        // Idle again: waiting, and no tick however long it waits.
-        let (parked, _) = until(&ticker, |(_, waiting)| waiting);
+        // Idle again: parked, and no tick however long it waits.
+        let (parked, _) = until(&ticker, |(_, parked)| parked);
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(ticker.ticks(), (parked, true));
         // A store again wakes it.

@@ -92,6 +92,14 @@ fn field_size_limit(memory_bytes: usize) -> usize {
     (memory_bytes / MAX_RESOURCES_PER_CALL).clamp(8 << 10, 128 << 10)
 }
 
+/// Bytes of each linear memory a pool slot keeps resident between calls by default
+/// (`[host] keep-resident-mib`): 1 MiB, with 256 KiB of its tables. Given back instead, every
+/// call's pages are unmapped and faulted in again, and each unmapping flushes the other
+/// cores' TLBs: under concurrent calls on 2 cores that was a fifth of the server's CPU
+/// (BENCHMARKS.md, "Where an HTTP call's time goes"). An idle slot then holds at most what a
+/// call touched within the bound, about 160 MiB for 128 slots at the very most.
+pub const DEFAULT_KEEP_RESIDENT: usize = 1 << 20;
+
 /// Process-wide runtime settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeSettings {
@@ -103,7 +111,8 @@ pub struct RuntimeSettings {
     pub compile: CompileSettings,
     /// How long a component's `describe()` may take when it is loaded.
     pub describe_timeout: Duration,
-    /// Bytes of each linear memory kept resident between calls (0: all given back).
+    /// Bytes of each linear memory kept resident between calls (0: all given back;
+    /// [`DEFAULT_KEEP_RESIDENT`] by default).
     pub keep_resident: usize,
     /// How many instances may be held prepared, in all.
     pub prepared: PreparedLimits,
@@ -116,7 +125,7 @@ impl Default for RuntimeSettings {
             max_instances: 128,
             compile: CompileSettings::default(),
             describe_timeout: DEFAULT_DESCRIBE_TIMEOUT,
-            keep_resident: 0,
+            keep_resident: DEFAULT_KEEP_RESIDENT,
             prepared: PreparedLimits::default(),
         }
     }

@@ -213,7 +213,10 @@ impl Settings {
                 toolhost::invoke::DEFAULT_DEDUP_TOTAL_MIB << 20,
             ),
         );
-        let keep_resident = written_or(host.keep_resident_mib, 0);
+        let keep_resident = written_or(
+            host.keep_resident_mib,
+            toolhost::runtime::DEFAULT_KEEP_RESIDENT,
+        );
         let prepared_defaults = toolhost::runtime::PreparedLimits::default();
         let prepared = toolhost::runtime::PreparedLimits {
             max_instances: written_or(host.max_prepared, prepared_defaults.max_instances),
