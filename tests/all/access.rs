@@ -175,12 +175,7 @@ async fn in_session(
     let id =
         (response.headers().get("mcp-session-id")).map(|v| v.to_str().expect("ascii").to_string());
     let text = response.text().await.expect("body");
-    let answer = (text.lines())
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(|m| m.get("id").is_some())
-        .or_else(|| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null);
+    let answer = crate::support::answer_of(&text).unwrap_or(Value::Null);
     (id, status, answer)
 }
 

@@ -159,11 +159,7 @@ async fn request(
     if !status.is_success() {
         return Err(format!("HTTP {status}: {text}"));
     }
-    text.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(|m| m.get("result").is_some() || m.get("error").is_some())
-        .ok_or_else(|| format!("no answer in {text}"))
+    crate::support::answer_of(&text).ok_or_else(|| format!("no answer in {text}"))
 }
 
 async fn tool_names(client: &reqwest::Client, url: &str) -> Vec<String> {

@@ -56,12 +56,7 @@ async fn try_ask(
         .text()
         .await
         .map_err(|e| format!("the answer: {e}"))?;
-    text.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(|m| m.get("result").is_some() || m.get("error").is_some())
-        .or_else(|| serde_json::from_str(&text).ok())
-        .ok_or_else(|| format!("no JSON-RPC answer in {text}"))
+    crate::support::answer_of(&text).ok_or_else(|| format!("no JSON-RPC answer in {text}"))
 }
 
 /// The first round of `who`'s call through `url`, once the balancer passes requests (its

@@ -32,6 +32,7 @@ mod languages;
 mod large;
 mod layers;
 mod mcp;
+mod mcp_direct;
 mod mcp_http;
 mod mcp_import;
 mod mcp_import_changes;

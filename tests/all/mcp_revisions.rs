@@ -203,13 +203,7 @@ pub(crate) async fn modern_post(
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let text = response.text().await.expect("body");
-    let message = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(|m| m.get("id").is_some() || m.get("error").is_some())
-        .or_else(|| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null);
+    let message = crate::support::answer_of(&text).unwrap_or(Value::Null);
     (status, headers, message)
 }
 

@@ -277,3 +277,14 @@ pub fn copy_shipped(root: &Path) {
         std::fs::copy(path, dist.join(format!("{name}.wasm"))).expect("copy plugin");
     }
 }
+
+/// The JSON-RPC answer in an MCP response body over HTTP: the first message with a
+/// `result` or an `error` in its event stream, or the body itself when it is JSON (a server
+/// may answer either way).
+pub fn answer_of(body: &str) -> Option<serde_json::Value> {
+    (body.lines())
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .find(|m| m.get("result").is_some() || m.get("error").is_some())
+        .or_else(|| serde_json::from_str(body).ok())
+}

@@ -38,6 +38,10 @@ pub struct Metrics {
     identity_cap: std::sync::atomic::AtomicUsize,
     /// Set at each scrape, by ensemble: 1 while its imported MCP server has a session.
     pub mcp_servers_up: IntGaugeVec,
+    /// MCP requests over HTTP, by how they were answered: `direct` (a session-less request
+    /// that needs one answer, in its own request) or `service` (rmcp's streamable HTTP
+    /// service: sessions, streams, and whatever the direct path declines).
+    pub mcp_http_requests: IntCounterVec,
     /// Set at each scrape.
     pub instances_in_use: IntGauge,
     pub instances_waiting: IntGauge,
@@ -111,6 +115,11 @@ impl Metrics {
             "Reloads of the catalog, by outcome: ok, or refused when an ensemble file was refused (its last good version kept).",
             &["outcome"],
         )?;
+        let mcp_http_requests = counter(
+            "toolhost_mcp_http_requests_total",
+            "MCP requests over HTTP, by how they were answered: direct (a session-less request that needs one answer, in its own request) or service (rmcp's streamable HTTP service).",
+            &["path"],
+        )?;
         let mcp_servers_up = IntGaugeVec::new(
             Opts::new(
                 "toolhost_mcp_server_up",
@@ -139,6 +148,7 @@ impl Metrics {
             validation_failures,
             reloads,
             mcp_servers_up,
+            mcp_http_requests,
             instances_in_use: gauge(
                 "toolhost_instances_in_use",
                 "Instances of the pool running a call now.",

@@ -4,45 +4,62 @@
 
 use axum::http::{HeaderMap, header};
 
-/// Refuses a request whose `Host` header is none of `allowed` (names, with or without a port,
-/// as rmcp takes them for /mcp): a DNS-rebinding page's requests carry its own name.
+/// The names (with or without a port) a `Host` header may carry, as rmcp takes them for
+/// /mcp, read once when the front starts.
+#[derive(Debug)]
+pub(crate) struct AllowedHosts(Vec<(String, Option<u16>)>);
+
+impl AllowedHosts {
+    pub(crate) fn new(entries: &[String]) -> Self {
+        let name = |host: &str| host.trim_matches(['[', ']']).to_ascii_lowercase();
+        AllowedHosts(
+            (entries.iter())
+                .map(|entry| match entry.parse::<axum::http::uri::Authority>() {
+                    Ok(entry) => (name(entry.host()), entry.port_u16()),
+                    Err(_) => (name(entry), None),
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether the `Host` header of `headers` names one of these.
+    pub(crate) fn allow(&self, headers: &HeaderMap) -> bool {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
+        host.as_ref().is_some_and(|host| {
+            let name = host.host().trim_matches(['[', ']']);
+            (self.0.iter()).any(|(allowed, port)| {
+                allowed.eq_ignore_ascii_case(name)
+                    && port.is_none_or(|port| host.port_u16() == Some(port))
+            })
+        })
+    }
+}
+
+/// Refuses a request whose `Host` header is none of `allowed`: a DNS-rebinding page's
+/// requests carry its own name.
 pub(crate) async fn check_host(
-    allowed: &[String],
+    allowed: &AllowedHosts,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let host = request
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
-    let allowed = host.as_ref().is_some_and(|host| {
-        let name = host.host().trim_matches(['[', ']']);
-        allowed
-            .iter()
-            .any(|entry| match entry.parse::<axum::http::uri::Authority>() {
-                Ok(entry) => {
-                    entry
-                        .host()
-                        .trim_matches(['[', ']'])
-                        .eq_ignore_ascii_case(name)
-                        && entry
-                            .port_u16()
-                            .is_none_or(|port| host.port_u16() == Some(port))
-                }
-                Err(_) => entry.trim_matches(['[', ']']).eq_ignore_ascii_case(name),
-            })
-    });
-    if allowed {
+    if allowed.allow(request.headers()) {
         next.run(request).await
     } else {
-        (
-            axum::http::StatusCode::FORBIDDEN,
-            "the Host header is not one this host answers to (see [host] allowed-hosts)",
-        )
-            .into_response()
+        refusal()
     }
+}
+
+/// The answer to a request whose `Host` is none of the allowed.
+pub(crate) fn refusal() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::FORBIDDEN,
+        "the Host header is not one this host answers to (see [host] allowed-hosts)",
+    )
+        .into_response()
 }
 
 /// True when `origin` is the host the request was sent to (a page this host served): its

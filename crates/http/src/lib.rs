@@ -14,7 +14,9 @@
 //!             a session bound to its identity; 429 past a quota; 403 step-up;
 //!             max-mcp-sessions                                                  [guard]
 //! streams     an answer that stays open takes one of max-http-streams           [streams]
-//! route       /mcp -> rmcp's streamable HTTP service over toolhost-mcp's server;
+//! route       /mcp -> a session-less request that needs one answer: answered in its
+//!             own request (toolhost-mcp's direct); the rest: rmcp's streamable HTTP
+//!             service over toolhost-mcp's server                                [mcp]
 //!             /api/*, / -> toolhost-web (Host checked); /metrics                [probes]
 //! ```
 //!
@@ -25,6 +27,7 @@
 mod accept;
 mod guard;
 mod hosts;
+mod mcp;
 mod probes;
 mod sign_in;
 mod streams;
@@ -184,12 +187,17 @@ impl Front {
             hosts.push(local.ip().to_string());
         }
         hosts.extend(allowed_hosts);
-        config = config.with_allowed_hosts(hosts.clone());
+        // A request whose answer is one message gets it as a JSON body (rmcp falls back to a
+        // stream when the handler sends anything first): no event stream to set up and end.
+        config = config
+            .with_allowed_hosts(hosts.clone())
+            .with_json_response(true);
+        let max_body = config.max_request_body_bytes;
         // The page and the chat API check the Host header as rmcp does for /mcp.
         let page = page.unwrap_or(local.ip().is_loopback());
-        let hosts = Arc::new(hosts);
-        let checked = move |router: axum::Router| {
-            let hosts = hosts.clone();
+        let allowed = Arc::new(hosts::AllowedHosts::new(&hosts));
+        let checked = |router: axum::Router| {
+            let hosts = allowed.clone();
             router.layer(axum::middleware::from_fn(
                 move |request: Request, next: Next| {
                     let hosts = hosts.clone();
@@ -217,8 +225,19 @@ impl Front {
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.keep_alive = Some(limits.session_idle);
         let sessions = Arc::new(sessions);
-        let service =
-            StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
+        let direct = toolhost_mcp::direct::Direct::new(
+            factory.clone(),
+            max_body,
+            sessions_closed.child_token(),
+        );
+        let rmcp = StreamableHttpService::new(move || Ok(factory()), Arc::clone(&sessions), config);
+        let mcp = Arc::new(mcp::Mcp {
+            direct,
+            rmcp,
+            hosts: Arc::clone(&allowed),
+            max_body,
+            metrics: host.metrics().cloned(),
+        });
         let metadata = guard::metadata(&access);
         let guard_state = Arc::new(guard::Guard::new(
             access,
@@ -231,7 +250,13 @@ impl Front {
         let answering = Arc::new(Tally::default());
         let counted = answering.clone();
         let router = axum::Router::new()
-            .nest_service("/mcp", service)
+            .route(
+                "/mcp",
+                axum::routing::any(move |request: Request| {
+                    let mcp = Arc::clone(&mcp);
+                    async move { mcp::route(&mcp, request).await }
+                }),
+            )
             .merge(web)
             .merge(probes::metrics(scrape.clone()))
             // Inside the guard: only requests it lets through take a stream's place.

@@ -28,6 +28,7 @@
 #![allow(deprecated)]
 
 mod calls;
+pub mod direct;
 pub mod log;
 mod notify;
 pub mod prompts;

@@ -1,0 +1,79 @@
+//! mcp: `/mcp`. A session-less request at 2026-07-28 that needs one answer is answered in its
+//! own request, through toolhost-mcp's `direct` (the same handler and checks, without a
+//! service built per request); every other request, and any that `direct` declines once its
+//! body is read, goes to rmcp's streamable HTTP service as it came.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use std::sync::Arc;
+use toolhost_mcp::McpServer;
+use toolhost_mcp::direct::Direct;
+
+/// rmcp's service for `/mcp`.
+pub(crate) type Rmcp = StreamableHttpService<McpServer, LocalSessionManager>;
+
+/// What `/mcp` needs: the direct path, rmcp's service, and the `Host` names rmcp would take.
+pub(crate) struct Mcp {
+    pub(crate) direct: Direct,
+    pub(crate) rmcp: Rmcp,
+    pub(crate) hosts: Arc<crate::hosts::AllowedHosts>,
+    /// The longest body `direct` reads (rmcp's bound).
+    pub(crate) max_body: usize,
+    pub(crate) metrics: Option<Arc<toolhost_core::metrics::Metrics>>,
+}
+
+impl Mcp {
+    /// Counts one request answered by `path` (`direct` or `service`).
+    fn count(&self, path: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.mcp_http_requests.with_label_values(&[path]).inc();
+        }
+    }
+}
+
+/// Answers one request to `/mcp`.
+pub(crate) async fn route(mcp: &Mcp, request: Request) -> Response {
+    if !mcp.direct.may_take(request.method(), request.headers()) {
+        return rmcp(mcp, request).await;
+    }
+    // As rmcp checks it for /mcp: a DNS-rebinding page's request carries its own name.
+    if !mcp.hosts.allow(request.headers()) {
+        return crate::hosts::refusal();
+    }
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, mcp.max_body).await {
+        Ok(body) => body,
+        Err(e) => {
+            let why = format!("the request body could not be read: {e}");
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
+    match mcp.direct.take(parts, &body) {
+        Ok(taken) => {
+            mcp.count("direct");
+            let (status, json) = taken.answer().await;
+            let mut response = Response::new(Body::from(json));
+            *response.status_mut() = status;
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(parts) => rmcp(mcp, Request::from_parts(*parts, Body::from(body))).await,
+    }
+}
+
+async fn rmcp(mcp: &Mcp, request: Request) -> Response {
+    use tower_service::Service;
+    mcp.count("service");
+    // rmcp's service is always ready, and a clone shares its sessions.
+    match mcp.rmcp.clone().call(request).await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    }
+}
