@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""What a `tools/call` costs the server over streamable HTTP, against stdio, measured from
+outside the process (issue #44).
+
+    scripts/http-load.py [--toolhost target/release/toolhost] [--seconds 10]
+                         [--connections 1,16,64] [--cells stdio,sessionless,session,jwt,dedup]
+                         [--echo PATH] [--perf OUT.data] [--json OUT.json]
+                         [--host-line 'keep-resident-mib = 1' ...] [--repeat N]
+                         [--stdio-connections 1,16] [--vs OTHER_TOOLHOST]
+
+Each cell serves the `echo` test component (tests/plugins/echo, built for wasm32-wasip2 by
+`cargo build --release --target wasm32-wasip2 --manifest-path tests/plugins/Cargo.toml
+--target-dir target/wasm32-plugins -p echo`) from a fresh `toolhost serve --no-watch` with an
+audit log, and drives it for `--seconds` after a warm-up:
+
+- stdio: a raw JSON-RPC pipe client (this script), 2026-07-28 calls, one at a time (or
+  `--stdio-connections` in flight); stdio-dedup: the same with `dedup = "exact"` and the
+  same arguments every time;
+- sessionless: `wrk` (Debian's), session-less 2026-07-28 `tools/call` over keep-alive, the
+  `Mcp-Method`/`Mcp-Name` headers and the `_meta` fields set by scripts/http-load.lua;
+- session: 2025-11-25 in one MCP session opened first (every connection uses it);
+- jwt: sessionless, each request with an access token (RS256, `[access.oidc]` trusting a key
+  set this script serves on loopback);
+- dedup: sessionless with `dedup = "exact"`, identical arguments and one conversation named
+  in `_meta`, so every call after the first is a hit.
+
+Cells other than stdio run at each of `--connections` (wrk, one thread). Reported: calls/s,
+p50 and p99 (wrk's), the server's CPU per call (utime + stime from /proc over the run,
+divided by the calls), the server's context switches per call (every thread's, from /proc),
+and the CPU wrk itself took (it shares the 2 cores). With `--vs`, every cell runs with both
+binaries in turn (`this ÷ vs` compares their CPU per call); with `--repeat N` the figures are
+medians of N runs. `ratio` is the
+server's CPU per call against stdio's (one call at a time) in the same run. With `--perf OUT`, one cell (`--perf-cell`,
+`--perf-connections`; sessionless at 16 by default) is recorded with `perf record` (Debian's linux-perf; timer samples, DWARF
+call graphs) for `perf report` or a flame graph.
+"""
+
+import argparse
+import base64
+import hashlib
+import http.server
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "scripts" / "http-load.lua"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """utime + stime of process `pid`, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def switches(pid):
+    """Context switches of every thread of process `pid` so far (each one a wake-up or a
+    preemption: what a call costs beyond its work)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Provider:
+    """An OpenID provider of one RSA key on loopback: its metadata and key set, served by a
+    thread of this script; tokens signed here (PyJWT from the tests' virtualenv, or openssl)."""
+
+    def __init__(self, work):
+        self.key = work / "key.pem"
+        subprocess.run(["openssl", "genrsa", "-out", str(self.key), "2048"], check=True,
+                       capture_output=True)
+        modulus = subprocess.run(["openssl", "rsa", "-in", str(self.key), "-noout", "-modulus"],
+                                 check=True, capture_output=True, text=True).stdout
+        n = bytes.fromhex(modulus.strip().split("=", 1)[1])
+        port = free_port()
+        self.issuer = f"http://127.0.0.1:{port}"
+        documents = {
+            "/.well-known/openid-configuration": {"issuer": self.issuer,
+                                                  "jwks_uri": f"{self.issuer}/jwks"},
+            "/jwks": {"keys": [{"kty": "RSA", "kid": "load", "alg": "RS256", "use": "sig",
+                                "n": b64url(n), "e": "AQAB"}]},
+        }
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(documents.get(self.path)).encode()
+                self.send_response(200 if self.path in documents else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def token(self, resource):
+        header = {"alg": "RS256", "typ": "at+jwt", "kid": "load"}
+        now = int(time.time())
+        claims = {"iss": self.issuer, "sub": "load", "aud": resource, "iat": now,
+                  "exp": now + 3600, "scope": "tools:all", "client_id": "load"}
+        signing = f"{b64url(json.dumps(header).encode())}.{b64url(json.dumps(claims).encode())}"
+        signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+                                   input=signing.encode(), check=True,
+                                   capture_output=True).stdout
+        return f"{signing}.{b64url(signature)}"
+
+
+class Server:
+    """`toolhost serve` over the echo ensemble in `work`, over HTTP at `port` or over stdio."""
+
+    def __init__(self, args, work, http_port=None, dedup="off", oidc=None, record=None):
+        ensembles = work / "ensembles"
+        shutil.rmtree(ensembles, ignore_errors=True)
+        ensembles.mkdir(parents=True)
+        (ensembles / "echo.toml").write_text(
+            f'schema-version = 1\n\n[ensemble]\nname = "echo"\ncomponent = "{args.echo}"\n\n'
+            f'[defaults]\ndedup = "{dedup}"\n\n[[invokers]]\ninvoker = {{ name = "echo" }}\n')
+        host = (f'schema-version = 1\n\n[host]\nensembles = "ensembles"\ncache-dir = "cache"\n'
+                f'audit = "audit.jsonl"\nstatus-file = "status.json"\n')
+        for line in args.host_line:
+            host += line + "\n"
+        if oidc:
+            host += (f'\n[access.oidc]\nissuer = "{oidc.issuer}"\n'
+                     f'resource = "http://127.0.0.1:{http_port}/mcp"\nalgorithms = ["RS256"]\n')
+        (work / "toolhost.toml").write_text(host)
+        command = [str(args.toolhost), "--config", str(work / "toolhost.toml"), "serve",
+                   "--no-watch"]
+        if http_port:
+            command += ["--http", f"127.0.0.1:{http_port}"]
+        if record:
+            # No hardware counters on many VMs: the timer's samples; call graphs from DWARF
+            # (release builds keep no frame pointers).
+            command = ["perf", "record", "-e", "cpu-clock", "-F", "2000", "--call-graph",
+                       "dwarf,32768", "-o", record, "--"] + command
+        self.stderr = open(work / "stderr", "w")
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, cwd=work)
+        self.pid = self.process.pid
+        if record:
+            # perf's child is the server.
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+                if children:
+                    self.pid = int(children[0])
+                    break
+                time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{http_port}/mcp" if http_port else None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(2 if self.pid == self.process.pid else 15)
+            if self.pid != self.process.pid:
+                os.kill(self.pid, 15)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.stderr.close()
+
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-load", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def post(url, body, headers):
+    """One request with curl: (status, headers text, body text)."""
+    command = ["curl", "-s", "-D", "-", "-o", "-", "-X", "POST", url,
+               "-H", "content-type: application/json",
+               "-H", "accept: application/json, text/event-stream", "--data", json.dumps(body)]
+    for key, value in headers.items():
+        command += ["-H", f"{key}: {value}"]
+    out = subprocess.run(command, capture_output=True).stdout.decode()
+    head, _, rest = out.partition("\r\n\r\n")
+    return head, rest
+
+
+def wait_ready(url, headers, deadline=120):
+    """Until echo answers a call; returns the answer's text."""
+    started = time.time()
+    body = {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "ready"}, "_meta": META}}
+    hdrs = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
+    hdrs.update(headers)
+    while time.time() - started < deadline:
+        try:
+            head, rest = post(url, body, hdrs)
+            if '"isError":false' in rest:
+                return head, rest
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"the server never answered a call: {head} {rest}")
+
+
+def open_session(url, headers):
+    """A 2025-11-25 session: its id."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "http-load", "version": "1"}}}
+    head, _ = post(url, body, headers)
+    session = re.search(r"(?im)^mcp-session-id:\s*(\S+)", head).group(1)
+    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+         dict(headers, **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}))
+    return session
+
+
+def run_wrk(args, url, connections, env):
+    """wrk for --seconds: (requests, seconds, p50 ms, p99 ms, non-2xx, wrk CPU seconds)."""
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{args.seconds}s", "--latency",
+               "-s", str(LUA), url]
+    started = os.times()
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env=dict(os.environ, **env))
+    ended = os.times()
+    out = result.stdout
+    requests = int(re.search(r"(\d+) requests in ([\d.]+)(\w+)", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+
+    def percentile(p):
+        value, unit = re.search(rf"\s{p}%\s+([\d.]+)(\w+)", out).groups()
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    wrk_cpu = (ended.children_user - started.children_user
+               + ended.children_system - started.children_system)
+    return requests, percentile(50), percentile(99), int(non2xx.group(1)) if non2xx else 0, \
+        wrk_cpu, out
+
+
+def stdio_cell(args, work, inflight=1, cell="stdio", record=None):
+    """Calls over stdio from a raw JSON-RPC pipe client, `inflight` at a time (pipelined: a
+    new request for each answer); with cell `stdio-dedup`, `dedup = "exact"` and the same
+    arguments every time (the connection is the dedup scope)."""
+    dedup = cell == "stdio-dedup"
+    server = Server(args, work, dedup="exact" if dedup else "off", record=record)
+    out, stdin = server.process.stdout, server.process.stdin
+    sent_at = {}
+
+    def send(n):
+        text = "same" if dedup else str(n)
+        body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": text}, "_meta": META}}
+        sent_at[n] = time.perf_counter()
+        stdin.write((json.dumps(body) + "\n").encode())
+
+    def receive():
+        message = json.loads(out.readline())
+        return message, time.perf_counter() - sent_at.pop(message["id"])
+
+    n = 0
+    started = time.time()
+    while True:  # until echo is loaded (its compile, the first time)
+        n += 1
+        send(n)
+        stdin.flush()
+        answer, _ = receive()
+        if not answer.get("result", {}).get("isError", True):
+            break
+        if time.time() - started > 120:
+            sys.exit(f"stdio: echo never answered: {answer}")
+        time.sleep(0.2)
+
+    def run(seconds, latencies):
+        nonlocal n
+        for _ in range(inflight):
+            n += 1
+            send(n)
+        stdin.flush()
+        calls, begin = 0, time.time()
+        while time.time() - begin < seconds:
+            _, took = receive()
+            calls += 1
+            if latencies is not None:
+                latencies.append(took * 1000)
+            n += 1
+            send(n)
+            stdin.flush()
+        for _ in range(inflight):
+            receive()
+        return calls, time.time() - begin
+
+    run(2, None)
+    before, switched = cpu_seconds(server.pid), switches(server.pid)
+    latencies = []
+    calls, elapsed = run(args.seconds, latencies)
+    cpu = cpu_seconds(server.pid) - before
+    switched = switches(server.pid) - switched
+    server.stop()
+    latencies.sort()
+    return {"cell": cell, "connections": inflight, "calls": calls,
+            "calls_per_s": calls / elapsed, "p50_ms": latencies[len(latencies) // 2],
+            "p99_ms": latencies[int(len(latencies) * 0.99)],
+            "server_us_per_call": cpu / calls * 1e6, "switches_per_call": switched / calls,
+            "client_cpu_share": None, "errors": 0}
+
+
+def http_cell(args, work, cell, connections, provider, record=None):
+    port = free_port()
+    dedup = "exact" if cell == "dedup" else "off"
+    server = Server(args, work, http_port=port, dedup=dedup,
+                    oidc=provider if cell == "jwt" else None, record=record)
+    env, headers = {}, {}
+    try:
+        if cell == "jwt":
+            token = provider.token(server.url)
+            env["MCP_TOKEN"], headers["authorization"] = token, f"Bearer {token}"
+        wait_ready(server.url, headers)
+        if cell == "session":
+            env["MCP_SESSION"] = open_session(server.url, headers)
+        if cell == "dedup":
+            env["MCP_CONVERSATION"] = hashlib.sha256(os.urandom(16)).hexdigest()[:32]
+            env["MCP_SAME_ARGUMENTS"] = "1"
+        # Warm-up: the connections open, the caches fill.
+        warm = argparse.Namespace(seconds=2)
+        run_wrk(warm, server.url, connections, env)
+        before, switched = cpu_seconds(server.pid), switches(server.pid)
+        requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, server.url, connections, env)
+        cpu, switched = cpu_seconds(server.pid) - before, switches(server.pid) - switched
+    finally:
+        server.stop()
+    if errors:
+        print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
+    return {"cell": cell, "connections": connections, "calls": requests,
+            "calls_per_s": requests / args.seconds, "p50_ms": p50, "p99_ms": p99,
+            "server_us_per_call": cpu / max(requests, 1) * 1e6,
+            "switches_per_call": switched / max(requests, 1),
+            "client_cpu_share": wrk_cpu / args.seconds, "errors": errors}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--toolhost", type=Path, default=ROOT / "target/release/toolhost")
+    parser.add_argument("--echo", type=Path,
+                        default=ROOT / "target/wasm32-plugins/wasm32-wasip2/release/echo.wasm")
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", default="1,16,64")
+    parser.add_argument("--cells", default="stdio,sessionless,session,jwt,dedup")
+    parser.add_argument("--stdio-connections", default="1",
+                        help="calls in flight over stdio, e.g. 1,16")
+    parser.add_argument("--perf", help="perf record one HTTP cell into this file")
+    parser.add_argument("--perf-cell", default="sessionless")
+    parser.add_argument("--perf-connections", type=int, default=16)
+    parser.add_argument("--vs", type=Path,
+                        help="another toolhost binary (a baseline build, scripts/baseline.sh): "
+                             "every cell runs with both, in turn")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every cell this many times, the cells in turn; medians")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--host-line", action="append", default=[],
+                        help="a line added to [host] of the served toolhost.toml")
+    args = parser.parse_args()
+    # The servers run in a temporary directory: every path absolute.
+    args.toolhost, args.echo = args.toolhost.resolve(), args.echo.resolve()
+    args.vs = args.vs.resolve() if args.vs else None
+    for needed, hint in [(args.toolhost, "cargo build --release -p toolhost"),
+                         (args.echo, "the cargo command in this script's doc")]:
+        if not needed.exists():
+            sys.exit(f"{needed} is missing: {hint}")
+    if not shutil.which("wrk"):
+        sys.exit("wrk is missing: apt-get install wrk")
+    cells = args.cells.split(",")
+    args.stdio_connections = [int(c) for c in args.stdio_connections.split(",")]
+    connections = [int(c) for c in args.connections.split(",")]
+    builds = [("this", args.toolhost)] + ([("vs", args.vs)] if args.vs else [])
+    runs = []
+
+    def measured(build, run):
+        run["build"] = build
+        runs.append(run)
+        print(json.dumps(run), file=sys.stderr)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        provider = Provider(work) if "jwt" in cells else None
+        for _ in range(args.repeat):
+            for cell in cells:
+                stdio = cell in ("stdio", "stdio-dedup")
+                for c in (args.stdio_connections if stdio else connections):
+                    record = args.perf if (args.perf and cell == args.perf_cell
+                                           and c == args.perf_connections) else None
+                    # Each build in turn, cell by cell: a slower minute weighs on both.
+                    for build, binary in builds:
+                        args.toolhost = binary
+                        if stdio:
+                            measured(build, stdio_cell(args, work, c, cell, record))
+                        else:
+                            measured(build, http_cell(args, work, cell, c, provider, record))
+    # With --repeat, each figure is the median of its runs.
+    rows = []
+    for run in runs:
+        key = (run["build"], run["cell"], run["connections"])
+        if any((r["build"], r["cell"], r["connections"]) == key for r in rows):
+            continue
+        same = [r for r in runs if (r["build"], r["cell"], r["connections"]) == key]
+        row = dict(run)
+        for field in ("calls_per_s", "p50_ms", "p99_ms", "server_us_per_call",
+                      "switches_per_call", "client_cpu_share"):
+            values = sorted(r[field] for r in same if r[field] is not None)
+            row[field] = values[len(values) // 2] if values else None
+        rows.append(row)
+    stdio = {build: next((r["server_us_per_call"] for r in rows if r["build"] == build
+                          and r["cell"] == "stdio" and r["connections"] == 1), None)
+             for build, _ in builds}
+    if args.vs:
+        print(f"this: {builds[0][1]}, vs: {builds[1][1]}; medians of {args.repeat} run(s)\n")
+    print("| build | cell | connections | calls/s | p50 | p99 | server CPU per call "
+          "| ratio to stdio | this ÷ vs | switches per call | wrk's CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        base = stdio[r["build"]]
+        ratio = f"{r['server_us_per_call'] / base:.2f}x" if base else "-"
+        other = next((o for o in rows if o["build"] == "vs" and o["cell"] == r["cell"]
+                      and o["connections"] == r["connections"]), None)
+        versus = (f"{r['server_us_per_call'] / other['server_us_per_call']:.2f}x"
+                  if other and r["build"] == "this" else "-")
+        share = f"{r['client_cpu_share']:.2f} cores" if r["client_cpu_share"] is not None else "-"
+        print(f"| {r['build']} | {r['cell']} | {r['connections']} | {r['calls_per_s']:,.0f} | "
+              f"{r['p50_ms'] * 1000:.0f} µs | {r['p99_ms'] * 1000:.0f} µs | "
+              f"{r['server_us_per_call']:.0f} µs | {ratio} | {versus} | "
+              f"{r['switches_per_call']:.1f} | {share} |")
+    if args.json:
+        args.json.write_text(json.dumps({"medians": rows, "runs": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
