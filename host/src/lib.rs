@@ -36,6 +36,9 @@
 //!                    catalog (the live catalog behind an atomic pointer), backend (component,
 //!                    imported MCP server), prompts and resources (an ensemble's `[[prompts]]`
 //!                    and `[[resources]]`: rendering, bounded reads, the watch), metrics
+//! toolhost-state     state a fleet shares, one interface per kind (quotas so far): kept in
+//!                    this process, or in Redis when `[fleet]` names one (engine: the
+//!                    connection, its bounded waits and its health)
 //! toolhost-registry  `oci://` references, bounded pulls into a content store by digest,
 //!                    push, cosign keys, credentials
 //! toolhost-runtime   the wasmtime Engine, the compile cache and worker, a fresh Store per call
@@ -73,4 +76,5 @@ pub use toolhost_mcp as mcp;
 pub use toolhost_registry as registry;
 pub use toolhost_runtime as runtime;
 pub use toolhost_runtime::sandbox;
+pub use toolhost_state as state;
 pub use toolhost_web as web;

@@ -132,3 +132,36 @@ async fn quotas_hold_each_identity_to_its_calls_a_minute_and_at_once() {
     );
     assert!(!metrics.contains("identity=\"bob\""), "{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_before_it_runs_gives_its_admission_back() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    let host_file = fixture.write_host_file(
+        "access",
+        "[[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
+         [[access.quotas]]\ncalls-per-minute = 1\nconcurrent-calls = 1\n",
+    );
+    let config = host_file.to_str().expect("path");
+    let server = HttpServer::start(&fixture, &["--config", config], &[("ANN", "ann-token")]);
+    let auth = [("authorization", "Bearer ann-token")];
+    // In one conversation (whose session outlives each request): calls of an unknown tool
+    // run nothing, so they hold no admission and spend no token.
+    let meta = json!({"io.toolhost/conversation": "ann-conversation-0001"});
+    for tool in ["no-such-tool", "not-a-tool-either"] {
+        let arguments = json!({});
+        let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+        let (status, _, answer) =
+            modern_post(&server.url, "tools/call", Some(tool), params, &auth).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    }
+    let params = json!({"name": "echo", "arguments": {"n": 1}, "_meta": meta});
+    let (status, _, answer) =
+        modern_post(&server.url, "tools/call", Some("echo"), params, &auth).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    // That one ran: the minute's call is spent.
+    let (status, _, _) = call_as(&server.url, "ann-token", "echo", json!({"n": 2})).await;
+    assert_eq!(status, 429);
+}

@@ -12,10 +12,10 @@
 //! [`Access::replace`] swaps them on a reload, and the next request sees the new rules,
 //! sessions opened before included (a [`Grant`] asks the rules in force each time). The
 //! provider's keys and validated tokens survive a reload that keeps the same provider.
+//! Quotas are counted by toolhost-state, in this process or in the fleet's Redis.
 
 pub mod oidc;
 pub mod policy;
-pub mod quota;
 
 pub use oidc::{Invalid, MAX_TOKEN_BYTES, Oidc};
 pub use policy::Policy;
@@ -27,7 +27,8 @@ use subtle::ConstantTimeEq;
 use toolhost_config::access::{AccessSettings, StaticToken, sha256_of};
 use toolhost_contract::{Identity, IdentityKind};
 use toolhost_core::catalog::Tool;
-use toolhost_core::invoke::{Caller, Permits};
+use toolhost_core::invoke::{Admission, Admitted, Caller, Limited, Permits};
+use toolhost_state::quota::Quotas;
 
 /// The name `--token-env`'s token goes by in rules, audit records and metrics.
 pub const LEGACY_TOKEN_NAME: &str = toolhost_contract::OPERATOR_TOKEN;
@@ -44,8 +45,8 @@ struct State {
 /// Authentication and the rules of one `serve --http`.
 pub struct Access {
     state: Arc<ArcSwap<State>>,
-    /// What each identity used of its quota, across reloads.
-    usage: Arc<quota::Usage>,
+    /// What each identity used of its quota, across reloads (here or in the fleet's Redis).
+    quotas: Arc<Quotas>,
 }
 
 /// A request refused before it reaches a tool.
@@ -105,7 +106,7 @@ impl Access {
         let state = State::of(settings, legacy, None)?;
         Ok(Access {
             state: Arc::new(ArcSwap::from_pointee(state)),
-            usage: Arc::default(),
+            quotas: Arc::new(Quotas::embedded()),
         })
     }
 
@@ -216,7 +217,7 @@ impl Access {
             key: identity.key(),
             identity: identity.clone(),
             state: Arc::clone(&self.state),
-            usage: Arc::clone(&self.usage),
+            quotas: Arc::clone(&self.quotas),
         };
         Caller {
             identity,
@@ -287,12 +288,25 @@ impl Access {
         })
     }
 
-    /// When `caller` may start a call, if its quota does not let it now (`429` with
-    /// `Retry-After` before a request reaches the MCP server; nothing is counted).
-    pub fn wait(&self, caller: &Caller) -> Option<toolhost_core::invoke::Limited> {
-        let state = self.state.load();
-        let quota = state.policy.quota_for(&caller.identity)?;
-        self.usage.wait(caller.identity.key(), quota)
+    /// The quotas of the fleet (`[fleet] redis`) instead of this host's own.
+    pub fn with_quotas(mut self, quotas: Arc<Quotas>) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// `caller`'s next call admitted ahead under its quota (a request without a session: a
+    /// refusal is a `429` or `503` before the request goes further), or `None` when no quota
+    /// applies. The request carries the admission to its call ([`Admitted`]); one that ends
+    /// without a call drops it, which gives the token back.
+    pub async fn admit_ahead(&self, caller: &Caller) -> Result<Option<Admitted>, Limited> {
+        let state = self.state.load_full();
+        let Some(quota) = state.policy.quota_for(&caller.identity) else {
+            return Ok(None);
+        };
+        let running = (self.quotas)
+            .admit(caller.identity.key(), quota, true)
+            .await?;
+        Ok(Some(Admitted::new(running)))
     }
 
     /// Identities named in `/metrics`; the rest are `other`.
@@ -413,7 +427,7 @@ struct Grant {
     identity: Identity,
     key: [u8; 32],
     state: Arc<ArcSwap<State>>,
-    usage: Arc<quota::Usage>,
+    quotas: Arc<Quotas>,
 }
 
 impl Permits for Grant {
@@ -436,13 +450,16 @@ impl Permits for Grant {
         self.state.load().policy.may_answer(&self.identity)
     }
 
-    fn admit(&self) -> Result<Option<Box<dyn Send>>, toolhost_core::invoke::Limited> {
-        let state = self.state.load();
-        let Some(quota) = state.policy.quota_for(&self.identity) else {
-            return Ok(None);
-        };
-        let running = self.usage.admit(self.key, quota)?;
-        Ok(Some(Box::new(running)))
+    fn admit(&self) -> Admission<'_> {
+        Box::pin(async move {
+            let state = self.state.load_full();
+            let Some(quota) = state.policy.quota_for(&self.identity) else {
+                return Ok(None);
+            };
+            let running = self.quotas.admit(self.key, quota, false).await?;
+            let held: Box<dyn Send> = Box::new(running);
+            Ok(Some(held))
+        })
     }
 }
 

@@ -397,6 +397,10 @@ bounded!(
     DrainTimeoutS, "drain-timeout-s", 0, 3600, seconds
 );
 bounded!(
+    /// `[fleet] redis-timeout-ms`: the longest a call waits on Redis, 1 ms to a minute.
+    RedisTimeoutMs, "redis-timeout-ms", 1, 60_000, millis
+);
+bounded!(
     /// `[chat] max-response-mib`: the most one model answer may bring, 1 MiB to 4 GiB.
     MaxResponseMib, "max-response-mib", 1, 4096, mib usize
 );

@@ -10,7 +10,7 @@ use super::names::{
     MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
     MaxParallelCompiles, MaxPrepared, MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxResponseMib,
     MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, Prepared, PullTimeoutS,
-    RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
+    RedisTimeoutMs, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
 };
 use super::names::{ArgumentName, MaxFileKib, MaxResourceFiles, UriPrefix};
 use schemars::JsonSchema;
@@ -309,6 +309,25 @@ pub struct HostFile {
     /// Who may reach `serve --http`, and what each identity may list and call.
     #[serde(default)]
     pub access: crate::access::AccessSection,
+    /// What the replicas of a fleet share, and where (nothing: each host keeps its own).
+    #[serde(default)]
+    pub fleet: FleetSection,
+}
+
+/// `[fleet]` of `toolhost.toml`: the engines the replicas of a fleet share their state on.
+/// Without it every host keeps its state in its own process, as one host does.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FleetSection {
+    /// The Redis the replicas share quotas on: `redis://host:port/db`, without a password
+    /// (a URL with one goes in the environment variable `redis-env` names).
+    #[schemars(with = "Option<String>")]
+    pub redis: Option<Spanned<String>>,
+    /// The environment variable that holds the Redis URL (it may carry a password).
+    #[schemars(with = "Option<EnvVarName>")]
+    pub redis_env: Option<Spanned<EnvVarName>>,
+    /// The longest a call waits on Redis before it is refused (default 500).
+    pub redis_timeout_ms: Option<RedisTimeoutMs>,
 }
 
 /// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed

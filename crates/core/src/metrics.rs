@@ -59,6 +59,10 @@ pub struct Metrics {
     pub audit_lost: IntGauge,
     pub audit_reopen_failures: IntGauge,
     pub draining: IntGauge,
+    /// Set at each scrape, by engine (`redis`): 1 while the fleet's shared engine answers.
+    pub shared_engine_up: IntGaugeVec,
+    /// Set at each scrape, by engine: its requests that failed or timed out since start.
+    pub shared_engine_failures: IntGaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -137,7 +141,25 @@ impl Metrics {
             &["outcome"],
         )?;
         registry.register(Box::new(prepared_outcomes.clone()))?;
+        let shared_engine_up = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_shared_engine_up",
+                "1 while the engine the fleet shares its state on ([fleet]) answers in time, 0 while it does not.",
+            ),
+            &["engine"],
+        )?;
+        registry.register(Box::new(shared_engine_up.clone()))?;
+        let shared_engine_failures = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_shared_engine_failures",
+                "Requests to the fleet's shared engine that failed or timed out since start.",
+            ),
+            &["engine"],
+        )?;
+        registry.register(Box::new(shared_engine_failures.clone()))?;
         Ok(Metrics {
+            shared_engine_up,
+            shared_engine_failures,
             prepared_outcomes,
             identity_calls,
             identities: Default::default(),

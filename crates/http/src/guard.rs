@@ -223,25 +223,42 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
         }
     }
-    // A call without a session (2026-07-28) past its identity's quota: 429, before it
-    // reaches the MCP server (inside a session, the call's result says so instead).
+    // A call without a session (2026-07-28) is admitted under its identity's quota here, so
+    // that a refusal is a 429 (503 when the fleet's Redis does not answer) before it reaches
+    // the MCP server; the admission goes on with the request to its call (inside a session,
+    // the call's result says so instead).
     if path == "/mcp"
         && session.is_none()
         && (request.headers().get("mcp-method")).is_some_and(|m| m == "tools/call")
-        && let Some(limited) = guard.access.wait(&caller)
     {
-        let refusal = Refusal {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            error: "rate_limited",
-            description: limited.message,
-            scope: None,
-        };
-        let mut response = guard.refuse(&refusal, &path);
-        let seconds = limited.retry_after.as_secs().max(1).to_string();
-        if let Ok(value) = seconds.parse() {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+        match guard.access.admit_ahead(&caller).await {
+            Ok(None) => {}
+            Ok(Some(admitted)) => {
+                request.extensions_mut().insert(admitted);
+            }
+            Err(limited) => {
+                let refusal = Refusal {
+                    status: if limited.unavailable {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::TOO_MANY_REQUESTS
+                    },
+                    error: if limited.unavailable {
+                        "temporarily_unavailable"
+                    } else {
+                        "rate_limited"
+                    },
+                    description: limited.message,
+                    scope: None,
+                };
+                let mut response = guard.refuse(&refusal, &path);
+                let seconds = limited.retry_after.as_secs().max(1).to_string();
+                if let Ok(value) = seconds.parse() {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                return response;
+            }
         }
-        return response;
     }
     if path == "/mcp" && request.method() == axum::http::Method::POST {
         request = match step_up(guard, &caller, request).await {

@@ -9,12 +9,15 @@ use std::sync::atomic::Ordering;
 use toolhost_core::invoke::Host;
 use toolhost_core::reload::Reloader;
 use toolhost_runtime::Runtime;
+use toolhost_state::Shared;
 
 /// What `/metrics` reads its gauges from when it is scraped, and `/readyz` its answer.
 pub struct Scrape {
     pub(crate) host: Arc<Host>,
     reloader: Arc<Reloader>,
     runtime: Arc<Runtime>,
+    /// The engines the fleet shares state on (none: embedded).
+    shared: Arc<Shared>,
     /// Set once the first load's compiles have all ended: later reloads keep serving the
     /// previous versions while they compile, so they do not make the host unready.
     loaded: std::sync::atomic::AtomicBool,
@@ -77,16 +80,30 @@ impl Scrape {
                 .set(health.reopen_failures as i64);
         }
         metrics.draining.set(i64::from(self.host.is_draining()));
+        for engine in self.shared.health() {
+            let labels = [engine.engine];
+            metrics
+                .shared_engine_up
+                .with_label_values(&labels)
+                .set(i64::from(engine.up));
+            (metrics.shared_engine_failures.with_label_values(&labels)).set(engine.failures as i64);
+        }
         metrics.render()
     }
 }
 
 impl Scrape {
-    pub fn new(host: Arc<Host>, reloader: Arc<Reloader>, runtime: Arc<Runtime>) -> Self {
+    pub fn new(
+        host: Arc<Host>,
+        reloader: Arc<Reloader>,
+        runtime: Arc<Runtime>,
+        shared: Arc<Shared>,
+    ) -> Self {
         Scrape {
             host,
             reloader,
             runtime,
+            shared,
             loaded: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -109,19 +126,26 @@ pub(crate) fn metrics(scrape: Arc<Scrape>) -> axum::Router {
 }
 
 /// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
-/// token), saying nothing but whether this host serves.
+/// token), saying nothing but whether this host serves. A host whose fleet engine (Redis)
+/// does not answer is not ready: it would refuse every call under a quota.
 pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
     axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route(
             "/readyz",
             axum::routing::get(move || {
+                let down = (ready.shared.health().into_iter()).find(|engine| !engine.up);
                 let answer = if ready.host.is_draining() {
-                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                    (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
+                } else if let Some(engine) = down {
+                    // Which engine, not why: the reason (an address) is for /metrics' readers
+                    // and the log.
+                    let text = format!("{} does not answer\n", engine.engine);
+                    (StatusCode::SERVICE_UNAVAILABLE, text)
                 } else if ready.loaded() {
-                    (StatusCode::OK, "ready\n")
+                    (StatusCode::OK, "ready\n".to_string())
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+                    (StatusCode::SERVICE_UNAVAILABLE, "loading\n".to_string())
                 };
                 async move { answer }
             }),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolhost_contract::CallerLink;
 use toolhost_core::backend::mcp::content;
-use toolhost_core::invoke::{Call, Host, Session};
+use toolhost_core::invoke::{Admitted, Call, Host, Session};
 
 /// Runs the `tools/call` of `context` on `server`.
 pub(crate) async fn call_tool(
@@ -26,6 +26,10 @@ pub(crate) async fn call_tool(
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, ErrorData> {
     let session = server.session_for(&context)?;
+    // The quota's admission the guard gave this request, if any (a request without a session).
+    let admitted = (context.extensions.get::<http::request::Parts>())
+        .and_then(|request| request.extensions.get::<Admitted>())
+        .cloned();
     let wants_tasks = context
         .client_capabilities()
         .is_some_and(|c| c.supports_tasks());
@@ -35,7 +39,7 @@ pub(crate) async fn call_tool(
     // A follow-up always goes to the call it names, whatever the client takes.
     if stateless && (!wants_tasks || request.request_state.is_some()) {
         let host = server.host.clone();
-        let run = move |request, cancel, link| call(host, session, request, cancel, link);
+        let run = move |request, cancel, link| call(host, session, request, cancel, link, admitted);
         return (server.shared.rounds)
             .call(request, &context, credentials(&context), run)
             .await;
@@ -43,9 +47,16 @@ pub(crate) async fn call_tool(
     let cancel = CancellationToken::new();
     let link: Arc<dyn CallerLink> = Arc::new(crate::talk::McpLink::of(&context));
     if !wants_tasks {
-        return Ok(call(server.host.clone(), session, request, cancel, link)
-            .await
-            .into());
+        return Ok(call(
+            server.host.clone(),
+            session,
+            request,
+            cancel,
+            link,
+            admitted,
+        )
+        .await
+        .into());
     }
     // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
     // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
@@ -55,6 +66,7 @@ pub(crate) async fn call_tool(
         request,
         cancel.clone(),
         link,
+        admitted,
     ));
     if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
         return joined(result).map(Into::into);
@@ -77,11 +89,13 @@ async fn call(
     request: CallToolRequestParams,
     cancel: CancellationToken,
     link: Arc<dyn CallerLink>,
+    admitted: Option<Admitted>,
 ) -> CallToolResult {
     let arguments = Value::Object(request.arguments.unwrap_or_default());
     let call = Call::new(&session, &request.name, arguments)
         .until(cancel.cancelled())
-        .linked(&link);
+        .linked(&link)
+        .admitted(admitted);
     let outcome = host.call(call).await;
     match outcome.result {
         Ok(result) => {

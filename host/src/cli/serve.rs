@@ -17,6 +17,9 @@ use toolhost::mcp::log::LogRelay;
 use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
 use toolhost::runtime::Runtime;
 
+/// How long `serve` waits for the fleet's Redis to answer at start before it serves anyway.
+const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How `serve` was asked to run.
 pub(crate) struct ServeOptions {
     pub(crate) http: Option<String>,
@@ -45,9 +48,23 @@ pub(crate) async fn run(
     if token.as_deref().is_some_and(str::is_empty) {
         bail!("--token-env: the token is empty");
     }
+    // The engines the fleet shares state on: this process's memory unless `[fleet]` names
+    // Redis, which is waited for a few seconds at start (a host that cannot reach it serves
+    // anyway, not ready, and refuses calls under a quota until it answers).
+    let shared = Arc::new(toolhost::state::Shared::open(&settings.fleet));
+    if let Some(redis) = &settings.fleet.redis {
+        match shared.connect(FLEET_CONNECT_TIMEOUT).await {
+            Ok(()) => tracing::info!(redis = %redis.shown(), "quotas are the fleet's, in Redis"),
+            Err(why) => tracing::error!(
+                "{why}; serving anyway, not ready (/readyz), refusing calls under a quota \
+                 with 503 until Redis answers"
+            ),
+        }
+    }
     let access = Arc::new(
         toolhost::access::Access::new(settings.access.clone(), token.as_deref())
-            .context("[access]")?,
+            .context("[access]")?
+            .with_quotas(shared.quotas()),
     );
     let runtime = settings.runtime()?;
     // Nothing waits for a compile: what is loaded or cached serves at once, the rest joins
@@ -84,6 +101,7 @@ pub(crate) async fn run(
             reloader.clone(),
             runtime.clone(),
             host.clone(),
+            shared.clone(),
             path.clone(),
         )
     });
@@ -109,7 +127,12 @@ pub(crate) async fn run(
         None => serve_stdio(host.clone(), logs, first_load, drain).await,
         Some(address) => {
             let served = toolhost::http::Served {
-                scrape: toolhost::http::Scrape::new(host.clone(), reloader.clone(), runtime),
+                scrape: toolhost::http::Scrape::new(
+                    host.clone(),
+                    reloader.clone(),
+                    runtime,
+                    shared.clone(),
+                ),
                 access,
                 web: web(settings, host.clone(), reloader.clone()).await,
                 page: options.page,

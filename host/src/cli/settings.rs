@@ -8,7 +8,7 @@ use std::time::Duration;
 use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
 use toolhost::config::access::{AccessSection, AccessSettings};
-use toolhost::config::v1::{ChatSection, HostFile};
+use toolhost::config::v1::{ChatSection, FleetSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
 use toolhost::invoke::Host;
 use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) access: AccessSettings,
     /// `toolhost.toml`, when one was read (a reload reads its `[access]` again).
     pub(crate) config_path: Option<PathBuf>,
+    /// `[fleet]`, checked: the engines the replicas share state on (none: this process).
+    pub(crate) fleet: toolhost::state::FleetSettings,
 }
 
 impl Settings {
@@ -62,7 +64,7 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
-        let (host, chat, registry, trust, base, access) = match &config_path {
+        let (host, chat, registry, trust, base, access, fleet) = match &config_path {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
@@ -110,7 +112,16 @@ impl Settings {
                 let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
                 let trust = trusted_keys(&file.trust, &source, &base)?;
                 let access = check_access(&file.access, &source)?;
-                (file.host, file.chat, file.registry, trust, base, access)
+                let fleet = check_fleet(&file.fleet, &source, &|var| std::env::var(var).ok())?;
+                (
+                    file.host,
+                    file.chat,
+                    file.registry,
+                    trust,
+                    base,
+                    access,
+                    fleet,
+                )
             }
             None => (
                 Default::default(),
@@ -119,6 +130,7 @@ impl Settings {
                 (Vec::new(), false),
                 PathBuf::from("."),
                 AccessSettings::default(),
+                Default::default(),
             ),
         };
         let from_file = |value: &Option<String>| value.as_ref().map(|v| base.join(v));
@@ -249,6 +261,7 @@ impl Settings {
             chat,
             access,
             config_path,
+            fleet,
         })
     }
 
@@ -449,6 +462,58 @@ fn check_access(section: &AccessSection, source: &SourceFile) -> anyhow::Result<
             let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
             anyhow::anyhow!("\n{}", all.join("\n"))
         })
+}
+
+/// `[fleet]` checked, every mistake at its file:line:col; `env` reads an environment variable.
+fn check_fleet(
+    section: &FleetSection,
+    source: &SourceFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<toolhost::state::FleetSettings> {
+    use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, RedisSettings, has_password};
+    let timeout = written_or(section.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
+    let mut errors = Vec::new();
+    let url = match (&section.redis, &section.redis_env) {
+        (Some(_), Some(var)) => {
+            errors.push(Diagnostic::new(
+                source.at(var.span()),
+                "write one of `redis` and `redis-env`, not both",
+            ));
+            None
+        }
+        (Some(url), None) if has_password(url.get_ref()) => {
+            errors.push(Diagnostic::new(
+                source.at(url.span()),
+                "a Redis password is never read from toolhost.toml: put the whole URL in an \
+                 environment variable and name it with `redis-env`",
+            ));
+            None
+        }
+        (Some(url), None) => Some((url.get_ref().clone(), url.span())),
+        (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
+            Some(url) => Some((url, var.span())),
+            None => {
+                errors.push(Diagnostic::new(
+                    source.at(var.span()),
+                    format!("${} (`redis-env`) is not set", var.get_ref().as_str()),
+                ));
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    let redis = url.and_then(|(url, span)| match RedisSettings::new(&url, timeout) {
+        Ok(redis) => Some(redis),
+        Err(e) => {
+            errors.push(Diagnostic::new(source.at(span), e.to_string()));
+            None
+        }
+    });
+    if !errors.is_empty() {
+        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        bail!("\n{}", all.join("\n"));
+    }
+    Ok(FleetSettings { redis })
 }
 
 /// `[access]` of `path` read again (a reload): the new rules and tokens, or why not.

@@ -29,6 +29,26 @@ struct Published {
     /// Instances prepared ahead of calls (absent from a file an older host wrote).
     #[serde(default)]
     prepared: Option<PublishedPrepared>,
+    /// The engines the fleet shares state on (`[fleet]`), and whether each answers.
+    #[serde(default)]
+    shared: Vec<PublishedEngine>,
+}
+
+#[derive(Serialize, Deserialize, PartialEq)]
+struct PublishedEngine {
+    engine: String,
+    up: bool,
+    error: Option<String>,
+}
+
+fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
+    (shared.health().into_iter())
+        .map(|health| PublishedEngine {
+            engine: health.engine.to_string(),
+            up: health.up,
+            error: health.error,
+        })
+        .collect()
 }
 
 #[derive(Serialize, Deserialize, PartialEq)]
@@ -65,12 +85,13 @@ struct PublishedAudit {
 const AUDIT_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Writes the status now, after every reload (and every second while a compile runs), and
-/// when the audit log's state or the prepared instances changed (looked at every 2 s),
-/// until the returned task is dropped.
+/// when the audit log's state, the prepared instances or a shared engine's state changed
+/// (looked at every 2 s), until the returned task is dropped.
 pub(crate) fn publish(
     reloader: Arc<Reloader>,
     runtime: Arc<Runtime>,
     host: Arc<Host>,
+    shared: Arc<toolhost::state::Shared>,
     path: PathBuf,
 ) -> super::service::AbortOnDrop {
     use tokio::sync::broadcast::error::RecvError;
@@ -93,6 +114,7 @@ pub(crate) fn publish(
                 compiles,
                 audit: audit(),
                 prepared: Some(PublishedPrepared::of(&runtime)),
+                shared: engines(&shared),
             };
             if let Err(e) = write(&path, &published) {
                 tracing::warn!("cannot write the status file {}: {e:#}", path.display());
@@ -104,6 +126,7 @@ pub(crate) fn publish(
                     tokio::time::sleep(AUDIT_LOOK_EVERY).await;
                     if audit() != published.audit
                         || PublishedPrepared::of(&runtime).differs(published.prepared.as_ref())
+                        || engines(&shared) != published.shared
                     {
                         return;
                     }
@@ -210,7 +233,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
-        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit, "prepared": published.prepared });
+        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit, "prepared": published.prepared, "shared": published.shared });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
@@ -271,6 +294,16 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 loading.file.display(),
                 waits.join(" and ")
             );
+        }
+        for engine in &published.shared {
+            match &engine.error {
+                None => println!("{}: answers (state shared by the fleet)", engine.engine),
+                Some(error) => println!(
+                    "{}: does not answer ({}); calls under a quota are refused",
+                    engine.engine,
+                    super::terminal::safe(error)
+                ),
+            }
         }
         if let Some(audit) = &published.audit {
             let health = &audit.health;

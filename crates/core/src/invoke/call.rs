@@ -2,7 +2,7 @@
 //! and, beyond the defaults, when the caller stops wanting the result and where the tool's
 //! progress reports and questions go.
 
-use super::{Arguments, Session};
+use super::{Admitted, Arguments, Session};
 use std::future::Future;
 use std::sync::Arc;
 use toolhost_contract::{BoxFuture, CallerLink, Unlinked};
@@ -40,14 +40,22 @@ impl<'a> Call<'a> {
         self.attached = self.attached.linked(link);
         self
     }
+
+    /// Runs under `admitted`, the quota's admission its request already holds, if any.
+    pub fn admitted(mut self, admitted: Option<Admitted>) -> Self {
+        self.attached = self.attached.admitted(admitted);
+        self
+    }
 }
 
-/// What a caller attaches to a call beyond its checks: when it stops wanting the result, and
-/// where the tool's progress reports and questions go. The default is neither.
+/// What a caller attaches to a call beyond its checks: when it stops wanting the result,
+/// where the tool's progress reports and questions go, and the quota's admission its request
+/// holds. The default is none of them.
 #[derive(Default)]
 pub struct Attached<'a> {
     cancel: Option<BoxFuture<'a, ()>>,
     link: Option<Arc<dyn CallerLink>>,
+    admitted: Option<Admitted>,
 }
 
 impl<'a> Attached<'a> {
@@ -63,6 +71,12 @@ impl<'a> Attached<'a> {
         self
     }
 
+    /// See [`Call::admitted`].
+    pub fn admitted(mut self, admitted: Option<Admitted>) -> Self {
+        self.admitted = admitted;
+        self
+    }
+
     /// The call's end as its caller sees it: never, unless one was attached.
     pub(super) async fn cancelled(cancel: Option<BoxFuture<'a, ()>>) {
         match cancel {
@@ -71,9 +85,20 @@ impl<'a> Attached<'a> {
         }
     }
 
-    /// Its parts: the cancellation, and the link (nobody's, unless one was attached).
-    pub(super) fn into_parts(self) -> (Option<BoxFuture<'a, ()>>, Arc<dyn CallerLink>) {
-        (self.cancel, self.link.unwrap_or_else(unlinked))
+    /// Its parts: the cancellation, the link (nobody's, unless one was attached) and the
+    /// admission.
+    pub(super) fn into_parts(
+        self,
+    ) -> (
+        Option<BoxFuture<'a, ()>>,
+        Arc<dyn CallerLink>,
+        Option<Admitted>,
+    ) {
+        (
+            self.cancel,
+            self.link.unwrap_or_else(unlinked),
+            self.admitted,
+        )
     }
 }
 

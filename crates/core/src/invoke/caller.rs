@@ -3,8 +3,36 @@
 //! CLI, `toolhost chat`: the local operator, bound only by the session's [`super::CallPolicy`]).
 
 use crate::catalog::Tool;
+use std::pin::Pin;
 use std::sync::Arc;
 use toolhost_contract::Identity;
+pub use toolhost_state::Limited;
+use toolhost_state::quota::Running;
+
+/// A call admitted under its identity's quota before it was known to run (the HTTP guard
+/// admits a request without a session, so that a refusal is a `429`), carried by the request
+/// to its call: [`super::Call::admitted`] takes it instead of asking the quota again. A
+/// request that ends without running a call drops it, which gives its token back.
+#[derive(Clone)]
+pub struct Admitted(Arc<std::sync::Mutex<Option<Running>>>);
+
+impl Admitted {
+    pub fn new(running: Running) -> Self {
+        Admitted(Arc::new(std::sync::Mutex::new(Some(running))))
+    }
+
+    /// The admission, for the call that runs (once: later callers get nothing).
+    pub(super) fn take(&self) -> Option<Box<dyn Send>> {
+        let taken = (self.0.lock())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        taken.map(|running| Box::new(running.runs()) as Box<dyn Send>)
+    }
+}
+
+/// What [`Permits::admit`] answers: whatever is held while the call runs, or the refusal.
+pub type Admission<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<Box<dyn Send>>, Limited>> + Send + 'a>>;
 
 /// Whether an identity may list and call a tool. Implemented by toolhost-access over the
 /// rules in force at the moment it is asked, so that a reload's rules apply to the next call
@@ -29,17 +57,10 @@ pub trait Permits: Send + Sync {
 
     /// A call of the identity admitted under its quota: whatever is returned is held while
     /// the call runs (counting it as running), or the call is refused with when to try again.
-    fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
-        Ok(None)
+    /// Asynchronous: a fleet's quotas are counted in Redis.
+    fn admit(&self) -> Admission<'_> {
+        Box::pin(std::future::ready(Ok(None)))
     }
-}
-
-/// A call refused by its identity's quota.
-#[derive(Debug, Clone)]
-pub struct Limited {
-    /// When a call may be tried again (`Retry-After`).
-    pub retry_after: std::time::Duration,
-    pub message: String,
 }
 
 /// An identity, and what it may call.
@@ -88,7 +109,7 @@ impl Caller {
         self.access.may_answer()
     }
 
-    pub fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
+    pub fn admit(&self) -> Admission<'_> {
         self.access.admit()
     }
 }
@@ -129,8 +150,9 @@ impl Permits for Latest {
         self.0.load().may_answer()
     }
 
-    fn admit(&self) -> Result<Option<Box<dyn Send>>, Limited> {
-        self.0.load().admit()
+    fn admit(&self) -> Admission<'_> {
+        let caller = self.0.load_full();
+        Box::pin(async move { caller.admit().await })
     }
 }
 

@@ -25,7 +25,7 @@ mod offers;
 mod session;
 
 pub use call::{Attached, Call};
-pub use caller::{Caller, Limited, Permits};
+pub use caller::{Admission, Admitted, Caller, Limited, Permits};
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
@@ -250,7 +250,7 @@ impl Host {
         call: PreparedCall,
         attached: Attached<'_>,
     ) -> CallOutcome {
-        let (cancel, link) = attached.into_parts();
+        let (cancel, link, admitted) = attached.into_parts();
         let link = &link;
         let Some(_in_flight) = self.drain.enter() else {
             let error = CallError::new(
@@ -260,11 +260,20 @@ impl Host {
             return self.refuse(session, call, error);
         };
         // The identity's quota: held (counted as running) until the call ends.
-        let _quota = match session.caller().map(Caller::admit).transpose() {
+        let admitted = match (admitted.and_then(|a| a.take()), session.caller()) {
+            (Some(held), _) => Ok(Some(held)),
+            (None, Some(caller)) => caller.admit().await,
+            (None, None) => Ok(None),
+        };
+        let _quota = match admitted {
             Ok(held) => held,
             Err(limited) => {
-                let error = CallError::new(ErrorKind::RateLimited, limited.message);
-                return self.refuse(session, call, error);
+                let kind = if limited.unavailable {
+                    ErrorKind::Unavailable
+                } else {
+                    ErrorKind::RateLimited
+                };
+                return self.refuse(session, call, CallError::new(kind, limited.message));
             }
         };
         if let Some(log) = &self.audit

@@ -1,15 +1,14 @@
-//! Quotas per identity (`[[access.quotas]]`): calls a minute (a token bucket: a burst of
-//! `calls-per-minute`, refilled at that rate) and calls running at once. What each identity
-//! used is kept across reloads, by the identity's key, for at most [`MAX_TRACKED`]
+//! Quotas kept in this process (no `[fleet] redis`). What each identity used is kept across
+//! reloads, by the identity's key, for at most [`MAX_TRACKED`]
 //! identities: past that, the one idle longest (no call running) is forgotten, which gives it
 //! a full bucket again; a host tracking that many identities all running calls takes no call
 //! of a new one until one ends.
 
+use crate::Limited;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use toolhost_config::access::Quota;
-use toolhost_core::invoke::Limited;
 
 /// Identities whose use is tracked at once.
 pub const MAX_TRACKED: usize = 100_000;
@@ -29,16 +28,25 @@ pub struct Usage {
 }
 
 /// One call counted as running until it is dropped.
-pub struct Running {
+pub(crate) struct Counted {
     usage: Arc<Usage>,
     key: [u8; 32],
+    /// The bucket's size, if it took a token.
+    per_minute: Option<u32>,
+    /// The call never ran: its token goes back when dropped.
+    pub(crate) refund: bool,
 }
 
-impl Drop for Running {
+impl Drop for Counted {
     fn drop(&mut self) {
         let mut buckets = self.usage.lock();
         if let Some(bucket) = buckets.get_mut(&self.key) {
             bucket.running = bucket.running.saturating_sub(1);
+            if self.refund
+                && let Some(limit) = self.per_minute
+            {
+                bucket.tokens = (bucket.tokens + 1.0).min(f64::from(limit));
+            }
         }
     }
 }
@@ -50,7 +58,11 @@ impl Usage {
 
     /// A call of the identity `key` under `quota`: counted (a token taken, one more running)
     /// and held until the returned guard drops, or refused with when to try again.
-    pub fn admit(self: &Arc<Self>, key: [u8; 32], quota: &Quota) -> Result<Running, Limited> {
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        key: [u8; 32],
+        quota: &Quota,
+    ) -> Result<Counted, Limited> {
         let mut buckets = self.lock();
         let now = Instant::now();
         if !buckets.contains_key(&key) && buckets.len() >= MAX_TRACKED {
@@ -62,6 +74,7 @@ impl Usage {
                         "{MAX_TRACKED} identities are calling at once, the most this host \
                          tracks; try again in a moment"
                     ),
+                    unavailable: false,
                 });
             }
         }
@@ -75,17 +88,12 @@ impl Usage {
             bucket.tokens -= 1.0;
         }
         bucket.running += 1;
-        Ok(Running {
+        Ok(Counted {
             usage: Arc::clone(self),
             key,
+            per_minute: quota.calls_per_minute,
+            refund: false,
         })
-    }
-
-    /// When the identity `key` could start a call under `quota`, if not now (nothing counted).
-    pub fn wait(&self, key: [u8; 32], quota: &Quota) -> Option<Limited> {
-        let mut buckets = self.lock();
-        let bucket = buckets.get_mut(&key)?;
-        check(bucket, quota, Instant::now()).err()
     }
 }
 
@@ -98,24 +106,13 @@ fn check(bucket: &mut Bucket, quota: &Quota, now: Instant) -> Result<(), Limited
         bucket.refilled = now;
         if bucket.tokens < 1.0 {
             let wait = ((1.0 - bucket.tokens) / per_second).ceil().max(1.0);
-            return Err(Limited {
-                retry_after: Duration::from_secs(wait as u64),
-                message: format!(
-                    "this identity's quota is {limit} calls a minute; try again in {wait} s"
-                ),
-            });
+            return Err(super::per_minute_refusal(limit, wait as u64));
         }
     }
     if let Some(limit) = quota.concurrent_calls
         && bucket.running >= limit
     {
-        return Err(Limited {
-            retry_after: Duration::from_secs(1),
-            message: format!(
-                "this identity's quota is {limit} calls at once, and {limit} are running; try \
-                 again when one ends"
-            ),
-        });
+        return Err(super::at_once_refusal(limit));
     }
     Ok(())
 }
@@ -153,12 +150,20 @@ mod tests {
         let limited = usage.admit(key, &quota).err().expect("two a minute");
         assert!(limited.retry_after >= Duration::from_secs(1));
         assert!(limited.retry_after <= Duration::from_secs(30));
-        assert!(usage.wait(key, &quota).is_some());
         // Another identity has its own bucket.
         assert!(usage.admit([2; 32], &quota).is_ok());
         // A minute later (as the bucket sees it) the burst is back.
         usage.lock().get_mut(&key).expect("tracked").refilled -= Duration::from_secs(60);
-        assert!(usage.wait(key, &quota).is_none());
+        let mut third = usage.admit(key, &quota).expect("a minute later");
+        // A call that never ran gives its token back.
+        third.refund = true;
+        drop(third);
+        drop(usage.admit(key, &quota).expect("one of the burst"));
+        drop(usage.admit(key, &quota).expect("the token given back"));
+        assert!(
+            usage.admit(key, &quota).is_err(),
+            "two a minute, those two ran"
+        );
     }
 
     /// The key of the `n`th identity.
@@ -207,7 +212,7 @@ mod tests {
     fn past_max_tracked_all_running_a_new_identity_waits_for_a_call_to_end() {
         let usage = Arc::new(Usage::default());
         let quota = Quota::default();
-        let mut running: Vec<Running> = (0..MAX_TRACKED)
+        let mut running: Vec<Counted> = (0..MAX_TRACKED)
             .map(|n| usage.admit(identity(n), &quota).expect("tracked"))
             .collect();
         let newcomer = identity(MAX_TRACKED);

@@ -1,0 +1,164 @@
+//! engine: the Redis a fleet shares, reached through one multiplexed connection that
+//! reconnects by itself. Every request is bounded by the host's `redis-timeout-ms`, counted
+//! when it fails, and marks the engine up or down for `/readyz` and `/metrics`; an error is
+//! kept without the URL's password.
+
+use crate::{EngineHealth, RedisSettings};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The Redis of one host.
+pub struct Redis {
+    /// Connected on first use; `None` only if the URL could not make a client, which
+    /// [`RedisSettings::new`] already refused.
+    connection: Option<ConnectionManager>,
+    timeout: Duration,
+    /// Shown in errors instead of the URL.
+    shown: String,
+    up: AtomicBool,
+    failures: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    /// This host among the replicas: the prefix of its quota leases.
+    replica: String,
+}
+
+/// Redis did not answer, or refused: what to say.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Down(pub String);
+
+impl Redis {
+    pub(crate) fn new(settings: &RedisSettings) -> Arc<Self> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let connection = redis::Client::open(settings.url())
+            .and_then(|client| ConnectionManager::new_lazy_with_config(client, config))
+            .ok();
+        Arc::new(Redis {
+            connection,
+            timeout: settings.timeout,
+            shown: settings.shown(),
+            up: AtomicBool::new(false),
+            failures: AtomicU64::new(0),
+            last_error: Mutex::new(Some("not reached yet".into())),
+            replica: replica_id(),
+        })
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// This host's name among the replicas (random, new at each start).
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Runs `request` on the connection within the timeout, and notes how it went.
+    pub(crate) async fn run<T, F, Fut>(&self, what: &str, request: F) -> Result<T, Down>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let Some(connection) = self.connection.clone() else {
+            return Err(self.failed(format!("Redis at {} has no client", self.shown)));
+        };
+        match tokio::time::timeout(self.timeout, request(connection)).await {
+            Ok(Ok(value)) => {
+                if !self.up.swap(true, Ordering::SeqCst) {
+                    tracing::info!(redis = %self.shown, "Redis answers");
+                    *self.error() = None;
+                }
+                Ok(value)
+            }
+            Ok(Err(e)) => Err(self.failed(format!(
+                "Redis at {} failed to {what}: {}",
+                self.shown,
+                without_url(&e)
+            ))),
+            Err(_) => Err(self.failed(format!(
+                "Redis at {} did not answer within {} ms ({what})",
+                self.shown,
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Pings Redis, waiting up to `timeout` (which may be longer than a call's wait: at start).
+    pub(crate) async fn ping_within(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let answer = self
+                .run("ping", |mut c| async move {
+                    redis::cmd("PING").query_async::<String>(&mut c).await
+                })
+                .await;
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(Down(why)) if tokio::time::Instant::now() + self.timeout >= deadline => {
+                    return Err(why);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn failed(&self, why: String) -> Down {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let mut error = self.error();
+        if self.up.swap(false, Ordering::SeqCst) || error.as_deref() != Some(why.as_str()) {
+            tracing::warn!("{why}");
+        }
+        *error = Some(why.clone());
+        Down(why)
+    }
+
+    fn error(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn health(&self) -> EngineHealth {
+        EngineHealth {
+            engine: "redis",
+            up: self.up.load(Ordering::SeqCst),
+            error: self.error().clone(),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A Redis error as said to clients and logs: its kind and detail, never the URL it was
+/// reached by.
+fn without_url(error: &redis::RedisError) -> String {
+    let detail = error.detail().unwrap_or_default();
+    let kind = error.category();
+    let text = if error.is_io_error() || error.is_connection_refusal() {
+        "cannot connect".to_string()
+    } else if detail.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}: {detail}")
+    };
+    toolhost_contract::cut(&text, 200, |_| "...".into()).into_owned()
+}
+
+/// A name for this process among the replicas: 16 hex digits of a hash of its pid, the
+/// clock and an address on its stack, new at each start.
+fn replica_id() -> String {
+    let mut hasher = blake3::Hasher::new_derive_key("toolhost replica id v1");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.update(&now.as_nanos().to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    let here = 0u8;
+    hasher.update(&(std::ptr::addr_of!(here) as usize).to_le_bytes());
+    hasher.finalize().to_hex()[..16].to_string()
+}

@@ -1,0 +1,232 @@
+//! State a fleet shares. Each kind of state whose promise must hold across replicas gets one
+//! interface here with two engines behind it: embedded (this process's memory, the default:
+//! nothing to run) and shared (Redis, when `[fleet]` names one). The layers above ask the
+//! interface and never know which engine answers.
+//!
+//! Built so far: quotas per identity ([`quota`]). Redis is reached through one multiplexed
+//! connection that reconnects by itself ([`engine`]); every wait on it is bounded by
+//! `redis-timeout-ms`, and a host whose Redis does not answer says so on `/readyz`, on
+//! `/metrics` and in each refusal.
+//!
+//! Layers: `lib` (settings, [`Shared`]) over `quota` over `engine`.
+
+pub mod engine;
+pub mod quota;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A call refused by its identity's quota, or because the engine that keeps the quota did
+/// not answer.
+#[derive(Debug, Clone)]
+pub struct Limited {
+    /// When a call may be tried again (`Retry-After`).
+    pub retry_after: Duration,
+    pub message: String,
+    /// The quota could not be asked (the shared engine is down or slow): `503`, not `429`.
+    pub unavailable: bool,
+}
+
+/// The default of `[fleet] redis-timeout-ms`.
+pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `[fleet]`, checked: where the replicas share their state.
+#[derive(Debug, Default, Clone)]
+pub struct FleetSettings {
+    pub redis: Option<RedisSettings>,
+}
+
+/// A Redis to share state on.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// The URL as written (it may carry a password: never logged, see [`Self::shown`]).
+    url: String,
+    /// The longest one step on the call path waits for Redis.
+    pub timeout: Duration,
+}
+
+/// A Redis URL that cannot be used, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidUrl(String);
+
+impl RedisSettings {
+    /// `url` checked: `redis://[user[:password]@]host[:port][/db]` or `redis+unix:///path`.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, InvalidUrl> {
+        if url.starts_with("rediss://") {
+            return Err(InvalidUrl(
+                "rediss:// (Redis over TLS) is not built in: reach Redis over a private \
+                 network or a TLS sidecar with redis://"
+                    .into(),
+            ));
+        }
+        redis::Client::open(url).map_err(|e| {
+            InvalidUrl(format!(
+                "`{}` is not a Redis URL ({}): write redis://host:port/db",
+                shown(url),
+                e.category()
+            ))
+        })?;
+        Ok(RedisSettings {
+            url: url.to_string(),
+            timeout,
+        })
+    }
+
+    /// The URL with any password replaced by `***`, as logs and `status` show it.
+    pub fn shown(&self) -> String {
+        shown(&self.url)
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &self.shown())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Whether a Redis URL carries a password (then it belongs in the environment, not in
+/// `toolhost.toml`).
+pub fn has_password(url: &str) -> bool {
+    authority(url).is_some_and(|(userinfo, _)| userinfo.contains(':'))
+}
+
+/// `url` with the password of its user info replaced by `***`.
+fn shown(url: &str) -> String {
+    match authority(url) {
+        Some((userinfo, at)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let scheme_end = url.find("://").map_or(0, |i| i + 3);
+            format!("{}{user}:***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The user info of `url` and where the `@` after it is.
+fn authority(url: &str) -> Option<(&str, usize)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..end].rfind('@')?;
+    Some((&rest[..at], start + at))
+}
+
+/// The state of one host, on the engines its `[fleet]` names.
+pub struct Shared {
+    redis: Option<Arc<engine::Redis>>,
+    quotas: Arc<quota::Quotas>,
+    /// Pings Redis and renews this host's quota leases; stopped when the host is dropped.
+    upkeep: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How one shared engine is doing, for `/readyz`, `/metrics` and `toolhost status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineHealth {
+    /// `redis`.
+    pub engine: &'static str,
+    /// Whether it answered its last request in time.
+    pub up: bool,
+    /// Why not, when it did not (no password in it).
+    pub error: Option<String>,
+    /// Requests it failed or did not answer in time since the host started.
+    pub failures: u64,
+}
+
+impl Shared {
+    /// Everything in this process (no `[fleet]`).
+    pub fn embedded() -> Self {
+        Shared {
+            redis: None,
+            quotas: Arc::new(quota::Quotas::embedded()),
+            upkeep: None,
+        }
+    }
+
+    /// The engines `settings` name. Nothing is reached yet: Redis is connected on first use
+    /// and pinged every second from then on (must be called inside a tokio runtime).
+    pub fn open(settings: &FleetSettings) -> Self {
+        let Some(redis) = &settings.redis else {
+            return Self::embedded();
+        };
+        let redis = engine::Redis::new(redis);
+        let quotas = Arc::new(quota::Quotas::shared(Arc::clone(&redis)));
+        let upkeep = tokio::spawn(upkeep(Arc::clone(&redis), Arc::clone(&quotas)));
+        Shared {
+            redis: Some(redis),
+            quotas,
+            upkeep: Some(upkeep),
+        }
+    }
+
+    /// Quotas per identity, on this host's engine.
+    pub fn quotas(&self) -> Arc<quota::Quotas> {
+        Arc::clone(&self.quotas)
+    }
+
+    /// Each shared engine's health (none for an embedded host).
+    pub fn health(&self) -> Vec<EngineHealth> {
+        self.redis.iter().map(|r| r.health()).collect()
+    }
+
+    /// Waits up to `timeout` for every shared engine to answer once (at start, so that the
+    /// first calls do not wait for the connection).
+    pub async fn connect(&self, timeout: Duration) -> Result<(), String> {
+        match &self.redis {
+            Some(redis) => redis.ping_within(timeout).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(upkeep) = self.upkeep.take() {
+            upkeep.abort();
+        }
+    }
+}
+
+/// How often Redis is pinged and this host's quota leases renewed.
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(1);
+
+async fn upkeep(redis: Arc<engine::Redis>, quotas: Arc<quota::Quotas>) {
+    let mut tick = tokio::time::interval(UPKEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let _ = redis.ping_within(redis.timeout()).await;
+        quotas.renew().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_found_and_never_shown() {
+        assert!(has_password("redis://:s3cret@redis:6379/0"));
+        assert!(has_password("redis://app:s3cret@redis/0"));
+        assert!(!has_password("redis://app@redis/0"));
+        assert!(!has_password("redis://redis:6379/0"));
+        assert!(!has_password("redis://redis:6379/0?x=a@b:c"));
+        let settings = RedisSettings::new("redis://app:s3cret@redis:6379/0", DEFAULT_REDIS_TIMEOUT)
+            .expect("a URL");
+        assert_eq!(settings.shown(), "redis://app:***@redis:6379/0");
+        assert!(!format!("{settings:?}").contains("s3cret"));
+        let error = RedisSettings::new("http://:hunter2@x/", DEFAULT_REDIS_TIMEOUT)
+            .expect_err("not Redis")
+            .to_string();
+        assert!(!error.contains("hunter2"), "{error}");
+        assert!(error.contains("redis://host:port/db"), "{error}");
+        assert!(RedisSettings::new("rediss://x/", DEFAULT_REDIS_TIMEOUT).is_err());
+    }
+}
