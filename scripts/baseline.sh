@@ -27,6 +27,9 @@ if [ ! -x "$out" ]; then
     else
         git -C target/baseline/src checkout --quiet --detach "$commit"
     fi
+    # What an earlier checkout left behind (a crate's folder the commit does not have would
+    # be a workspace member without a manifest).
+    git -C target/baseline/src clean -fdq
     # The plugins' own workspaces are built by tests/build.rs only for the tests.
     (cd target/baseline/src && CARGO_TARGET_DIR="$PWD/../target" \
         cargo build --release -p toolhost >&2)

@@ -22,7 +22,11 @@ audit log, and drives it for `--seconds` after a warm-up:
 - jwt: sessionless, each request with an access token (RS256, `[access.oidc]` trusting a key
   set this script serves on loopback);
 - dedup: sessionless with `dedup = "exact"`, identical arguments and one conversation named
-  in `_meta`, so every call after the first is a hit.
+  in `_meta`, so every call after the first is a hit;
+- quota: sessionless with a named static token under a quota no call reaches (a million
+  calls a minute, 10,000 at once): what counting a call costs, in this process;
+- quota-redis: the same with `[fleet] redis` naming a `redis-server` this script starts on
+  loopback (Debian's): what counting it in Redis, one script per call, costs.
 
 Cells other than stdio run at each of `--connections` (wrk, one thread). Reported: calls/s,
 p50 and p99 (wrk's), the server's CPU per call (utime + stime from /proc over the run,
@@ -137,7 +141,8 @@ class Provider:
 class Server:
     """`toolhost serve` over the echo ensemble in `work`, over HTTP at `port` or over stdio."""
 
-    def __init__(self, args, work, http_port=None, dedup="off", oidc=None, record=None):
+    def __init__(self, args, work, http_port=None, dedup="off", oidc=None, record=None,
+                 extra="", env=None):
         ensembles = work / "ensembles"
         shutil.rmtree(ensembles, ignore_errors=True)
         ensembles.mkdir(parents=True)
@@ -151,7 +156,7 @@ class Server:
         if oidc:
             host += (f'\n[access.oidc]\nissuer = "{oidc.issuer}"\n'
                      f'resource = "http://127.0.0.1:{http_port}/mcp"\nalgorithms = ["RS256"]\n')
-        (work / "toolhost.toml").write_text(host)
+        (work / "toolhost.toml").write_text(host + extra)
         command = [str(args.toolhost), "--config", str(work / "toolhost.toml"), "serve",
                    "--no-watch"]
         if http_port:
@@ -163,7 +168,8 @@ class Server:
                        "dwarf,32768", "-o", record, "--"] + command
         self.stderr = open(work / "stderr", "w")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, cwd=work)
+                                        stderr=self.stderr, cwd=work,
+                                        env={**os.environ, **(env or {})})
         self.pid = self.process.pid
         if record:
             # perf's child is the server.
@@ -205,9 +211,11 @@ def post(url, body, headers):
     return head, rest
 
 
-def wait_ready(url, headers, deadline=120):
-    """Until echo answers a call; returns the answer's text."""
+def wait_ready(url, headers, deadline=120, server=None):
+    """Until echo answers a call; returns the answer's text. A server that exits first (a
+    build that does not know a setting of the cell) ends the run with its stderr."""
     started = time.time()
+    head, rest = "", ""
     body = {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"text": "ready"}, "_meta": META}}
     hdrs = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
@@ -219,6 +227,10 @@ def wait_ready(url, headers, deadline=120):
                 return head, rest
         except OSError:
             pass
+        if server and server.process.poll() is not None:
+            server.stderr.flush()
+            said = (Path(server.stderr.name).read_text())[-2000:]
+            sys.exit(f"the server exited before it answered a call:\n{said}")
         time.sleep(0.2)
     sys.exit(f"the server never answered a call: {head} {rest}")
 
@@ -324,17 +336,50 @@ def stdio_cell(args, work, inflight=1, cell="stdio", record=None):
             "client_cpu_share": None, "errors": 0}
 
 
-def http_cell(args, work, cell, connections, provider, record=None):
+class Redis:
+    """Debian's redis-server on a free loopback port, nothing saved; stopped by `stop`."""
+
+    def __init__(self, work):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", str(work)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        sys.exit("redis-server did not start")
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+QUOTA_TOKEN = "load-test-token"
+QUOTA = ('\n[[access.tokens]]\nname = "load"\nenv = "LOAD_TOKEN"\n\n'
+         '[[access.quotas]]\ncalls-per-minute = 1000000\nconcurrent-calls = 10000\n')
+
+
+def http_cell(args, work, cell, connections, provider, record=None, redis=None):
     port = free_port()
     dedup = "exact" if cell == "dedup" else "off"
+    extra = QUOTA if cell.startswith("quota") else ""
+    if cell == "quota-redis":
+        extra += f'\n[fleet]\nredis = "redis://127.0.0.1:{redis.port}/0"\n'
     server = Server(args, work, http_port=port, dedup=dedup,
-                    oidc=provider if cell == "jwt" else None, record=record)
+                    oidc=provider if cell == "jwt" else None, record=record, extra=extra,
+                    env={"LOAD_TOKEN": QUOTA_TOKEN})
     env, headers = {}, {}
     try:
         if cell == "jwt":
             token = provider.token(server.url)
             env["MCP_TOKEN"], headers["authorization"] = token, f"Bearer {token}"
-        wait_ready(server.url, headers)
+        if cell.startswith("quota"):
+            env["MCP_TOKEN"], headers["authorization"] = QUOTA_TOKEN, f"Bearer {QUOTA_TOKEN}"
+        wait_ready(server.url, headers, server=server)
         if cell == "session":
             env["MCP_SESSION"] = open_session(server.url, headers)
         if cell == "dedup":
@@ -402,6 +447,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         provider = Provider(work) if "jwt" in cells else None
+        if "quota-redis" in cells and not shutil.which("redis-server"):
+            sys.exit("redis-server is missing: apt-get install redis-server")
+        redis = Redis(work) if "quota-redis" in cells else None
         for _ in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")
@@ -414,7 +462,10 @@ def main():
                         if stdio:
                             measured(build, stdio_cell(args, work, c, cell, record))
                         else:
-                            measured(build, http_cell(args, work, cell, c, provider, record))
+                            measured(build, http_cell(args, work, cell, c, provider, record,
+                                                      redis))
+        if redis:
+            redis.stop()
     # With --repeat, each figure is the median of its runs.
     rows = []
     for run in runs:
