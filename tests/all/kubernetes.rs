@@ -220,6 +220,45 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
         "the volume's items must list every key of ensembles.yaml"
     );
 
+    // The fleet's Redis is the one the kustomization ships: the variable `redis-env` names
+    // holds its Service's address, and the Service selects its pod.
+    let variable = host["fleet"]["redis-env"]
+        .as_str()
+        .expect("[fleet] redis-env");
+    let redis_url = container["env"]
+        .as_vec()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"].as_str() == Some(variable))
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or_else(|| panic!("the container sets no {variable}"));
+    let redis_service = resource("Service", "redis");
+    let port = redis_service["spec"]["ports"][0]["port"]
+        .as_i64()
+        .expect("port");
+    assert_eq!(redis_url, format!("redis://redis:{port}/0"));
+    let redis = resource("Deployment", "redis");
+    let labels = &redis["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in redis_service["spec"]["selector"]
+        .as_hash()
+        .expect("selector")
+    {
+        assert_eq!(&labels[key.as_str().expect("key")], value);
+    }
+    let redis_container = &redis["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        redis_container["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+    let redis_args: Vec<&str> = (redis_container["args"].as_vec().expect("args").iter())
+        .filter_map(Yaml::as_str)
+        .collect();
+    assert!(
+        redis_args.windows(2).any(|w| w == ["--appendonly", "no"]),
+        "{redis_args:?}"
+    );
+    assert!(redis_args.contains(&"--maxmemory"), "{redis_args:?}");
+
     // The host file is one toolhost accepts (its paths exist only in the image).
     let fixture = Fixture::new();
     let file = fixture.root().join("toolhost.toml");
@@ -233,6 +272,7 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
         .arg(fixture.root().join("cache"))
         .args(["--status-file"])
         .arg(fixture.root().join("status.json"))
+        .env(variable, redis_url)
         .arg("list")
         .output()
         .expect("toolhost runs");
