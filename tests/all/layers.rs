@@ -178,3 +178,63 @@ fn the_layout_doc_lists_the_layers_in_this_order() {
         "host/src/lib.rs lists the layers in another order"
     );
 }
+
+/// The modules of toolhost-core, top first (its lib.rs draws them): a module takes nothing
+/// from one above it, so the core reads from the bottom up and has no circle of files.
+const CORE_LAYERS: &[&str] = &[
+    "reload",
+    "resolve",
+    "invoke",
+    "catalog",
+    "prompts",
+    "resources",
+    "backend",
+    "metrics",
+];
+
+#[test]
+fn the_modules_of_core_import_only_from_those_below_them() {
+    let src = workspace().join("crates/core/src");
+    let rank = |m: &str| CORE_LAYERS.iter().position(|l| *l == m);
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut upward = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let module = relative
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|m| m.trim_end_matches(".rs"))
+            .expect("a module");
+        let Some(own) = rank(module) else { continue };
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (number, line) in text.lines().enumerate() {
+            // Code only: documentation may point anywhere.
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if line.contains("crate::{") {
+                upward.push(format!(
+                    "{}:{}: one `crate::module` path per import, so that this test sees it",
+                    relative.display(),
+                    number + 1
+                ));
+            }
+            for (at, _) in line.match_indices("crate::") {
+                let named = line[at + "crate::".len()..]
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .next()
+                    .unwrap_or_default();
+                if rank(named).is_some_and(|other| other < own) {
+                    upward.push(format!(
+                        "{}:{}: {module} takes from {named}, above it",
+                        relative.display(),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "{}", upward.join("\n"));
+}

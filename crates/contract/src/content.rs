@@ -6,26 +6,27 @@
 //! Callers that can only pass text on (a model's tool result, `toolhost call`) read
 //! [`ToolResult::text`], where every item that is not text is named by its type and size.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Bytes of some media type: an image or an audio clip.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Media {
     pub mime_type: String,
     pub data: Vec<u8>,
 }
 
 /// What an embedded resource holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResourceContents {
     Text(String),
     Blob(Vec<u8>),
 }
 
 /// A resource carried inside a result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EmbeddedResource {
     pub uri: String,
     pub mime_type: Option<String>,
@@ -45,7 +46,7 @@ impl EmbeddedResource {
 }
 
 /// One item of a result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Content {
     Text(String),
     Image(Media),
@@ -66,8 +67,9 @@ impl Content {
     }
 }
 
-/// What a successful call returned.
-#[derive(Debug, Clone, PartialEq)]
+/// What a successful call returned (serialized only to share it between the replicas of a
+/// fleet: dedup).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     pub content: Vec<Content>,
     /// The result as the object the tool's output schema describes, when it declares one.

@@ -8,10 +8,11 @@
 //! ([`crate::prompts`]) and resource sets ([`crate::resources`]).
 
 use crate::backend::Backend;
-use crate::invoke::Session;
+pub use crate::backend::VersionHash;
+pub use crate::backend::gate::{CallGate, GateFull};
 use crate::prompts::Prompt;
 use crate::resources::passed::PassedResources;
-use crate::resources::{Contents, ResourceError, ResourceSet};
+use crate::resources::{Contents, Reader, ResourceError, ResourceSet};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -25,65 +26,6 @@ use toolhost_config::{DedupMode, Span};
 use toolhost_contract::CallLimits;
 use toolhost_contract::SourceHash;
 use toolhost_runtime::sandbox::SandboxSpec;
-
-/// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
-/// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include
-/// it, so a reloaded tool never answers from its old version's results.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct VersionHash(pub [u8; 32]);
-
-impl fmt::Display for VersionHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for VersionHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VersionHash({self})")
-    }
-}
-
-/// How many calls of one invoker may run at once, and how many may wait for a turn; a call
-/// past both is refused as `busy` at once rather than queued without bound.
-#[derive(Debug)]
-pub struct CallGate {
-    running: tokio::sync::Semaphore,
-    waiting: std::sync::atomic::AtomicUsize,
-    pub max_running: usize,
-    pub max_waiting: usize,
-}
-
-/// The gate refused a call: every slot is running and the queue is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateFull;
-
-impl CallGate {
-    pub fn new(max_running: usize, max_waiting: usize) -> Self {
-        CallGate {
-            running: tokio::sync::Semaphore::new(max_running.max(1)),
-            waiting: std::sync::atomic::AtomicUsize::new(0),
-            max_running: max_running.max(1),
-            max_waiting,
-        }
-    }
-
-    /// Waits for a turn, or refuses at once when the queue is full.
-    pub(crate) async fn enter(&self) -> Result<tokio::sync::SemaphorePermit<'_>, GateFull> {
-        use std::sync::atomic::Ordering;
-        if let Ok(permit) = self.running.try_acquire() {
-            return Ok(permit);
-        }
-        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(GateFull);
-        }
-        let permit = self.running.acquire().await;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        // The semaphore is never closed.
-        permit.map_err(|_| GateFull)
-    }
-}
 
 /// One tool as the model sees it: a resolved invoker. What it is (its name, ensemble,
 /// description, version and where it is defined), what it accepts ([`Accepts`]), the policy
@@ -444,11 +386,11 @@ impl Catalog {
         None
     }
 
-    /// Reads the resource at `uri`, if `session` may read its owner's resources: one it may
+    /// Reads the resource at `uri`, if `reader` may read its owner's resources: one it may
     /// not is not found.
     pub async fn read_resource(
         &self,
-        session: &Session,
+        reader: &dyn Reader,
         uri: &str,
     ) -> Result<Vec<Contents>, ResourceError> {
         let not_found = || ResourceError::NotFound {
@@ -458,11 +400,9 @@ impl Catalog {
             return Err(not_found());
         }
         match self.resource_owner(uri).await {
-            Some(owner) if !session.permits_offer(owner.ensemble(), owner.name()) => {
-                Err(not_found())
-            }
+            Some(owner) if !reader.may_see(owner.ensemble(), owner.name()) => Err(not_found()),
             Some(ResourceOwner::Files(set)) => set.read(uri).await.map(|contents| vec![contents]),
-            Some(ResourceOwner::Passed(set)) => set.read(&session.id, uri).await,
+            Some(ResourceOwner::Passed(set)) => set.read(reader.id(), uri).await,
             None => Err(not_found()),
         }
     }
@@ -500,7 +440,7 @@ pub struct CatalogChange {
     /// Whether any prompt came, went or changed.
     pub prompts_changed: bool,
     /// Whether any resource set came, went or changed (not its files: see
-    /// [`crate::resources::watch`]).
+    /// [`crate::invoke::watch`]).
     pub resources_changed: bool,
     /// Ensemble files that failed this time, each with its errors.
     pub refused: Vec<RefusedEnsemble>,

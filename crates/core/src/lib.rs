@@ -7,11 +7,14 @@
 //!           names across ensembles
 //! invoke    one call: prepare (lookup -> allow/deny -> validate -> dedup key, on one
 //!           snapshot) -> run (dedup single-flight -> admission -> backend) -> audit; the
-//!           drain a shutdown waits on
+//!           drain a shutdown waits on; prompts and resources for a session (offers), and
+//!           the watch that tells which resources changed
 //! catalog   tools and ensembles, the live catalog behind an atomic pointer, its subscribers
 //! prompts   an ensemble's `[[prompts]]`: arguments checked, messages rendered (sandboxed)
-//! resources an ensemble's `[[resources]]`: files under a directory, read-only, watched
-//! backend   one trait for every kind of tool: a sandboxed component, an imported MCP server
+//! resources an ensemble's `[[resources]]`: files under a directory, read-only; passed-on
+//!           resources; one owner per URI
+//! backend   one trait for every kind of tool: a sandboxed component, an imported MCP server;
+//!           what every kind shares (a tool's version, the admission gate, the URI bound)
 //! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
 //! ```
 //!

@@ -8,17 +8,17 @@
 //! `resources/read` would for the same caller. Messages hold the items tool results hold
 //! ([`Content`]).
 
+use crate::backend::VersionHash;
 use crate::backend::component::ComponentOffers;
 use crate::backend::mcp::McpImport;
-use crate::catalog::{Catalog, VersionHash};
-use crate::invoke::Session;
-use crate::resources::{Body, ResourceError};
+use crate::resources::{Body, Contents, Reader, ResourceError};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use toolhost_config::Span;
 use toolhost_config::draft::{ArgumentDraft, MessageDraft, MessageKind, PromptDraft, Role};
 use toolhost_config::template::{self, TemplateError};
+use toolhost_contract::BoxFuture;
 pub use toolhost_contract::{Content, EmbeddedResource, Media, ResourceContents};
 
 /// The longest value one argument may have.
@@ -122,6 +122,16 @@ pub enum PromptError {
         uri: String,
         mime: String,
     },
+}
+
+/// Where a prompt's resource and image messages are read from, and for whom: the catalog of
+/// one `prompts/get`, as its session may read it (invoke provides it).
+pub trait Resources: Sync {
+    /// Who renders the prompt.
+    fn reader(&self) -> &dyn Reader;
+
+    /// The resource at `uri`, as the reader may read it.
+    fn read<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Vec<Contents>, ResourceError>>;
 }
 
 impl Prompt {
@@ -332,17 +342,16 @@ impl Prompt {
         Ok(values)
     }
 
-    /// The prompt's messages for `given` arguments. Resources are read from `catalog`, as
-    /// `session` may read them.
+    /// The prompt's messages for `given` arguments, for `resources`' reader, who reads the
+    /// resources the messages name from there.
     pub async fn render(
         &self,
         given: &Map<String, Value>,
-        catalog: &Catalog,
-        session: &Session,
+        resources: &dyn Resources,
     ) -> Result<Vec<Rendered>, PromptError> {
         let arguments = self.arguments_of(given)?;
         match &self.source {
-            Source::Written(messages) => self.written(messages, &arguments, catalog, session).await,
+            Source::Written(messages) => self.written(messages, &arguments, resources).await,
             Source::Imported { server, remote } => {
                 let arguments = arguments
                     .into_iter()
@@ -377,7 +386,7 @@ impl Prompt {
                     prompt: self.name.clone(),
                     reason,
                 };
-                match offers.run(&session.id, request).await {
+                match offers.run(resources.reader().id(), request).await {
                     Ok(toolhost_runtime::Offered::Prompt(messages)) => Ok(messages
                         .into_iter()
                         .map(|(role, content)| Rendered {
@@ -413,8 +422,7 @@ impl Prompt {
         &self,
         messages: &[MessageDraft],
         arguments: &BTreeMap<String, String>,
-        catalog: &Catalog,
-        session: &Session,
+        resources: &dyn Resources,
     ) -> Result<Vec<Rendered>, PromptError> {
         let mut rendered = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
@@ -430,7 +438,7 @@ impl Prompt {
                 MessageKind::Text => Content::Text(text),
                 MessageKind::Resource | MessageKind::Image => {
                     let uri = text.trim();
-                    let read = catalog.read_resource(session, uri).await;
+                    let read = resources.read(uri).await;
                     let mut contents = read.map_err(|error| PromptError::Resource {
                         prompt: self.name.clone(),
                         message: number,

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 use toolhost_core::catalog::{Catalog, CatalogChange, ResourceOwner};
+use toolhost_core::invoke::watch::ResourceEvent;
 use toolhost_core::invoke::{Host, Session};
-use toolhost_core::resources::watch::ResourceEvent;
 
 /// A `subscriptions/listen` stream: list changes and the accepted resources' updates (those
 /// the caller may read), until the client cancels it or the host shuts down (then the stream

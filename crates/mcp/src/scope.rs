@@ -18,7 +18,9 @@
 //!
 //! Conversations are kept in memory per host (per replica), at most [`MAX_CONVERSATIONS`];
 //! one unused for the idle time is forgotten first when the table is full, and otherwise the
-//! least recently used. What each remembers is bounded by the host's dedup budget.
+//! least recently used. What each remembers is bounded by the host's dedup budget. In a
+//! fleet (`[fleet] redis`) a conversation's results are also shared with the other replicas
+//! under the same key (toolhost-state's `dedup`), so that any replica answers from them.
 
 use rmcp::ErrorData;
 use rmcp::model::JsonObject;
@@ -129,7 +131,11 @@ impl Conversations {
             self.prefix,
             &blake3::Hash::from(key).to_hex()[..12]
         );
-        let session = host.session(name, Default::default());
+        let mut session = host.session(name, Default::default());
+        if let Some(shared) = host.shared_dedup() {
+            // The fleet's replicas meet under the same key: the identity and the id.
+            session = session.share_dedup(Arc::clone(shared), key);
+        }
         let session = Arc::new(match caller {
             Some(caller) => session.for_caller(caller),
             None => session,

@@ -3,13 +3,15 @@
 //! nothing to run) and shared (Redis, when `[fleet]` names one). The layers above ask the
 //! interface and never know which engine answers.
 //!
-//! Built so far: quotas per identity ([`quota`]). Redis is reached through one multiplexed
+//! Built so far: quotas per identity ([`quota`]) and the results of a conversation's calls
+//! ([`dedup`]; embedded, they stay in core's per-session memory). Redis is reached through one multiplexed
 //! connection that reconnects by itself ([`engine`]); every wait on it is bounded by
 //! `redis-timeout-ms`, and a host whose Redis does not answer says so on `/readyz`, on
 //! `/metrics` and in each refusal.
 //!
-//! Layers: `lib` (settings, [`Shared`]) over `quota` over `engine`.
+//! Layers: `lib` (settings, [`Shared`]) over `quota` and `dedup` over `engine`.
 
+pub mod dedup;
 pub mod engine;
 pub mod quota;
 
@@ -123,6 +125,7 @@ fn authority(url: &str) -> Option<(&str, usize)> {
 pub struct Shared {
     redis: Option<Arc<engine::Redis>>,
     quotas: Arc<quota::Quotas>,
+    dedup: Option<Arc<dedup::SharedDedup>>,
     /// Pings Redis and renews this host's quota leases; stopped when the host is dropped.
     upkeep: Option<tokio::task::JoinHandle<()>>,
 }
@@ -146,6 +149,7 @@ impl Shared {
         Shared {
             redis: None,
             quotas: Arc::new(quota::Quotas::embedded()),
+            dedup: None,
             upkeep: None,
         }
     }
@@ -160,6 +164,7 @@ impl Shared {
         let quotas = Arc::new(quota::Quotas::shared(Arc::clone(&redis)));
         let upkeep = tokio::spawn(upkeep(Arc::clone(&redis), Arc::clone(&quotas)));
         Shared {
+            dedup: Some(dedup::SharedDedup::new(Arc::clone(&redis))),
             redis: Some(redis),
             quotas,
             upkeep: Some(upkeep),
@@ -169,6 +174,12 @@ impl Shared {
     /// Quotas per identity, on this host's engine.
     pub fn quotas(&self) -> Arc<quota::Quotas> {
         Arc::clone(&self.quotas)
+    }
+
+    /// The fleet's shared dedup results (none for an embedded host: each session remembers
+    /// its own).
+    pub fn dedup(&self) -> Option<Arc<dedup::SharedDedup>> {
+        self.dedup.clone()
     }
 
     /// Each shared engine's health (none for an embedded host).

@@ -87,7 +87,8 @@ pub(crate) async fn run(
     let host = Arc::new(
         settings
             .host_over(reloader.catalog().clone())?
-            .with_metrics(metrics),
+            .with_metrics(metrics)
+            .with_shared_dedup(shared.dedup()),
     );
     // Without watching, components compiled in the background still join when ready.
     let _watch = if options.no_watch {

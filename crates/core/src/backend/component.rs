@@ -116,7 +116,7 @@ pub struct ComponentOffers {
     component: Arc<LoadedComponent>,
     limits: CallLimits,
     sandbox: SandboxSpec,
-    gate: crate::catalog::CallGate,
+    gate: super::gate::CallGate,
     /// `ensemble <name>`: what its log lines and captured output are tagged with.
     label: String,
 }
@@ -144,7 +144,7 @@ impl ComponentOffers {
             component: Arc::clone(component),
             limits: settings.limits,
             sandbox,
-            gate: crate::catalog::CallGate::new(settings.max_running, settings.max_waiting),
+            gate: super::gate::CallGate::new(settings.max_running, settings.max_waiting),
             label: format!("ensemble {ensemble}"),
         }
     }

@@ -10,6 +10,7 @@
 //! `resolve::bind` that turns its TOML into one.
 
 pub mod component;
+pub mod gate;
 pub mod mcp;
 
 use serde_json::Value;
@@ -18,6 +19,27 @@ use std::path::Path;
 use toolhost_contract::{BoxFuture, CallLimits, CallerLink, RunError, SourceHash, ToolResult};
 use toolhost_runtime::sandbox::SandboxSpec;
 use toolhost_runtime::{Preparation, Stock};
+
+/// The longest resource URI taken, in a request or from a server's listing.
+pub const MAX_URI_BYTES: usize = 2048;
+
+/// Identifies one version of one invoker: blake3 over its backend's [`SourceHash`] and
+/// everything the descriptor decides (tool, schema, limits, capabilities). Dedup keys include
+/// it, so a reloaded tool never answers from its old version's results.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct VersionHash(pub [u8; 32]);
+
+impl fmt::Display for VersionHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for VersionHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VersionHash({self})")
+    }
+}
 
 /// One tool as its backend offers it.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,16 +6,24 @@
 //! forgets its oldest results to stay within its share, a result larger than a session's
 //! share is not remembered at all, and when the host's total is reached a session forgets its
 //! own oldest results before it remembers a new one (or does not remember it).
+//!
+//! In a fleet (`[fleet] redis`) a conversation's session also asks the fleet
+//! ([`DedupCache::share`]): a result another replica stored answers the call, a call another
+//! replica runs now is waited for (at most the call's timeout, then run here), and a result
+//! this replica gets is stored for the others. With Redis unreachable, the session's own
+//! memory answers as it would on one host.
 
 use super::CallError;
-use crate::catalog::VersionHash;
+use crate::backend::VersionHash;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 use toolhost_contract::ToolResult;
+use toolhost_state::dedup::{Begin, SharedDedup};
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;
@@ -144,6 +152,8 @@ fn remove(entries: &mut Entries, budget: &DedupBudget, key: DedupKey) {
 pub struct DedupCache {
     entries: Mutex<Entries>,
     budget: Arc<DedupBudget>,
+    /// The fleet's results, and this session's scope among them (a conversation's).
+    shared: Option<(Arc<SharedDedup>, [u8; 32])>,
 }
 
 impl Default for DedupCache {
@@ -169,14 +179,23 @@ impl DedupCache {
         DedupCache {
             entries: Mutex::default(),
             budget,
+            shared: None,
         }
     }
 
+    /// Shares this session's results with the fleet under `scope`, a secret of the
+    /// conversation (a hash of its identity and id): only sessions with the same scope meet.
+    pub(crate) fn share(&mut self, shared: Arc<SharedDedup>, scope: [u8; 32]) {
+        self.shared = Some((shared, scope));
+    }
+
     /// Runs `call` unless an identical call already succeeded or is in flight, in which case
-    /// its result is shared. Returns the result and whether it was deduplicated.
+    /// its result is shared. Returns the result and whether it was deduplicated. `hold`: how
+    /// long the call may take (the fleet waits for it at most that long).
     pub(crate) async fn run<F>(
         &self,
         key: DedupKey,
+        hold: Duration,
         call: F,
     ) -> (Result<Arc<ToolResult>, CallError>, bool)
     where
@@ -184,10 +203,22 @@ impl DedupCache {
     {
         let slot = self.slot(key);
         let mut ran = false;
+        let elsewhere = AtomicBool::new(false);
         let result = slot
             .get_or_init(|| {
                 ran = true;
-                call
+                let elsewhere = &elsewhere;
+                async move {
+                    match &self.shared {
+                        None => call.await,
+                        Some((shared, scope)) => {
+                            let (result, hit) =
+                                run_shared(shared, shared_name(scope, key), hold, call).await;
+                            elsewhere.store(hit, Ordering::Relaxed);
+                            result
+                        }
+                    }
+                }
             })
             .await
             .clone();
@@ -196,7 +227,7 @@ impl DedupCache {
             (Ok(result), true) => self.account(key, &slot, result.bytes() + ENTRY_OVERHEAD),
             _ => {}
         }
-        (result, !ran)
+        (result, !ran || elsewhere.load(Ordering::Relaxed))
     }
 
     /// Counts a new result's `size`, forgetting the oldest results (or this one) to stay
@@ -280,6 +311,57 @@ impl DedupCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The name a call goes by among the fleet's results: the conversation's scope and the
+/// call's key, hashed again (neither is stored as it is).
+fn shared_name(scope: &[u8; 32], key: DedupKey) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new_derive_key("toolhost shared dedup v1");
+    hasher.update(scope);
+    hasher.update(&key.0);
+    *hasher.finalize().as_bytes()
+}
+
+/// The longest pause between two looks at a call another replica runs.
+const LOOK_AT_MOST_EVERY: Duration = Duration::from_millis(200);
+
+/// `call` through the fleet's results: answered from one another replica stored (true), or
+/// run here (false), waiting first while another replica runs it, at most `hold`. Whatever
+/// the fleet cannot answer (Redis down or slow, a result it cannot read) runs here.
+async fn run_shared<F>(
+    shared: &Arc<SharedDedup>,
+    name: [u8; 32],
+    hold: Duration,
+    call: F,
+) -> (Result<Arc<ToolResult>, CallError>, bool)
+where
+    F: Future<Output = Result<Arc<ToolResult>, CallError>>,
+{
+    // The claim outlives the call by a margin: its result is stored before it lapses.
+    let claim_for = hold + Duration::from_secs(1);
+    let deadline = Instant::now() + hold;
+    let mut pause = Duration::from_millis(10);
+    let claim = loop {
+        match shared.begin(&name, claim_for).await {
+            Ok(Begin::Hit(bytes)) => match serde_json::from_slice::<ToolResult>(&bytes) {
+                Ok(result) => return (Ok(Arc::new(result)), true),
+                Err(_) => break None,
+            },
+            Ok(Begin::Run(claim)) => break Some(claim),
+            Ok(Begin::Elsewhere) if Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LOOK_AT_MOST_EVERY);
+            }
+            Ok(Begin::Elsewhere | Begin::TooLarge) | Err(_) => break None,
+        }
+    };
+    let result = call.await;
+    if let (Some(claim), Ok(value)) = (claim, &result)
+        && let Ok(bytes) = serde_json::to_vec(value.as_ref())
+    {
+        claim.store(bytes);
+    }
+    (result, false)
 }
 
 #[cfg(test)]

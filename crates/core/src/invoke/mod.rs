@@ -13,7 +13,8 @@
 //! arguments, and optionally a cancellation and a link back to the caller);
 //! [`Host::invoke`] is that with the defaults. [`Host::shutdown`] drains: no new call runs, the calls in
 //! flight finish or are cancelled at a deadline (`drain`). Every failure is a typed
-//! [`CallError`]; none of them ends the host. The backend runs the call (a component in a fresh instance, or an imported MCP
+//! [`CallError`]; none of them ends the host. Prompts and resources reach a session through
+//! `offers`, and [`watch`] tells subscribers which resources changed. The backend runs the call (a component in a fresh instance, or an imported MCP
 //! server); this module never asks which.
 
 mod call;
@@ -23,6 +24,7 @@ mod drain;
 mod error;
 mod offers;
 mod session;
+pub mod watch;
 
 pub use call::{Attached, Call};
 pub use caller::{Admission, Admitted, Caller, Limited, Permits};
@@ -104,10 +106,12 @@ pub struct Host {
     catalog: Arc<LiveCatalog>,
     audit: Option<AuditLog>,
     dedup: Arc<DedupBudget>,
+    /// The fleet's dedup results, which conversations share (`[fleet] redis`).
+    shared_dedup: Option<Arc<toolhost_state::dedup::SharedDedup>>,
     drain: drain::Drain,
     metrics: Option<Arc<Metrics>>,
     /// The watch of the resource directories, started by the first who asks.
-    resource_watch: std::sync::OnceLock<crate::resources::watch::ResourceWatch>,
+    resource_watch: std::sync::OnceLock<watch::ResourceWatch>,
 }
 
 impl Host {
@@ -116,6 +120,7 @@ impl Host {
             catalog,
             audit,
             dedup: Arc::default(),
+            shared_dedup: None,
             drain: drain::Drain::default(),
             metrics: None,
             resource_watch: std::sync::OnceLock::new(),
@@ -161,6 +166,20 @@ impl Host {
     pub fn with_dedup_budget(mut self, budget: DedupBudget) -> Self {
         self.dedup = Arc::new(budget);
         self
+    }
+
+    /// The same host with conversations' dedup results shared by the fleet in `shared`.
+    pub fn with_shared_dedup(
+        mut self,
+        shared: Option<Arc<toolhost_state::dedup::SharedDedup>>,
+    ) -> Self {
+        self.shared_dedup = shared;
+        self
+    }
+
+    /// The fleet's dedup results, if the host shares them.
+    pub fn shared_dedup(&self) -> Option<&Arc<toolhost_state::dedup::SharedDedup>> {
+        self.shared_dedup.as_ref()
     }
 
     /// A session `id` with `policy`, whose remembered results count against this host's budget.
@@ -315,7 +334,10 @@ impl Host {
             ensemble = %call.tool.ensemble
         );
         let (result, deduplicated) = match call.key {
-            Some(key) => session.dedup().run(key, run).instrument(span).await,
+            Some(key) => {
+                let hold = call.tool.policy.limits.timeout;
+                session.dedup().run(key, hold, run).instrument(span).await
+            }
             None => (run.instrument(span).await, false),
         };
         let outcome = CallOutcome {

@@ -2,15 +2,34 @@
 //! session, on one snapshot of the catalog, each audited as a call is (with `kind` `prompt`
 //! or `resource`), and the watch that tells which resources changed.
 
+use super::watch::{ResourceEvent, ResourceWatch};
 use super::{Host, Session};
 use crate::prompts::{Prompt, PromptError, Rendered};
-use crate::resources::watch::{ResourceEvent, ResourceWatch};
 use crate::resources::{Contents, ResourceError};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::broadcast;
 use toolhost_audit::{self as audit, AuditRecord};
+
+/// A prompt's resources, read from one catalog snapshot as a session may.
+struct Snapshot<'a> {
+    catalog: &'a crate::catalog::Catalog,
+    session: &'a Session,
+}
+
+impl crate::prompts::Resources for Snapshot<'_> {
+    fn reader(&self) -> &dyn crate::resources::Reader {
+        self.session
+    }
+
+    fn read<'a>(
+        &'a self,
+        uri: &'a str,
+    ) -> toolhost_contract::BoxFuture<'a, Result<Vec<Contents>, ResourceError>> {
+        Box::pin(self.catalog.read_resource(self.session, uri))
+    }
+}
 
 impl Host {
     /// The prompt `name`, if `session` may see it.
@@ -36,7 +55,13 @@ impl Host {
             .filter(|p| session.permits_offer(p.ensemble(), p.name()))
             .cloned();
         let result = match &prompt {
-            Some(prompt) => prompt.render(arguments, &catalog, session).await,
+            Some(prompt) => {
+                let resources = Snapshot {
+                    catalog: &catalog,
+                    session,
+                };
+                prompt.render(arguments, &resources).await
+            }
             None => Err(PromptError::NotFound(audit::cut_text(name))),
         };
         let bytes = result.as_ref().map_or(0, |messages| {

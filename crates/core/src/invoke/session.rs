@@ -108,8 +108,29 @@ impl Session {
                 .is_none_or(|c| c.access.permits_named(ensemble, name))
     }
 
+    /// Shares this session's dedup results with the fleet's replicas under `scope` (a
+    /// conversation's secret key: only sessions of the same scope meet).
+    pub fn share_dedup(
+        mut self,
+        shared: Arc<toolhost_state::dedup::SharedDedup>,
+        scope: [u8; 32],
+    ) -> Self {
+        self.dedup.share(shared, scope);
+        self
+    }
+
     /// The results this session remembers.
     pub fn dedup(&self) -> &DedupCache {
         &self.dedup
+    }
+}
+
+impl crate::resources::Reader for Session {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn may_see(&self, ensemble: &str, name: &str) -> bool {
+        self.permits_offer(ensemble, name)
     }
 }

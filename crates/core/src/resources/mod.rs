@@ -7,15 +7,15 @@
 //! a link, so a link swapped in while a read is under way leads nowhere either.
 //!
 //! The file system work runs on blocking threads ([`ResourceSet::list`], [`ResourceSet::read`]);
-//! [`watch`] tells subscribers which URIs changed. The resources of an imported MCP server or
+//! `invoke::watch` tells subscribers which URIs changed. The resources of an imported MCP server or
 //! of a `toolhost:plugin@0.3.0` component are passed on by [`passed`]; [`owners`] keeps every
 //! URI to one of them.
 
 pub(crate) mod owners;
 pub mod passed;
-pub mod watch;
 
-use crate::catalog::VersionHash;
+pub use crate::backend::MAX_URI_BYTES;
+use crate::backend::VersionHash;
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -23,13 +23,21 @@ use std::sync::Arc;
 use toolhost_config::Span;
 use toolhost_config::draft::ResourcesDraft;
 
+/// Who reads resources and renders prompts, as the catalog and the prompts see it (invoke's
+/// `Session` is one): its id, and which prompts and resource sets it may see.
+pub trait Reader: Sync {
+    /// Its id in audit records, and to the server or component that answers a passed-on read.
+    fn id(&self) -> &str;
+
+    /// Whether it may see the prompt or resource set `name` of `ensemble`.
+    fn may_see(&self, ensemble: &str, name: &str) -> bool;
+}
+
 /// Directory entries one listing looks at, at most, whatever `max-files` says: a directory
 /// with millions of entries costs a bounded walk.
 pub const MAX_ENTRIES_WALKED: usize = 200_000;
 /// How deep a listing goes below the set's directory.
 pub const MAX_DEPTH: usize = 16;
-/// The longest URI taken in a request.
-pub const MAX_URI_BYTES: usize = 2048;
 /// Listings and reads of resource files under way at once, host-wide; more wait their turn.
 /// With reads of 1 MiB (64 MiB at most) each, what they hold stays a bounded multiple, and
 /// the blocking threads they run on stay free for the rest of the host.

@@ -8,9 +8,9 @@
 
 use super::owners::matches_template;
 use super::{Body, Contents, Listed, ResourceError};
+use crate::backend::VersionHash;
 use crate::backend::component::ComponentOffers;
 use crate::backend::mcp::McpImport;
-use crate::catalog::VersionHash;
 use base64::Engine;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};

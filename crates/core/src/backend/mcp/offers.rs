@@ -241,7 +241,7 @@ impl McpImport {
                 };
                 if update
                     .as_ref()
-                    .is_some_and(|u| u.len() > crate::resources::MAX_URI_BYTES)
+                    .is_some_and(|u| u.len() > crate::backend::MAX_URI_BYTES)
                 {
                     continue;
                 }

@@ -93,7 +93,7 @@ impl ClientHandler for Watcher {
         params: rmcp::model::ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if params.uri.len() <= crate::resources::MAX_URI_BYTES {
+        if params.uri.len() <= crate::backend::MAX_URI_BYTES {
             let _ = self.updates.send(Some(params.uri));
         }
     }
