@@ -479,3 +479,68 @@ fn the_python_sdks_oauth_client_finds_its_way_to_a_token_and_calls() {
         "{answer}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_added_to_a_running_host_is_advertised_where_its_challenge_points() {
+    let provider = Provider::start(RESOURCE, 0, "k1");
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    let config = fixture.write_host_file(
+        "access",
+        "[[access.tokens]]\nname = \"ops\"\nenv = \"OPS\"\n",
+    );
+    let env = [
+        ("ISSUER", provider.issuer.as_str()),
+        ("RESOURCE", RESOURCE),
+        ("OPS", "ops-secret"),
+    ];
+    let path = config.to_str().expect("path");
+    let server = HttpServer::start(&fixture, &["--config", path], &env);
+    let base = server.url.trim_end_matches("/mcp").to_string();
+    let get = |path: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            let response = reqwest::get(url).await.expect("GET");
+            let status = response.status().as_u16();
+            (status, response.text().await.expect("text"))
+        }
+    };
+    let resource_path = "/.well-known/oauth-protected-resource/mcp";
+    // No provider yet: no metadata anywhere.
+    assert_eq!(get(resource_path).await.0, 404);
+    assert_eq!(get("/.well-known/oauth-protected-resource").await.0, 404);
+
+    // A provider added while the host runs: the path its challenges name answers.
+    trust_provider(
+        &fixture,
+        "[[access.tokens]]\nname = \"ops\"\nenv = \"OPS\"\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (status, text) = loop {
+        let (status, text) = get(resource_path).await;
+        if status == 200 || Instant::now() > deadline {
+            break (status, text);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 200, "{text}");
+    let metadata: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(metadata["resource"], RESOURCE);
+    assert_eq!(metadata["authorization_servers"], json!([provider.issuer]));
+    // A path no setting names stays unknown.
+    assert_eq!(
+        get("/.well-known/oauth-protected-resource/other").await.0,
+        404
+    );
+
+    // Taken away again: gone again.
+    fixture.write_host_file(
+        "access",
+        "[[access.tokens]]\nname = \"ops\"\nenv = \"OPS\"\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(resource_path).await.0 != 404 {
+        assert!(Instant::now() < deadline, "still advertised");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

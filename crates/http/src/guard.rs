@@ -332,26 +332,32 @@ async fn step_up(guard: &Guard, caller: &Caller, request: Request) -> Result<Req
 
 /// `/.well-known/oauth-protected-resource` (and the form with the resource's path, RFC 9728),
 /// outside the guard: a client reads it to learn where to get a token. Served when a
-/// provider is trusted.
+/// provider is trusted, at the paths the settings in force name: a provider added or changed
+/// by a reload is served at once, where its challenges send clients.
 pub(crate) fn metadata(access: &Arc<Access>) -> axum::Router {
-    let mut router = axum::Router::new();
-    for path in access.metadata_paths() {
+    let serve = {
         let access = Arc::clone(access);
-        router = router.route(
-            &path,
-            axum::routing::get(move || {
-                let document = access.metadata();
-                async move {
-                    match document {
-                        Some(document) => axum::Json(document).into_response(),
-                        None => StatusCode::NOT_FOUND.into_response(),
-                    }
+        move |uri: axum::http::Uri| {
+            let named = access.metadata_paths().iter().any(|p| p == uri.path());
+            let document = if named { access.metadata() } else { None };
+            async move {
+                match document {
+                    Some(document) => axum::Json(document).into_response(),
+                    None => StatusCode::NOT_FOUND.into_response(),
                 }
-            }),
-        );
-    }
-    router
+            }
+        }
+    };
+    axum::Router::new()
+        .route(WELL_KNOWN, axum::routing::get(serve.clone()))
+        .route(
+            &format!("{WELL_KNOWN}/{{*resource}}"),
+            axum::routing::get(serve),
+        )
 }
+
+/// Where RFC 9728 puts the metadata (before the resource's path, if it has one).
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 #[cfg(test)]
 mod tests {
