@@ -1,9 +1,11 @@
 //! Quotas a fleet shares (`[fleet] redis`): three replicas of `serve --http` with one
-//! `toolhost.toml` and Debian's `redis-server` (started here on loopback) hold an identity
-//! to its calls a minute and calls at once exactly, whichever replica each call reaches;
+//! `toolhost.toml` and Debian's `redis-server` (started here on loopback), behind haproxy
+//! round robin or called in turn, hold an identity to its calls a minute and calls at once
+//! exactly, whichever replica each call reaches;
 //! what a client sees while Redis is down and after it is back; the running calls of a
 //! replica killed mid-call given back within the lease; `check` on a wrong `[fleet]`.
 
+use crate::fleet::Haproxy;
 use crate::mcp::HttpServer;
 use crate::mcp_revisions::modern_post;
 use crate::support::{Fixture, ensemble};
@@ -182,10 +184,20 @@ async fn a_quota_holds_exactly_across_three_replicas() {
         .collect();
     let url = |n: usize| replicas[n % 3].url.as_str();
 
-    // Ann: 5 calls a minute for the fleet, not 5 per replica.
+    // Ann, through haproxy round robin: 5 calls a minute for the fleet, not 5 per replica.
+    let addresses: Vec<String> = (replicas.iter())
+        .map(|r| (r.url.trim_start_matches("http://").trim_end_matches("/mcp")).to_string())
+        .collect();
+    let balancer = Haproxy::balancing(fixture.root(), &addresses, "roundrobin");
+    let ready = balancer.url.replace("/mcp", "/readyz");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(reqwest::get(&ready).await).is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "haproxy never passed a request");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut answered = Vec::new();
     for n in 0..20 {
-        let (status, answer) = call_as(url(n), "ann-token", "echo", json!({"n": n})).await;
+        let (status, answer) = call_as(&balancer.url, "ann-token", "echo", json!({"n": n})).await;
         assert!(status == 200 || status == 429, "{status} {answer}");
         if status == 429 {
             let said = answer["error_description"].as_str().unwrap_or_default();
