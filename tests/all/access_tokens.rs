@@ -376,3 +376,53 @@ fn check_reports_every_access_mistake_at_its_place() {
         );
     }
 }
+
+#[test]
+fn a_token_whose_variable_is_unset_stops_serve_and_nothing_local() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    let host_file = fixture.write_host_file(
+        "access",
+        "[[access.tokens]]\nname = \"ann\"\ngroups = [\"ops\"]\nenv = \"ANN_NOT_SET\"\n\n\
+         [[access.rules]]\nidentities = [\"ann\"]\ntools = [\"echo\"]\n",
+    );
+    let config = host_file.to_str().expect("path");
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        let output = command
+            .env_remove("ANN_NOT_SET")
+            .args(["--config", config])
+            .args(args)
+            .output()
+            .expect("toolhost");
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
+        (
+            output.status.code(),
+            text(&output.stdout),
+            text(&output.stderr),
+        )
+    };
+    let said = "the token of `ann` is read from $ANN_NOT_SET, which is not set or empty: \
+                `serve` refuses to start without it";
+    // check: a warning at its place, and the check passes.
+    let (code, stdout, stderr) = run(&["check"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains(&format!("warning: {said}")), "{stdout}");
+    assert!(stdout.contains("toolhost.toml:7:7"), "{stdout}");
+    // The local commands work, and say nothing of it; `list --as` still knows ann.
+    let (code, stdout, stderr) = run(&["list", "--as", "ann"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("echo"), "{stdout}");
+    assert!(!stderr.contains("ANN_NOT_SET"), "{stderr}");
+    let (code, stdout, stderr) = run(&["call", "echo", "{\"text\": \"hi\"}"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    // serve refuses, naming the variable, with no empty `error:` line before it.
+    let (code, _, stderr) = run(&["serve", "--http", "127.0.0.1:0"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains(&format!("error: {said}")), "{stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.trim() == "error:"),
+        "a stray empty error line: {stderr}"
+    );
+}

@@ -409,7 +409,8 @@ async fn the_running_calls_of_a_replica_killed_mid_call_are_given_back_within_th
 
 #[test]
 fn check_says_where_a_fleet_setting_is_wrong() {
-    let run = |fleet: &str| {
+    // What `check` says, and whether it passed.
+    let check = |fleet: &str| {
         let (fixture, config) = fleet_fixture(fleet, "");
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
         crate::mcp::configure(&mut command, &fixture);
@@ -421,8 +422,14 @@ fn check_says_where_a_fleet_setting_is_wrong() {
             .env_remove("NOT_SET_ANYWHERE")
             .output()
             .expect("check");
-        assert!(!output.status.success(), "{fleet}");
-        String::from_utf8_lossy(&output.stderr).to_string()
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), format!("{stdout}{stderr}"))
+    };
+    let run = |fleet: &str| {
+        let (passed, said) = check(fleet);
+        assert!(!passed, "{fleet}: {said}");
+        said
     };
     let said = run("redis = \"redis://:hunter2@redis:6379/0\"");
     assert!(
@@ -430,9 +437,11 @@ fn check_says_where_a_fleet_setting_is_wrong() {
         "{said}"
     );
     assert!(said.contains("toolhost.toml:4:9"), "{said}");
-    let said = run("redis-env = \"NOT_SET_ANYWHERE\"");
+    // A variable that is not set: `serve` needs it, a check warns.
+    let (passed, said) = check("redis-env = \"NOT_SET_ANYWHERE\"");
+    assert!(passed, "{said}");
     assert!(
-        said.contains("$NOT_SET_ANYWHERE (`redis-env`) is not set"),
+        said.contains("warning: $NOT_SET_ANYWHERE (`redis-env`) is not set: `serve` refuses"),
         "{said}"
     );
     let said = run("redis = \"redis://a/0\"\nredis-env = \"X\"");

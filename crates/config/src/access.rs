@@ -291,18 +291,35 @@ pub struct Rule {
     pub answer: bool,
 }
 
+/// What a variable that is not set (or empty) means to [`AccessSection::check`].
+pub enum Unset<'a> {
+    /// An error: `serve`, which authenticates with the values, refuses to start.
+    Refuse,
+    /// A warning, kept here, and what the variable feeds is left out (a token is kept by its
+    /// name and groups, matching no token; a provider or a sign-in is left out): the local
+    /// commands authenticate nobody.
+    Warn(&'a mut Vec<Diagnostic>),
+}
+
 impl AccessSection {
     /// The section checked against `source` (where it was read), with environment variables
-    /// read through `env`; every mistake is a diagnostic at its place.
+    /// read through `env`; every mistake is a diagnostic at its place, and a variable that is
+    /// not set is what `unset` says.
     pub fn check(
         &self,
         source: &SourceFile,
         env: &dyn Fn(&str) -> Option<String>,
+        unset: Unset<'_>,
     ) -> Result<AccessSettings, Vec<Diagnostic>> {
-        let mut errors = Vec::new();
-        let mut error = |span: std::ops::Range<usize>, message: String| {
-            errors.push(Diagnostic::new(source.at(span), message));
+        // Every mistake in file order, each marked when it is a variable that is not set.
+        let found = std::cell::RefCell::new(Vec::<(bool, Diagnostic)>::new());
+        let error = |span: std::ops::Range<usize>, message: String| {
+            (found.borrow_mut()).push((false, Diagnostic::new(source.at(span), message)));
         };
+        let not_set = |span: std::ops::Range<usize>, message: String| {
+            (found.borrow_mut()).push((true, Diagnostic::new(source.at(span), message)));
+        };
+        let warn = matches!(unset, Unset::Warn(_));
         let mut tokens: Vec<StaticToken> = Vec::new();
         for entry in &self.tokens {
             let token = entry.get_ref();
@@ -340,14 +357,19 @@ impl AccessSection {
                 (None, Some(var)) => match env(var.get_ref().as_str()) {
                     Some(value) if !value.is_empty() => sha256_of(value.as_bytes()),
                     _ => {
-                        error(
+                        not_set(
                             var.span(),
                             format!(
-                                "the token of `{name}` is read from ${}, which is not set or empty",
+                                "the token of `{name}` is read from ${}, which is not set or \
+                                 empty: `serve` refuses to start without it",
                                 var.get_ref()
                             ),
                         );
-                        continue;
+                        if !warn {
+                            continue;
+                        }
+                        // No token hashes to zeros: the name and groups stay (`list --as`).
+                        [0; 32]
                     }
                 },
                 _ => {
@@ -366,18 +388,22 @@ impl AccessSection {
         }
         let oidc = self.oidc.as_ref().and_then(|oidc| {
             let section = oidc.get_ref();
-            let mut read = |what: &str,
-                            value: &Option<Spanned<String>>,
-                            var: &Option<Spanned<EnvVarName>>|
+            let read = |what: &str,
+                        value: &Option<Spanned<String>>,
+                        var: &Option<Spanned<EnvVarName>>|
              -> Option<String> {
                 let text = match (value, var) {
                     (Some(value), None) => (value.get_ref().clone(), value.span()),
                     (None, Some(var)) => match env(var.get_ref().as_str()) {
                         Some(value) => (value, var.span()),
                         None => {
-                            error(
+                            not_set(
                                 var.span(),
-                                format!("${} (`{what}-env`) is not set", var.get_ref()),
+                                format!(
+                                    "${} (`{what}-env`) is not set: `serve` refuses to start \
+                                     without it",
+                                    var.get_ref()
+                                ),
                             );
                             return None;
                         }
@@ -429,7 +455,7 @@ impl AccessSection {
                 algorithms = DEFAULT_ALGORITHMS.iter().map(|a| a.to_string()).collect();
             }
             let sign_in = (section.sign_in.as_ref())
-                .and_then(|s| check_sign_in(s, resource.as_deref()?, env, &mut error));
+                .and_then(|s| check_sign_in(s, resource.as_deref()?, env, &error, &not_set));
             if section.sign_in.is_some() && sign_in.is_none() {
                 return None;
             }
@@ -511,6 +537,18 @@ impl AccessSection {
                 concurrent_calls: quota.concurrent_calls.map(Setting::value),
             });
         }
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        for (is_unset, diagnostic) in found.into_inner() {
+            if is_unset && warn {
+                warnings.push(diagnostic);
+            } else {
+                errors.push(diagnostic);
+            }
+        }
+        if let Unset::Warn(into) = unset {
+            into.extend(warnings);
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -530,15 +568,19 @@ fn check_sign_in(
     section: &Spanned<SignInSection>,
     resource: &str,
     env: &dyn Fn(&str) -> Option<String>,
-    error: &mut impl FnMut(std::ops::Range<usize>, String),
+    error: &impl Fn(std::ops::Range<usize>, String),
+    not_set: &impl Fn(std::ops::Range<usize>, String),
 ) -> Option<SignInSettings> {
     let sign_in = section.get_ref();
     // Err: named but not set (said; the other fields are still checked).
     let client_secret = match &sign_in.client_secret_env {
         Some(var) => env(var.get_ref().as_str()).map(Some).ok_or_else(|| {
-            error(
+            not_set(
                 var.span(),
-                format!("${} (`client-secret-env`) is not set", var.get_ref()),
+                format!(
+                    "${} (`client-secret-env`) is not set: `serve` refuses to start without it",
+                    var.get_ref()
+                ),
             );
         }),
         None => Ok(None),

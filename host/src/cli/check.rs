@@ -33,9 +33,13 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             })).collect::<Vec<_>>(),
             "components": { "compiled": stats.compiled, "from_cache": stats.cache_hits },
             "references": super::oci::report_json(&pulls),
+            "warnings": settings.unset,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        for warning in &settings.unset {
+            println!("{}", safe(warning));
+        }
         for diagnostic in &diagnostics {
             println!("{}", safe(&diagnostic.to_string()));
         }

@@ -250,7 +250,12 @@ pub(crate) fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli, logs)) {
         Ok(code) => code,
         Err(e) => {
-            logging::say(tracing::Level::ERROR, &format!("error: {e:#}"));
+            // Diagnostics say `error:` themselves, each at its place.
+            let text = format!("{e:#}");
+            match text.strip_prefix('\n') {
+                Some(diagnostics) => logging::say(tracing::Level::ERROR, diagnostics.trim_end()),
+                None => logging::say(tracing::Level::ERROR, &format!("error: {text}")),
+            }
             ExitCode::from(3)
         }
     };

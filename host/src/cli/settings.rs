@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
-use toolhost::config::access::{AccessSection, AccessSettings};
+use toolhost::config::access::{AccessSection, AccessSettings, Unset};
 use toolhost::config::v1::{ChatSection, FleetSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
 use toolhost::invoke::Host;
@@ -56,6 +56,9 @@ pub(crate) struct Settings {
     pub(crate) config_path: Option<PathBuf>,
     /// `[fleet]`, checked: the engines the replicas share state on (none: this process).
     pub(crate) fleet: toolhost::state::FleetSettings,
+    /// Variables `toolhost.toml` names that are not set, which a local command does without
+    /// (`serve` refuses to start): rendered as warnings, for `check` to print.
+    pub(crate) unset: Vec<String>,
 }
 
 impl Settings {
@@ -64,6 +67,10 @@ impl Settings {
             let default = PathBuf::from("toolhost.toml");
             default.is_file().then_some(default)
         });
+        // Only `serve` authenticates anyone or reaches Redis: the other commands do without
+        // the variables those need, and `check` says which are not set.
+        let serving = matches!(cli.command, super::Command::Serve { .. });
+        let mut unset = Vec::new();
         let (host, chat, registry, trust, base, access, fleet) = match &config_path {
             Some(path) => {
                 let source =
@@ -111,8 +118,28 @@ impl Settings {
                 }
                 let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
                 let trust = trusted_keys(&file.trust, &source, &base)?;
-                let access = check_access(&file.access, &source)?;
-                let fleet = check_fleet(&file.fleet, &source, &|var| std::env::var(var).ok())?;
+                let (access, fleet) = if serving {
+                    let fleet = check_fleet(&file.fleet, &source, &env_var, Unset::Refuse)?;
+                    (check_access(&file.access, &source, Unset::Refuse)?, fleet)
+                } else {
+                    let mut warnings = Vec::new();
+                    let fleet =
+                        check_fleet(&file.fleet, &source, &env_var, Unset::Warn(&mut warnings));
+                    let access = check_access(&file.access, &source, Unset::Warn(&mut warnings));
+                    unset = warnings.iter().map(as_warning).collect();
+                    match (access, fleet) {
+                        (Ok(access), Ok(fleet)) => (access, fleet),
+                        // Every error (each message starts a line), then what is not set.
+                        (access, fleet) => {
+                            let errors: String = [access.err(), fleet.err()]
+                                .into_iter()
+                                .flatten()
+                                .map(|e| e.to_string())
+                                .collect();
+                            bail!("{errors}\n{}", unset.join("\n"))
+                        }
+                    }
+                };
                 (
                     file.host,
                     file.chat,
@@ -262,6 +289,7 @@ impl Settings {
             access,
             config_path,
             fleet,
+            unset,
         })
     }
 
@@ -454,21 +482,42 @@ fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("toolhost"))
 }
 
-/// `[access]` checked, with every mistake at its file:line:col.
-fn check_access(section: &AccessSection, source: &SourceFile) -> anyhow::Result<AccessSettings> {
+/// `[access]` checked, with every mistake at its file:line:col; a variable that is not set is
+/// what `unset` says.
+fn check_access(
+    section: &AccessSection,
+    source: &SourceFile,
+    unset: Unset<'_>,
+) -> anyhow::Result<AccessSettings> {
     section
-        .check(source, &|var| std::env::var(var).ok())
+        .check(source, &env_var, unset)
         .map_err(|diagnostics| {
             let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
             anyhow::anyhow!("\n{}", all.join("\n"))
         })
 }
 
-/// `[fleet]` checked, every mistake at its file:line:col; `env` reads an environment variable.
+/// An environment variable's value, if it is set.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// A diagnostic as a warning (it renders as an error).
+fn as_warning(diagnostic: &Diagnostic) -> String {
+    let text = diagnostic.to_string();
+    match text.strip_prefix("error: ") {
+        Some(rest) => format!("warning: {rest}"),
+        None => text,
+    }
+}
+
+/// `[fleet]` checked, every mistake at its file:line:col; `env` reads an environment variable,
+/// and one that is not set is what `unset` says.
 fn check_fleet(
     section: &FleetSection,
     source: &SourceFile,
     env: &dyn Fn(&str) -> Option<String>,
+    unset: Unset<'_>,
 ) -> anyhow::Result<toolhost::state::FleetSettings> {
     use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, RedisSettings, has_password};
     let timeout = written_or(section.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
@@ -493,10 +542,17 @@ fn check_fleet(
         (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
             Some(url) => Some((url, var.span())),
             None => {
-                errors.push(Diagnostic::new(
+                let diagnostic = Diagnostic::new(
                     source.at(var.span()),
-                    format!("${} (`redis-env`) is not set", var.get_ref().as_str()),
-                ));
+                    format!(
+                        "${} (`redis-env`) is not set: `serve` refuses to start without it",
+                        var.get_ref().as_str()
+                    ),
+                );
+                match unset {
+                    Unset::Refuse => errors.push(diagnostic),
+                    Unset::Warn(warnings) => warnings.push(diagnostic),
+                }
                 None
             }
         },
@@ -522,5 +578,5 @@ pub(crate) fn reread_access(path: &Path) -> anyhow::Result<AccessSettings> {
     let file: HostFile = source
         .parse(FileKind::Host)
         .map_err(|d| anyhow::anyhow!("\n{d}"))?;
-    check_access(&file.access, &source)
+    check_access(&file.access, &source, Unset::Refuse)
 }
