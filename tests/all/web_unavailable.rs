@@ -1,11 +1,33 @@
-//! A web chat that cannot serve says why, and MCP serves on: without a model, with a corrupt
-//! chat database, and with the database locked by another program.
+//! A web chat that cannot serve says why, at start and on each request, and MCP serves on:
+//! without a model, with a corrupt chat database, and with the database locked by another
+//! program.
 
+use crate::mcp::HttpServer;
 use crate::mcp::post;
 use crate::scripted::Scripted;
 use crate::support::Fixture;
 use crate::web::{base, fixture, get, post_json, serve};
 use serde_json::json;
+
+/// The line `serve` printed at start about the page and the chat (waiting a moment for the
+/// test's reader of its stderr).
+fn page_line(server: &HttpServer) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stderr = server.stderr();
+        if let Some(line) = stderr
+            .lines()
+            .find(|l| l.contains("toolhost: the page is at"))
+        {
+            return line.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no page line: {stderr}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_model_or_with_a_corrupt_database_the_chat_says_why_and_mcp_serves() {
@@ -15,6 +37,12 @@ async fn without_a_model_or_with_a_corrupt_database_the_chat_says_why_and_mcp_se
     let server = serve(&fixture, &[]);
     let (status, settings) = get(&format!("{}/api/settings", base(&server))).await;
     assert_eq!(status, 200);
+    // Said at start, without -v.
+    let line = page_line(&server);
+    assert!(
+        line.contains("with the catalog only: the chat is off (the chat has no model: set [chat] model in toolhost.toml)"),
+        "{line}"
+    );
     assert_eq!(settings["chat"], false);
     assert!(
         settings["problem"]
@@ -59,6 +87,8 @@ async fn without_a_model_or_with_a_corrupt_database_the_chat_says_why_and_mcp_se
         error.contains("chat.db") && error.contains("not a database"),
         "{error}"
     );
+    let line = page_line(&server);
+    assert!(line.contains("not a database"), "{line}");
     // Everything else serves.
     assert_eq!(post(&server.url, &[]).await, 200, "MCP initialize");
     let (status, catalog) = get(&format!("{}/api/catalog", base(&server))).await;

@@ -127,6 +127,7 @@ pub(crate) async fn run(
     let code = match &options.http {
         None => serve_stdio(host.clone(), logs, first_load, drain).await,
         Some(address) => {
+            let (web, chat_off) = web(settings, host.clone(), reloader.clone()).await;
             let served = toolhost::http::Served {
                 scrape: toolhost::http::Scrape::new(
                     host.clone(),
@@ -135,13 +136,13 @@ pub(crate) async fn run(
                     shared.clone(),
                 ),
                 access,
-                web: web(settings, host.clone(), reloader.clone()).await,
+                web,
                 page: options.page,
                 logs,
                 first_load,
                 allowed_hosts: settings.allowed_hosts.clone(),
             };
-            serve_http(served, address, settings.http, drain).await
+            serve_http(served, address, settings.http, drain, chat_off).await
         }
     };
     service::close_audit(&host);
@@ -149,18 +150,22 @@ pub(crate) async fn run(
 }
 
 /// The chat API's state: `[chat]`, and the database opened (or why it could not be: the
-/// chat then answers 503 with the reason, and everything else serves).
+/// chat then answers 503 with the reason, and everything else serves); and why the chat is
+/// off, if it is, for the line `serve` prints at start.
 async fn web(
     settings: &Settings,
     host: Arc<Host>,
     reloader: Arc<Reloader>,
-) -> Arc<toolhost::web::Web> {
+) -> (Arc<toolhost::web::Web>, Option<String>) {
     let chat = super::chat::web_settings(settings);
     if let Err(problem) = &chat.provider {
         // No chat: no database either (nothing is created for hosts that serve MCP only).
-        tracing::info!("{problem}; the page shows the catalog only");
+        let off = problem.clone();
         let store = Err(toolhost::web::StoreError::Unused(problem.clone()));
-        return toolhost::web::Web::new(host, reloader, chat, store);
+        return (
+            toolhost::web::Web::new(host, reloader, chat, store),
+            Some(off),
+        );
     }
     let path = settings.chat_database.clone();
     let limits = settings.chat_store;
@@ -178,10 +183,11 @@ async fn web(
             message: e.to_string(),
         })
     });
-    if let Err(e) = &store {
-        tracing::error!("{e}; the chat API answers 503 until it is fixed and the host restarted");
-    }
-    toolhost::web::Web::new(host, reloader, chat, store)
+    let off = store
+        .as_ref()
+        .err()
+        .map(|e| format!("{e}; the chat API answers 503 until it is fixed and the host restarted"));
+    (toolhost::web::Web::new(host, reloader, chat, store), off)
 }
 
 /// Keeps the compile cache to what the ensembles use (and the `keep` most recently used of
@@ -319,14 +325,22 @@ async fn serve_http(
     address: &str,
     limits: toolhost::http::Limits,
     drain: impl Future<Output = DrainReport>,
+    chat_off: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let front = toolhost::http::Front::bind(address, served, limits).await?;
     let local = front.local_addr();
     // Tests and scripts read this line to learn the port when they asked for port 0.
     let say = |line: String| super::logging::say(tracing::Level::INFO, &line);
     say(format!("toolhost: serving MCP on http://{local}/mcp"));
-    if front.serves_page() {
-        say(format!("toolhost: the web chat is at http://{local}/"));
+    match (front.serves_page(), chat_off) {
+        (true, None) => say(format!("toolhost: the web chat is at http://{local}/")),
+        (true, Some(why)) => say(format!(
+            "toolhost: the page is at http://{local}/ with the catalog only: the chat is off \
+             ({why})"
+        )),
+        // No page (beyond loopback without `--page`): the chat API is what is off.
+        (false, Some(why)) => say(format!("toolhost: the chat API is off ({why})")),
+        (false, None) => {}
     }
     service::notify(&[sd_notify::NotifyState::Ready]);
     let report = front.serve(drain).await.context("the HTTP server failed")?;
