@@ -115,3 +115,50 @@ fn serve_stops_cleanly_on_sigterm() {
         "serve did not exit cleanly on SIGTERM: {status:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_is_answered_204_and_the_session_is_gone() {
+    let server = HttpServer::start(&fixture(), &[], &[]);
+    let client = reqwest::Client::new();
+    let opened = client
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(opened.status().as_u16(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    let end = || {
+        client
+            .delete(&server.url)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+    };
+    let ended = end().await.expect("DELETE");
+    // Done, not accepted for later: what clients (the Python SDK) expect.
+    assert_eq!(ended.status().as_u16(), 204);
+    assert!(ended.bytes().await.expect("body").is_empty());
+    // Gone: a request of the session finds none.
+    let after = client
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(after.status().as_u16(), 404);
+}

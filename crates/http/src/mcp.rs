@@ -71,9 +71,17 @@ pub(crate) async fn route(mcp: &Mcp, request: Request) -> Response {
 async fn rmcp(mcp: &Mcp, request: Request) -> Response {
     use tower_service::Service;
     mcp.count("service");
+    let ending_a_session = request.method() == http::Method::DELETE;
     // rmcp's service is always ready, and a clone shares its sessions.
-    match mcp.rmcp.clone().call(request).await {
+    let mut response = match mcp.rmcp.clone().call(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
+    };
+    // A session ended is done, not accepted for later: `204 No Content`, which clients
+    // expect (the Python SDK warns at rmcp's `202`).
+    if ending_a_session && response.status() == http::StatusCode::ACCEPTED {
+        *response.status_mut() = http::StatusCode::NO_CONTENT;
+        *response.body_mut() = Body::empty();
     }
+    response
 }
