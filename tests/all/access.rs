@@ -544,3 +544,38 @@ async fn a_provider_added_to_a_running_host_is_advertised_where_its_challenge_po
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_of_one_toolhost_toml_do_not_wake_each_other() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    let tokens = "[[access.tokens]]\nname = \"ops\"\nenv = \"OPS\"\n";
+    let config = fixture.write_host_file("access", tokens);
+    let path = config.to_str().expect("path");
+    let env = [("OPS", "ops-secret")];
+    let hosts: Vec<HttpServer> = (0..2)
+        .map(|_| HttpServer::start(&fixture, &["--config", path, "-v"], &env))
+        .collect();
+    let rereads = |host: &HttpServer| host.stderr().matches("[access] of").count();
+    // Each reads the file at its reloads; neither takes the other's reading for a change.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for host in &hosts {
+        assert_eq!(rereads(host), 0, "{}", host.stderr());
+    }
+    // A change is one for both.
+    fixture.write_host_file("access", &format!("{tokens}groups = [\"ops\"]\n"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hosts.iter().any(|h| rereads(h) == 0) {
+        assert!(Instant::now() < deadline, "the change was not seen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for host in &hosts {
+        let seen = rereads(host);
+        assert!(
+            seen <= 2,
+            "{seen} re-reads of one change: {}",
+            host.stderr()
+        );
+    }
+}

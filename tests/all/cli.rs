@@ -506,7 +506,7 @@ fn the_cache_keeps_what_ensembles_use_and_prune_removes_the_rest() {
 }
 
 #[test]
-fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
+fn serve_prunes_the_cache_to_what_it_serves_and_what_any_host_used_lately() {
     let fixture = Fixture::new();
     fixture.write_echo();
     fixture.write("typed.toml", &ensemble("typed", "typed", ""));
@@ -515,6 +515,19 @@ fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
     let cache = fixture.root().join("cache");
     let count = || compiled_entries(&cache);
     assert_eq!(count(), 2);
+    // Both were last used 8 days ago (no host uses them lately), and another host's
+    // component was used just now.
+    let eight_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(8 * 86_400);
+    for entry in std::fs::read_dir(&cache).expect("cache").flatten() {
+        if entry.file_name().to_string_lossy().ends_with(".cwasm") {
+            (std::fs::File::options().write(true).open(entry.path()))
+                .and_then(|file| file.set_modified(eight_days_ago))
+                .expect("age");
+        }
+    }
+    let another_hosts = cache.join("another-hosts-component.cwasm");
+    std::fs::write(&another_hosts, b"compiled elsewhere").expect("write");
+    assert_eq!(count(), 3);
     let mut serve = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .current_dir(fixture.root())
         .env_remove("TOOLHOST_CONFIG")
@@ -527,12 +540,16 @@ fn serve_prunes_the_cache_to_what_it_serves_and_the_most_recent_few() {
         .spawn()
         .expect("serve");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while count() != 1 && std::time::Instant::now() < deadline {
+    while count() != 2 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     drop(serve.stdin.take());
     let _ = serve.wait();
-    assert_eq!(count(), 1, "serve kept a component no ensemble uses");
+    assert_eq!(count(), 2, "serve kept a component nobody used lately");
+    assert!(
+        another_hosts.exists(),
+        "serve removed a component another host used lately"
+    );
 }
 
 /// The compiled components in the cache at `dir`.
@@ -542,4 +559,57 @@ fn compiled_entries(dir: &std::path::Path) -> usize {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
         .count()
+}
+
+#[test]
+fn the_hosts_of_two_projects_keep_their_own_status() {
+    let state = tempfile::tempdir().expect("state");
+    let projects: Vec<Fixture> = (0..2).map(|_| Fixture::new()).collect();
+    for project in &projects {
+        project.write_echo();
+        project.write_host_file("host", "");
+    }
+    let status = |project: &Fixture| {
+        Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .current_dir(project.root())
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_STATUS_FILE")
+            .env("XDG_STATE_HOME", state.path())
+            .env("TOOLHOST_ENSEMBLES", project.ensembles())
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .arg("status")
+            .output()
+            .expect("status")
+    };
+    // One project's host runs; the other project has none.
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .current_dir(projects[0].root())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_STATUS_FILE")
+        .env("XDG_STATE_HOME", state.path())
+        .env("TOOLHOST_ENSEMBLES", projects[0].ensembles())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .env("TOOLHOST_CACHE_KEEP", crate::mcp::SHARED_CACHE_KEEP)
+        .args(["serve", "--no-watch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !status(&projects[0]).status.success() {
+        assert!(std::time::Instant::now() < deadline, "no status written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let running = status(&projects[0]);
+    assert!(String::from_utf8_lossy(&running.stdout).contains("running"));
+    let other = status(&projects[1]);
+    assert_eq!(
+        other.status.code(),
+        Some(1),
+        "another project's host was shown"
+    );
+    assert!(String::from_utf8_lossy(&other.stderr).contains("no `toolhost serve` has run"));
+    drop(serve.stdin.take());
+    let _ = serve.wait();
 }

@@ -150,8 +150,14 @@ impl ComponentCache {
 
 impl ComponentCache {
     /// Removes the entries of components not in `in_use` (and every entry another wasmtime
-    /// or code-generation setting made), but the `keep_unused` most recently used of them.
-    pub(crate) fn prune(&self, in_use: &HashSet<SourceHash>, keep_unused: usize) -> Pruned {
+    /// or code-generation setting made), but the `keep_unused` most recently used of them and
+    /// those used within `spare` (an entry's modification time is its last use).
+    pub(crate) fn prune(
+        &self,
+        in_use: &HashSet<SourceHash>,
+        keep_unused: usize,
+        spare: Option<std::time::Duration>,
+    ) -> Pruned {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Pruned::default();
         };
@@ -171,6 +177,11 @@ impl ComponentCache {
                 continue;
             };
             let used = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+            let lately = spare.is_some_and(|spare| used.elapsed().is_ok_and(|age| age < spare));
+            if lately {
+                pruned.kept += 1;
+                continue;
+            }
             unused.push((used, metadata.len(), entry.path()));
         }
         pruned.remove_all_but_recent(unused, keep_unused);

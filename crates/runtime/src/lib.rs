@@ -268,14 +268,16 @@ impl Runtime {
     }
 
     /// Removes the compile cache's entries of components not in `in_use`, but the
-    /// `keep_unused` most recently used of them (and every entry another wasmtime made).
+    /// `keep_unused` most recently used of them and those used within `spare` (another host
+    /// sharing the cache may be using them); every entry another wasmtime made goes too.
     /// `None` without a cache. Reads the cache directory: call it off the async runtime.
     pub fn prune_cache(
         &self,
         in_use: &std::collections::HashSet<SourceHash>,
         keep_unused: usize,
+        spare: Option<std::time::Duration>,
     ) -> Option<toolhost_config::Pruned> {
-        Some(self.cache.as_ref()?.prune(in_use, keep_unused))
+        Some(self.cache.as_ref()?.prune(in_use, keep_unused, spare))
     }
 
     /// Compilations and cache hits since the runtime started.

@@ -42,10 +42,11 @@ pub(crate) fn watch(
     let name = path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let ours = event.is_ok_and(|event| {
-            event
-                .paths
-                .iter()
-                .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+            // A change, not a read: hosts read the file at every reload, and two hosts of one
+            // directory would wake each other by reading it, for good.
+            let read = matches!(event.kind, notify::EventKind::Access(kind)
+                if kind != notify::event::AccessKind::Close(notify::event::AccessMode::Write));
+            !read && (event.paths.iter()).any(|p| p.file_name().map(|n| n.to_os_string()) == name)
         });
         if ours {
             // One pending change is enough: a full channel already says "read it again".

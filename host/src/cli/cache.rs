@@ -24,7 +24,8 @@ pub(crate) async fn prune(
     let digests = resolver.digests_in_use();
     let registry = Arc::clone(resolver.registry());
     let (pruned, blobs) = tokio::task::spawn_blocking(move || {
-        let pruned = runtime.prune_cache(&in_use, keep).unwrap_or_default();
+        // Asked for: whatever this configuration does not use goes, however recent.
+        let pruned = runtime.prune_cache(&in_use, keep, None).unwrap_or_default();
         let blobs = registry.store().map(|store| store.prune(&digests, keep));
         (pruned, blobs.unwrap_or_default())
     })

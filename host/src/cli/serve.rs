@@ -190,8 +190,13 @@ async fn web(
     (toolhost::web::Web::new(host, reloader, chat, store), off)
 }
 
+/// What `serve` leaves in the compile cache whatever its ensembles use: components used this
+/// recently, which another host of the same user (another project) may be serving.
+const SPARE_USED_WITHIN: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Keeps the compile cache to what the ensembles use (and the `keep` most recently used of
-/// the rest): once at start, then after every reload that changed tools. Stops when dropped.
+/// the rest, and what any host used within [`SPARE_USED_WITHIN`]): once at start, then after
+/// every reload that changed tools. Stops when dropped.
 fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> AbortOnDrop {
     let mut changes = reloader.subscribe();
     AbortOnDrop(tokio::spawn(async move {
@@ -202,7 +207,10 @@ fn prune_cache(reloader: Arc<Reloader>, runtime: Arc<Runtime>, keep: usize) -> A
             let runtime = Arc::clone(&runtime);
             let pruned = tokio::task::spawn_blocking(move || {
                 let blobs = registry.store().map(|store| store.prune(&digests, keep));
-                (runtime.prune_cache(&in_use, keep), blobs)
+                (
+                    runtime.prune_cache(&in_use, keep, Some(SPARE_USED_WITHIN)),
+                    blobs,
+                )
             });
             let (compiled, blobs) = pruned.await.unwrap_or_default();
             if let Some(pruned) = compiled.filter(|p| p.removed > 0) {

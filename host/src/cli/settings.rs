@@ -182,7 +182,7 @@ impl Settings {
             .status_file
             .clone()
             .or_else(|| from_file(&host.status_file))
-            .or_else(default_status_file);
+            .or_else(|| default_status_file(config_path.as_deref(), &ensembles));
         let chat_database =
             from_file(&chat.database).or_else(|| state_dir().map(|d| d.join("chat.sqlite3")));
         let chat_store = toolhost::web::StoreLimits {
@@ -386,9 +386,15 @@ impl Settings {
     }
 }
 
-/// `$XDG_STATE_HOME/toolhost/status.json`, or `~/.local/state/toolhost/status.json`.
-fn default_status_file() -> Option<PathBuf> {
-    Some(state_dir()?.join("status.json"))
+/// `$XDG_STATE_HOME/toolhost/status-<hash>.json` (or under `~/.local/state/toolhost`), one
+/// per configuration: the hash is of the absolute path of `toolhost.toml`, or of the
+/// ensembles directory without one, so that the hosts of two projects keep their own status
+/// and `toolhost status` in a project reads its own host's.
+fn default_status_file(config: Option<&Path>, ensembles: &Path) -> Option<PathBuf> {
+    let named = config.unwrap_or(ensembles);
+    let absolute = std::path::absolute(named).unwrap_or_else(|_| named.to_path_buf());
+    let hash = blake3::hash(absolute.as_os_str().as_encoded_bytes()).to_hex();
+    Some(state_dir()?.join(format!("status-{}.json", &hash[..12])))
 }
 
 /// `$XDG_STATE_HOME/toolhost`, or `~/.local/state/toolhost`.
