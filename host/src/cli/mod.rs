@@ -20,6 +20,7 @@ mod list;
 mod logging;
 mod new;
 mod oci;
+mod offers;
 mod progress;
 mod serve;
 mod service;
@@ -107,6 +108,27 @@ enum Command {
         #[arg(default_value = "{}")]
         arguments: String,
         /// Print the outcome as JSON (result or typed error, deduplicated, duration).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Render a prompt an ensemble offers: its messages for the arguments given, as an MCP
+    /// client's `prompts/get` gets them (checked and audited the same way).
+    Prompt {
+        /// The prompt's name, as `toolhost list` shows it.
+        name: String,
+        /// One argument (repeat for more).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        arguments: Vec<String>,
+        /// Print the messages as JSON, each content item in MCP's form.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a resource an ensemble offers, by its URI, as an MCP client's `resources/read`
+    /// reads it (checked and audited the same way).
+    Read {
+        /// The resource's URI (`toolhost list` shows each set's prefix or template).
+        uri: String,
+        /// Print the contents as JSON (text, or a blob in base64).
         #[arg(long)]
         json: bool,
     },
@@ -287,6 +309,12 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
             arguments,
             json,
         } => call::run(&settings, &tool, &arguments, json).await,
+        Command::Prompt {
+            name,
+            arguments,
+            json,
+        } => offers::prompt(&settings, &name, &arguments, json).await,
+        Command::Read { uri, json } => offers::read(&settings, &uri, json).await,
         Command::Serve {
             http,
             token_env,
