@@ -186,7 +186,12 @@ fn a_bad_host_file_stops_the_host_with_its_location() {
     assert_eq!(output.status.code(), Some(3));
     let text = stderr(&output);
     assert!(text.contains("toolhost.toml:4:1"), "{text}");
-    assert!(text.contains("unknown field `ensemble`"), "{text}");
+    assert!(
+        text.contains("unknown key `ensemble` in [host]; did you mean `ensembles`?"),
+        "{text}"
+    );
+    // No empty `error:` line before the diagnostics.
+    assert!(text.starts_with("error: unknown key"), "{text}");
 
     // A bound of zero (which would switch it off) or past its top is refused where it stands.
     for (line, expected) in [

@@ -18,6 +18,7 @@ mod files;
 mod glob;
 pub mod sandbox;
 pub mod schema;
+mod shape;
 pub mod template;
 pub mod v1;
 
@@ -104,6 +105,38 @@ impl SourceFile {
         parse(&self.path, &self.text, kind)
     }
 
+    /// [`SourceFile::parse`], with every mistake in the file's shape when serde refuses it
+    /// (serde stops at the first): unknown keys, wrong types, numbers out of range, values
+    /// not allowed, each at its place, in file order.
+    pub fn parse_all<T: DeserializeOwned>(&self, kind: FileKind) -> Result<T, Vec<Diagnostic>> {
+        check_version(&self.path, &self.text, kind).map_err(|d| vec![d])?;
+        toml::from_str(&self.text).map_err(|e| {
+            let first = Diagnostic::from_toml(&self.path, &self.text, &e);
+            let schema = match kind {
+                FileKind::Ensemble => file_schemas::Kind::Ensemble,
+                FileKind::Invoker => file_schemas::Kind::Invoker,
+                FileKind::Host => file_schemas::Kind::Host,
+            };
+            let shape = shape::errors(&self.path, &self.text, schema);
+            // serde's refusal says it best where it is (the host's own words for its
+            // settings, and its own checks, which the schema does not have), unless the
+            // schema knows the key that was meant; the schema finds the rest.
+            let at_first = |d: &Diagnostic| d.location.line == first.location.line;
+            // serde's "invalid type: string \"3000\", expected i64" names neither the key
+            // nor what it wants: the schema's message does.
+            let vague = first.message.starts_with("invalid type:");
+            let better = (shape.iter())
+                .find(|d| at_first(d) && (vague || d.message.contains("did you mean")));
+            let mut all: Vec<Diagnostic> = match better {
+                Some(better) => vec![better.clone()],
+                None => vec![first.clone()],
+            };
+            all.extend(shape.into_iter().filter(|d| !at_first(d)));
+            all.sort_by_key(|d| (d.location.line, d.location.column));
+            all
+        })
+    }
+
     /// A path written in this file, relative to the file, with `.` and `..` folded
     /// lexically (the path may not exist, and messages should show a clean path).
     pub fn relative(&self, path: &str) -> PathBuf {
@@ -188,6 +221,12 @@ pub fn parse<T: DeserializeOwned>(
     source: &str,
     kind: FileKind,
 ) -> Result<T, Diagnostic> {
+    check_version(file, source, kind)?;
+    toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))
+}
+
+/// The file says `schema-version = 1` (or another version this host reads).
+fn check_version(file: &Path, source: &str, kind: FileKind) -> Result<(), Diagnostic> {
     let probe = probe_version(file, source)?;
     let Some(version) = probe.schema_version else {
         return Err(Diagnostic::new(
@@ -205,5 +244,5 @@ pub fn parse<T: DeserializeOwned>(
             ),
         ));
     }
-    toml::from_str(source).map_err(|e| Diagnostic::from_toml(file, source, &e))
+    Ok(())
 }

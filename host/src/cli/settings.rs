@@ -75,9 +75,10 @@ impl Settings {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
-                let file: HostFile = source
-                    .parse(FileKind::Host)
-                    .map_err(|d| anyhow::anyhow!("\n{d}"))?;
+                let file: HostFile = source.parse_all(FileKind::Host).map_err(|all| {
+                    let all: Vec<String> = all.iter().map(ToString::to_string).collect();
+                    anyhow::anyhow!("\n{}", all.join("\n"))
+                })?;
                 if let Some(key) = &file.chat.api_key {
                     let diagnostic = Diagnostic::new(
                         source.at(key.span()),

@@ -99,8 +99,8 @@ pub fn entry_tables(
                 return None;
             };
             let parsed: InvokerFile = invoker_source
-                .parse(FileKind::Invoker)
-                .map_err(|d| errors.push(d))
+                .parse_all(FileKind::Invoker)
+                .map_err(|d| errors.extend(d))
                 .ok()?;
             Some(InvokerTables {
                 source: Arc::new(invoker_source),

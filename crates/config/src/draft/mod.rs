@@ -166,15 +166,15 @@ impl InvokerDraft {
 pub const REGISTRY_SCHEME: &str = "oci://";
 
 /// Reads the ensemble file at `file` and everything it names, and checks what can be
-/// checked without binding (an `oci://` reference by `check`). A file that cannot be read or
-/// parsed is its only error.
+/// checked without binding (an `oci://` reference by `check`). A file that cannot be read is
+/// its only error; one that does not parse has every mistake in its shape.
 pub fn read(
     file: &Path,
     schemas: &SchemaCache,
     check: CheckReference,
-) -> Result<EnsembleDraft, Diagnostic> {
-    let source = Arc::new(SourceFile::read(file, FileKind::Ensemble)?);
-    let parsed: EnsembleFile = source.parse(FileKind::Ensemble)?;
+) -> Result<EnsembleDraft, Vec<Diagnostic>> {
+    let source = Arc::new(SourceFile::read(file, FileKind::Ensemble).map_err(|d| vec![d])?);
+    let parsed: EnsembleFile = source.parse_all(FileKind::Ensemble)?;
     let EnsembleFile {
         ensemble: head,
         defaults,
@@ -521,7 +521,7 @@ pub fn check_dir(dir: &Path, check: CheckReference) -> Result<Vec<Diagnostic>, D
                 }
                 errors.extend(draft.duplicates());
             }
-            Err(error) => errors.push(error),
+            Err(mut these) => errors.append(&mut these),
         }
     }
     Ok(errors)

@@ -237,7 +237,7 @@ impl Resolver {
         // Components that finished loading in the background before this resolve are bound
         // by it or not wanted any more.
         let ready_mark = self.runtime.ready_mark();
-        let drafts: Vec<(PathBuf, Result<EnsembleDraft, Diagnostic>)> = files
+        let drafts: Vec<(PathBuf, Result<EnsembleDraft, Vec<Diagnostic>>)> = files
             .into_iter()
             .map(|file| {
                 let draft = draft::read(&file, &self.schemas, check_reference);
@@ -257,9 +257,9 @@ impl Resolver {
         for (file, draft) in drafts {
             let outcome = match draft {
                 Ok(draft) => self.ensemble(&mut binder, &file, draft).await,
-                Err(diagnostic) => Outcome {
+                Err(diagnostics) => Outcome {
                     file: file.clone(),
-                    result: Err(vec![diagnostic]),
+                    result: Err(diagnostics),
                     compiling: Vec::new(),
                     starting: Vec::new(),
                     components: Vec::new(),
