@@ -15,6 +15,7 @@ mod chat;
 mod chat_bounds;
 mod chat_bounds_web;
 mod cli;
+mod cli_offers;
 mod compile;
 mod compile_serving;
 mod component_offers;

@@ -66,7 +66,7 @@ messages = [{ text = "{% for i in range(5000) %}{{ '0123456789' * 10 }}{% endfor
 "#;
 
 /// The fixture: `notes.toml` and its files (one too large, one hidden, a link out).
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let fixture = Fixture::new();
     let docs = fixture.mkdir("docs");
     std::fs::create_dir_all(docs.join("guides")).expect("mkdir");
@@ -639,73 +639,4 @@ async fn the_shipped_ensembles_offer_prompts_and_the_sample_documents() {
         "{text}"
     );
     client.cancel().await.expect("close");
-}
-
-/// `toolhost prompt` and `toolhost read`: `call`'s counterparts, through the same checks.
-#[test]
-fn prompts_and_resources_from_the_command_line() {
-    let fixture = fixture();
-    let run = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        crate::mcp::configure(&mut command, &fixture);
-        let output = command.args(args).output().expect("toolhost");
-        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).to_string();
-        (
-            output.status.code(),
-            text(&output.stdout),
-            text(&output.stderr),
-        )
-    };
-    let (code, out, err) = run(&[
-        "prompt",
-        "n_review",
-        "--arg",
-        "path=src/lib.rs",
-        "--arg",
-        "focus=bugs",
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    assert_eq!(
-        out,
-        "[user] Review src/lib.rs, looking for bugs.\n[assistant] Which part first?\n"
-    );
-    let (code, out, err) = run(&["prompt", "n_discuss", "--arg", "note=intro.md", "--json"]);
-    assert_eq!(code, Some(0), "{err}");
-    let report: Value = serde_json::from_str(&out).expect("JSON");
-    assert_eq!(report["messages"][0]["content"]["type"], "resource");
-    assert_eq!(report["messages"][1]["content"]["type"], "image");
-    // The same refusals as an MCP client's, one line each, exit 1.
-    let (code, _, err) = run(&["prompt", "n_review"]);
-    assert_eq!(code, Some(1));
-    assert!(err.contains("path"), "{err}");
-    let (code, _, err) = run(&["prompt", "n_review", "--arg", "path"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--arg takes NAME=VALUE"), "{err}");
-
-    let (code, out, err) = run(&["read", "docs://notes/guides/setup.txt"]);
-    assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, "Run the two commands.\n");
-    let (code, out, err) = run(&["read", "docs://notes/logo", "--json"]);
-    assert_eq!(code, Some(0), "{err}");
-    let report: Value = serde_json::from_str(&out).expect("JSON");
-    assert_eq!(report["contents"][0]["mimeType"], "image/png");
-    assert_eq!(report["contents"][0]["blob"], "iVBORwABAg==");
-    for refused in [
-        "docs://notes/out",
-        "docs://notes/.env",
-        "docs://notes/big.txt",
-    ] {
-        let (code, out, err) = run(&["read", refused]);
-        assert_eq!(code, Some(1), "{refused}: {out}");
-        assert!(err.starts_with("error: "), "{err}");
-    }
-    // Audited as an MCP client's are.
-    let audited = fixture.audited("resource");
-    assert!(
-        audited
-            .iter()
-            .any(|r| r["tool"] == "docs://notes/guides/setup.txt" && r["outcome"] == "ok"),
-        "{audited:?}"
-    );
-    assert_eq!(fixture.audited("prompt").len(), 3);
 }

@@ -7,6 +7,8 @@
 //! loopback request without a token (the local operator, unless `require-token`). Rules
 //! (`[[access.rules]]`) grant tools; once one rule exists, what no rule grants is denied.
 
+mod sign_in;
+
 use crate::names::{EnvVarName, Setting, written_or};
 use crate::{Diagnostic, SourceFile};
 use schemars::JsonSchema;
@@ -455,7 +457,7 @@ impl AccessSection {
                 algorithms = DEFAULT_ALGORITHMS.iter().map(|a| a.to_string()).collect();
             }
             let sign_in = (section.sign_in.as_ref())
-                .and_then(|s| check_sign_in(s, resource.as_deref()?, env, &error, &not_set));
+                .and_then(|s| sign_in::check(s, resource.as_deref()?, env, &error, &not_set));
             if section.sign_in.is_some() && sign_in.is_none() {
                 return None;
             }
@@ -561,57 +563,6 @@ impl AccessSection {
             metrics_identities: written_or(self.metrics_identities, DEFAULT_METRICS_IDENTITIES),
         })
     }
-}
-
-/// `[access.oidc.sign-in]` checked against the `resource` it signs people in to.
-fn check_sign_in(
-    section: &Spanned<SignInSection>,
-    resource: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-    error: &impl Fn(std::ops::Range<usize>, String),
-    not_set: &impl Fn(std::ops::Range<usize>, String),
-) -> Option<SignInSettings> {
-    let sign_in = section.get_ref();
-    // Err: named but not set (said; the other fields are still checked).
-    let client_secret = match &sign_in.client_secret_env {
-        Some(var) => env(var.get_ref().as_str()).map(Some).ok_or_else(|| {
-            not_set(
-                var.span(),
-                format!(
-                    "${} (`client-secret-env`) is not set: `serve` refuses to start without it",
-                    var.get_ref()
-                ),
-            );
-        }),
-        None => Ok(None),
-    };
-    let redirect_uri = match &sign_in.redirect_uri {
-        Some(uri) => url::Url::parse(uri.get_ref())
-            .ok()
-            .filter(|url| is_https_or_loopback(url) && url.fragment().is_none())
-            .or_else(|| {
-                let message = format!(
-                    "`redirect-uri` must be an https URL (http only on loopback), without a \
-                     fragment; got {:?}",
-                    uri.get_ref()
-                );
-                error(uri.span(), message);
-                None
-            }),
-        None => url::Url::parse(resource)
-            .ok()
-            .and_then(|url| url.join("/auth/callback").ok()),
-    };
-    let mut scopes = sign_in.scopes.clone();
-    if scopes.is_empty() {
-        scopes.push("openid".into());
-    }
-    Some(SignInSettings {
-        client_id: sign_in.client_id.clone(),
-        client_secret: client_secret.ok()?,
-        scopes,
-        redirect_uri: redirect_uri?,
-    })
 }
 
 /// A name for an identity: `[A-Za-z0-9._@-]`, 1 to 64 characters.
