@@ -419,6 +419,20 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
         ["calculate"]
     );
     assert!(list(&["--as", "someone"]).is_empty());
+    // An empty listing says why, on stderr.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command
+        .args(["--config", config, "list", "--as", "someone"])
+        .envs(env)
+        .output()
+        .expect("list");
+    assert!(output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("--as someone: nothing to list: no token is named `someone`"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -618,3 +618,32 @@ fn the_hosts_of_two_projects_keep_their_own_status() {
     drop(serve.stdin.take());
     let _ = serve.wait();
 }
+
+#[test]
+fn a_bad_input_to_new_or_describe_exits_1_not_3() {
+    let fixture = good_fixture();
+    // An existing folder: the work cannot be done as asked, and nothing is written over.
+    std::fs::create_dir(fixture.root().join("taken")).expect("mkdir");
+    let output = toolhost(&fixture, &["new", "taken"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("exists already"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(stderr(&output).contains("--dir"), "{}", stderr(&output));
+    // A core module, not a component.
+    std::fs::write(
+        fixture.root().join("core.wasm"),
+        wat::parse_str("(module)").expect("wat"),
+    )
+    .expect("write");
+    let output = toolhost(&fixture, &["describe", "core.wasm"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(
+        said.starts_with("error: core.wasm is not a valid WebAssembly component"),
+        "{said}"
+    );
+    assert!(said.contains("it is a core WebAssembly module"), "{said}");
+}

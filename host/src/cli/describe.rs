@@ -19,7 +19,14 @@ pub(crate) async fn run(
     let bytes = toolhost::config::read_limited(file, max)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
     let runtime = settings.bare_runtime()?;
-    let inspection = runtime.inspect(file, bytes).await?;
+    let inspection = match runtime.inspect(file, bytes).await {
+        Ok(inspection) => inspection,
+        // A file that is no component (a core module, say) is a bad input: exit 1.
+        Err(e) => {
+            super::logging::say(tracing::Level::ERROR, &format!("error: {e:#}"));
+            return Ok(ExitCode::from(1));
+        }
+    };
     // The path as an ensemble file in the ensembles directory names it: relative to that
     // folder, so that the project can move.
     let component = relative_to(&settings.ensembles, file);

@@ -24,10 +24,31 @@ pub(crate) async fn run(
     let mut prompts: Vec<_> = catalog.prompts().collect();
     let mut resources: Vec<_> = catalog.resource_sets().collect();
     if let Some(identity) = identity {
+        let named = identity.name.clone();
         let caller = caller_of(settings, identity)?;
         tools.retain(|tool| tool.enabled() && caller.permits(tool));
         prompts.retain(|p| caller.access.permits_named(p.ensemble(), p.name()));
         resources.retain(|r| caller.access.permits_named(r.ensemble(), r.name()));
+        if tools.is_empty() && prompts.is_empty() && resources.is_empty() {
+            // An empty table says nothing of why: say it.
+            let known = caller.identity.kind != toolhost::contract::IdentityKind::Oauth;
+            let why = if known {
+                "the rules grant this token nothing".to_string()
+            } else {
+                format!(
+                    "no token is named `{}`, and no rule grants an access token's subject of \
+                     that name, with the --scope and --group given, anything",
+                    super::terminal::safe(&named)
+                )
+            };
+            super::logging::say(
+                tracing::Level::WARN,
+                &format!(
+                    "--as {}: nothing to list: {why}",
+                    super::terminal::safe(&named)
+                ),
+            );
+        }
     }
     if json {
         let rows: Vec<_> = tools

@@ -3,7 +3,7 @@
 //! script, and an ensemble that names the component it builds (and, on its first line, the
 //! JSON Schema written beside it for editors).
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use std::path::Path;
 use std::process::ExitCode;
 use toolhost::config::file_schemas::Kind;
@@ -47,10 +47,15 @@ pub(crate) fn project_name(name: &str) -> Result<String, String> {
 pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     let root = dir.map_or_else(|| Path::new(name).to_path_buf(), Path::to_path_buf);
     if root.exists() {
-        bail!(
-            "{} exists already; pick another name or folder",
-            root.display()
+        // The work cannot be done as asked (exit 1), not a host that cannot start (3).
+        super::logging::say(
+            tracing::Level::ERROR,
+            &format!(
+                "error: {} exists already; pick another name, or another folder with --dir",
+                root.display()
+            ),
         );
+        return Ok(ExitCode::from(1));
     }
     // The tool the model sees; the crate name as cargo writes the .wasm file.
     let tool = "hello";
