@@ -4,7 +4,7 @@
 
 use crate::mcp::{Client, HttpServer, call, text};
 use crate::mcp_revisions::modern_post;
-use crate::support::{Fixture, ensemble};
+use crate::support::Fixture;
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -33,14 +33,7 @@ async fn call_as(
 async fn quotas_hold_each_identity_to_its_calls_a_minute_and_at_once() {
     let fixture = Fixture::new();
     fixture.write_echo();
-    fixture.write(
-        "slow.toml",
-        &ensemble(
-            "slow",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"sleep\" }\nlimits = { timeout-ms = 20000 }\n",
-        ),
-    );
+    fixture.write_slow(20000);
     let host_file = fixture.write_host_file(
         "access",
         "metrics-identities = 1\n\n\

@@ -6,7 +6,7 @@
 use crate::fleet_quotas::RedisServer;
 use crate::mcp::HttpServer;
 use crate::mcp_revisions::modern_post;
-use crate::support::{Fixture, ensemble};
+use crate::support::Fixture;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -55,14 +55,7 @@ async fn a_conversations_identical_call_runs_once_across_the_fleet() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let mut redis = RedisServer::start(scratch.path());
     let fixture = Fixture::new();
-    fixture.write(
-        "slow.toml",
-        &ensemble(
-            "slow",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"sleep\" }\nlimits = { timeout-ms = 20000 }\n",
-        ),
-    );
+    fixture.write_slow(20000);
     let config = fixture.root().join("toolhost.toml");
     std::fs::write(
         &config,

@@ -8,7 +8,7 @@
 use crate::fleet::Haproxy;
 use crate::mcp::HttpServer;
 use crate::mcp_revisions::modern_post;
-use crate::support::{Fixture, ensemble};
+use crate::support::Fixture;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -132,14 +132,7 @@ fn ran(status: u16, answer: &Value) -> bool {
 fn fleet_fixture(fleet: &str, quotas: &str) -> (Fixture, String) {
     let fixture = Fixture::new();
     fixture.write_echo();
-    fixture.write(
-        "slow.toml",
-        &ensemble(
-            "slow",
-            "testbed",
-            "[[invokers]]\ninvoker = { name = \"sleep\" }\nlimits = { timeout-ms = 60000 }\n",
-        ),
-    );
+    fixture.write_slow(60000);
     let mut tokens = String::new();
     for (name, var) in TOKENS {
         tokens.push_str(&format!(

@@ -123,6 +123,21 @@ impl Fixture {
         )
     }
 
+    /// Writes `ensembles/slow.toml`: the testbed's `sleep` tool (`{"ms": N}`), whose calls may
+    /// take up to `timeout_ms`.
+    pub fn write_slow(&self, timeout_ms: u64) -> PathBuf {
+        self.write(
+            "slow.toml",
+            &ensemble(
+                "slow",
+                "testbed",
+                &format!(
+                    "[[invokers]]\ninvoker = {{ name = \"sleep\" }}\nlimits = {{ timeout-ms = {timeout_ms} }}\n"
+                ),
+            ),
+        )
+    }
+
     /// Writes `toolhost.toml` at the fixture root with one `section` (`host`, `chat`, `trust`)
     /// holding `lines`, which start on line 4; returns its path.
     pub fn write_host_file(&self, section: &str, lines: &str) -> PathBuf {
