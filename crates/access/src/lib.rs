@@ -456,9 +456,7 @@ impl Permits for Grant {
             let Some(quota) = state.policy.quota_for(&self.identity) else {
                 return Ok(None);
             };
-            let running = self.quotas.admit(self.key, quota, false).await?;
-            let held: Box<dyn Send> = Box::new(running);
-            Ok(Some(held))
+            Ok(Some(self.quotas.admit(self.key, quota, false).await?))
         })
     }
 }

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use toolhost_contract::Identity;
 pub use toolhost_state::Limited;
-use toolhost_state::quota::Running;
+pub use toolhost_state::quota::Running;
 
 /// A call admitted under its identity's quota before it was known to run (the HTTP guard
 /// admits a request without a session, so that a refusal is a `429`), carried by the request
@@ -22,17 +22,18 @@ impl Admitted {
     }
 
     /// The admission, for the call that runs (once: later callers get nothing).
-    pub(super) fn take(&self) -> Option<Box<dyn Send>> {
+    pub(super) fn take(&self) -> Option<Running> {
         let taken = (self.0.lock())
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        taken.map(|running| Box::new(running.runs()) as Box<dyn Send>)
+        taken.map(Running::runs)
     }
 }
 
-/// What [`Permits::admit`] answers: whatever is held while the call runs, or the refusal.
+/// What [`Permits::admit`] answers: the call counted as running (held while it runs, ended
+/// before its answer), or the refusal.
 pub type Admission<'a> =
-    Pin<Box<dyn Future<Output = Result<Option<Box<dyn Send>>, Limited>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<Option<Running>, Limited>> + Send + 'a>>;
 
 /// Whether an identity may list and call a tool. Implemented by toolhost-access over the
 /// rules in force at the moment it is asked, so that a reload's rules apply to the next call

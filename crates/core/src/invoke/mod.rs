@@ -278,13 +278,14 @@ impl Host {
             );
             return self.refuse(session, call, error);
         };
-        // The identity's quota: held (counted as running) until the call ends.
+        // The identity's quota: counted as running until the call ends, given up before its
+        // answer (a cancelled call's is given up when dropped).
         let admitted = match (admitted.and_then(|a| a.take()), session.caller()) {
             (Some(held), _) => Ok(Some(held)),
             (None, Some(caller)) => caller.admit().await,
             (None, None) => Ok(None),
         };
-        let _quota = match admitted {
+        let quota = match admitted {
             Ok(held) => held,
             Err(limited) => {
                 let kind = if limited.unavailable {
@@ -346,6 +347,9 @@ impl Host {
             deduplicated,
             duration: call.started.elapsed(),
         };
+        if let Some(quota) = quota {
+            quota.end().await;
+        }
         self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
     }

@@ -31,6 +31,15 @@ enum Held {
 }
 
 impl Running {
+    /// The call ended: given up now, and in a fleet before the call's answer is sent (a drop
+    /// gives it up too, in the background, for a call that was cancelled).
+    pub async fn end(self) {
+        match self.0 {
+            Held::Embedded(counted) => drop(counted),
+            Held::Shared(lease) => lease.end().await,
+        }
+    }
+
     /// The call runs: its token is spent whatever happens next.
     pub fn runs(mut self) -> Self {
         match &mut self.0 {

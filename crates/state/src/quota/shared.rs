@@ -114,6 +114,23 @@ pub(crate) struct Lease {
     pub(crate) refund: bool,
 }
 
+impl Lease {
+    /// The call ended: its lease is given up before the call's answer is sent, so that the
+    /// identity's next call (on any replica) finds it gone. Bounded by `redis-timeout-ms`; a
+    /// release Redis misses expires with its lease.
+    pub(crate) async fn end(mut self) {
+        if self.at_once {
+            self.quotas.lock_live().remove(&self.member);
+            let refund = if self.refund { self.per_minute } else { 0 };
+            let member = std::mem::take(&mut self.member);
+            self.quotas.release(self.key, member, refund).await;
+        }
+        // Given up: nothing is left for the drop to do.
+        self.at_once = false;
+        self.refund = false;
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.at_once {
