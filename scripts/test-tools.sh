@@ -5,8 +5,8 @@
 # toolchains that build the Python and JavaScript test components (componentize-py from PyPI,
 # componentize-js from npm); Selenium in the same virtualenv, which drives the web chat's
 # browser test; and Debian's logrotate and systemd (systemd-analyze), which the service tests
-# run, haproxy, the load balancer of the fleet test, redis-server, the engine the fleet
-# shares its quotas on, and chromium with chromium-driver, the
+# run, haproxy, the load balancer of the fleet test, redis-server and postgresql, the
+# engines a fleet shares its quotas and conversations on, and chromium with chromium-driver, the
 # browser of the web chat's test, docker-registry (the CNCF distribution registry) and
 # htpasswd for the registry tests, when they are missing; wkg, the Bytecode Alliance's
 # registry client, built from crates.io into target/test-tools/wkg (the interop test);
@@ -64,6 +64,8 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 # redis-server: the engine a fleet shares its quotas on (tests/all/fleet_quotas.rs).
 command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
+# postgresql: the engine a fleet keeps its chat conversations in (tests/all/fleet_chat.rs).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v docker-registry >/dev/null || missing+=(docker-registry)

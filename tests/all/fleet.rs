@@ -75,7 +75,7 @@ pub(crate) struct Haproxy {
 
 impl Haproxy {
     /// Round robin over `backends`.
-    fn start(root: &Path, backends: &[String]) -> Self {
+    pub(crate) fn start(root: &Path, backends: &[String]) -> Self {
         Self::balancing(root, backends, "roundrobin")
     }
 

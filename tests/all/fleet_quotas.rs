@@ -123,7 +123,7 @@ async fn running_one_call(url: &str) {
 }
 
 /// Whether a call ran and succeeded.
-fn ran(status: u16, answer: &Value) -> bool {
+pub(crate) fn ran(status: u16, answer: &Value) -> bool {
     status == 200 && answer["result"]["isError"] == json!(false)
 }
 

@@ -23,6 +23,7 @@ mod config_golden;
 mod conformance;
 mod dedup;
 mod fleet;
+mod fleet_chat;
 mod fleet_dedup;
 mod fleet_quotas;
 mod fleet_rounds;

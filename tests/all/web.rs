@@ -76,6 +76,14 @@ pub(crate) struct Events {
 }
 
 impl Events {
+    /// The events of `response`.
+    pub(crate) fn of(response: reqwest::Response) -> Self {
+        Events {
+            response,
+            buffer: String::new(),
+        }
+    }
+
     /// The next event, or `None` when the stream ended.
     pub(crate) async fn next(&mut self) -> Option<Value> {
         loop {
@@ -142,10 +150,7 @@ pub(crate) async fn chat(url: &str, body: Value) -> Events {
         "text/event-stream",
         "an event stream"
     );
-    Events {
-        response,
-        buffer: String::new(),
-    }
+    Events::of(response)
 }
 
 pub(crate) async fn get(url: &str) -> (u16, Value) {

@@ -439,6 +439,8 @@ pub struct ChatSection {
     pub provider: Option<super::ProviderKind>,
     pub model: Option<String>,
     pub base_url: Option<String>,
+    /// The environment variable that holds the base URL instead (one of the two).
+    pub base_url_env: Option<EnvVarName>,
     pub api_key_env: Option<EnvVarName>,
     /// Accepted only to be refused with a message that says where keys go.
     // Left out of the schema, so that an editor marks it as the host does.
@@ -474,9 +476,15 @@ pub struct ChatSection {
     /// Models an HTTP chat request may name besides `model`.
     #[serde(default)]
     pub models: Vec<String>,
-    /// The chat database (SQLite), relative to `toolhost.toml`; default `chat.sqlite3` in the
-    /// state directory.
-    pub database: Option<String>,
+    /// The chat database: a SQLite file, relative to `toolhost.toml` (default
+    /// `chat.sqlite3` in the state directory), or a PostgreSQL every replica shares,
+    /// `postgres://user@host:port/database`, without a password (a URL with one goes in the
+    /// environment variable `database-env` names).
+    #[schemars(with = "Option<String>")]
+    pub database: Option<Spanned<String>>,
+    /// The environment variable that holds the PostgreSQL URL (it may carry a password).
+    #[schemars(with = "Option<EnvVarName>")]
+    pub database_env: Option<Spanned<EnvVarName>>,
     /// Runs of the HTTP chat API at once (default 16).
     pub max_runs: Option<MaxRuns>,
     /// Conversations the database keeps (default 10000).

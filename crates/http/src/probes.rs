@@ -126,24 +126,36 @@ pub(crate) fn metrics(scrape: Arc<Scrape>) -> axum::Router {
 }
 
 /// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
-/// token), saying nothing but whether this host serves. A host whose fleet engine (Redis)
-/// does not answer is not ready: it would refuse every call under a quota.
+/// token), saying nothing but whether this host serves. A host whose fleet engine for calls
+/// (Redis) does not answer is not ready: it would refuse every call under a quota. A
+/// PostgreSQL that does not answer is said, and the host stays ready: its tools run, only the
+/// chat answers 503 (and the whole fleet shares that PostgreSQL: unready, no replica would
+/// serve even the tools).
 pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
     axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route(
             "/readyz",
             axum::routing::get(move || {
-                let down = (ready.shared.health().into_iter()).find(|engine| !engine.up);
+                let (needed, chat): (Vec<_>, Vec<_>) = (ready.shared.health().into_iter())
+                    .filter(|engine| !engine.up)
+                    .partition(|engine| engine.needed_for_calls);
                 let answer = if ready.host.is_draining() {
                     (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
-                } else if let Some(engine) = down {
+                } else if let Some(engine) = needed.first() {
                     // Which engine, not why: the reason (an address) is for /metrics' readers
                     // and the log.
                     let text = format!("{} does not answer\n", engine.engine);
                     (StatusCode::SERVICE_UNAVAILABLE, text)
                 } else if ready.loaded() {
-                    (StatusCode::OK, "ready\n".to_string())
+                    let text = match chat.first() {
+                        Some(engine) => format!(
+                            "ready; {} does not answer: the chat answers 503\n",
+                            engine.engine
+                        ),
+                        None => "ready\n".to_string(),
+                    };
+                    (StatusCode::OK, text)
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "loading\n".to_string())
                 };

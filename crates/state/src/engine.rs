@@ -3,10 +3,10 @@
 //! when it fails, and marks the engine up or down for `/readyz` and `/metrics`; an error is
 //! kept without the URL's password.
 
+use crate::watch::Watch;
 use crate::{EngineHealth, RedisSettings};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The Redis of one host.
@@ -17,9 +17,7 @@ pub struct Redis {
     timeout: Duration,
     /// Shown in errors instead of the URL.
     shown: String,
-    up: AtomicBool,
-    failures: AtomicU64,
-    last_error: Mutex<Option<String>>,
+    watch: Watch,
     /// This host among the replicas: the prefix of its quota leases.
     replica: String,
 }
@@ -43,9 +41,8 @@ impl Redis {
             connection,
             timeout: settings.timeout,
             shown: settings.shown(),
-            up: AtomicBool::new(false),
-            failures: AtomicU64::new(0),
-            last_error: Mutex::new(Some("not reached yet".into())),
+            // Quotas ask it before a call runs: a host without it refuses calls under one.
+            watch: Watch::new("redis", settings.shown(), true),
             replica: replica_id(),
         })
     }
@@ -70,10 +67,7 @@ impl Redis {
         };
         match tokio::time::timeout(self.timeout, request(connection)).await {
             Ok(Ok(value)) => {
-                if !self.up.swap(true, Ordering::SeqCst) {
-                    tracing::info!(redis = %self.shown, "Redis answers");
-                    *self.error() = None;
-                }
+                self.watch.answered();
                 Ok(value)
             }
             Ok(Err(e)) => Err(self.failed(format!(
@@ -109,28 +103,11 @@ impl Redis {
     }
 
     fn failed(&self, why: String) -> Down {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        let mut error = self.error();
-        if self.up.swap(false, Ordering::SeqCst) || error.as_deref() != Some(why.as_str()) {
-            tracing::warn!("{why}");
-        }
-        *error = Some(why.clone());
-        Down(why)
-    }
-
-    fn error(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        Down(self.watch.failed(why))
     }
 
     pub(crate) fn health(&self) -> EngineHealth {
-        EngineHealth {
-            engine: "redis",
-            up: self.up.load(Ordering::SeqCst),
-            error: self.error().clone(),
-            failures: self.failures.load(Ordering::Relaxed),
-        }
+        self.watch.health()
     }
 }
 

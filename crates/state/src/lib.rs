@@ -4,16 +4,23 @@
 //! interface and never know which engine answers.
 //!
 //! Built so far: quotas per identity ([`quota`]) and the results of a conversation's calls
-//! ([`dedup`]; embedded, they stay in core's per-session memory). Redis is reached through one multiplexed
+//! ([`dedup`]; embedded, they stay in core's per-session memory), on Redis; and the engine
+//! the chat keeps its conversations on when `[chat] database` names a PostgreSQL
+//! ([`postgres`]; the tables are `toolhost-web`'s). Redis is reached through one multiplexed
 //! connection that reconnects by itself ([`engine`]); every wait on it is bounded by
 //! `redis-timeout-ms`, and a host whose Redis does not answer says so on `/readyz`, on
-//! `/metrics` and in each refusal.
+//! `/metrics` and in each refusal. Both engines' health is kept the same way ([`watch`]).
 //!
-//! Layers: `lib` (settings, [`Shared`]) over `quota` and `dedup` over `engine`.
+//! Layers: `lib` (settings, [`Shared`]) over `quota` and `dedup` over `engine` and
+//! `postgres`, over `watch`.
 
 pub mod dedup;
 pub mod engine;
+pub mod postgres;
 pub mod quota;
+mod watch;
+
+pub use postgres::PostgresSettings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +43,8 @@ pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Debug, Default, Clone)]
 pub struct FleetSettings {
     pub redis: Option<RedisSettings>,
+    /// The chat's database when `[chat] database` names a PostgreSQL.
+    pub postgres: Option<PostgresSettings>,
 }
 
 /// A Redis to share state on.
@@ -94,10 +103,13 @@ impl std::fmt::Debug for RedisSettings {
     }
 }
 
-/// Whether a Redis URL carries a password (then it belongs in the environment, not in
-/// `toolhost.toml`).
+/// Whether a Redis or PostgreSQL URL carries a password, in its user info or as a
+/// `password=` option (then it belongs in the environment, not in `toolhost.toml`).
 pub fn has_password(url: &str) -> bool {
     authority(url).is_some_and(|(userinfo, _)| userinfo.contains(':'))
+        || url
+            .split_once('?')
+            .is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("password=")))
 }
 
 /// `url` with the password of its user info replaced by `***`.
@@ -124,10 +136,12 @@ fn authority(url: &str) -> Option<(&str, usize)> {
 /// The state of one host, on the engines its `[fleet]` names.
 pub struct Shared {
     redis: Option<Arc<engine::Redis>>,
+    postgres: Option<Arc<postgres::Postgres>>,
     quotas: Arc<quota::Quotas>,
     dedup: Option<Arc<dedup::SharedDedup>>,
-    /// Pings Redis and renews this host's quota leases; stopped when the host is dropped.
-    upkeep: Option<tokio::task::JoinHandle<()>>,
+    /// Pings each engine, and renews this host's quota leases; stopped when the host is
+    /// dropped.
+    upkeep: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// How one shared engine is doing, for `/readyz`, `/metrics` and `toolhost status`.
@@ -141,6 +155,9 @@ pub struct EngineHealth {
     pub error: Option<String>,
     /// Requests it failed or did not answer in time since the host started.
     pub failures: u64,
+    /// Whether calls need it (Redis, for quotas: down, the host is not ready), or only the
+    /// chat does (PostgreSQL: down, the chat answers 503 and tools still run).
+    pub needed_for_calls: bool,
 }
 
 impl Shared {
@@ -148,27 +165,58 @@ impl Shared {
     pub fn embedded() -> Self {
         Shared {
             redis: None,
+            postgres: None,
             quotas: Arc::new(quota::Quotas::embedded()),
             dedup: None,
-            upkeep: None,
+            upkeep: Vec::new(),
         }
     }
 
-    /// The engines `settings` name. Nothing is reached yet: Redis is connected on first use
+    /// The engines `settings` name. Nothing is reached yet: each is connected on first use
     /// and pinged every second from then on (must be called inside a tokio runtime).
-    pub fn open(settings: &FleetSettings) -> Self {
-        let Some(redis) = &settings.redis else {
-            return Self::embedded();
-        };
-        let redis = engine::Redis::new(redis);
-        let quotas = Arc::new(quota::Quotas::shared(Arc::clone(&redis)));
-        let upkeep = tokio::spawn(upkeep(Arc::clone(&redis), Arc::clone(&quotas)));
-        Shared {
-            dedup: Some(dedup::SharedDedup::new(Arc::clone(&redis))),
-            redis: Some(redis),
-            quotas,
-            upkeep: Some(upkeep),
+    pub fn open(settings: &FleetSettings) -> Result<Self, InvalidUrl> {
+        let postgres = settings
+            .postgres
+            .as_ref()
+            .map(postgres::Postgres::new)
+            .transpose()?;
+        let redis = settings.redis.as_ref().map(engine::Redis::new);
+        if redis.is_none() && postgres.is_none() {
+            return Ok(Self::embedded());
         }
+        let quotas = Arc::new(match &redis {
+            Some(redis) => quota::Quotas::shared(Arc::clone(redis)),
+            None => quota::Quotas::embedded(),
+        });
+        // One task per engine: a PostgreSQL that hangs does not delay the quota leases.
+        let mut upkeep = Vec::new();
+        if let Some(redis) = &redis {
+            let (redis, quotas) = (Arc::clone(redis), Arc::clone(&quotas));
+            upkeep.push(tokio::spawn(every_second(async move || {
+                let _ = redis.ping_within(redis.timeout()).await;
+                quotas.renew().await;
+            })));
+        }
+        if let Some(postgres) = &postgres {
+            let postgres = Arc::clone(postgres);
+            upkeep.push(tokio::spawn(every_second(async move || {
+                postgres.ping().await
+            })));
+        }
+        Ok(Shared {
+            dedup: redis
+                .as_ref()
+                .map(|r| dedup::SharedDedup::new(Arc::clone(r))),
+            redis,
+            postgres,
+            quotas,
+            upkeep,
+        })
+    }
+
+    /// The PostgreSQL the chat keeps its conversations in, if `[chat] database` names one.
+    pub fn postgres(&self) -> Option<Arc<postgres::Postgres>> {
+        self.postgres.clone()
     }
 
     /// Quotas per identity, on this host's engine.
@@ -184,7 +232,10 @@ impl Shared {
 
     /// Each shared engine's health (none for an embedded host).
     pub fn health(&self) -> Vec<EngineHealth> {
-        self.redis.iter().map(|r| r.health()).collect()
+        let redis = self.redis.iter().map(|r| r.health());
+        redis
+            .chain(self.postgres.iter().map(|p| p.health()))
+            .collect()
     }
 
     /// Waits up to `timeout` for every shared engine to answer once (at start, so that the
@@ -199,22 +250,21 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(upkeep) = self.upkeep.take() {
+        for upkeep in &self.upkeep {
             upkeep.abort();
         }
     }
 }
 
-/// How often Redis is pinged and this host's quota leases renewed.
+/// How often each engine is pinged and this host's quota leases renewed.
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(1);
 
-async fn upkeep(redis: Arc<engine::Redis>, quotas: Arc<quota::Quotas>) {
+async fn every_second(mut step: impl AsyncFnMut()) {
     let mut tick = tokio::time::interval(UPKEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let _ = redis.ping_within(redis.timeout()).await;
-        quotas.renew().await;
+        step().await;
     }
 }
 

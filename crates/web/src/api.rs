@@ -232,30 +232,28 @@ async fn bring(
 }
 
 /// The database, or a 503 that says why it is not there.
-fn store(web: &Web) -> Result<Arc<Store>, ApiError> {
+fn store(web: &Web) -> Result<&Store, ApiError> {
     web.store
-        .clone()
-        .map_err(|problem| error(StatusCode::SERVICE_UNAVAILABLE, problem))
+        .as_ref()
+        .map_err(|problem| error(StatusCode::SERVICE_UNAVAILABLE, problem.clone()))
 }
 
-/// Runs blocking database work off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e @ (StoreError::Full(_) | StoreError::DatabaseFull { .. }))) => {
+/// What the database answered, as the API says it: a bound reached is `507`, a database
+/// that cannot be used `503`, with the reason.
+async fn stored<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, ApiError> {
+    match work.await {
+        Ok(value) => Ok(value),
+        Err(e @ (StoreError::Full(_) | StoreError::DatabaseFull { .. })) => {
             Err(error(StatusCode::INSUFFICIENT_STORAGE, e.to_string()))
         }
-        // Logged by the store once, when it happened.
-        Ok(Err(e @ StoreError::Detached { .. })) => {
+        // Logged by the store (or the engine's health) once, when it happened.
+        Err(e @ (StoreError::Detached { .. } | StoreError::Unavailable(_))) => {
             Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::error!("{e}");
             Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
         }
-        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
     }
 }
 
@@ -330,18 +328,15 @@ async fn may_answer(
     if named {
         return Ok(true);
     }
-    let store = store(web)?;
-    let (id, owner) = (id.to_string(), owner(caller));
-    blocking(move || store.owns(&id, owner.as_deref())).await
+    stored(store(web)?.owns(id, owner(caller).as_deref())).await
 }
 
 pub(super) async fn list(
     State(web): State<Arc<Web>>,
     caller: Option<Extension<Caller>>,
 ) -> Result<Response, ApiError> {
-    let store = store(&web)?;
     let owner = owner(&caller);
-    let conversations: Vec<Value> = blocking(move || store.list(owner.as_deref()))
+    let conversations: Vec<Value> = stored(store(&web)?.list(owner.as_deref()))
         .await?
         .into_iter()
         .map(|s| {
@@ -355,9 +350,8 @@ pub(super) async fn list(
 }
 
 async fn load(web: &Web, id: String, owner: Option<String>) -> Result<Stored, ApiError> {
-    let store = store(web)?;
     let missing = format!("no conversation `{id}`");
-    blocking(move || store.get(&id, owner.as_deref()))
+    stored(store(web)?.get(&id, owner.as_deref()))
         .await?
         .ok_or_else(|| error(StatusCode::NOT_FOUND, missing))
 }
@@ -391,12 +385,11 @@ pub(super) async fn delete(
     let store = store(&web)?;
     let missing = format!("no conversation `{id}`");
     let owner = owner(&caller);
-    let (key, kept, whose) = (id.clone(), store.clone(), owner.clone());
-    if !blocking(move || kept.owns(&key, whose.as_deref())).await? {
+    if !stored(store.owns(&id, owner.as_deref())).await? {
         return Err(error(StatusCode::NOT_FOUND, missing));
     }
     web.runs.cancel(&id);
-    if blocking(move || store.delete(&id, owner.as_deref())).await? {
+    if stored(store.delete(&id, owner.as_deref())).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(error(StatusCode::NOT_FOUND, missing))
@@ -471,8 +464,7 @@ pub(super) async fn start_conversation(
         (Some(prompt), true) => title_of(&format!("/{}", prompt.name())),
         _ => title_of(&request.message),
     };
-    let (key, kept) = (id.clone(), conversation.clone());
-    blocking(move || store.create(&key, &title, &kept, owner.as_deref())).await?;
+    stored(store.create(&id, &title, &conversation, owner.as_deref())).await?;
     let first = json!({ "type": "conversation", "id": id });
     let from = Resumed {
         id,
@@ -502,10 +494,9 @@ pub(super) async fn continue_conversation(
     // conversation is not there for this one (not even as busy).
     let limit = web.chat.limits.max_conversation_bytes;
     let database = store(&web)?;
-    let (key, whose) = (id.clone(), owner.clone());
-    let sizes = blocking(move || {
-        database.has_room()?;
-        database.sizes(&key, whose.as_deref())
+    let sizes = stored(async {
+        database.has_room().await?;
+        database.sizes(&id, owner.as_deref()).await
     })
     .await?;
     let Some((_, log_bytes)) = sizes else {

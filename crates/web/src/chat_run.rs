@@ -257,27 +257,14 @@ async fn run(web: Arc<Web>, slot: RunSlot, from: Resumed, plan: Plan, sender: ss
         .lock()
         .map(|a| a.iter().cloned().collect())
         .unwrap_or_default();
-    if let Ok(store) = web.store.clone() {
-        let pending = question.filter(|_| ended_with_question);
-        let key = id.clone();
-        let saved = tokio::task::spawn_blocking(move || {
-            store.save_run(
-                &key,
-                &RunRecord {
-                    conversation: &conversation,
-                    log: &events,
-                    allowed_tools: &allowed,
-                    pending_question: pending.as_deref(),
-                },
-            )
-        })
-        .await;
-        let problem = match saved {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.to_string()),
+    if let Ok(store) = &web.store {
+        let record = RunRecord {
+            conversation,
+            log: events,
+            allowed_tools: allowed,
+            pending_question: question.filter(|_| ended_with_question),
         };
-        if let Some(problem) = problem {
+        if let Err(problem) = store.save_run(&id, record).await {
             tracing::error!("conversation {id}: {problem}");
             let event = json!({
                 "type": "error",

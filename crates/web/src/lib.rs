@@ -33,7 +33,7 @@ use toolhost_agent::provider::{ProviderSettings, ToolChoice};
 use toolhost_core::invoke::{CallPolicy, Host};
 use toolhost_core::reload::Reloader;
 
-pub use store::{Store, StoreError, StoreLimits};
+pub use store::{RunRecord, Store, StoreError, StoreLimits};
 
 /// What `[chat]` permits a chat request, and the model it talks to.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ pub struct Web {
     reloader: Arc<Reloader>,
     chat: ChatSettings,
     /// The database, or why it could not be opened (the chat answers 503 with it).
-    store: Result<Arc<Store>, String>,
+    store: Result<Store, String>,
     runs: Arc<runs::Runs>,
     described: catalog::Described,
 }
@@ -107,7 +107,7 @@ impl Web {
             host,
             reloader,
             chat,
-            store: store.map(Arc::new).map_err(|e| e.to_string()),
+            store: store.map_err(|e| e.to_string()),
             runs,
             described: catalog::Described::default(),
         })

@@ -259,7 +259,20 @@ fn provider_settings(
         bail!("no model: pass --model or set [chat] model in toolhost.toml");
     };
     let mut provider = ProviderSettings::new(kind, model);
-    if let Some(url) = options.base_url.clone().or(chat.base_url.clone()) {
+    let from_env = match (&chat.base_url, &chat.base_url_env) {
+        (Some(_), Some(_)) => bail!("[chat]: write one of `base-url` and `base-url-env`, not both"),
+        (None, Some(var)) => Some(
+            std::env::var(var.as_str())
+                .ok()
+                .filter(|url| !url.is_empty())
+                .with_context(|| format!("${var} ([chat] base-url-env) is not set"))?,
+        ),
+        _ => None,
+    };
+    if let Some(url) = (options.base_url.clone())
+        .or(chat.base_url.clone())
+        .or(from_env)
+    {
         provider.base_url = url.trim_end_matches('/').to_string();
     }
     let key_env = options

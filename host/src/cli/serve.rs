@@ -51,7 +51,7 @@ pub(crate) async fn run(
     // The engines the fleet shares state on: this process's memory unless `[fleet]` names
     // Redis, which is waited for a few seconds at start (a host that cannot reach it serves
     // anyway, not ready, and refuses calls under a quota until it answers).
-    let shared = Arc::new(toolhost::state::Shared::open(&settings.fleet));
+    let shared = Arc::new(toolhost::state::Shared::open(&settings.fleet).context("[fleet]")?);
     if let Some(redis) = &settings.fleet.redis {
         match shared.connect(FLEET_CONNECT_TIMEOUT).await {
             Ok(()) => tracing::info!(redis = %redis.shown(), "quotas are the fleet's, in Redis"),
@@ -127,7 +127,8 @@ pub(crate) async fn run(
     let code = match &options.http {
         None => serve_stdio(host.clone(), logs, first_load, drain).await,
         Some(address) => {
-            let (web, chat_off) = web(settings, host.clone(), reloader.clone()).await;
+            let (web, chat_off) =
+                web(settings, host.clone(), reloader.clone(), shared.postgres()).await;
             let served = toolhost::http::Served {
                 scrape: toolhost::http::Scrape::new(
                     host.clone(),
@@ -156,6 +157,7 @@ async fn web(
     settings: &Settings,
     host: Arc<Host>,
     reloader: Arc<Reloader>,
+    postgres: Option<Arc<toolhost::state::postgres::Postgres>>,
 ) -> (Arc<toolhost::web::Web>, Option<String>) {
     let chat = super::chat::web_settings(settings);
     if let Err(problem) = &chat.provider {
@@ -167,8 +169,27 @@ async fn web(
             Some(off),
         );
     }
-    let path = settings.chat_database.clone();
     let limits = settings.chat_store;
+    if let Some(postgres) = postgres {
+        // Shared by the fleet: its tables are made now if PostgreSQL answers, or by the first
+        // request that reaches it (until then the chat answers 503 with the reason).
+        let store = toolhost::web::Store::postgres(postgres, limits);
+        match store.prepare().await {
+            Ok(()) => tracing::info!(
+                database = %store.shown(),
+                "conversations are the fleet's, in PostgreSQL"
+            ),
+            Err(e) => tracing::error!(
+                "{e}; serving anyway: the chat answers 503 until PostgreSQL answers, tools \
+                 are not affected"
+            ),
+        }
+        return (
+            toolhost::web::Web::new(host, reloader, chat, Ok(store)),
+            None,
+        );
+    }
+    let path = settings.chat_database.clone();
     let store = tokio::task::spawn_blocking(move || match path {
         Some(path) => toolhost::web::Store::open(&path, limits),
         None => Err(toolhost::web::StoreError::Open {

@@ -9,7 +9,7 @@ use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
 use toolhost::config::access::{AccessSection, AccessSettings, Unset};
 use toolhost::config::v1::{ChatSection, FleetSection, HostFile};
-use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
+use toolhost::config::{Diagnostic, EnvVarName, FileKind, SourceFile, written_or};
 use toolhost::invoke::Host;
 use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
 use toolhost::resolve::{Resolved, Resolver};
@@ -120,12 +120,18 @@ impl Settings {
                 let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
                 let trust = trusted_keys(&file.trust, &source, &base)?;
                 let (access, fleet) = if serving {
-                    let fleet = check_fleet(&file.fleet, &source, &env_var, Unset::Refuse)?;
+                    let fleet =
+                        check_fleet(&file.fleet, &file.chat, &source, &env_var, Unset::Refuse)?;
                     (check_access(&file.access, &source, Unset::Refuse)?, fleet)
                 } else {
                     let mut warnings = Vec::new();
-                    let fleet =
-                        check_fleet(&file.fleet, &source, &env_var, Unset::Warn(&mut warnings));
+                    let fleet = check_fleet(
+                        &file.fleet,
+                        &file.chat,
+                        &source,
+                        &env_var,
+                        Unset::Warn(&mut warnings),
+                    );
                     let access = check_access(&file.access, &source, Unset::Warn(&mut warnings));
                     unset = warnings.iter().map(as_warning).collect();
                     match (access, fleet) {
@@ -184,8 +190,12 @@ impl Settings {
             .clone()
             .or_else(|| from_file(&host.status_file))
             .or_else(|| default_status_file(config_path.as_deref(), &ensembles));
-        let chat_database =
-            from_file(&chat.database).or_else(|| state_dir().map(|d| d.join("chat.sqlite3")));
+        // A PostgreSQL named in `[chat]` is in `fleet.postgres`: no file then.
+        let chat_database = match &chat.database {
+            _ if fleet.postgres.is_some() => None,
+            Some(path) => Some(base.join(path.get_ref())),
+            None => state_dir().map(|d| d.join("chat.sqlite3")),
+        };
         let chat_store = toolhost::web::StoreLimits {
             max_conversations: written_or(
                 chat.max_conversations,
@@ -518,55 +528,44 @@ fn as_warning(diagnostic: &Diagnostic) -> String {
     }
 }
 
-/// `[fleet]` checked, every mistake at its file:line:col; `env` reads an environment variable,
-/// and one that is not set is what `unset` says.
+/// The engines a fleet shares, checked, every mistake at its file:line:col: `[fleet]`'s Redis,
+/// and `[chat] database` when it names a PostgreSQL. `env` reads an environment variable, and
+/// one that is not set is what `unset` says.
 fn check_fleet(
-    section: &FleetSection,
+    fleet: &FleetSection,
+    chat: &ChatSection,
     source: &SourceFile,
     env: &dyn Fn(&str) -> Option<String>,
-    unset: Unset<'_>,
+    mut unset: Unset<'_>,
 ) -> anyhow::Result<toolhost::state::FleetSettings> {
-    use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, RedisSettings, has_password};
-    let timeout = written_or(section.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
+    use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, PostgresSettings, RedisSettings};
+    let timeout = written_or(fleet.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
     let mut errors = Vec::new();
-    let url = match (&section.redis, &section.redis_env) {
-        (Some(_), Some(var)) => {
-            errors.push(Diagnostic::new(
-                source.at(var.span()),
-                "write one of `redis` and `redis-env`, not both",
-            ));
-            None
-        }
-        (Some(url), None) if has_password(url.get_ref()) => {
-            errors.push(Diagnostic::new(
-                source.at(url.span()),
-                "a Redis password is never read from toolhost.toml: put the whole URL in an \
-                 environment variable and name it with `redis-env`",
-            ));
-            None
-        }
-        (Some(url), None) => Some((url.get_ref().clone(), url.span())),
-        (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
-            Some(url) => Some((url, var.span())),
-            None => {
-                let diagnostic = Diagnostic::new(
-                    source.at(var.span()),
-                    format!(
-                        "${} (`redis-env`) is not set: `serve` refuses to start without it",
-                        var.get_ref().as_str()
-                    ),
-                );
-                match unset {
-                    Unset::Refuse => errors.push(diagnostic),
-                    Unset::Warn(warnings) => warnings.push(diagnostic),
-                }
-                None
-            }
-        },
-        (None, None) => None,
-    };
-    let redis = url.and_then(|(url, span)| match RedisSettings::new(&url, timeout) {
+    let redis = Url {
+        engine: "Redis",
+        written: fleet.redis.as_ref(),
+        key: "redis",
+        var: fleet.redis_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors)
+    .and_then(|(url, span)| match RedisSettings::new(&url, timeout) {
         Ok(redis) => Some(redis),
+        Err(e) => {
+            errors.push(Diagnostic::new(source.at(span), e.to_string()));
+            None
+        }
+    });
+    // A `database` is a SQLite file unless it is a URL.
+    let postgres = Url {
+        engine: "PostgreSQL",
+        written: chat.database.as_ref(),
+        key: "database",
+        var: chat.database_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors)
+    .filter(|(url, _)| url.contains("://"))
+    .and_then(|(url, span)| match PostgresSettings::new(&url) {
+        Ok(postgres) => Some(postgres),
         Err(e) => {
             errors.push(Diagnostic::new(source.at(span), e.to_string()));
             None
@@ -576,7 +575,68 @@ fn check_fleet(
         let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
         bail!("\n{}", all.join("\n"));
     }
-    Ok(FleetSettings { redis })
+    Ok(FleetSettings { redis, postgres })
+}
+
+/// A shared engine's URL as `toolhost.toml` may give it: written under `key` (never with a
+/// password), or in the environment variable `key-env` names.
+struct Url<'a> {
+    engine: &'static str,
+    written: Option<&'a toml::Spanned<String>>,
+    key: &'static str,
+    var: Option<&'a toml::Spanned<EnvVarName>>,
+}
+
+impl Url<'_> {
+    /// The URL and where it was named, or `None` (nothing named, or a mistake, pushed on
+    /// `errors`; a variable not set is what `unset` says).
+    fn read(
+        &self,
+        source: &SourceFile,
+        env: &dyn Fn(&str) -> Option<String>,
+        unset: &mut Unset<'_>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<(String, std::ops::Range<usize>)> {
+        let (engine, key) = (self.engine, self.key);
+        match (self.written, self.var) {
+            (Some(_), Some(var)) => {
+                errors.push(Diagnostic::new(
+                    source.at(var.span()),
+                    format!("write one of `{key}` and `{key}-env`, not both"),
+                ));
+                None
+            }
+            (Some(url), None) if toolhost::state::has_password(url.get_ref()) => {
+                errors.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!(
+                        "a {engine} password is never read from toolhost.toml: put the whole \
+                         URL in an environment variable and name it with `{key}-env`"
+                    ),
+                ));
+                None
+            }
+            (Some(url), None) => Some((url.get_ref().clone(), url.span())),
+            (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
+                Some(url) => Some((url, var.span())),
+                None => {
+                    let diagnostic = Diagnostic::new(
+                        source.at(var.span()),
+                        format!(
+                            "${} (`{key}-env`) is not set: `serve` refuses to start without it",
+                            var.get_ref().as_str()
+                        ),
+                    );
+                    match unset {
+                        Unset::Refuse => errors.push(diagnostic),
+                        Unset::Warn(warnings) => warnings.push(diagnostic),
+                    }
+                    None
+                }
+            },
+            (None, None) => None,
+        }
+    }
 }
 
 /// `[access]` of `path` read again (a reload): the new rules and tokens, or why not.

@@ -29,7 +29,8 @@ struct Published {
     /// Instances prepared ahead of calls (absent from a file an older host wrote).
     #[serde(default)]
     prepared: Option<PublishedPrepared>,
-    /// The engines the fleet shares state on (`[fleet]`), and whether each answers.
+    /// The engines the fleet shares state on (`[fleet]`'s Redis, `[chat]`'s PostgreSQL), and
+    /// whether each answers.
     #[serde(default)]
     shared: Vec<PublishedEngine>,
 }
@@ -39,6 +40,9 @@ struct PublishedEngine {
     engine: String,
     up: bool,
     error: Option<String>,
+    /// What stops while it does not answer: calls under a quota (Redis), or the chat.
+    #[serde(default)]
+    needed_for_calls: bool,
 }
 
 fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
@@ -47,6 +51,7 @@ fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
             engine: health.engine.to_string(),
             up: health.up,
             error: health.error,
+            needed_for_calls: health.needed_for_calls,
         })
         .collect()
 }
@@ -299,9 +304,14 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             match &engine.error {
                 None => println!("{}: answers (state shared by the fleet)", engine.engine),
                 Some(error) => println!(
-                    "{}: does not answer ({}); calls under a quota are refused",
+                    "{}: does not answer ({}); {}",
                     engine.engine,
-                    super::terminal::safe(error)
+                    super::terminal::safe(error),
+                    if engine.needed_for_calls {
+                        "calls under a quota are refused"
+                    } else {
+                        "the chat answers 503, tools run"
+                    }
                 ),
             }
         }

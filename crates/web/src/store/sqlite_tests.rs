@@ -1,6 +1,7 @@
 //! The chat database's own tests: what it keeps across reopening, its caps, whose
 //! conversations are whose, and a file deleted or replaced while it is open.
 
+use super::sqlite::Sqlite as Store;
 use super::*;
 use serde_json::json;
 
@@ -25,15 +26,14 @@ fn conversations_survive_reopening() {
         conversation.push_user("again");
         let log = [json!({"type": "user", "text": "hi"})];
         let record = RunRecord {
-            conversation: &conversation,
-            log: &log,
-            allowed_tools: &["say".to_string()],
-            pending_question: Some("q1"),
+            conversation: conversation.clone(),
+            log: log.to_vec(),
+            allowed_tools: vec!["say".to_string()],
+            pending_question: Some("q1".into()),
         };
         assert!(store.save_run("a", &record).expect("save"));
-        let log = [json!({"type": "user", "text": "again"})];
         let record = RunRecord {
-            log: &log,
+            log: vec![json!({"type": "user", "text": "again"})],
             ..record
         };
         assert!(store.save_run("a", &record).expect("save"));
@@ -91,9 +91,9 @@ fn the_most_recently_updated_comes_first_and_the_cap_holds() {
         .expect_err("full");
     assert!(full.to_string().contains("max-conversations"), "{full}");
     let record = RunRecord {
-        conversation: &conversation,
-        log: &[],
-        allowed_tools: &[],
+        conversation: conversation.clone(),
+        log: Vec::new(),
+        allowed_tools: Vec::new(),
         pending_question: None,
     };
     store.save_run("a", &record).expect("save");
@@ -162,11 +162,10 @@ fn a_database_past_its_size_bound_takes_no_new_conversation_until_some_are_delet
     assert!(full.to_string().contains("max-database-mib"), "{full}");
     assert!(store.has_room().is_err());
     // A run that was going when the bound was reached keeps its conversation, not its log.
-    let log = [json!({"type": "text", "text": "w".repeat(500_000)})];
     let record = RunRecord {
-        conversation: &big,
-        log: &log,
-        allowed_tools: &[],
+        conversation: big.clone(),
+        log: vec![json!({"type": "text", "text": "w".repeat(500_000)})],
+        allowed_tools: Vec::new(),
         pending_question: None,
     };
     assert!(store.save_run("b", &record).expect("saved"));

@@ -1,0 +1,509 @@
+//! The chat's conversations on PostgreSQL (`[chat] database-env`), shared by the replicas:
+//! Debian's PostgreSQL started by the test as the `postgres` user, in a temporary data
+//! directory on a free loopback port. A conversation started on one replica goes on, is read
+//! and is deleted on another; the caps hold for the database, whichever replica writes; a
+//! PostgreSQL that stops answering makes the chat a 503 that says so while tools run, and the
+//! chat comes back with it, nothing lost.
+
+use crate::mcp::HttpServer;
+use crate::mcp_revisions::modern_post;
+use crate::scripted::{Scripted, openai};
+use crate::web::{DEADLINE, base, chat, fixture, get, post_json};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use toolhost::agent::provider::conversation::Conversation;
+use toolhost::web::{Store, StoreError, StoreLimits};
+
+/// A PostgreSQL of the test's own, stopped (immediately: nothing flushed) when dropped.
+pub(crate) struct PostgresServer {
+    pub(crate) port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl PostgresServer {
+    /// `initdb` in a new directory under the system's temporary one (the `postgres` user
+    /// must reach it: the test's own directories are the root's, 0700), then started.
+    pub(crate) fn start() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| {
+                let mut found: Vec<PathBuf> = versions
+                    .filter_map(|v| Some(v.ok()?.path().join("bin")))
+                    .filter(|bin| bin.join("initdb").is_file())
+                    .collect();
+                found.sort();
+                found.pop()
+            })
+            .expect("PostgreSQL is installed (./scripts/test-tools.sh installs it)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("toolhost-pg-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("data dir");
+        let server = PostgresServer { port, dir, bin };
+        server.as_postgres("chown", |c| {
+            c.args(["-R", "postgres:postgres"]).arg(&server.dir);
+        });
+        server.as_postgres(&server.bin.join("initdb").to_string_lossy(), |c| {
+            c.args(["--auth=trust", "--username=toolhost", "--no-sync", "-D"])
+                .arg(server.data());
+        });
+        server.restart();
+        server
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Runs `program` as the `postgres` user (PostgreSQL refuses to run as root), or as is
+    /// when the tests do not run as root.
+    fn as_postgres(&self, program: &str, args: impl FnOnce(&mut Command)) {
+        use std::os::unix::fs::MetadataExt;
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let mut command = if root && program != "chown" {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--", program]);
+            command
+        } else {
+            Command::new(program)
+        };
+        if program == "chown" && !root {
+            return;
+        }
+        args(&mut command);
+        let output = command
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            output.status.success(),
+            "{program}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// `postgres://toolhost@127.0.0.1:PORT/postgres`.
+    pub(crate) fn url(&self) -> String {
+        format!("postgres://toolhost@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts it (again, on the same port, with what it had).
+    pub(crate) fn restart(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        self.as_postgres(&self.bin.join("pg_ctl").to_string_lossy(), |c| {
+            c.args(["-w", "-t", "60", "-l"])
+                .arg(self.dir.join("log"))
+                .arg("-D")
+                .arg(self.data())
+                .args(["-o", &options, "start"]);
+        });
+    }
+
+    /// Stops it at once, as a crash would (`-m immediate`).
+    pub(crate) fn stop(&self) {
+        self.as_postgres(&self.bin.join("pg_ctl").to_string_lossy(), |c| {
+            c.arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"]);
+        });
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Two replicas of one fixture whose chat keeps its conversations in `postgres`, asking
+/// `model`; `chat` is more of `[chat]`.
+fn replicas(model: &Scripted, postgres: &PostgresServer, chat: &str) -> (HttpServer, HttpServer) {
+    let fixture = fixture(
+        &model.base_url,
+        &format!("database-env = \"TOOLHOST_DATABASE_URL\"\n{chat}"),
+    );
+    let config = fixture.root().join("toolhost.toml");
+    let args = ["--config", config.to_str().expect("path")];
+    let env = [
+        ("SCRIPTED_KEY", "k"),
+        ("TOOLHOST_DATABASE_URL", &postgres.url()),
+    ];
+    let one = HttpServer::start(&fixture, &args, &env);
+    let two = HttpServer::start(&fixture, &args, &env);
+    // The fixture's directory lives as long as the servers need it.
+    std::mem::forget(fixture);
+    (one, two)
+}
+
+fn api(server: &HttpServer) -> String {
+    format!("{}/api/conversations", base(server))
+}
+
+async fn delete(url: &str) -> u16 {
+    let response = reqwest::Client::new()
+        .delete(url)
+        .send()
+        .await
+        .expect("DELETE");
+    response.status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_started_on_one_replica_goes_on_and_is_deleted_on_another() {
+    let postgres = PostgresServer::start();
+    let model = Scripted::start(vec![
+        openai::stream(
+            "Computing.",
+            &[("c1", "calculate", r#"{"expression": "40 + 2"}"#)],
+        ),
+        openai::text("It is 42."),
+        openai::text("Still 42."),
+    ]);
+    let (one, two) = replicas(&model, &postgres, "");
+    let events = chat(&api(&one), json!({"message": "What is 40 + 2?"}))
+        .await
+        .rest()
+        .await;
+    assert_eq!(events.last().expect("done")["text"], "It is 42.");
+    let id = events[0]["id"].as_str().expect("id").to_string();
+
+    // The other replica lists it, and continues it with the whole conversation.
+    let (status, list) = get(&api(&two)).await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["conversations"][0]["id"], id.as_str());
+    let more = chat(
+        &format!("{}/{id}/messages", api(&two)),
+        json!({"message": "Sure?"}),
+    )
+    .await
+    .rest()
+    .await;
+    assert_eq!(more.last().expect("done")["text"], "Still 42.", "{more:#?}");
+    let sent = &model.requests()[2].body["messages"];
+    assert_eq!(sent.as_array().expect("messages").len(), 5, "{sent}");
+
+    // The first replica reads both runs, in order.
+    let (status, read) = get(&format!("{}/{id}", api(&one))).await;
+    assert_eq!(status, 200);
+    let messages = read["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 6, "and the last answer: {messages:#?}");
+    let log: Vec<&str> = (read["log"].as_array().expect("log").iter())
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(log.iter().filter(|t| **t == "done").count(), 2, "{log:?}");
+
+    assert_eq!(delete(&format!("{}/{id}", api(&two))).await, 204);
+    let (status, _) = get(&format!("{}/{id}", api(&one))).await;
+    assert_eq!(status, 404, "deleted on the other replica");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conversation_cap_holds_for_the_fleet_and_a_stopped_postgres_is_a_503_while_tools_run()
+{
+    let postgres = PostgresServer::start();
+    let model = Scripted::start(vec![
+        openai::text("one"),
+        openai::text("two"),
+        openai::text("three"),
+    ]);
+    let (one, two) = replicas(&model, &postgres, "max-conversations = 2");
+    for server in [&one, &two] {
+        let events = chat(&api(server), json!({"message": "hi"}))
+            .await
+            .rest()
+            .await;
+        assert_eq!(events.last().expect("done")["type"], "done", "{events:#?}");
+    }
+    let (status, refused) = post_json(&api(&one), json!({"message": "a third"})).await;
+    assert_eq!(status, 507, "{refused}");
+    let said = refused["error"].as_str().expect("error");
+    assert!(said.contains("2 conversations are kept"), "{said}");
+
+    postgres.stop();
+    let (status, answer) = get(&api(&two)).await;
+    assert_eq!(status, 503, "{answer}");
+    let said = answer["error"].as_str().expect("error");
+    assert!(
+        said.contains(&format!("PostgreSQL at {}", postgres.url())),
+        "{said}"
+    );
+    // Tools run, and the replica stays ready, saying what does not answer.
+    let (status, _, answer) = modern_post(
+        &two.url,
+        "tools/call",
+        Some("calculate"),
+        json!({"name": "calculate", "arguments": {"expression": "6 * 7"}}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.to_string().contains("42"), "{answer}");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let response = reqwest::get(format!("{}/readyz", base(&two)))
+            .await
+            .expect("readyz");
+        assert_eq!(response.status().as_u16(), 200);
+        let text = response.text().await.expect("text");
+        if text.contains("postgres does not answer") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    postgres.restart();
+    let deadline = Instant::now() + DEADLINE;
+    let list = loop {
+        let (status, list) = get(&api(&one)).await;
+        if status == 200 {
+            break list;
+        }
+        assert!(Instant::now() < deadline, "{list}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(list["conversations"].as_array().map(Vec::len), Some(2));
+}
+
+/// What the store is asked directly, as the API asks it: owners apart, the size bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_owners_stay_apart_and_the_size_bound_holds() {
+    let postgres = PostgresServer::start();
+    let settings = toolhost::state::FleetSettings {
+        postgres: Some(toolhost::state::PostgresSettings::new(&postgres.url()).expect("url")),
+        ..Default::default()
+    };
+    let shared = toolhost::state::Shared::open(&settings).expect("shared");
+    let limits = StoreLimits {
+        max_conversations: 100,
+        max_bytes: 1 << 20,
+    };
+    let store = Store::postgres(shared.postgres().expect("postgres"), limits);
+    store.prepare().await.expect("tables");
+    // Made once: a second replica starting finds them.
+    store.prepare().await.expect("again");
+
+    let mut big = Conversation::default();
+    big.push_user("x".repeat(600_000));
+    store.create("a", "a", &big, Some("ann")).await.expect("a");
+    assert!(store.get("a", Some("bob")).await.expect("get").is_none());
+    assert!(store.get("a", None).await.expect("get").is_none());
+    assert!(!store.owns("a", Some("bob")).await.expect("owns"));
+    assert!(!store.delete("a", Some("bob")).await.expect("delete"));
+    assert_eq!(store.list(Some("ann")).await.expect("list").len(), 1);
+    assert!(store.list(Some("bob")).await.expect("list").is_empty());
+
+    store
+        .create("b", "b", &big, None)
+        .await
+        .expect("b: 600 KB in use");
+    let full = store
+        .create("c", "c", &big, None)
+        .await
+        .expect_err("past 1 MiB");
+    assert!(matches!(full, StoreError::DatabaseFull { .. }), "{full}");
+    assert!(store.has_room().await.is_err());
+    // A run that was going when the bound was reached keeps its conversation, not its log.
+    let record = toolhost::web::RunRecord {
+        conversation: big.clone(),
+        log: vec![json!({"type": "text", "text": "w".repeat(500_000)})],
+        allowed_tools: vec!["say".into()],
+        pending_question: Some("q1".into()),
+    };
+    assert!(store.save_run("b", record).await.expect("saved"));
+    let kept = store.get("b", None).await.expect("get").expect("b");
+    assert_eq!(kept.log.len(), 1);
+    let note = kept.log[0]["message"].as_str().unwrap_or_default();
+    assert!(note.contains("not kept"), "{note}");
+    assert_eq!(kept.allowed_tools, ["say"]);
+    assert_eq!(kept.pending_question.as_deref(), Some("q1"));
+    let sizes: Option<(u64, u64)> = store.sizes("b", None).await.expect("sizes");
+    assert!(sizes.is_some_and(|(messages, log)| messages > 600_000 && log < 1000));
+    assert!(store.delete("a", Some("ann")).await.expect("delete"));
+    store.has_room().await.expect("room again after a deletion");
+    store.create("c", "c", &big, None).await.expect("c");
+}
+
+#[test]
+fn check_says_where_a_chat_database_url_is_wrong() {
+    let check = |chat: &str| -> (bool, String) {
+        let fixture = crate::support::Fixture::new();
+        fixture.write_echo();
+        fixture.write_host_file("chat", chat);
+        let config = fixture.root().join("toolhost.toml");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        let output = command
+            .args(["--config", config.to_str().expect("path"), "check"])
+            .env_remove("NOT_SET_ANYWHERE")
+            .output()
+            .expect("check");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), said)
+    };
+    let (passed, said) = check("database = \"postgres://chat:hunter2@db/toolhost\"");
+    assert!(
+        !passed && said.contains("a PostgreSQL password is never read"),
+        "{said}"
+    );
+    assert!(said.contains("toolhost.toml:4:12"), "{said}");
+    let (passed, said) = check("database = \"postgres://db/toolhost?sslmode=require\"");
+    assert!(
+        !passed && said.contains("TLS to PostgreSQL is not built in"),
+        "{said}"
+    );
+    let (passed, said) = check("database = \"mysql://db/toolhost\"");
+    assert!(
+        !passed && said.contains("is not a PostgreSQL URL"),
+        "{said}"
+    );
+    let (passed, said) = check("database = \"chat.db\"\ndatabase-env = \"X\"");
+    assert!(
+        !passed && said.contains("write one of `database` and `database-env`"),
+        "{said}"
+    );
+    let (passed, said) = check("database-env = \"NOT_SET_ANYWHERE\"");
+    assert!(passed, "{said}");
+    assert!(
+        said.contains("$NOT_SET_ANYWHERE (`database-env`) is not set: `serve` refuses"),
+        "{said}"
+    );
+    // A file is still a file.
+    let (passed, said) = check("database = \"state/chat.db\"");
+    assert!(passed, "{said}");
+}
+
+/// `examples/fleet/toolhost.toml` as written, on two replicas behind haproxy (round robin):
+/// the shipped ensembles, Redis and PostgreSQL from the environment, the agents' token under
+/// 5 calls a minute, and the chat on a model at `$TOOLHOST_CHAT_BASE_URL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
+    let postgres = PostgresServer::start();
+    let fixture = crate::support::Fixture::new();
+    let redis = crate::fleet_quotas::RedisServer::start(fixture.root());
+    crate::support::copy_shipped(fixture.root());
+    let config = fixture.root().join("examples/fleet/toolhost.toml");
+    std::fs::create_dir_all(config.parent().expect("parent")).expect("dir");
+    let repo = std::path::Path::new(toolhost_testkit::REPO_ROOT);
+    std::fs::copy(repo.join("examples/fleet/toolhost.toml"), &config).expect("copy example");
+    let model = Scripted::start(vec![openai::text("Hello."), openai::text("Again.")]);
+    let (redis_url, database_url) = (redis.url(), postgres.url());
+    let env = [
+        ("TOOLHOST_REDIS_URL", redis_url.as_str()),
+        ("TOOLHOST_DATABASE_URL", database_url.as_str()),
+        ("TOOLHOST_AGENT_TOKEN", "agent-secret"),
+        ("TOOLHOST_CHAT_BASE_URL", model.base_url.as_str()),
+    ];
+    let args = ["--config", config.to_str().expect("path")];
+    let replicas: Vec<HttpServer> = (0..2)
+        .map(|_| HttpServer::start(&fixture, &args, &env))
+        .collect();
+    let backends: Vec<String> = (replicas.iter())
+        .map(|r| base(r).trim_start_matches("http://").to_string())
+        .collect();
+    let balancer = crate::fleet::Haproxy::start(fixture.root(), &backends);
+    let front = base_of(&balancer.url);
+    // Both replicas ready (every shipped ensemble loaded) before anything is counted.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let readyz = (replicas.iter().map(base))
+        .chain([front.clone()])
+        .map(|base| format!("{base}/readyz"));
+    for url in readyz.collect::<Vec<_>>() {
+        while reqwest::get(&url)
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+            != 200
+        {
+            assert!(Instant::now() < deadline, "never ready: {url}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // haproxy's checks (every 200 ms) have found both replicas up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A conversation started through the balancer goes on through it (the other replica).
+    let events = as_agent(&format!("{front}/api/conversations"), "Hi").await;
+    assert_eq!(
+        events.last().expect("done")["text"],
+        "Hello.",
+        "{events:#?}"
+    );
+    let id = events[0]["id"].as_str().expect("id");
+    let more = format!("{front}/api/conversations/{id}/messages");
+    let events = as_agent(&more, "Again?").await;
+    assert_eq!(
+        events.last().expect("done")["text"],
+        "Again.",
+        "{events:#?}"
+    );
+    let sent = &model.requests()[1].body["messages"];
+    assert_eq!(sent.as_array().map(Vec::len), Some(3), "{sent}");
+
+    // 20 calls alternating replicas under 5 a minute: 5 run, the fleet's, not each one's.
+    let mut ran = 0;
+    for _ in 0..20 {
+        let (status, _, answer) = modern_post(
+            &balancer.url,
+            "tools/call",
+            Some("calculate"),
+            json!({"name": "calculate", "arguments": {"expression": "1 + 1"}}),
+            &[("authorization", "Bearer agent-secret")],
+        )
+        .await;
+        if crate::fleet_quotas::ran(status, &answer) {
+            ran += 1;
+        } else {
+            assert_eq!(status, 429, "{answer}");
+        }
+    }
+    assert_eq!(ran, 5);
+}
+
+/// A chat request with `message` by the bearer of the agents' token: its events.
+async fn as_agent(url: &str, message: &str) -> Vec<serde_json::Value> {
+    let response = reqwest::Client::new()
+        .post(url)
+        .bearer_auth("agent-secret")
+        .json(&json!({ "message": message }))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 200);
+    crate::web::Events::of(response).rest().await
+}
+
+/// `http://host:port` of a `/mcp` URL.
+fn base_of(url: &str) -> String {
+    url.trim_end_matches("/mcp").to_string()
+}
