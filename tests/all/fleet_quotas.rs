@@ -447,4 +447,12 @@ fn check_says_where_a_fleet_setting_is_wrong() {
     assert!(said.contains("is not a Redis URL"), "{said}");
     let said = run("redis-timeout-ms = 0");
     assert!(said.contains("redis-timeout-ms"), "{said}");
+    // The address a replica advertises: http://host:port, and a Redis to say it in.
+    let said = run("advertise = \"http://10.0.0.7:8750\"");
+    assert!(said.contains("`advertise` needs a Redis"), "{said}");
+    let said = run("redis = \"redis://a/0\"\nadvertise = \"https://10.0.0.7:8750/mcp\"");
+    assert!(said.contains("is not an address to advertise"), "{said}");
+    assert!(said.contains("toolhost.toml:5:13"), "{said}");
+    let (passed, said) = check("redis = \"redis://a/0\"\nadvertise = \"http://10.0.0.7:8750/\"");
+    assert!(passed, "{said}");
 }

@@ -15,18 +15,29 @@ use std::time::{Duration, Instant};
 /// One 2026-07-28 `tools/call` of the talker's `ask_person` (arguments `{"n": 0}` unless
 /// `more` says others) by the client `who` (its `Authorization`), declaring elicitation,
 /// with `more` params (a state, answers).
-async fn ask(client: &reqwest::Client, url: &str, who: &str, more: Value) -> Value {
+pub(crate) async fn ask(client: &reqwest::Client, url: &str, who: &str, more: Value) -> Value {
     try_ask(client, url, who, more)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`ask`], or why there is no answer (the balancer not listening yet, say).
-async fn try_ask(
+pub(crate) async fn try_ask(
     client: &reqwest::Client,
     url: &str,
     who: &str,
     more: Value,
+) -> Result<Value, String> {
+    try_ask_with(client, url, who, more, &[]).await
+}
+
+/// [`try_ask`] with more `headers`.
+pub(crate) async fn try_ask_with(
+    client: &reqwest::Client,
+    url: &str,
+    who: &str,
+    more: Value,
+    headers: &[(&str, &str)],
 ) -> Result<Value, String> {
     let mut params = json!({
         "name": "ask_person",
@@ -41,8 +52,11 @@ async fn try_ask(
         params[key] = value.clone();
     }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let text = client
-        .post(url)
+    let mut request = client.post(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let text = request
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
@@ -61,7 +75,7 @@ async fn try_ask(
 
 /// The first round of `who`'s call through `url`, once the balancer passes requests (its
 /// first health checks take a moment).
-async fn first_round(client: &reqwest::Client, url: &str, who: &str, n: u32) -> Value {
+pub(crate) async fn first_round(client: &reqwest::Client, url: &str, who: &str, n: u32) -> Value {
     let started = Instant::now();
     loop {
         match try_ask(client, url, who, json!({"arguments": {"n": n}})).await {
@@ -76,7 +90,7 @@ async fn first_round(client: &reqwest::Client, url: &str, who: &str, n: u32) -> 
 }
 
 /// The `requestState` of an `input_required` answer.
-fn state(answer: &Value) -> String {
+pub(crate) fn state(answer: &Value) -> String {
     assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
     answer["result"]["requestState"]
         .as_str()

@@ -237,6 +237,35 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
         .as_i64()
         .expect("port");
     assert_eq!(redis_url, format!("redis://redis:{port}/0"));
+    // The address each pod advertises: its own IP (the downward API) and the port it serves.
+    let advertise_variable = host["fleet"]["advertise-env"]
+        .as_str()
+        .expect("[fleet] advertise-env");
+    let env = container["env"].as_vec().expect("env");
+    let value_of = |name: &str| {
+        (env.iter().find(|e| e["name"].as_str() == Some(name)))
+            .unwrap_or_else(|| panic!("the container sets no {name}"))
+    };
+    let served_port = flag(container, "--http")
+        .rsplit(':')
+        .next()
+        .expect("a port");
+    let advertise_template = value_of(advertise_variable)["value"]
+        .as_str()
+        .expect("value");
+    assert_eq!(
+        advertise_template,
+        format!("http://$(POD_IP):{served_port}")
+    );
+    assert_eq!(
+        value_of("POD_IP")["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("status.podIP")
+    );
+    let advertise = advertise_template.replace("$(POD_IP)", "10.0.0.7");
+    assert!(
+        resource("Service", "toolhost")["spec"]["sessionAffinity"].is_badvalue(),
+        "the Service keeps no affinity"
+    );
     let redis = resource("Deployment", "redis");
     let labels = &redis["spec"]["template"]["metadata"]["labels"];
     for (key, value) in redis_service["spec"]["selector"]
@@ -273,6 +302,7 @@ fn the_deployment_mounts_what_the_host_file_names_and_runs_read_only() {
         .args(["--status-file"])
         .arg(fixture.root().join("status.json"))
         .env(variable, redis_url)
+        .env(advertise_variable, advertise)
         .arg("list")
         .output()
         .expect("toolhost runs");

@@ -27,6 +27,7 @@ mod fleet_chat;
 mod fleet_dedup;
 mod fleet_quotas;
 mod fleet_rounds;
+mod fleet_routes;
 mod fuzzing;
 mod hostile;
 mod http_limits;

@@ -383,6 +383,17 @@ pub(crate) fn python_client(
     target: &str,
     server: &HttpServer,
 ) -> Value {
+    python_client_at(fixture, script, mode, target, &server.url)
+}
+
+/// [`python_client`] against `url` over HTTP (a balancer's, say), unless `target` is `stdio`.
+pub(crate) fn python_client_at(
+    fixture: &Fixture,
+    script: &str,
+    mode: &str,
+    target: &str,
+    url: &str,
+) -> Value {
     let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/clients")
@@ -392,7 +403,7 @@ pub(crate) fn python_client(
     command.arg(&script).arg(mode);
     match target {
         "stdio" => command.args([env!("CARGO_BIN_EXE_toolhost"), "serve"]),
-        _ => command.arg(&server.url),
+        _ => command.arg(url),
     };
     let output = command.output().expect("python runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

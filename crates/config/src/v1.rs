@@ -328,6 +328,14 @@ pub struct FleetSection {
     pub redis_env: Option<Spanned<EnvVarName>>,
     /// The longest a call waits on Redis before it is refused (default 500).
     pub redis_timeout_ms: Option<RedisTimeoutMs>,
+    /// Where the other replicas reach this one, `http://host:port` (its `--http` address as
+    /// they see it): with it, a request for a session, a task or a waiting call another
+    /// replica holds is forwarded there. Needs `redis` (or `redis-env`).
+    #[schemars(with = "Option<String>")]
+    pub advertise: Option<Spanned<String>>,
+    /// The environment variable that holds that address instead (a pod's, say).
+    #[schemars(with = "Option<EnvVarName>")]
+    pub advertise_env: Option<Spanned<EnvVarName>>,
 }
 
 /// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed

@@ -44,6 +44,8 @@ pub(crate) struct Guard {
     pub(crate) owners: Mutex<HashMap<String, [u8; 32]>>,
     /// The refusals audited in the current second, and those left out since the last record.
     pub(crate) refusals: Mutex<Refusals>,
+    /// Forwards requests for what another replica holds (with `[fleet] advertise`).
+    pub(crate) forward: Option<crate::route::Forward>,
 }
 
 /// The audit log's share of refusals: at most [`REFUSALS_PER_SECOND`] records a second.
@@ -60,6 +62,7 @@ impl Guard {
         host: Arc<Host>,
         sessions: Arc<LocalSessionManager>,
         max_sessions: usize,
+        forward: Option<crate::route::Forward>,
     ) -> Self {
         Guard {
             access,
@@ -69,6 +72,7 @@ impl Guard {
             opening: AtomicUsize::new(0),
             owners: Mutex::default(),
             refusals: Mutex::default(),
+            forward,
         }
     }
 
@@ -223,6 +227,34 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
         }
     }
+    // A request for what another replica holds goes there, before anything is counted here.
+    if path == "/mcp"
+        && let Some(forward) = &guard.forward
+    {
+        let local = match &session {
+            Some(id) => guard
+                .sessions
+                .sessions
+                .read()
+                .await
+                .contains_key(id.as_str()),
+            None => false,
+        };
+        if let Some(id) = session.as_deref().filter(|_| local) {
+            let routes = forward.routes();
+            if request.method() == axum::http::Method::DELETE {
+                let id = id.to_string();
+                tokio::spawn(async move { routes.drop_session(&id).await });
+            } else if routes.due(id) {
+                let id = id.to_string();
+                tokio::spawn(async move { routes.hold_session(&id).await });
+            }
+        }
+        request = match forward.route(request, local).await {
+            Ok(request) => request,
+            Err(answer) => return answer,
+        };
+    }
     // A call without a session (2026-07-28) is admitted under its identity's quota here, so
     // that a refusal is a 429 (503 when the fleet's Redis does not answer) before it reaches
     // the MCP server; the admission goes on with the request to its call (inside a session,
@@ -290,11 +322,18 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         && let Some(opened) =
             (response.headers().get("mcp-session-id")).and_then(|v| v.to_str().ok())
     {
-        let open = guard.sessions.sessions.read().await;
-        let mut owners = guard.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        // Sessions closed since are forgotten: the map holds no more than the open sessions.
-        owners.retain(|id, _| open.contains_key(id.as_str()));
-        owners.insert(opened.to_string(), key);
+        {
+            let open = guard.sessions.sessions.read().await;
+            let mut owners = guard.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            // Sessions closed since are forgotten: the map holds no more than the open ones.
+            owners.retain(|id, _| open.contains_key(id.as_str()));
+            owners.insert(opened.to_string(), key);
+        }
+        // Said in Redis before the client has its id: its next request may reach another
+        // replica at once.
+        if let Some(forward) = &guard.forward {
+            forward.routes().hold_session(opened).await;
+        }
     }
     response
 }

@@ -11,8 +11,9 @@
 //!   /auth/*   the web chat's sign-in, Host checked                              [sign_in, hosts]
 //! count       each POST counted until its answer ends (a shutdown waits)        [streams]
 //! guard       other origins refused; identity (loopback, token, access token);
-//!             a session bound to its identity; 429 past a quota; 403 step-up;
-//!             max-mcp-sessions                                                  [guard]
+//!             a session bound to its identity; a request for a session, task or
+//!             waiting call another replica holds forwarded to it [route]; 429 past a
+//!             quota; 403 step-up; max-mcp-sessions                              [guard]
 //! streams     an answer that stays open takes one of max-http-streams           [streams]
 //! route       /mcp -> a session-less request that needs one answer: answered in its
 //!             own request (toolhost-mcp's direct); the rest: rmcp's streamable HTTP
@@ -29,6 +30,7 @@ mod guard;
 mod hosts;
 mod mcp;
 mod probes;
+mod route;
 mod sign_in;
 mod streams;
 
@@ -239,11 +241,14 @@ impl Front {
             metrics: host.metrics().cloned(),
         });
         let metadata = guard::metadata(&access);
+        let forward = (scrape.shared().routes())
+            .and_then(|routes| route::Forward::new(routes, max_connections, max_body));
         let guard_state = Arc::new(guard::Guard::new(
             access,
             host.clone(),
             sessions,
             limits.max_sessions,
+            forward,
         ));
         let scrape = Arc::new(scrape);
         // Tool calls are POSTs, answered on their own response stream: counted until it ends.

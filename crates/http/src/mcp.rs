@@ -45,12 +45,9 @@ pub(crate) async fn route(mcp: &Mcp, request: Request) -> Response {
         return crate::hosts::refusal();
     }
     let (parts, body) = request.into_parts();
-    let body = match axum::body::to_bytes(body, mcp.max_body).await {
+    let body = match read_body(body, mcp.max_body).await {
         Ok(body) => body,
-        Err(e) => {
-            let why = format!("the request body could not be read: {e}");
-            return (StatusCode::BAD_REQUEST, why).into_response();
-        }
+        Err(refusal) => return refusal,
     };
     match mcp.direct.take(parts, &body) {
         Ok(taken) => {
@@ -84,4 +81,12 @@ async fn rmcp(mcp: &Mcp, request: Request) -> Response {
         *response.body_mut() = Body::empty();
     }
     response
+}
+
+/// A request's body, whole, within `max` bytes; or the `400` that says why not.
+pub(crate) async fn read_body(body: Body, max: usize) -> Result<bytes::Bytes, Response> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let why = format!("the request body could not be read: {e}");
+        (StatusCode::BAD_REQUEST, why).into_response()
+    })
 }

@@ -93,6 +93,11 @@ impl Scrape {
 }
 
 impl Scrape {
+    /// The engines the fleet shares state on.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     pub fn new(
         host: Arc<Host>,
         reloader: Arc<Reloader>,

@@ -128,15 +128,16 @@ impl Parked {
 
 /// The calls parked on one transport, by token.
 pub struct Rounds {
-    /// This host instance, as tokens name it: `<instance>.<call>`.
-    instance: String,
+    /// This host instance (its name among a fleet's replicas), as tokens name it:
+    /// `<instance>.<call>`; the HTTP front forwards a follow-up to the replica it names.
+    instance: &'static str,
     parked: Mutex<HashMap<String, Parked>>,
 }
 
 impl Default for Rounds {
     fn default() -> Self {
         Rounds {
-            instance: random_hex(8),
+            instance: toolhost_state::replica(),
             parked: Mutex::default(),
         }
     }

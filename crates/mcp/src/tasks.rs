@@ -8,8 +8,10 @@
 //! credentials of the request that made it, as conversations do ([`super::scope`]): a
 //! request with other credentials is told the task does not exist. At most [`MAX_TASKS`]
 //! are kept; past that, a long call holds its request open as if the client had not asked
-//! for tasks. Cancelling a task cancels its call (audited as `cancelled`); a task lives in
-//! one host's memory, so behind a load balancer its polls must reach the same replica.
+//! for tasks. Cancelling a task cancels its call (audited as `cancelled`). A task lives in
+//! one host's memory: its id as clients see it starts with this replica's name
+//! (`<replica>.<uuid>`), by which the HTTP front of another replica of a fleet forwards its
+//! polls here.
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, GetTaskResult, Task};
@@ -73,32 +75,46 @@ impl Tasks {
             })
         });
         owners.insert(task.task_id.clone(), owner);
-        Ok(task)
+        Ok(outward(task))
     }
 
     /// `tasks/get` for `owner`.
     pub fn get(&self, owner: [u8; 32], id: &str) -> Result<GetTaskResult, ErrorData> {
-        self.check(owner, id)?;
-        self.manager.get_task(id).map(GetTaskResult::new)
+        let inner = self.check(owner, id)?;
+        (self.manager.get_task(inner)).map(|mut detailed| {
+            detailed.task = outward(detailed.task);
+            GetTaskResult::new(detailed)
+        })
     }
 
     /// `tasks/cancel` for `owner`.
     pub fn cancel(&self, owner: [u8; 32], id: &str) -> Result<(), ErrorData> {
-        self.check(owner, id)?;
-        self.manager.cancel_task(id)
+        let inner = self.check(owner, id)?;
+        self.manager.cancel_task(inner)
     }
 
-    /// A task of another owner is answered as one that does not exist.
-    fn check(&self, owner: [u8; 32], id: &str) -> Result<(), ErrorData> {
+    /// rmcp's id of the task `id` names, if it is one of `owner`'s: a task of another owner,
+    /// or of another replica, is answered as one that does not exist.
+    fn check<'a>(&self, owner: [u8; 32], id: &'a str) -> Result<&'a str, ErrorData> {
         let owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        match owners.get(id) {
-            Some(made_by) if *made_by == owner => Ok(()),
+        let inner =
+            (id.strip_prefix(toolhost_state::replica())).and_then(|rest| rest.strip_prefix('.'));
+        match inner.map(|inner| (inner, owners.get(inner))) {
+            Some((inner, Some(made_by))) if *made_by == owner => Ok(inner),
             _ => Err(ErrorData::invalid_params(
                 format!("unknown task: {id}"),
                 None,
             )),
         }
     }
+}
+
+/// A task as clients see it: its id prefixed with this replica's name
+/// (`<replica>.<rmcp's id>`), so that a poll reaching another replica of a fleet is
+/// forwarded here.
+fn outward(mut task: Task) -> Task {
+    task.task_id = format!("{}.{}", toolhost_state::replica(), task.task_id);
+    task
 }
 
 #[cfg(test)]

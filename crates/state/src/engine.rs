@@ -18,8 +18,6 @@ pub struct Redis {
     /// Shown in errors instead of the URL.
     shown: String,
     watch: Watch,
-    /// This host among the replicas: the prefix of its quota leases.
-    replica: String,
 }
 
 /// Redis did not answer, or refused: what to say.
@@ -43,7 +41,6 @@ impl Redis {
             shown: settings.shown(),
             // Quotas ask it before a call runs: a host without it refuses calls under one.
             watch: Watch::new("redis", settings.shown(), true),
-            replica: replica_id(),
         })
     }
 
@@ -51,9 +48,9 @@ impl Redis {
         self.timeout
     }
 
-    /// This host's name among the replicas (random, new at each start).
+    /// This host's name among the replicas (the prefix of its quota leases).
     pub fn replica(&self) -> &str {
-        &self.replica
+        crate::replica()
     }
 
     /// Runs `request` on the connection within the timeout, and notes how it went.
@@ -124,18 +121,4 @@ fn without_url(error: &redis::RedisError) -> String {
         format!("{kind}: {detail}")
     };
     toolhost_contract::cut(&text, 200, |_| "...".into()).into_owned()
-}
-
-/// A name for this process among the replicas: 16 hex digits of a hash of its pid, the
-/// clock and an address on its stack, new at each start.
-fn replica_id() -> String {
-    let mut hasher = blake3::Hasher::new_derive_key("toolhost replica id v1");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    hasher.update(&now.as_nanos().to_le_bytes());
-    hasher.update(&std::process::id().to_le_bytes());
-    let here = 0u8;
-    hasher.update(&(std::ptr::addr_of!(here) as usize).to_le_bytes());
-    hasher.finalize().to_hex()[..16].to_string()
 }

@@ -11,13 +11,18 @@
 //! `redis-timeout-ms`, and a host whose Redis does not answer says so on `/readyz`, on
 //! `/metrics` and in each refusal. Both engines' health is kept the same way ([`watch`]).
 //!
-//! Layers: `lib` (settings, [`Shared`]) over `quota` and `dedup` over `engine` and
+//! With `[fleet] advertise`, each replica also says in Redis where it is reached and which
+//! MCP sessions it holds ([`routes`]), so that the HTTP front forwards a request for what
+//! another replica holds to it.
+//!
+//! Layers: `lib` (settings, [`Shared`]) over `quota`, `dedup` and `routes` over `engine` and
 //! `postgres`, over `watch`.
 
 pub mod dedup;
 pub mod engine;
 pub mod postgres;
 pub mod quota;
+pub mod routes;
 mod watch;
 
 pub use postgres::PostgresSettings;
@@ -36,6 +41,30 @@ pub struct Limited {
     pub unavailable: bool,
 }
 
+/// This process's name among the replicas: 16 hex digits of a hash of its pid, the clock
+/// and an address on its stack, new at each start. It prefixes what this replica holds and
+/// a client may bring to another replica (a quota lease, a `requestState`, a task id), so
+/// that the other replica knows whose it is.
+pub fn replica() -> &'static str {
+    static REPLICA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    REPLICA.get_or_init(|| {
+        let mut hasher = blake3::Hasher::new_derive_key("toolhost replica id v1");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        hasher.update(&now.as_nanos().to_le_bytes());
+        hasher.update(&std::process::id().to_le_bytes());
+        let here = 0u8;
+        hasher.update(&(std::ptr::addr_of!(here) as usize).to_le_bytes());
+        hasher.finalize().to_hex()[..16].to_string()
+    })
+}
+
+/// Whether `text` is a replica's name as [`replica`] makes them (16 lowercase hex digits).
+pub fn is_replica(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The default of `[fleet] redis-timeout-ms`.
 pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -45,6 +74,9 @@ pub struct FleetSettings {
     pub redis: Option<RedisSettings>,
     /// The chat's database when `[chat] database` names a PostgreSQL.
     pub postgres: Option<PostgresSettings>,
+    /// Where the other replicas reach this one (`[fleet] advertise`, `http://host:port`):
+    /// with Redis, requests for what another replica holds are forwarded to it.
+    pub advertise: Option<String>,
 }
 
 /// A Redis to share state on.
@@ -137,6 +169,7 @@ fn authority(url: &str) -> Option<(&str, usize)> {
 pub struct Shared {
     redis: Option<Arc<engine::Redis>>,
     postgres: Option<Arc<postgres::Postgres>>,
+    routes: Option<Arc<routes::Routes>>,
     quotas: Arc<quota::Quotas>,
     dedup: Option<Arc<dedup::SharedDedup>>,
     /// Pings each engine, and renews this host's quota leases; stopped when the host is
@@ -166,6 +199,7 @@ impl Shared {
         Shared {
             redis: None,
             postgres: None,
+            routes: None,
             quotas: Arc::new(quota::Quotas::embedded()),
             dedup: None,
             upkeep: Vec::new(),
@@ -188,13 +222,20 @@ impl Shared {
             Some(redis) => quota::Quotas::shared(Arc::clone(redis)),
             None => quota::Quotas::embedded(),
         });
+        let routes = (redis.as_ref())
+            .zip(settings.advertise.clone())
+            .map(|(redis, address)| routes::Routes::new(Arc::clone(redis), address));
         // One task per engine: a PostgreSQL that hangs does not delay the quota leases.
         let mut upkeep = Vec::new();
         if let Some(redis) = &redis {
             let (redis, quotas) = (Arc::clone(redis), Arc::clone(&quotas));
+            let routes = routes.clone();
             upkeep.push(tokio::spawn(every_second(async move || {
                 let _ = redis.ping_within(redis.timeout()).await;
                 quotas.renew().await;
+                if let Some(routes) = &routes {
+                    routes.register().await;
+                }
             })));
         }
         if let Some(postgres) = &postgres {
@@ -209,9 +250,15 @@ impl Shared {
                 .map(|r| dedup::SharedDedup::new(Arc::clone(r))),
             redis,
             postgres,
+            routes,
             quotas,
             upkeep,
         })
+    }
+
+    /// Where requests for what another replica holds go (with `[fleet] advertise`).
+    pub fn routes(&self) -> Option<Arc<routes::Routes>> {
+        self.routes.clone()
     }
 
     /// The PostgreSQL the chat keeps its conversations in, if `[chat] database` names one.

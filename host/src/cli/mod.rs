@@ -16,6 +16,7 @@ mod chat;
 mod check;
 mod describe;
 mod docs;
+mod fleet;
 mod list;
 mod logging;
 mod new;

@@ -1,0 +1,151 @@
+//! fleet: the engines a fleet of hosts shares, as `toolhost.toml` names them (`[fleet]`'s
+//! Redis and the address a replica advertises, `[chat]`'s PostgreSQL), checked with every
+//! mistake at its file:line:col; a URL or an address may come from the environment, and a
+//! password only from there.
+
+use anyhow::bail;
+use toolhost::config::access::Unset;
+use toolhost::config::v1::{ChatSection, FleetSection};
+use toolhost::config::{Diagnostic, EnvVarName, SourceFile, written_or};
+
+/// The engines a fleet shares, checked, every mistake at its file:line:col: `[fleet]`'s Redis,
+/// and `[chat] database` when it names a PostgreSQL. `env` reads an environment variable, and
+/// one that is not set is what `unset` says.
+pub(super) fn check_fleet(
+    fleet: &FleetSection,
+    chat: &ChatSection,
+    source: &SourceFile,
+    env: &dyn Fn(&str) -> Option<String>,
+    mut unset: Unset<'_>,
+) -> anyhow::Result<toolhost::state::FleetSettings> {
+    use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, PostgresSettings, RedisSettings};
+    let timeout = written_or(fleet.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
+    let mut errors = Vec::new();
+    let redis = Url {
+        engine: "Redis",
+        written: fleet.redis.as_ref(),
+        key: "redis",
+        var: fleet.redis_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors)
+    .and_then(|(url, span)| match RedisSettings::new(&url, timeout) {
+        Ok(redis) => Some(redis),
+        Err(e) => {
+            errors.push(Diagnostic::new(source.at(span), e.to_string()));
+            None
+        }
+    });
+    // A `database` is a SQLite file unless it is a URL.
+    let postgres = Url {
+        engine: "PostgreSQL",
+        written: chat.database.as_ref(),
+        key: "database",
+        var: chat.database_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors)
+    .filter(|(url, _)| url.contains("://"))
+    .and_then(|(url, span)| match PostgresSettings::new(&url) {
+        Ok(postgres) => Some(postgres),
+        Err(e) => {
+            errors.push(Diagnostic::new(source.at(span), e.to_string()));
+            None
+        }
+    });
+    let advertise = Url {
+        engine: "advertised",
+        written: fleet.advertise.as_ref(),
+        key: "advertise",
+        var: fleet.advertise_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors)
+    .and_then(|(address, span)| {
+        let address = address.trim_end_matches('/').to_string();
+        let problem = if !toolhost::state::routes::is_address(&address) {
+            Some(format!(
+                "`{address}` is not an address to advertise: write http://host:port, the \
+                 address the other replicas reach this one's --http at"
+            ))
+        } else if fleet.redis.is_none() && fleet.redis_env.is_none() {
+            Some("`advertise` needs a Redis (`redis` or `redis-env`) to say it in".to_string())
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => {
+                errors.push(Diagnostic::new(source.at(span), problem));
+                None
+            }
+            None => Some(address),
+        }
+    });
+    if !errors.is_empty() {
+        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        bail!("\n{}", all.join("\n"));
+    }
+    Ok(FleetSettings {
+        redis,
+        postgres,
+        advertise,
+    })
+}
+
+/// A shared engine's URL as `toolhost.toml` may give it: written under `key` (never with a
+/// password), or in the environment variable `key-env` names.
+struct Url<'a> {
+    engine: &'static str,
+    written: Option<&'a toml::Spanned<String>>,
+    key: &'static str,
+    var: Option<&'a toml::Spanned<EnvVarName>>,
+}
+
+impl Url<'_> {
+    /// The URL and where it was named, or `None` (nothing named, or a mistake, pushed on
+    /// `errors`; a variable not set is what `unset` says).
+    fn read(
+        &self,
+        source: &SourceFile,
+        env: &dyn Fn(&str) -> Option<String>,
+        unset: &mut Unset<'_>,
+        errors: &mut Vec<Diagnostic>,
+    ) -> Option<(String, std::ops::Range<usize>)> {
+        let (engine, key) = (self.engine, self.key);
+        match (self.written, self.var) {
+            (Some(_), Some(var)) => {
+                errors.push(Diagnostic::new(
+                    source.at(var.span()),
+                    format!("write one of `{key}` and `{key}-env`, not both"),
+                ));
+                None
+            }
+            (Some(url), None) if toolhost::state::has_password(url.get_ref()) => {
+                errors.push(Diagnostic::new(
+                    source.at(url.span()),
+                    format!(
+                        "a {engine} password is never read from toolhost.toml: put the whole \
+                         URL in an environment variable and name it with `{key}-env`"
+                    ),
+                ));
+                None
+            }
+            (Some(url), None) => Some((url.get_ref().clone(), url.span())),
+            (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
+                Some(url) => Some((url, var.span())),
+                None => {
+                    let diagnostic = Diagnostic::new(
+                        source.at(var.span()),
+                        format!(
+                            "${} (`{key}-env`) is not set: `serve` refuses to start without it",
+                            var.get_ref().as_str()
+                        ),
+                    );
+                    match unset {
+                        Unset::Refuse => errors.push(diagnostic),
+                        Unset::Warn(warnings) => warnings.push(diagnostic),
+                    }
+                    None
+                }
+            },
+            (None, None) => None,
+        }
+    }
+}
