@@ -26,7 +26,13 @@ audit log, and drives it for `--seconds` after a warm-up:
 - quota: sessionless with a named static token under a quota no call reaches (a million
   calls a minute, 10,000 at once): what counting a call costs, in this process;
 - quota-redis: the same with `[fleet] redis` naming a `redis-server` this script starts on
-  loopback (Debian's): what counting it in Redis, one script per call, costs.
+  loopback (Debian's): what counting it in Redis, one script per call, costs;
+- routed: sessionless on one replica with `[fleet] redis` and `advertise` (issue #43): what
+  looking at each call for what another replica holds costs when nothing is;
+- forwarded: the session cell's requests sent to a replica that does not hold the session,
+  so that each is forwarded to the one that does (server CPU: both replicas');
+- fleet-1, fleet-3: sessionless through haproxy (Debian's, round robin) in front of one
+  replica and of three (server CPU: every replica's; haproxy's is not counted).
 
 Cells other than stdio run at each of `--connections` (wrk, one thread). Reported: calls/s,
 p50 and p99 (wrk's), the server's CPU per call (utime + stime from /proc over the run,
@@ -402,6 +408,73 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
             "client_cpu_share": wrk_cpu / args.seconds, "errors": errors}
 
 
+FLEET_CELLS = {"routed": 1, "forwarded": 2, "fleet-1": 1, "fleet-3": 3}
+
+
+class Haproxy:
+    """Debian's haproxy, round robin over `urls`, on a free loopback port."""
+
+    def __init__(self, work, urls):
+        port = free_port()
+        servers = "".join(
+            f"    server r{n} {url.removeprefix('http://').removesuffix('/mcp')}\n"
+            for n, url in enumerate(urls))
+        config = work / "haproxy.cfg"
+        config.write_text(
+            "global\n    maxconn 4096\n\ndefaults\n    mode http\n    timeout connect 2s\n"
+            "    timeout client 30s\n    timeout server 30s\n\n"
+            f"frontend mcp\n    bind 127.0.0.1:{port}\n    default_backend replicas\n\n"
+            f"backend replicas\n    balance roundrobin\n{servers}")
+        self.process = subprocess.Popen(["haproxy", "-db", "-f", str(config)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def fleet_cell(args, work, cell, connections, redis):
+    """A cell of replicas on one Redis, each advertising its address (see the doc)."""
+    servers, balancer = [], None
+    try:
+        for n in range(FLEET_CELLS[cell]):
+            port = free_port()
+            replica = work / f"replica{n}"
+            replica.mkdir(exist_ok=True)
+            extra = (f'\n[fleet]\nredis = "redis://127.0.0.1:{redis.port}/0"\n'
+                     f'advertise = "http://127.0.0.1:{port}"\n')
+            servers.append(Server(args, replica, http_port=port, extra=extra))
+        for server in servers:
+            wait_ready(server.url, {}, server=server)
+        url, env = servers[0].url, {}
+        if cell == "forwarded":
+            # Held by the second replica, asked of the first.
+            env["MCP_SESSION"] = open_session(servers[1].url, {})
+        if cell.startswith("fleet"):
+            balancer = Haproxy(work, [server.url for server in servers])
+            url = balancer.url
+            wait_ready(url, {})
+        run_wrk(argparse.Namespace(seconds=2), url, connections, env)
+        before = sum(cpu_seconds(server.pid) for server in servers)
+        switched = sum(switches(server.pid) for server in servers)
+        requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, url, connections, env)
+        cpu = sum(cpu_seconds(server.pid) for server in servers) - before
+        switched = sum(switches(server.pid) for server in servers) - switched
+    finally:
+        for server in servers:
+            server.stop()
+        if balancer:
+            balancer.stop()
+    if errors:
+        print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
+    return {"cell": cell, "connections": connections, "calls": requests,
+            "calls_per_s": requests / args.seconds, "p50_ms": p50, "p99_ms": p99,
+            "server_us_per_call": cpu / max(requests, 1) * 1e6,
+            "switches_per_call": switched / max(requests, 1),
+            "client_cpu_share": wrk_cpu / args.seconds, "errors": errors}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--toolhost", type=Path, default=ROOT / "target/release/toolhost")
@@ -447,9 +520,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         provider = Provider(work) if "jwt" in cells else None
-        if "quota-redis" in cells and not shutil.which("redis-server"):
+        wants_redis = "quota-redis" in cells or any(c in FLEET_CELLS for c in cells)
+        if wants_redis and not shutil.which("redis-server"):
             sys.exit("redis-server is missing: apt-get install redis-server")
-        redis = Redis(work) if "quota-redis" in cells else None
+        if any(c.startswith("fleet") for c in cells) and not shutil.which("haproxy"):
+            sys.exit("haproxy is missing: apt-get install haproxy")
+        redis = Redis(work) if wants_redis else None
         for _ in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")
@@ -461,6 +537,8 @@ def main():
                         args.toolhost = binary
                         if stdio:
                             measured(build, stdio_cell(args, work, c, cell, record))
+                        elif cell in FLEET_CELLS:
+                            measured(build, fleet_cell(args, work, cell, c, redis))
                         else:
                             measured(build, http_cell(args, work, cell, c, provider, record,
                                                       redis))
