@@ -507,3 +507,74 @@ async fn as_agent(url: &str, message: &str) -> Vec<serde_json::Value> {
 fn base_of(url: &str) -> String {
     url.trim_end_matches("/mcp").to_string()
 }
+
+/// A chat run's approvals reach it through any replica (`[fleet] advertise`): the run goes on
+/// on the replica that started it, and the other forwards what is about it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_approval_and_state_reach_it_through_the_other_replica() {
+    let postgres = PostgresServer::start();
+    let model = Scripted::start(vec![
+        crate::web::say("a1", "first"),
+        openai::text("Said it."),
+        openai::text("Again."),
+    ]);
+    let fixture = fixture(&model.base_url, "");
+    let redis = crate::fleet_quotas::RedisServer::start(fixture.root());
+    let config = fixture.write_host_file(
+        "chat",
+        &format!(
+            "{}\ndatabase-env = \"TOOLHOST_DATABASE_URL\"\n\n[fleet]\n\
+             redis-env = \"TOOLHOST_REDIS_URL\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"",
+            crate::support::scripted_chat(&model.base_url, "")
+        ),
+    );
+    let (redis_url, database_url) = (redis.url(), postgres.url());
+    let replicas: Vec<HttpServer> = (0..2)
+        .map(|_| {
+            let port = crate::access::free_port();
+            let advertise = format!("http://127.0.0.1:{port}");
+            HttpServer::start_at(
+                &format!("127.0.0.1:{port}"),
+                &fixture,
+                &["--config", config.to_str().expect("path")],
+                &[
+                    ("SCRIPTED_KEY", "k"),
+                    ("TOOLHOST_REDIS_URL", &redis_url),
+                    ("TOOLHOST_DATABASE_URL", &database_url),
+                    ("TOOLHOST_ADVERTISE", &advertise),
+                ],
+            )
+        })
+        .collect();
+    let (one, two) = (api(&replicas[0]), api(&replicas[1]));
+    let mut events = chat(&one, json!({"message": "Say hi"})).await;
+    let first = events.until("approval_request").await;
+    let id = first[0]["id"].as_str().expect("id").to_string();
+
+    // Through the other replica: the state of the run, a continuation refused while it runs,
+    // and the approval, which the run takes.
+    let (status, read) = get(&format!("{two}/{id}")).await;
+    assert_eq!((status, &read["running"]), (200, &json!(true)), "{read}");
+    let (status, busy) = post_json(&format!("{two}/{id}/messages"), json!({"message": "?"})).await;
+    assert_eq!(status, 409, "{busy}");
+    let decided = post_json(
+        &format!("{two}/{id}/approvals/a1"),
+        json!({"decision": "allow"}),
+    )
+    .await;
+    assert_eq!(decided.0, 204, "{}", decided.1);
+    let rest = events.rest().await;
+    let result = rest
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a result");
+    assert_eq!(result["outcome"], "ok", "{rest:#?}");
+    assert_eq!(rest.last().expect("done")["text"], "Said it.");
+
+    // Ended: the other replica continues it itself.
+    let more = chat(&format!("{two}/{id}/messages"), json!({"message": "Again"}))
+        .await
+        .rest()
+        .await;
+    assert_eq!(more.last().expect("done")["text"], "Again.", "{more:#?}");
+}

@@ -255,6 +255,15 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             Err(answer) => return answer,
         };
     }
+    // A chat request about a conversation whose run goes on on another replica goes there.
+    if let Some(forward) = &guard.forward
+        && let Some(conversation) = toolhost_web::conversation_of(&path)
+    {
+        request = match forward.route_run(request, conversation).await {
+            Ok(request) => request,
+            Err(answer) => return answer,
+        };
+    }
     // A call without a session (2026-07-28) is admitted under its identity's quota here, so
     // that a refusal is a 429 (503 when the fleet's Redis does not answer) before it reaches
     // the MCP server; the admission goes on with the request to its call (inside a session,

@@ -207,6 +207,12 @@ impl Front {
                 },
             ))
         };
+        // Chat runs are said in the fleet's routes, and requests about a run elsewhere sent
+        // there (with `[fleet] advertise`).
+        let forward = scrape.shared().routes().and_then(|routes| {
+            web.route_runs(Arc::clone(&routes));
+            route::Forward::new(routes, Arc::clone(&web), max_connections, max_body)
+        });
         let web = checked(toolhost_web::router(web, page));
         // The web chat's sign-in, outside the guard (whoever signs in has no token yet).
         let sign_in = checked(sign_in::router(Arc::clone(&access)));
@@ -241,8 +247,6 @@ impl Front {
             metrics: host.metrics().cloned(),
         });
         let metadata = guard::metadata(&access);
-        let forward = (scrape.shared().routes())
-            .and_then(|routes| route::Forward::new(routes, max_connections, max_body));
         let guard_state = Arc::new(guard::Guard::new(
             access,
             host.clone(),

@@ -1,8 +1,8 @@
 //! route: a request for what another replica of a fleet holds, forwarded to that replica
-//! (`[fleet] advertise`, with Redis). Three things live on one replica and are named by what
+//! (`[fleet] advertise`, with Redis). Four things live on one replica and are named by what
 //! a client sends again: an MCP session (`Mcp-Session-Id`), a task (its id,
-//! `<replica>.<uuid>`) and a call waiting for its client's answer (its `requestState`,
-//! `<replica>.<token>`). A request naming one that this replica does not hold is sent, as it
+//! `<replica>.<uuid>`), a call waiting for its client's answer (its `requestState`,
+//! `<replica>.<token>`) and a web chat run going on (its conversation's id, in the path). A request naming one that this replica does not hold is sent, as it
 //! came (method, path, headers, body), to the address the holder advertised in Redis, and
 //! the holder's answer, streamed, is this request's answer.
 //!
@@ -37,6 +37,8 @@ pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(330);
 /// Forwards requests to the replicas that hold what they name.
 pub(crate) struct Forward {
     routes: Arc<Routes>,
+    /// The chat, to tell whether a run of a conversation goes on here.
+    web: Arc<toolhost_web::Web>,
     client: reqwest::Client,
     at_once: Arc<Semaphore>,
     max_body: usize,
@@ -49,7 +51,12 @@ enum Named {
 }
 
 impl Forward {
-    pub(crate) fn new(routes: Arc<Routes>, max_at_once: usize, max_body: usize) -> Option<Self> {
+    pub(crate) fn new(
+        routes: Arc<Routes>,
+        web: Arc<toolhost_web::Web>,
+        max_at_once: usize,
+        max_body: usize,
+    ) -> Option<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -58,6 +65,7 @@ impl Forward {
         match client {
             Ok(client) => Some(Forward {
                 routes,
+                web,
                 client,
                 at_once: Arc::new(Semaphore::new(max_at_once.max(1))),
                 max_body,
@@ -111,6 +119,31 @@ impl Forward {
                 ),
             )
                 .into_response()),
+        }
+    }
+
+    /// `request`, about `conversation` (the chat API's), back to be answered here; or the
+    /// answer of the replica running a run of it: its approvals, its questions, its state and
+    /// a continuation (refused there while it runs) are that replica's.
+    pub(crate) async fn route_run(
+        &self,
+        request: Request,
+        conversation: &str,
+    ) -> Result<Request, Response> {
+        if request.headers().contains_key(FORWARDED_BY) || self.web.is_running(conversation) {
+            return Ok(request);
+        }
+        match self.routes.to_run(conversation).await {
+            Ok(Route::There { replica, address }) => {
+                Err(self.send(request, &replica, &address).await)
+            }
+            Ok(_) => Ok(request),
+            // The conversation as kept is served here; an approval of a run elsewhere is
+            // then not found, as on one host after the run ended.
+            Err(down) => {
+                tracing::warn!("a chat request's route: {down}");
+                Ok(request)
+            }
         }
     }
 

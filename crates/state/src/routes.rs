@@ -7,6 +7,8 @@
 //!   gone from the routes within it.
 //! - `toolhost:session:<hash>`: the replica that made an MCP session, under a blake3 hash of
 //!   the session id (no session id in Redis), kept [`SESSION_TTL`] after its last use.
+//! - `toolhost:run:<hash>`: the replica running a web chat run of a conversation (hashed
+//!   likewise), from the run's start to its end (at most [`RUN_TTL`]).
 //!
 //! Only replicas write these keys; a client names at most a replica id (in a `requestState`,
 //! a task id) or a session id, never an address: an address is only ever read from a key a
@@ -23,6 +25,10 @@ pub const REPLICA_TTL: Duration = Duration::from_secs(15);
 /// How long a session's route outlives its last use (a session idle longer is closed by its
 /// replica anyway: `[host]` session idle is 5 minutes by default).
 pub const SESSION_TTL: Duration = Duration::from_secs(3600);
+/// How long a chat run's route is kept if its replica never says it ended (a replica
+/// killed mid-run): past it, or once that replica's address is gone, the conversation is
+/// served anywhere.
+pub const RUN_TTL: Duration = Duration::from_secs(3600);
 /// How long an address read from Redis is used before it is read again.
 pub const CACHE_FOR: Duration = Duration::from_secs(5);
 /// The longest address taken from Redis.
@@ -194,6 +200,53 @@ impl Routes {
         self.set("route a session", key, me, SESSION_TTL).await;
     }
 
+    /// Says in Redis that this replica runs a chat run of `conversation`, for
+    /// [`RUN_TTL`] or until [`Routes::drop_run`] (before the run's first event goes out: its
+    /// approvals may be answered through another replica at once).
+    pub async fn hold_run(&self, conversation: &str) {
+        let (key, me) = (run_key(conversation), self.me().to_string());
+        self.set("route a chat run", key, me, RUN_TTL).await;
+    }
+
+    /// Forgets this replica's run of `conversation` (it ended), unless another replica's
+    /// run has taken the key since.
+    pub async fn drop_run(&self, conversation: &str) {
+        let (key, me) = (run_key(conversation), self.me());
+        let _ = self
+            .redis
+            .run("forget a chat run", |mut c| async move {
+                redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                     return redis.call('DEL', KEYS[1]) end return 0",
+                )
+                .key(key)
+                .arg(me)
+                .invoke_async::<i64>(&mut c)
+                .await
+            })
+            .await;
+    }
+
+    /// Where requests about `conversation` go while a run of it goes on: the replica that
+    /// runs it; here when none does, or when the one that did is gone (the run died with it;
+    /// the conversation as kept is served anywhere).
+    pub async fn to_run(&self, conversation: &str) -> Result<Route, Down> {
+        let key = run_key(conversation);
+        let runner: Option<String> = self
+            .redis
+            .run("find a chat run", |mut c| async move {
+                redis::cmd("GET").arg(key).query_async(&mut c).await
+            })
+            .await?;
+        match runner {
+            Some(replica) => match self.to_replica(&replica).await? {
+                Route::Gone { .. } => Ok(Route::Here),
+                route => Ok(route),
+            },
+            None => Ok(Route::Here),
+        }
+    }
+
     /// Forgets `session` (it was closed here).
     pub async fn drop_session(&self, session: &str) {
         (self.renewed.lock().unwrap_or_else(PoisonError::into_inner)).remove(session);
@@ -209,6 +262,11 @@ impl Routes {
 
 fn replica_key(replica: &str) -> String {
     format!("toolhost:replica:{replica}")
+}
+
+fn run_key(conversation: &str) -> String {
+    let hash = blake3::derive_key("toolhost chat run route v1", conversation.as_bytes());
+    format!("toolhost:run:{}", blake3::Hash::from(hash).to_hex())
 }
 
 fn session_key(session: &str) -> String {

@@ -459,6 +459,7 @@ pub(super) async fn start_conversation(
     let id = new_id();
     let plan = bring(&web, &id, &request, plan).await?;
     let slot = web.runs.start(&id).map_err(busy)?;
+    web.runs.announce(&id).await;
     let conversation = Conversation::new(request.system.clone().or(web.chat.system.clone()));
     let title = match (&request.prompt, request.message.trim().is_empty()) {
         (Some(prompt), true) => title_of(&format!("/{}", prompt.name())),
@@ -508,6 +509,7 @@ pub(super) async fn continue_conversation(
     // The prompt and resources are got once the conversation is known to be the caller's.
     let plan = bring(&web, &id, &request, plan).await?;
     let slot = web.runs.start(&id).map_err(busy)?;
+    web.runs.announce(&id).await;
     if log_bytes as usize >= limit {
         return Err(too_large(&id, log_bytes as usize, limit, "its log"));
     }

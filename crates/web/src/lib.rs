@@ -114,6 +114,26 @@ impl Web {
     }
 }
 
+impl Web {
+    /// In a fleet with `[fleet] advertise`: the runs of this replica are said in `routes`, so
+    /// that a request about a conversation running here reaches this replica from any other.
+    pub fn route_runs(&self, routes: Arc<toolhost_state::routes::Routes>) {
+        self.runs.route(routes);
+    }
+
+    /// Whether a run of `conversation` goes on on this replica.
+    pub fn is_running(&self, conversation: &str) -> bool {
+        self.runs.is_running(conversation)
+    }
+}
+
+/// The conversation a request of the chat API is about (`/api/conversations/{id}[/...]`).
+pub fn conversation_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/api/conversations/")?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
 /// True for a request of the page's own files: they hold nothing secret (the page asks for
 /// the token and sends it with its API requests), so a browser may load them without one.
 pub fn is_page_asset(method: &axum::http::Method, path: &str) -> bool {

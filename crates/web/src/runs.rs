@@ -78,6 +78,9 @@ struct Active {
 pub struct Runs {
     active: Mutex<HashMap<String, Active>>,
     max: usize,
+    /// In a fleet with `[fleet] advertise`: where this replica says which runs it holds, so
+    /// that requests about them reaching another replica are forwarded here.
+    routes: std::sync::OnceLock<Arc<toolhost_state::routes::Routes>>,
 }
 
 /// A run's place in [`Runs`]: released when dropped.
@@ -90,6 +93,12 @@ pub struct RunSlot {
 impl Drop for RunSlot {
     fn drop(&mut self) {
         self.runs.lock().remove(&self.conversation);
+        if let Some(routes) = self.runs.routes.get()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (routes, conversation) = (Arc::clone(routes), self.conversation.clone());
+            runtime.spawn(async move { routes.drop_run(&conversation).await });
+        }
     }
 }
 
@@ -98,7 +107,22 @@ impl Runs {
         Arc::new(Runs {
             active: Mutex::new(HashMap::new()),
             max,
+            routes: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Says in the fleet's routes which runs this replica holds, from now on.
+    pub fn route(&self, routes: Arc<toolhost_state::routes::Routes>) {
+        let _ = self.routes.set(routes);
+    }
+
+    /// Says in the fleet's routes that this replica runs `conversation` now (a slot of it is
+    /// held): before the run's first event, so that its approvals and questions may be
+    /// answered through any replica. Nothing without routes.
+    pub async fn announce(&self, conversation: &str) {
+        if let Some(routes) = self.routes.get() {
+            routes.hold_run(conversation).await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {

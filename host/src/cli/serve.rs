@@ -61,6 +61,13 @@ pub(crate) async fn run(
             ),
         }
     }
+    if let Some(routes) = shared.routes() {
+        tracing::info!(
+            replica = routes.me(),
+            advertise = routes.address(),
+            "requests for what another replica holds are forwarded to it"
+        );
+    }
     let access = Arc::new(
         toolhost::access::Access::new(settings.access.clone(), token.as_deref())
             .context("[access]")?
