@@ -3,7 +3,8 @@
 //! before. The official Python SDK with a session (2025-11-25) and without (2026-07-28)
 //! answers a tool's questions (sampling, elicitation); a tool that asks is answered by
 //! follow-ups through the balancer; a task is polled through it until it completes; a
-//! replica killed mid-session is said to be gone.
+//! session is told of a reload through it; a replica killed holding a waiting call is said
+//! to be gone.
 
 use crate::fleet::Haproxy;
 use crate::fleet_quotas::RedisServer;
@@ -194,4 +195,36 @@ async fn a_call_waiting_on_a_replica_that_died_is_said_to_be_gone() {
         assert!(Instant::now() < deadline, "{text}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_notifications_reach_it_through_round_robin() {
+    use rmcp::ServiceExt;
+    let fixture = fixture();
+    let redis = RedisServer::start(fixture.root());
+    let (_replicas, balancer) = fleet(&fixture, &redis).await;
+    // rmcp's client with a session (2025-11-25): its stream for notifications and each of its
+    // requests land on the replicas in turn.
+    let handler = crate::mcp::Client::default();
+    let changed = handler.changed.clone();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(balancer.url.clone());
+    let client = handler.serve(transport).await.expect("an MCP session");
+    for _ in 0..3 {
+        let names = crate::mcp::tool_names(&client).await;
+        assert!(names.contains(&"sleep".to_string()), "{names:?}");
+    }
+    // Every replica reloads; the one that holds the session tells it.
+    fixture.write("more.toml", &crate::support::fail_ensemble("more"));
+    tokio::time::timeout(crate::mcp::DEADLINE, changed.notified())
+        .await
+        .expect("notifications/tools/list_changed through the balancer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !crate::mcp::tool_names(&client)
+        .await
+        .contains(&"fail".to_string())
+    {
+        assert!(Instant::now() < deadline, "the new tool never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.cancel().await.expect("close");
 }
