@@ -25,6 +25,7 @@ mod dedup;
 mod fleet;
 mod fleet_chat;
 mod fleet_dedup;
+mod fleet_page;
 mod fleet_quotas;
 mod fleet_rounds;
 mod fleet_routes;

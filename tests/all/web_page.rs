@@ -2,9 +2,9 @@
 //! the page itself in a real browser (headless Chromium) with tool calls, approvals, a tool's
 //! question and the catalog view.
 
-use crate::scripted::{Scripted, openai};
-use crate::support::ensemble;
-use crate::web::{Events, Host, base, fixture, host, say, serve};
+use crate::scripted::{Reply, Scripted, openai};
+use crate::support::{Fixture, ensemble};
+use crate::web::{Events, base, fixture, say, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_catalog_stream_follows_reloads() {
@@ -64,28 +64,40 @@ async fn the_catalog_stream_follows_reloads() {
 /// with its tool calls expanded is left in `target/test-artifacts/webchat.png`.
 #[test]
 fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() {
-    let Host {
-        model,
-        fixture,
-        server: _server,
-        api: _api,
-    } = host(
-        vec![
-            openai::stream("", &[("c1", "calculate", r#"{"expression": "40 + 2"}"#)]),
-            openai::stream("", &[("c2", "calculate", r#"{"expression": "2 * 21"}"#)]),
-            openai::text("Both are 42."),
-            say("a1", "hello from say"),
-            openai::text("Said it."),
-            say("d1", "second"),
-            openai::text("Not allowed."),
-            openai::stream("", &[("p1", "ask_person", "{}")]),
-            openai::text("Hello, Grace."),
-            openai::text("Summary sent."),
-        ],
-        "",
+    let model = Scripted::start(page_replies());
+    let fixture = fixture(&model.base_url, "");
+    let pending = prepare_page(&fixture);
+    let server = serve(&fixture, &[]);
+    run_page(
+        &format!("{}/", base(&server)),
+        &fixture,
+        &pending,
+        &model,
+        "webchat.png",
     );
-    crate::talk::add_ask_person(&fixture);
-    crate::web_offers::add_offers(&fixture);
+}
+
+/// The scripted model's answers `tests/clients/webchat.py` expects, in order.
+pub(crate) fn page_replies() -> Vec<Reply> {
+    vec![
+        openai::stream("", &[("c1", "calculate", r#"{"expression": "40 + 2"}"#)]),
+        openai::stream("", &[("c2", "calculate", r#"{"expression": "2 * 21"}"#)]),
+        openai::text("Both are 42."),
+        say("a1", "hello from say"),
+        openai::text("Said it."),
+        say("d1", "second"),
+        openai::text("Not allowed."),
+        openai::stream("", &[("p1", "ask_person", "{}")]),
+        openai::text("Hello, Grace."),
+        openai::text("Summary sent."),
+    ]
+}
+
+/// What the page's steps use beside the web fixture (a tool that asks, a prompt and a
+/// resource), and the folder of the ensembles its catalog step moves in: returned.
+pub(crate) fn prepare_page(fixture: &Fixture) -> std::path::PathBuf {
+    crate::talk::add_ask_person(fixture);
+    crate::web_offers::add_offers(fixture);
     let pending = fixture.root().join("pending");
     std::fs::create_dir_all(&pending).expect("pending dir");
     std::fs::write(
@@ -102,11 +114,22 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
         "schema-version = 1\n[ensemble]\nnmae = \"broken\"\n",
     )
     .expect("broken");
-    let server = serve(&fixture, &[]);
+    pending
+}
+
+/// Runs `tests/clients/webchat.py` against the page at `url`, its screenshot left in
+/// `target/test-artifacts/<screenshot>`, and checks what `model` was asked.
+pub(crate) fn run_page(
+    url: &str,
+    fixture: &Fixture,
+    pending: &std::path::Path,
+    model: &Scripted,
+    screenshot: &str,
+) {
     let artifacts =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let screenshot = artifacts.join("webchat.png");
+    let screenshot = artifacts.join(screenshot);
     let _ = std::fs::remove_file(&screenshot);
     let python = crate::mcp_list::test_tools().join("venv/bin/python");
     let script =
@@ -114,11 +137,11 @@ fn the_page_shows_tool_calls_approvals_and_the_live_catalog_in_a_real_browser() 
     let output = std::process::Command::new(python)
         .arg(script)
         .arg("--url")
-        .arg(format!("{}/", base(&server)))
+        .arg(url)
         .arg("--ensembles")
         .arg(fixture.ensembles())
         .arg("--pending")
-        .arg(&pending)
+        .arg(pending)
         .arg("--screenshot")
         .arg(&screenshot)
         .output()
