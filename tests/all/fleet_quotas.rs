@@ -65,6 +65,15 @@ impl RedisServer {
         }
     }
 
+    /// Stops (SIGSTOP) or resumes (SIGCONT) it: a Redis that holds connections open and
+    /// answers nothing, as a stalled one does.
+    pub(crate) fn pause(&self, paused: bool) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill").args([signal, &pid]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+    }
+
     /// Kills it (SIGKILL: nothing saved).
     pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -261,7 +270,8 @@ async fn a_quota_holds_exactly_across_three_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn while_redis_is_down_calls_under_a_quota_are_refused_with_503_and_the_host_says_so() {
+async fn while_redis_is_down_or_stalled_calls_under_a_quota_are_refused_with_503_and_the_host_says_so()
+ {
     let scratch = tempfile::tempdir().expect("tempdir");
     let mut redis = RedisServer::start(scratch.path());
     let (fixture, config) = fleet_fixture(
@@ -358,6 +368,31 @@ async fn while_redis_is_down_calls_under_a_quota_are_refused_with_503_and_the_ho
         metrics.contains("toolhost_shared_engine_up{engine=\"redis\"} 1"),
         "{metrics}"
     );
+
+    // Stalled (SIGSTOP: connections open, nothing answered): the call under a quota waits
+    // its 300 ms, not longer, and is refused; others run; resumed, calls are counted again.
+    redis.pause(true);
+    let started = Instant::now();
+    let (status, answer) = call_as(url, "ann-token", "echo", json!({"stalled": true})).await;
+    assert_eq!(status, 503, "{answer}");
+    let said = answer["error_description"].as_str().unwrap_or_default();
+    assert!(said.contains("did not answer within 300 ms"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the timeout"
+    );
+    let (status, answer) = call_as(url, "carol-token", "echo", json!({"stalled": true})).await;
+    assert!(ran(status, &answer), "{answer}");
+    redis.pause(false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, answer) = call_as(url, "ann-token", "echo", json!({"resumed": true})).await;
+        if ran(status, &answer) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never back: {status} {answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

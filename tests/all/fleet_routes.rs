@@ -228,3 +228,40 @@ async fn a_sessions_notifications_reach_it_through_round_robin() {
     }
     client.cancel().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_in_redis_past_its_bound_or_not_an_address_is_never_used() {
+    let fixture = fixture();
+    let redis = RedisServer::start(fixture.root());
+    let (replicas, _balancer) = fleet(&fixture, &redis).await;
+    let client = reqwest::Client::new();
+    for (replica, value) in [
+        ("0123456789abcdef", "h".repeat(1 << 20)),
+        (
+            "fedcba9876543210",
+            "http://evil.example:80/steal".to_string(),
+        ),
+        ("00000000000000ff", "https://evil.example:443".to_string()),
+    ] {
+        let mut set = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string(), "-x", "SET"])
+            .arg(format!("toolhost:replica:{replica}"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-cli (Debian's redis-tools, with redis-server)");
+        use std::io::Write;
+        let mut stdin = set.stdin.take().expect("stdin");
+        stdin.write_all(value.as_bytes()).expect("value");
+        drop(stdin);
+        assert!(set.wait().expect("redis-cli").success());
+        // A follow-up naming that replica is not sent anywhere: the replica is gone for us.
+        let state = json!({"requestState": format!("{replica}.0123")});
+        let told = try_ask(&client, &replicas[0].url, "dave", state).await;
+        let text = told.map_or_else(|text| text, |answer| answer.to_string());
+        assert!(
+            text.contains(&format!("replica {replica}, which is gone")),
+            "{text}"
+        );
+    }
+}

@@ -67,12 +67,13 @@ impl Redis {
                 self.watch.answered();
                 Ok(value)
             }
-            Ok(Err(e)) => Err(self.failed(format!(
+            // The connection's own response timeout (the same bound) is a timeout too.
+            Ok(Err(e)) if !e.is_timeout() => Err(self.failed(format!(
                 "Redis at {} failed to {what}: {}",
                 self.shown,
                 without_url(&e)
             ))),
-            Err(_) => Err(self.failed(format!(
+            Ok(Err(_)) | Err(_) => Err(self.failed(format!(
                 "Redis at {} did not answer within {} ms ({what})",
                 self.shown,
                 self.timeout.as_millis()
