@@ -16,6 +16,7 @@ mod chat_bounds;
 mod chat_bounds_web;
 mod cli;
 mod cli_offers;
+mod cli_refused;
 mod compile;
 mod compile_serving;
 mod component_offers;

@@ -202,3 +202,33 @@ fn the_rust_quick_start_runs_as_written() {
     let (temp, _) = run("rust");
     described(&temp.path().join("word-count"), "rust");
 }
+
+/// The C quick start's build.sh on a machine without its tools: each missing one named with
+/// the command that installs it, and nothing built.
+#[test]
+fn the_c_build_script_names_each_missing_tool_with_its_install_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["new", "demo", "--lang", "c"])
+        .current_dir(dir.path())
+        .output()
+        .expect("new");
+    assert!(output.status.success(), "{output:?}");
+    let project = dir.path().join("demo");
+    let output = Command::new("/bin/sh")
+        .arg("build.sh")
+        .current_dir(&project)
+        .env("PATH", project.join("nothing-here"))
+        .output()
+        .expect("build.sh");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    for line in [
+        "build.sh: clang is missing; install it with: apt-get install clang lld wasi-libc",
+        "build.sh: wit-bindgen is missing; install it with: cargo install wit-bindgen-cli",
+        "build.sh: wasm-component-ld is missing; install it with: cargo install wasm-component-ld",
+    ] {
+        assert!(said.contains(line), "{said}");
+    }
+    assert!(!project.join("demo.wasm").exists());
+}

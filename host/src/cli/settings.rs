@@ -383,12 +383,19 @@ impl Settings {
     pub(crate) async fn host(&self) -> anyhow::Result<Host> {
         let (_runtime, resolved) = self.load().await?;
         for refused in &resolved.refused {
-            let count = refused.diagnostics.len();
+            // The first reason, so that a tool missing from it is explained where it is
+            // called (a core module instead of a component, say).
+            let first = (refused.diagnostics.first())
+                .map(|d| format!(": {}", d.message.replace('\n', " ")))
+                .unwrap_or_default();
             super::logging::say(
                 tracing::Level::WARN,
                 &format!(
-                    "warning: {} was refused ({count} error(s)); run `toolhost check` for details",
-                    refused.file.display()
+                    "warning: {} was refused{}; its tools are not served ({} error(s): \
+                     `toolhost check` shows each at its line)",
+                    refused.file.display(),
+                    super::terminal::safe(&first),
+                    refused.diagnostics.len()
                 ),
             );
         }

@@ -445,6 +445,11 @@ fn lookup<'c>(
             .map(|t| t.name.as_str())
             .take(50)
             .collect();
+        let names = if names.is_empty() {
+            vec!["none (no ensemble serves a tool)"]
+        } else {
+            names
+        };
         return Err(CallError::new(
             ErrorKind::UnknownTool,
             match catalog.pending() {

@@ -9,4 +9,4 @@ if ! command -v componentize-js >/dev/null 2>&1; then
     PATH="$PWD/node_modules/.bin:$PATH"
 fi
 componentize-js app.js --wit wit -n plugin -o {{name}}.wasm
-echo "built {{name}}.wasm; try: toolhost --ensembles ensembles call {{tool}} '{\"name\": \"Ada\"}'"
+echo "built {{name}}.wasm; try: toolhost describe {{name}}.wasm, then toolhost --ensembles ensembles call one of its tools"

@@ -11,4 +11,4 @@ if ! command -v componentize-py >/dev/null 2>&1; then
     PATH="$PWD/.venv/bin:$PATH"
 fi
 componentize-py -d wit -w plugin componentize app -o {{name}}.wasm
-echo "built {{name}}.wasm; try: toolhost --ensembles ensembles call {{tool}} '{\"name\": \"Ada\"}'"
+echo "built {{name}}.wasm; try: toolhost describe {{name}}.wasm, then toolhost --ensembles ensembles call one of its tools"
