@@ -391,14 +391,20 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
         if cell == "dedup":
             env["MCP_CONVERSATION"] = hashlib.sha256(os.urandom(16)).hexdigest()[:32]
             env["MCP_SAME_ARGUMENTS"] = "1"
-        # Warm-up: the connections open, the caches fill.
-        warm = argparse.Namespace(seconds=2)
-        run_wrk(warm, server.url, connections, env)
-        before, switched = cpu_seconds(server.pid), switches(server.pid)
-        requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, server.url, connections, env)
-        cpu, switched = cpu_seconds(server.pid) - before, switches(server.pid) - switched
+        return wrk_cell(args, cell, server.url, connections, env, [server.pid])
     finally:
         server.stop()
+
+
+def wrk_cell(args, cell, url, connections, env, pids):
+    """wrk against `url` after a warm-up, the servers `pids` measured over the run."""
+    # Warm-up: the connections open, the caches fill.
+    run_wrk(argparse.Namespace(seconds=2), url, connections, env)
+    before = sum(cpu_seconds(pid) for pid in pids)
+    switched = sum(switches(pid) for pid in pids)
+    requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, url, connections, env)
+    cpu = sum(cpu_seconds(pid) for pid in pids) - before
+    switched = sum(switches(pid) for pid in pids) - switched
     if errors:
         print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
     return {"cell": cell, "connections": connections, "calls": requests,
@@ -455,24 +461,12 @@ def fleet_cell(args, work, cell, connections, redis):
             balancer = Haproxy(work, [server.url for server in servers])
             url = balancer.url
             wait_ready(url, {})
-        run_wrk(argparse.Namespace(seconds=2), url, connections, env)
-        before = sum(cpu_seconds(server.pid) for server in servers)
-        switched = sum(switches(server.pid) for server in servers)
-        requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, url, connections, env)
-        cpu = sum(cpu_seconds(server.pid) for server in servers) - before
-        switched = sum(switches(server.pid) for server in servers) - switched
+        return wrk_cell(args, cell, url, connections, env, [server.pid for server in servers])
     finally:
         for server in servers:
             server.stop()
         if balancer:
             balancer.stop()
-    if errors:
-        print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
-    return {"cell": cell, "connections": connections, "calls": requests,
-            "calls_per_s": requests / args.seconds, "p50_ms": p50, "p99_ms": p99,
-            "server_us_per_call": cpu / max(requests, 1) * 1e6,
-            "switches_per_call": switched / max(requests, 1),
-            "client_cpu_share": wrk_cpu / args.seconds, "errors": errors}
 
 
 def main():

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A failure deadline for waits, not a timing assertion.
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 const CALLS: usize = 3000;
 const CLIENTS: usize = 6;
 
@@ -79,6 +79,33 @@ impl Haproxy {
         Self::balancing(root, backends, "roundrobin")
     }
 
+    /// Round robin over `replicas`.
+    pub(crate) fn over(root: &Path, replicas: &[HttpServer]) -> Self {
+        Self::start(root, &addresses(replicas))
+    }
+
+    /// `http://127.0.0.1:PORT`, without `/mcp`.
+    pub(crate) fn front(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_string()
+    }
+
+    /// Waits until the balancer passed three `/readyz` answers of `200` in a row: every
+    /// replica passed haproxy's checks. `within` is a failure deadline, not a timing check.
+    pub(crate) async fn wait_passing(&self, within: Duration) {
+        let readyz = format!("{}/readyz", self.front());
+        let deadline = Instant::now() + within;
+        let mut ready = 0;
+        while ready < 3 {
+            let up = reqwest::get(&readyz).await.is_ok_and(|r| r.status() == 200);
+            ready = if up { ready + 1 } else { 0 };
+            assert!(
+                Instant::now() < deadline,
+                "the balancer never passed requests"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `backends` balanced by `balance` (`roundrobin`, `hdr(Authorization)`, ...).
     pub(crate) fn balancing(root: &Path, backends: &[String], balance: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -124,6 +151,18 @@ impl Drop for Haproxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `host:port` of each of `replicas`, as haproxy names its servers.
+pub(crate) fn addresses(replicas: &[HttpServer]) -> Vec<String> {
+    (replicas.iter())
+        .map(|r| {
+            r.url
+                .trim_start_matches("http://")
+                .trim_end_matches("/mcp")
+                .to_string()
+        })
+        .collect()
 }
 
 /// One 2026-07-28 request: the JSON-RPC answer, or why there is none.
@@ -221,16 +260,7 @@ async fn three_replicas_behind_haproxy_take_a_configmap_swap_without_a_failed_ca
             )
         })
         .collect();
-    let addresses: Vec<String> = replicas
-        .iter()
-        .map(|r| {
-            r.url
-                .trim_start_matches("http://")
-                .trim_end_matches("/mcp")
-                .to_string()
-        })
-        .collect();
-    let balancer = Haproxy::start(fixture.root(), &addresses);
+    let balancer = Haproxy::over(fixture.root(), &replicas);
     let client = reqwest::Client::new();
 
     // Every replica ready, and the balancer passing calls.

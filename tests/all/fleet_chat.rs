@@ -61,25 +61,12 @@ impl PostgresServer {
     }
 
     /// Runs `program` as the `postgres` user (PostgreSQL refuses to run as root), or as is
-    /// when the tests do not run as root.
+    /// when the tests do not run as root; fails the test unless it succeeds.
     fn as_postgres(&self, program: &str, args: impl FnOnce(&mut Command)) {
-        use std::os::unix::fs::MetadataExt;
-        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        let mut command = if root && program != "chown" {
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--", program]);
-            command
-        } else {
-            Command::new(program)
-        };
-        if program == "chown" && !root {
+        let Some(output) = run_as_postgres(program, args) else {
             return;
-        }
-        args(&mut command);
-        let output = command
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        };
+        let output = output.unwrap_or_else(|e| panic!("{program}: {e}"));
         assert!(
             output.status.success(),
             "{program}: {}{}",
@@ -121,24 +108,35 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = Command::new(self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let pg_ctl = self.bin.join("pg_ctl");
+        let _ = run_as_postgres(&pg_ctl.to_string_lossy(), |c| {
+            c.arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "stop"]);
+        });
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `program` run as the `postgres` user when the tests run as root, as is otherwise: its
+/// output, or `None` for a `chown`, which only root needs.
+fn run_as_postgres(
+    program: &str,
+    args: impl FnOnce(&mut Command),
+) -> Option<std::io::Result<std::process::Output>> {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let mut command = match (root, program) {
+        (false, "chown") => return None,
+        (true, "chown") | (false, _) => Command::new(program),
+        (true, _) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--", program]);
+            command
+        }
+    };
+    args(&mut command);
+    Some(command.stdin(Stdio::null()).output())
 }
 
 /// Two replicas of one fixture whose chat keeps its conversations in `postgres`, asking
@@ -428,29 +426,10 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
     let replicas: Vec<HttpServer> = (0..2)
         .map(|_| HttpServer::start(&fixture, &args, &env))
         .collect();
-    let backends: Vec<String> = (replicas.iter())
-        .map(|r| base(r).trim_start_matches("http://").to_string())
-        .collect();
-    let balancer = crate::fleet::Haproxy::start(fixture.root(), &backends);
-    let front = base_of(&balancer.url);
+    let balancer = crate::fleet::Haproxy::over(fixture.root(), &replicas);
+    let front = balancer.front();
     // Both replicas ready (every shipped ensemble loaded) before anything is counted.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let readyz = (replicas.iter().map(base))
-        .chain([front.clone()])
-        .map(|base| format!("{base}/readyz"));
-    for url in readyz.collect::<Vec<_>>() {
-        while reqwest::get(&url)
-            .await
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0)
-            != 200
-        {
-            assert!(Instant::now() < deadline, "never ready: {url}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    // haproxy's checks (every 200 ms) have found both replicas up.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    balancer.wait_passing(Duration::from_secs(120)).await;
 
     // A conversation started through the balancer goes on through it (the other replica).
     let events = as_agent(&format!("{front}/api/conversations"), "Hi").await;
@@ -503,9 +482,31 @@ async fn as_agent(url: &str, message: &str) -> Vec<serde_json::Value> {
     crate::web::Events::of(response).rest().await
 }
 
-/// `http://host:port` of a `/mcp` URL.
-fn base_of(url: &str) -> String {
-    url.trim_end_matches("/mcp").to_string()
+/// Two replicas of `fixture` whose chat asks `model` and keeps its conversations in
+/// `postgres`, routing on `redis` (`[fleet] advertise`).
+pub(crate) fn routed_chat_fleet(
+    fixture: &crate::support::Fixture,
+    model: &Scripted,
+    redis: &crate::fleet_quotas::RedisServer,
+    postgres: &PostgresServer,
+) -> Vec<HttpServer> {
+    let config = fixture.write_host_file(
+        "chat",
+        &format!(
+            "{}\ndatabase-env = \"TOOLHOST_DATABASE_URL\"\n\n[fleet]\n\
+             redis-env = \"TOOLHOST_REDIS_URL\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"",
+            crate::support::scripted_chat(&model.base_url, "")
+        ),
+    );
+    let (redis_url, database_url) = (redis.url(), postgres.url());
+    let env = [
+        ("SCRIPTED_KEY", "k"),
+        ("TOOLHOST_REDIS_URL", redis_url.as_str()),
+        ("TOOLHOST_DATABASE_URL", database_url.as_str()),
+    ];
+    (0..2)
+        .map(|_| crate::fleet_routes::advertising(fixture, &config, &env))
+        .collect()
 }
 
 /// A chat run's approvals reach it through any replica (`[fleet] advertise`): the run goes on
@@ -520,32 +521,7 @@ async fn a_runs_approval_and_state_reach_it_through_the_other_replica() {
     ]);
     let fixture = fixture(&model.base_url, "");
     let redis = crate::fleet_quotas::RedisServer::start(fixture.root());
-    let config = fixture.write_host_file(
-        "chat",
-        &format!(
-            "{}\ndatabase-env = \"TOOLHOST_DATABASE_URL\"\n\n[fleet]\n\
-             redis-env = \"TOOLHOST_REDIS_URL\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"",
-            crate::support::scripted_chat(&model.base_url, "")
-        ),
-    );
-    let (redis_url, database_url) = (redis.url(), postgres.url());
-    let replicas: Vec<HttpServer> = (0..2)
-        .map(|_| {
-            let port = crate::access::free_port();
-            let advertise = format!("http://127.0.0.1:{port}");
-            HttpServer::start_at(
-                &format!("127.0.0.1:{port}"),
-                &fixture,
-                &["--config", config.to_str().expect("path")],
-                &[
-                    ("SCRIPTED_KEY", "k"),
-                    ("TOOLHOST_REDIS_URL", &redis_url),
-                    ("TOOLHOST_DATABASE_URL", &database_url),
-                    ("TOOLHOST_ADVERTISE", &advertise),
-                ],
-            )
-        })
-        .collect();
+    let replicas = routed_chat_fleet(&fixture, &model, &redis, &postgres);
     let (one, two) = (api(&replicas[0]), api(&replicas[1]));
     let mut events = chat(&one, json!({"message": "Say hi"})).await;
     let first = events.until("approval_request").await;

@@ -108,13 +108,7 @@ async fn a_follow_up_reaches_its_call_with_affinity_and_is_told_plainly_without(
             HttpServer::start(&fixture, &[], &[("TOOLHOST_STATUS_FILE", &status)])
         })
         .collect();
-    let addresses: Vec<String> = replicas
-        .iter()
-        .map(|r| {
-            let address = r.url.trim_start_matches("http://");
-            address.trim_end_matches("/mcp").to_string()
-        })
-        .collect();
+    let addresses = crate::fleet::addresses(&replicas);
     let client = reqwest::Client::new();
     let answer =
         json!({"inputResponses": {"ask-1": {"action": "accept", "content": {"name": "Fleet"}}}});

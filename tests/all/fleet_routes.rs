@@ -23,51 +23,41 @@ async fn fleet(fixture: &Fixture, redis: &RedisServer) -> (Vec<HttpServer>, Hapr
         "fleet",
         "redis-env = \"TOOLHOST_REDIS_URL\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"",
     );
-    let config = config.to_str().expect("path").to_string();
     let redis_url = redis.url();
     let replicas: Vec<HttpServer> = (0..3)
         .map(|n| {
-            let port = crate::access::free_port();
             let status = fixture.root().join(format!("status-{n}.json"));
             let status = status.display().to_string();
-            let advertise = format!("http://127.0.0.1:{port}");
-            HttpServer::start_at(
-                &format!("127.0.0.1:{port}"),
-                fixture,
-                &["--config", &config],
-                &[
-                    ("TOOLHOST_REDIS_URL", &redis_url),
-                    ("TOOLHOST_ADVERTISE", &advertise),
-                    ("TOOLHOST_STATUS_FILE", &status),
-                ],
-            )
+            let env = [
+                ("TOOLHOST_REDIS_URL", redis_url.as_str()),
+                ("TOOLHOST_STATUS_FILE", &status),
+            ];
+            advertising(fixture, &config, &env)
         })
         .collect();
-    let addresses: Vec<String> = (replicas.iter())
-        .map(|r| {
-            r.url
-                .trim_start_matches("http://")
-                .trim_end_matches("/mcp")
-                .to_string()
-        })
-        .collect();
-    let balancer = Haproxy::start(fixture.root(), &addresses);
-    let front = balancer.url.trim_end_matches("/mcp").to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // Three answers in a row: every replica passed haproxy's checks.
-    let mut ready = 0;
-    while ready < 3 {
-        let up = reqwest::get(format!("{front}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200);
-        ready = if up { ready + 1 } else { 0 };
-        assert!(
-            Instant::now() < deadline,
-            "the balancer never passed requests"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let balancer = Haproxy::over(fixture.root(), &replicas);
+    balancer.wait_passing(crate::fleet::DEADLINE).await;
     (replicas, balancer)
+}
+
+/// `serve --http` on a free loopback port with `config`, `env` and `$TOOLHOST_ADVERTISE`
+/// naming that port (for a `[fleet]` with `advertise-env = "TOOLHOST_ADVERTISE"`).
+pub(crate) fn advertising(
+    fixture: &Fixture,
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> HttpServer {
+    let port = crate::access::free_port();
+    let advertise = format!("http://127.0.0.1:{port}");
+    let mut env = env.to_vec();
+    env.push(("TOOLHOST_ADVERTISE", &advertise));
+    let config = config.to_str().expect("path");
+    HttpServer::start_at(
+        &format!("127.0.0.1:{port}"),
+        fixture,
+        &["--config", config],
+        &env,
+    )
 }
 
 fn fixture() -> Fixture {

@@ -160,16 +160,23 @@ impl Routes {
     /// Where requests of the MCP session `session` go: asked of Redis only for a session
     /// this replica does not hold.
     pub async fn to_session(&self, session: &str) -> Result<Route, Down> {
-        let key = session_key(session);
-        let owner: Option<String> = self
+        self.to_holder("find a session", session_key(session)).await
+    }
+
+    /// Where requests go for what the replica named under `key` holds; here when none is.
+    /// No more than a replica's name is read of the value (a longer one names none).
+    async fn to_holder(&self, what: &str, key: String) -> Result<Route, Down> {
+        let holder: Vec<u8> = self
             .redis
-            .run("find a session", |mut c| async move {
-                redis::cmd("GET").arg(key).query_async(&mut c).await
+            .run(what, |mut c| async move {
+                (redis::cmd("GETRANGE").arg(key).arg(0).arg(16))
+                    .query_async(&mut c)
+                    .await
             })
             .await?;
-        match owner {
-            Some(replica) => self.to_replica(&replica).await,
-            None => Ok(Route::Here),
+        match String::from_utf8(holder) {
+            Ok(replica) if !replica.is_empty() => self.to_replica(&replica).await,
+            _ => Ok(Route::Here),
         }
     }
 
@@ -231,19 +238,12 @@ impl Routes {
     /// runs it; here when none does, or when the one that did is gone (the run died with it;
     /// the conversation as kept is served anywhere).
     pub async fn to_run(&self, conversation: &str) -> Result<Route, Down> {
-        let key = run_key(conversation);
-        let runner: Option<String> = self
-            .redis
-            .run("find a chat run", |mut c| async move {
-                redis::cmd("GET").arg(key).query_async(&mut c).await
-            })
-            .await?;
-        match runner {
-            Some(replica) => match self.to_replica(&replica).await? {
-                Route::Gone { .. } => Ok(Route::Here),
-                route => Ok(route),
-            },
-            None => Ok(Route::Here),
+        match self
+            .to_holder("find a chat run", run_key(conversation))
+            .await?
+        {
+            Route::Gone { .. } => Ok(Route::Here),
+            route => Ok(route),
         }
     }
 

@@ -27,13 +27,8 @@ pub(super) fn check_fleet(
         key: "redis",
         var: fleet.redis_env.as_ref(),
     }
-    .read(source, env, &mut unset, &mut errors)
-    .and_then(|(url, span)| match RedisSettings::new(&url, timeout) {
-        Ok(redis) => Some(redis),
-        Err(e) => {
-            errors.push(Diagnostic::new(source.at(span), e.to_string()));
-            None
-        }
+    .read(source, env, &mut unset, &mut errors, |url| {
+        RedisSettings::new(url, timeout).map_err(|e| e.to_string())
     });
     // A `database` is a SQLite file unless it is a URL.
     let postgres = Url {
@@ -42,40 +37,30 @@ pub(super) fn check_fleet(
         key: "database",
         var: chat.database_env.as_ref(),
     }
-    .read(source, env, &mut unset, &mut errors)
-    .filter(|(url, _)| url.contains("://"))
-    .and_then(|(url, span)| match PostgresSettings::new(&url) {
-        Ok(postgres) => Some(postgres),
-        Err(e) => {
-            errors.push(Diagnostic::new(source.at(span), e.to_string()));
-            None
+    .read(source, env, &mut unset, &mut errors, |url| {
+        if !url.contains("://") {
+            return Ok(None);
         }
-    });
+        (PostgresSettings::new(url).map(Some)).map_err(|e| e.to_string())
+    })
+    .flatten();
     let advertise = Url {
         engine: "advertised",
         written: fleet.advertise.as_ref(),
         key: "advertise",
         var: fleet.advertise_env.as_ref(),
     }
-    .read(source, env, &mut unset, &mut errors)
-    .and_then(|(address, span)| {
+    .read(source, env, &mut unset, &mut errors, |address| {
         let address = address.trim_end_matches('/').to_string();
-        let problem = if !toolhost::state::routes::is_address(&address) {
-            Some(format!(
+        if !toolhost::state::routes::is_address(&address) {
+            Err(format!(
                 "`{address}` is not an address to advertise: write http://host:port, the \
                  address the other replicas reach this one's --http at"
             ))
         } else if fleet.redis.is_none() && fleet.redis_env.is_none() {
-            Some("`advertise` needs a Redis (`redis` or `redis-env`) to say it in".to_string())
+            Err("`advertise` needs a Redis (`redis` or `redis-env`) to say it in".to_string())
         } else {
-            None
-        };
-        match problem {
-            Some(problem) => {
-                errors.push(Diagnostic::new(source.at(span), problem));
-                None
-            }
-            None => Some(address),
+            Ok(address)
         }
     });
     if !errors.is_empty() {
@@ -99,9 +84,25 @@ struct Url<'a> {
 }
 
 impl Url<'_> {
-    /// The URL and where it was named, or `None` (nothing named, or a mistake, pushed on
-    /// `errors`; a variable not set is what `unset` says).
-    fn read(
+    /// What `check` makes of the URL, or `None`: nothing named, or a mistake (of the keys, or
+    /// the reason `check` gives, at the place the URL was named) pushed on `errors`; a
+    /// variable not set is what `unset` says.
+    fn read<T>(
+        &self,
+        source: &SourceFile,
+        env: &dyn Fn(&str) -> Option<String>,
+        unset: &mut Unset<'_>,
+        errors: &mut Vec<Diagnostic>,
+        check: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let (url, span) = self.named(source, env, unset, errors)?;
+        check(&url)
+            .map_err(|problem| errors.push(Diagnostic::new(source.at(span), problem)))
+            .ok()
+    }
+
+    /// The URL and where it was named, or `None` (as [`Url::read`] says).
+    fn named(
         &self,
         source: &SourceFile,
         env: &dyn Fn(&str) -> Option<String>,
