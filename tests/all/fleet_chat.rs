@@ -350,18 +350,20 @@ async fn on_postgres_owners_stay_apart_and_the_size_bound_holds() {
 
 #[test]
 fn check_says_where_a_chat_database_url_is_wrong() {
-    let check = |chat: &str| -> (bool, String) {
+    // What a command says with `chat` as `[chat]`, and whether it passed.
+    let run = |chat: &str, command: &[&str]| -> (bool, String) {
         let fixture = crate::support::Fixture::new();
         fixture.write_echo();
         fixture.write_host_file("chat", chat);
         let config = fixture.root().join("toolhost.toml");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        crate::mcp::configure(&mut command, &fixture);
-        let output = command
-            .args(["--config", config.to_str().expect("path"), "check"])
+        let mut toolhost = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut toolhost, &fixture);
+        let output = toolhost
+            .args(["--config", config.to_str().expect("path")])
+            .args(command)
             .env_remove("NOT_SET_ANYWHERE")
             .output()
-            .expect("check");
+            .expect("toolhost runs");
         let said = format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
@@ -369,6 +371,7 @@ fn check_says_where_a_chat_database_url_is_wrong() {
         );
         (output.status.success(), said)
     };
+    let check = |chat: &str| run(chat, &["check"]);
     let (passed, said) = check("database = \"postgres://chat:hunter2@db/toolhost\"");
     assert!(
         !passed && said.contains("a PostgreSQL password is never read"),
@@ -394,6 +397,21 @@ fn check_says_where_a_chat_database_url_is_wrong() {
     assert!(passed, "{said}");
     assert!(
         said.contains("$NOT_SET_ANYWHERE (`database-env`) is not set: `serve` refuses"),
+        "{said}"
+    );
+    // The chat's base URL: written, or from the environment, not both.
+    let (passed, said) = check("base-url = \"http://a/v1\"\nbase-url-env = \"X\"");
+    assert!(!passed, "{said}");
+    assert!(
+        said.contains("write one of `base-url` and `base-url-env`"),
+        "{said}"
+    );
+    assert!(said.contains("toolhost.toml:5:16"), "{said}");
+    let unset = "model = \"m\"\nbase-url-env = \"NOT_SET_ANYWHERE\"";
+    let (passed, said) = run(unset, &["chat", "hi"]);
+    assert!(!passed, "{said}");
+    assert!(
+        said.contains("$NOT_SET_ANYWHERE ([chat] base-url-env) is not set"),
         "{said}"
     );
     // A file is still a file.

@@ -448,7 +448,8 @@ pub struct ChatSection {
     pub model: Option<String>,
     pub base_url: Option<String>,
     /// The environment variable that holds the base URL instead (one of the two).
-    pub base_url_env: Option<EnvVarName>,
+    #[schemars(with = "Option<EnvVarName>")]
+    pub base_url_env: Option<Spanned<EnvVarName>>,
     pub api_key_env: Option<EnvVarName>,
     /// Accepted only to be refused with a message that says where keys go.
     // Left out of the schema, so that an editor marks it as the host does.

@@ -259,13 +259,18 @@ fn provider_settings(
         bail!("no model: pass --model or set [chat] model in toolhost.toml");
     };
     let mut provider = ProviderSettings::new(kind, model);
+    // Both written is refused where toolhost.toml is read, at its line.
     let from_env = match (&chat.base_url, &chat.base_url_env) {
-        (Some(_), Some(_)) => bail!("[chat]: write one of `base-url` and `base-url-env`, not both"),
         (None, Some(var)) => Some(
-            std::env::var(var.as_str())
+            std::env::var(var.get_ref().as_str())
                 .ok()
                 .filter(|url| !url.is_empty())
-                .with_context(|| format!("${var} ([chat] base-url-env) is not set"))?,
+                .with_context(|| {
+                    format!(
+                        "${} ([chat] base-url-env) is not set",
+                        var.get_ref().as_str()
+                    )
+                })?,
         ),
         _ => None,
     };

@@ -79,6 +79,10 @@ impl Settings {
                     let all: Vec<String> = all.iter().map(ToString::to_string).collect();
                     anyhow::anyhow!("\n{}", all.join("\n"))
                 })?;
+                if let (Some(_), Some(var)) = (&file.chat.base_url, &file.chat.base_url_env) {
+                    let both = "write one of `base-url` and `base-url-env`, not both";
+                    bail!("\n{}", Diagnostic::new(source.at(var.span()), both));
+                }
                 if let Some(key) = &file.chat.api_key {
                     let diagnostic = Diagnostic::new(
                         source.at(key.span()),
