@@ -7,6 +7,8 @@ local session = os.getenv("MCP_SESSION")
 local token = os.getenv("MCP_TOKEN")
 local conversation = os.getenv("MCP_CONVERSATION")
 local same = os.getenv("MCP_SAME_ARGUMENTS")
+-- New for each run of wrk, so that one run's arguments are not the warm-up's again.
+local run = os.getenv("MCP_RUN") or ""
 
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -37,7 +39,7 @@ end
 local n = 0
 request = function()
   n = n + 1
-  local text = same and "same" or tostring(n)
+  local text = same and "same" or (run .. tostring(n))
   local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":'
     .. '{"name":"echo","arguments":{"text":"' .. text .. '"}' .. meta .. "}}"
   return wrk.format(nil, nil, nil, body)

@@ -7,6 +7,7 @@ outside the process (issue #44).
                          [--echo PATH] [--perf OUT.data] [--json OUT.json]
                          [--host-line 'keep-resident-mib = 1' ...] [--repeat N]
                          [--stdio-connections 1,16] [--vs OTHER_TOOLHOST]
+                         [--redis-delay-ms MS]
 
 Each cell serves the `echo` test component (tests/plugins/echo, built for wasm32-wasip2 by
 `cargo build --release --target wasm32-wasip2 --manifest-path tests/plugins/Cargo.toml
@@ -26,7 +27,15 @@ audit log, and drives it for `--seconds` after a warm-up:
 - quota: sessionless with a named static token under a quota no call reaches (a million
   calls a minute, 10,000 at once): what counting a call costs, in this process;
 - quota-redis: the same with `[fleet] redis` naming a `redis-server` this script starts on
-  loopback (Debian's): what counting it in Redis, one script per call, costs;
+  loopback (Debian's): what counting it in Redis, one script per call, costs (with
+  `--redis-delay-ms`, through a proxy that puts Redis that many milliseconds away);
+- dedup-redis: sessionless with `dedup = "exact"`, a conversation named in `_meta` and
+  `[fleet] redis`, every call's arguments new: each call asks the fleet's dedup (a miss,
+  a claim) and stores its result for the fleet (off the call's path);
+- quota-dedup-redis: the same under the quota of the quota cells: the admission and the
+  dedup asked together (one round trip), then the release of the call's `concurrent-calls`
+  lease before its answer (a second); rate-dedup-redis: under `calls-per-minute` alone
+  (one round trip in all);
 - routed: sessionless on one replica with `[fleet] redis` and `advertise` (issue #43): what
   looking at each call for what another replica holds costs when nothing is;
 - forwarded: the session cell's requests sent to a replica that does not hold the session,
@@ -46,6 +55,7 @@ call graphs) for `perf report` or a flame graph.
 """
 
 import argparse
+import asyncio
 import base64
 import hashlib
 import http.server
@@ -259,7 +269,7 @@ def run_wrk(args, url, connections, env):
                "-s", str(LUA), url]
     started = os.times()
     result = subprocess.run(command, capture_output=True, text=True,
-                            env=dict(os.environ, **env))
+                            env=dict(os.environ, MCP_RUN=os.urandom(6).hex(), **env))
     ended = os.times()
     out = result.stdout
     requests = int(re.search(r"(\d+) requests in ([\d.]+)(\w+)", out).group(1))
@@ -343,9 +353,12 @@ def stdio_cell(args, work, inflight=1, cell="stdio", record=None):
 
 
 class Redis:
-    """Debian's redis-server on a free loopback port, nothing saved; stopped by `stop`."""
+    """Debian's redis-server on a free loopback port, nothing saved; stopped by `stop`. With
+    `delay_ms`, the servers reach it through a proxy that holds each message `delay_ms / 2`
+    each way (a Redis that far away; messages in flight are not held up by one another), so
+    that a call's round trips to Redis show in its latency one by one."""
 
-    def __init__(self, work):
+    def __init__(self, work, delay_ms=0.0):
         self.port = free_port()
         self.process = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
@@ -355,13 +368,56 @@ class Redis:
         while time.time() < deadline:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+                    break
             time.sleep(0.05)
-        sys.exit("redis-server did not start")
+        else:
+            sys.exit("redis-server did not start")
+        if delay_ms:
+            self.port = delaying_proxy(self.port, delay_ms / 2000)
 
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=10)
+
+
+def delaying_proxy(target, delay_s):
+    """A loopback TCP proxy to `target` holding each chunk `delay_s` in each direction, in a
+    thread of its own; returns its port."""
+    ready = threading.Event()
+    port = []
+
+    async def pipe(reader, writer):
+        loop = asyncio.get_running_loop()
+        queue = asyncio.Queue()
+
+        async def deliver():
+            while (item := await queue.get()) is not None:
+                due, data = item
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        delivering = asyncio.create_task(deliver())
+        while data := await reader.read(65536):
+            queue.put_nowait((loop.time() + delay_s, data))
+        queue.put_nowait(None)
+        await delivering
+
+    async def serve():
+        async def connected(client_reader, client_writer):
+            redis_reader, redis_writer = await asyncio.open_connection("127.0.0.1", target)
+            await asyncio.gather(pipe(client_reader, redis_writer),
+                                 pipe(redis_reader, client_writer), return_exceptions=True)
+
+        server = await asyncio.start_server(connected, "127.0.0.1", 0)
+        port.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        await server.serve_forever()
+
+    threading.Thread(target=lambda: asyncio.run(serve()), daemon=True).start()
+    ready.wait(10)
+    return port[0]
 
 
 QUOTA_TOKEN = "load-test-token"
@@ -371,9 +427,11 @@ QUOTA = ('\n[[access.tokens]]\nname = "load"\nenv = "LOAD_TOKEN"\n\n'
 
 def http_cell(args, work, cell, connections, provider, record=None, redis=None):
     port = free_port()
-    dedup = "exact" if cell == "dedup" else "off"
+    dedup = "exact" if "dedup" in cell else "off"
     extra = QUOTA if cell.startswith("quota") else ""
-    if cell == "quota-redis":
+    if cell.startswith("rate"):
+        extra = QUOTA.replace("concurrent-calls = 10000\n", "")
+    if cell.endswith("redis"):
         extra += f'\n[fleet]\nredis = "redis://127.0.0.1:{redis.port}/0"\n'
     server = Server(args, work, http_port=port, dedup=dedup,
                     oidc=provider if cell == "jwt" else None, record=record, extra=extra,
@@ -383,13 +441,14 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
         if cell == "jwt":
             token = provider.token(server.url)
             env["MCP_TOKEN"], headers["authorization"] = token, f"Bearer {token}"
-        if cell.startswith("quota"):
+        if cell.startswith(("quota", "rate")):
             env["MCP_TOKEN"], headers["authorization"] = QUOTA_TOKEN, f"Bearer {QUOTA_TOKEN}"
         wait_ready(server.url, headers, server=server)
         if cell == "session":
             env["MCP_SESSION"] = open_session(server.url, headers)
-        if cell == "dedup":
+        if "dedup" in cell:
             env["MCP_CONVERSATION"] = hashlib.sha256(os.urandom(16)).hexdigest()[:32]
+        if cell == "dedup":
             env["MCP_SAME_ARGUMENTS"] = "1"
         return wrk_cell(args, cell, server.url, connections, env, [server.pid])
     finally:
@@ -488,6 +547,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every cell this many times, the cells in turn; medians")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--redis-delay-ms", type=float, default=0.0,
+                        help="reach Redis through a proxy adding this round-trip time")
     parser.add_argument("--host-line", action="append", default=[],
                         help="a line added to [host] of the served toolhost.toml")
     args = parser.parse_args()
@@ -514,12 +575,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         provider = Provider(work) if "jwt" in cells else None
-        wants_redis = "quota-redis" in cells or any(c in FLEET_CELLS for c in cells)
+        wants_redis = any(c.endswith("redis") or c in FLEET_CELLS for c in cells)
         if wants_redis and not shutil.which("redis-server"):
             sys.exit("redis-server is missing: apt-get install redis-server")
         if any(c.startswith("fleet") for c in cells) and not shutil.which("haproxy"):
             sys.exit("haproxy is missing: apt-get install haproxy")
-        redis = Redis(work) if wants_redis else None
+        redis = Redis(work, args.redis_delay_ms) if wants_redis else None
         for _ in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")

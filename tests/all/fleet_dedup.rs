@@ -50,28 +50,45 @@ fn runs_of(fixture: &Fixture, identity: &str, tool: &str) -> (usize, usize) {
     (records.len() - deduplicated, deduplicated)
 }
 
+/// Three replicas of the `sleep` tool on `redis`, each token of `tokens` (name, variable)
+/// set to `<name>-token`, and `more` of `toolhost.toml`.
+fn three_replicas(
+    redis: &RedisServer,
+    tokens: &[(&str, &str)],
+    more: &str,
+) -> (Fixture, Vec<HttpServer>) {
+    let fixture = Fixture::new();
+    fixture.write_slow(20000);
+    let mut text = format!(
+        "schema-version = 1\n\n[fleet]\nredis = \"{}\"\nredis-timeout-ms = 300\n\n",
+        redis.url()
+    );
+    for (name, var) in tokens {
+        text.push_str(&format!(
+            "[[access.tokens]]\nname = \"{name}\"\nenv = \"{var}\"\n\n"
+        ));
+    }
+    text.push_str(more);
+    let config = fixture.root().join("toolhost.toml");
+    std::fs::write(&config, text).expect("toolhost.toml");
+    let config = config.to_str().expect("utf-8");
+    let values: Vec<(String, String)> = (tokens.iter())
+        .map(|(name, var)| (var.to_string(), format!("{name}-token")))
+        .collect();
+    let env: Vec<(&str, &str)> = (values.iter())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let replicas = (0..3)
+        .map(|_| HttpServer::start(&fixture, &["--config", config, "--no-watch"], &env))
+        .collect();
+    (fixture, replicas)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversations_identical_call_runs_once_across_the_fleet() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let mut redis = RedisServer::start(scratch.path());
-    let fixture = Fixture::new();
-    fixture.write_slow(20000);
-    let config = fixture.root().join("toolhost.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "schema-version = 1\n\n[fleet]\nredis = \"{}\"\nredis-timeout-ms = 300\n\n\
-             [[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
-             [[access.tokens]]\nname = \"bob\"\nenv = \"BOB\"\n",
-            redis.url()
-        ),
-    )
-    .expect("toolhost.toml");
-    let config = config.to_str().expect("utf-8");
-    let env = [("ANN", "ann-token"), ("BOB", "bob-token")];
-    let replicas: Vec<HttpServer> = (0..3)
-        .map(|_| HttpServer::start(&fixture, &["--config", config, "--no-watch"], &env))
-        .collect();
+    let (fixture, replicas) = three_replicas(&redis, &[("ann", "ANN"), ("bob", "BOB")], "");
     let url = |n: usize| replicas[n].url.clone();
     let conversation = "a-conversation-of-anns-0001";
     let arguments = json!({"ms": 1500, "n": 1});
@@ -131,4 +148,89 @@ async fn a_conversations_identical_call_runs_once_across_the_fleet() {
     call_in(url(1), "ann-token", conversation, "sleep", gone.clone()).await;
     call_in(url(1), "ann-token", conversation, "sleep", gone.clone()).await;
     assert_eq!(runs_of(&fixture, "ann", "sleep"), (4, 3));
+}
+
+/// The claims to run a call that the fleet's Redis holds now.
+fn claims(redis: &RedisServer) -> Vec<String> {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "--scan", "--pattern"])
+        .arg("toolhost:dedup:*:claim")
+        .output()
+        .expect("redis-cli (Debian's redis-tools, beside redis-server)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_its_quota_refuses_in_a_conversation_claims_nothing_and_counts_nothing() {
+    // The quota's admission and the fleet's dedup are asked together (one round trip): a
+    // refusal must leave no claim that would hold the conversation's next identical call, and
+    // take no token; a call answered from the fleet's result counts as a call.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let redis = RedisServer::start(scratch.path());
+    let (fixture, replicas) = three_replicas(
+        &redis,
+        &[("dave", "DAVE"), ("carol", "CAROL")],
+        "[[access.quotas]]\nidentities = [\"dave\"]\ncalls-per-minute = 3\nconcurrent-calls = 1\n",
+    );
+    let url = |n: usize| replicas[n].url.clone();
+    let conversation = "a-conversation-of-daves-0001";
+    let post = |n: usize, arguments: Value| {
+        let url = url(n);
+        async move {
+            let params = json!({
+                "name": "sleep",
+                "arguments": arguments,
+                "_meta": {"io.toolhost/conversation": conversation},
+            });
+            modern_post(
+                &url,
+                "tools/call",
+                Some("sleep"),
+                params,
+                &[("authorization", "Bearer dave-token")],
+            )
+            .await
+        }
+    };
+    let long = json!({"ms": 2500, "n": 1});
+    let short = json!({"ms": 1, "n": 2});
+
+    let running = tokio::spawn(post(0, long.clone()));
+    crate::fleet_quotas::running_one_call(&url(0)).await;
+    assert_eq!(claims(&redis).len(), 1, "the running call's claim");
+    let (status, headers, answer) = post(1, short.clone()).await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    let said = answer["error_description"].as_str().unwrap_or_default();
+    assert!(said.contains("1 calls at once"), "{answer}");
+    let (status, _, answer) = running.await.expect("the long call");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    // Claims are given up in the background, just after the answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !claims(&redis).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", claims(&redis));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The refused call now runs; the long one again is answered from the fleet: three calls
+    // a minute, and the refused one was not counted.
+    let (status, _, answer) = post(2, short.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let (status, _, answer) = post(1, long.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(runs_of(&fixture, "dave", "sleep"), (2, 1));
+    let (status, _, answer) = post(2, json!({"ms": 1, "n": 3})).await;
+    assert_eq!(status, 429, "{answer}");
+    let said = answer["error_description"].as_str().unwrap_or_default();
+    assert!(said.contains("3 calls a minute"), "{answer}");
+    assert_eq!(
+        runs_of(&fixture, "dave", "sleep"),
+        (2, 1),
+        "refusals are not runs"
+    );
 }

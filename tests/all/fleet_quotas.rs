@@ -110,7 +110,7 @@ async fn call_as_owned(url: String, token: &'static str, arguments: Value) -> (u
 }
 
 /// Waits until the replica at `url` runs one call (its `/metrics` say so).
-async fn running_one_call(url: &str) {
+pub(crate) async fn running_one_call(url: &str) {
     let metrics = url.replace("/mcp", "/metrics");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

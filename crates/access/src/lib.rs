@@ -297,12 +297,25 @@ impl Access {
     /// `caller`'s next call admitted ahead under its quota (a request without a session: a
     /// refusal is a `429` or `503` before the request goes further), or `None` when no quota
     /// applies. The request carries the admission to its call ([`Admitted`]); one that ends
-    /// without a call drops it, which gives the token back.
+    /// without a call drops it, which gives the token back. The fleet's quotas are asked on
+    /// their own: the admission is pending, and its refusal is known by
+    /// [`Admitted::refusal`] (the call waits for it too).
     pub async fn admit_ahead(&self, caller: &Caller) -> Result<Option<Admitted>, Limited> {
         let state = self.state.load_full();
         let Some(quota) = state.policy.quota_for(&caller.identity) else {
             return Ok(None);
         };
+        if self.quotas.is_shared() {
+            // A round trip to Redis: it goes on while the request does (see `Admitted`).
+            let (quotas, key, quota) = (
+                Arc::clone(&self.quotas),
+                caller.identity.key(),
+                quota.clone(),
+            );
+            return Ok(Some(Admitted::pending(async move {
+                quotas.admit(key, &quota, true).await
+            })));
+        }
         let running = (self.quotas)
             .admit(caller.identity.key(), quota, true)
             .await?;

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 use toolhost_access::{Access, Refusal};
-use toolhost_core::invoke::{Caller, Host};
+use toolhost_core::invoke::{Caller, Host, Limited};
 
 /// Refused requests recorded in the audit log per second, at most.
 pub(crate) const REFUSALS_PER_SECOND: u32 = 20;
@@ -267,7 +267,9 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
     // A call without a session (2026-07-28) is admitted under its identity's quota here, so
     // that a refusal is a 429 (503 when the fleet's Redis does not answer) before it reaches
     // the MCP server; the admission goes on with the request to its call (inside a session,
-    // the call's result says so instead).
+    // the call's result says so instead). The fleet's admission is a round trip to Redis
+    // that the call waits for beside its dedup: its refusal is answered once it is known.
+    let mut ahead = None;
     if path == "/mcp"
         && session.is_none()
         && (request.headers().get("mcp-method")).is_some_and(|m| m == "tools/call")
@@ -275,30 +277,10 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         match guard.access.admit_ahead(&caller).await {
             Ok(None) => {}
             Ok(Some(admitted)) => {
-                request.extensions_mut().insert(admitted);
+                request.extensions_mut().insert(admitted.clone());
+                ahead = Some(admitted);
             }
-            Err(limited) => {
-                let refusal = Refusal {
-                    status: if limited.unavailable {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        StatusCode::TOO_MANY_REQUESTS
-                    },
-                    error: if limited.unavailable {
-                        "temporarily_unavailable"
-                    } else {
-                        "rate_limited"
-                    },
-                    description: limited.message,
-                    scope: None,
-                };
-                let mut response = guard.refuse(&refusal, &path);
-                let seconds = limited.retry_after.as_secs().max(1).to_string();
-                if let Ok(value) = seconds.parse() {
-                    response.headers_mut().insert(header::RETRY_AFTER, value);
-                }
-                return response;
-            }
+            Err(limited) => return limited_response(guard, &path, limited),
         }
     }
     if path == "/mcp" && request.method() == axum::http::Method::POST {
@@ -327,6 +309,11 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
     }
     request.extensions_mut().insert(caller);
     let response = next.run(request).await;
+    if let Some(ahead) = ahead
+        && let Some(limited) = ahead.refusal().await
+    {
+        return limited_response(guard, &path, limited);
+    }
     if opens_a_session
         && let Some(opened) =
             (response.headers().get("mcp-session-id")).and_then(|v| v.to_str().ok())
@@ -343,6 +330,31 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         if let Some(forward) = &guard.forward {
             forward.routes().hold_session(opened).await;
         }
+    }
+    response
+}
+
+/// The answer to a call its identity's quota refused: `429` (`503` when the fleet's Redis did
+/// not answer), with `Retry-After`.
+fn limited_response(guard: &Guard, path: &str, limited: Limited) -> Response {
+    let refusal = Refusal {
+        status: if limited.unavailable {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        },
+        error: if limited.unavailable {
+            "temporarily_unavailable"
+        } else {
+            "rate_limited"
+        },
+        description: limited.message,
+        scope: None,
+    };
+    let mut response = guard.refuse(&refusal, path);
+    let seconds = limited.retry_after.as_secs().max(1).to_string();
+    if let Ok(value) = seconds.parse() {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
 }

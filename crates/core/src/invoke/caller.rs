@@ -13,20 +13,103 @@ pub use toolhost_state::quota::Running;
 /// admits a request without a session, so that a refusal is a `429`), carried by the request
 /// to its call: [`super::Call::admitted`] takes it instead of asking the quota again. A
 /// request that ends without running a call drops it, which gives its token back.
+///
+/// In a fleet the admission is a Redis round trip, so it may still be on its way
+/// ([`Admitted::pending`]): the call waits for it at the same time as it asks the fleet's
+/// dedup, so that the two cost one round trip, and the guard waits for it before it answers
+/// (a refusal is still a `429`).
 #[derive(Clone)]
-pub struct Admitted(Arc<std::sync::Mutex<Option<Running>>>);
+pub struct Admitted(Arc<Ahead>);
+
+struct Ahead {
+    verdict: std::sync::Mutex<Verdict>,
+    decided: tokio::sync::Notify,
+}
+
+enum Verdict {
+    Waiting,
+    /// Admitted; `None` once its call took it.
+    Admitted(Option<Running>),
+    Refused(Limited),
+}
 
 impl Admitted {
     pub fn new(running: Running) -> Self {
-        Admitted(Arc::new(std::sync::Mutex::new(Some(running))))
+        Admitted(Arc::new(Ahead {
+            verdict: std::sync::Mutex::new(Verdict::Admitted(Some(running))),
+            decided: tokio::sync::Notify::new(),
+        }))
     }
 
-    /// The admission, for the call that runs (once: later callers get nothing).
-    pub(super) fn take(&self) -> Option<Running> {
-        let taken = (self.0.lock())
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        taken.map(Running::runs)
+    /// An admission being decided by `admission`, which runs on its own from now on (the
+    /// request goes on meanwhile). Without a runtime it is refused as unavailable.
+    pub fn pending<F>(admission: F) -> Self
+    where
+        F: Future<Output = Result<Running, Limited>> + Send + 'static,
+    {
+        let ahead = Arc::new(Ahead {
+            verdict: std::sync::Mutex::new(Verdict::Waiting),
+            decided: tokio::sync::Notify::new(),
+        });
+        let deciding = Arc::clone(&ahead);
+        let decide = async move {
+            let verdict = match admission.await {
+                Ok(running) => Verdict::Admitted(Some(running)),
+                Err(limited) => Verdict::Refused(limited),
+            };
+            *deciding.lock() = verdict;
+            deciding.decided.notify_waiters();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(decide)),
+            Err(_) => {
+                *ahead.lock() = Verdict::Refused(Limited {
+                    retry_after: std::time::Duration::from_secs(1),
+                    message: "the quota could not be asked".into(),
+                    unavailable: true,
+                });
+            }
+        }
+        Admitted(ahead)
+    }
+
+    /// The admission once decided: for the call that runs (once: later callers get
+    /// `Ok(None)`), or the refusal.
+    pub(super) async fn take(&self) -> Result<Option<Running>, Limited> {
+        self.decided().await;
+        match &mut *self.0.lock() {
+            Verdict::Admitted(running) => Ok(running.take().map(Running::runs)),
+            Verdict::Refused(limited) => Err(limited.clone()),
+            Verdict::Waiting => Ok(None),
+        }
+    }
+
+    /// The refusal, once decided (`None`: admitted).
+    pub async fn refusal(&self) -> Option<Limited> {
+        self.decided().await;
+        match &*self.0.lock() {
+            Verdict::Refused(limited) => Some(limited.clone()),
+            Verdict::Admitted(_) | Verdict::Waiting => None,
+        }
+    }
+
+    async fn decided(&self) {
+        loop {
+            let notified = self.0.decided.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the look, so that a decision in between is not missed.
+            notified.as_mut().enable();
+            if !matches!(*self.0.lock(), Verdict::Waiting) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Ahead {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Verdict> {
+        (self.verdict.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 use toolhost_contract::ToolResult;
 use toolhost_state::dedup::{Begin, SharedDedup};
+use toolhost_state::engine::Down;
+use toolhost_state::quota::Running;
+
+/// What a call's admission holds while it runs, its result, and whether it was deduplicated.
+pub(crate) type Admitted<R> = (Option<Running>, R, bool);
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;
@@ -190,30 +195,48 @@ impl DedupCache {
     }
 
     /// Runs `call` unless an identical call already succeeded or is in flight, in which case
-    /// its result is shared. Returns the result and whether it was deduplicated. `hold`: how
-    /// long the call may take (the fleet waits for it at most that long).
-    pub(crate) async fn run<F>(
+    /// its result is shared, once `admission` (the caller's quota) lets it: returns what the
+    /// admission holds while the call runs, the result and whether it was deduplicated, or
+    /// the admission's refusal. In a fleet the admission and the fleet's first answer are
+    /// asked together (one round trip for both). `hold`: how long the call may take (the
+    /// fleet waits for it at most that long).
+    pub(crate) async fn run<A, E, F>(
         &self,
         key: DedupKey,
         hold: Duration,
+        admission: A,
         call: F,
-    ) -> (Result<Arc<ToolResult>, CallError>, bool)
+    ) -> Result<Admitted<Result<Arc<ToolResult>, CallError>>, E>
     where
+        A: Future<Output = Result<Option<Running>, E>>,
         F: Future<Output = Result<Arc<ToolResult>, CallError>>,
     {
         let slot = self.slot(key);
+        // The claim outlives the call by a margin: its result is stored before it lapses.
+        let claim_for = hold + Duration::from_secs(1);
+        let shared = (self.shared.as_ref())
+            .filter(|_| !slot.initialized())
+            .map(|(shared, scope)| (shared, shared_name(scope, key)));
+        let (quota, mut first) = match &shared {
+            Some((shared, name)) => {
+                let (admitted, first) = tokio::join!(admission, shared.begin(name, claim_for));
+                (admitted?, Some(first))
+            }
+            None => (admission.await?, None),
+        };
         let mut ran = false;
         let elsewhere = AtomicBool::new(false);
         let result = slot
             .get_or_init(|| {
                 ran = true;
                 let elsewhere = &elsewhere;
+                let first = first.take();
                 async move {
-                    match &self.shared {
+                    match shared {
                         None => call.await,
-                        Some((shared, scope)) => {
+                        Some((shared, name)) => {
                             let (result, hit) =
-                                run_shared(shared, shared_name(scope, key), hold, call).await;
+                                run_shared(shared, name, claim_for, first, call).await;
                             elsewhere.store(hit, Ordering::Relaxed);
                             result
                         }
@@ -227,7 +250,7 @@ impl DedupCache {
             (Ok(result), true) => self.account(key, &slot, result.bytes() + ENTRY_OVERHEAD),
             _ => {}
         }
-        (result, !ran || elsewhere.load(Ordering::Relaxed))
+        Ok((quota, result, !ran || elsewhere.load(Ordering::Relaxed)))
     }
 
     /// Counts a new result's `size`, forgetting the oldest results (or this one) to stay
@@ -326,23 +349,27 @@ fn shared_name(scope: &[u8; 32], key: DedupKey) -> [u8; 32] {
 const LOOK_AT_MOST_EVERY: Duration = Duration::from_millis(200);
 
 /// `call` through the fleet's results: answered from one another replica stored (true), or
-/// run here (false), waiting first while another replica runs it, at most `hold`. Whatever
+/// run here (false), waiting first while another replica runs it, at most the claim's time
+/// less its margin. `first`: the fleet's first answer, when it was asked already. Whatever
 /// the fleet cannot answer (Redis down or slow, a result it cannot read) runs here.
 async fn run_shared<F>(
     shared: &Arc<SharedDedup>,
     name: [u8; 32],
-    hold: Duration,
+    claim_for: Duration,
+    mut first: Option<Result<Begin, Down>>,
     call: F,
 ) -> (Result<Arc<ToolResult>, CallError>, bool)
 where
     F: Future<Output = Result<Arc<ToolResult>, CallError>>,
 {
-    // The claim outlives the call by a margin: its result is stored before it lapses.
-    let claim_for = hold + Duration::from_secs(1);
-    let deadline = Instant::now() + hold;
+    let deadline = Instant::now() + claim_for.saturating_sub(Duration::from_secs(1));
     let mut pause = Duration::from_millis(10);
     let claim = loop {
-        match shared.begin(&name, claim_for).await {
+        let answer = match first.take() {
+            Some(answer) => answer,
+            None => shared.begin(&name, claim_for).await,
+        };
+        match answer {
             Ok(Begin::Hit(bytes)) => match serde_json::from_slice::<ToolResult>(&bytes) {
                 Ok(result) => return (Ok(Arc::new(result)), true),
                 Err(_) => break None,

@@ -278,24 +278,6 @@ impl Host {
             );
             return self.refuse(session, call, error);
         };
-        // The identity's quota: counted as running until the call ends, given up before its
-        // answer (a cancelled call's is given up when dropped).
-        let admitted = match (admitted.and_then(|a| a.take()), session.caller()) {
-            (Some(held), _) => Ok(Some(held)),
-            (None, Some(caller)) => caller.admit().await,
-            (None, None) => Ok(None),
-        };
-        let quota = match admitted {
-            Ok(held) => held,
-            Err(limited) => {
-                let kind = if limited.unavailable {
-                    ErrorKind::Unavailable
-                } else {
-                    ErrorKind::RateLimited
-                };
-                return self.refuse(session, call, CallError::new(kind, limited.message));
-            }
-        };
         if let Some(log) = &self.audit
             && log.policy() == OnAuditError::Refuse
             && let Err(e) = log.writable()
@@ -308,6 +290,20 @@ impl Host {
             );
             return self.refuse(session, call, error);
         }
+        // The identity's quota: counted as running until the call ends, given up before its
+        // answer (a cancelled call's is given up when dropped). In a fleet it is asked at the
+        // same time as the fleet's dedup (one round trip for both).
+        // A refusal of an admission ahead is the HTTP guard's to answer (and audit): the
+        // call is not recorded here (`true`).
+        let admission = async {
+            match admitted {
+                Some(ahead) => match ahead.take().await {
+                    Ok(None) => admit(session).await.map_err(|l| (l, false)),
+                    taken => taken.map_err(|l| (l, true)),
+                },
+                None => admit(session).await.map_err(|l| (l, false)),
+            }
+        };
         let run = async {
             tokio::select! {
                 result = run_on_backend(&call.tool, &call.arguments, &session.id, link) => result,
@@ -334,12 +330,40 @@ impl Host {
             tool = %call.tool.name,
             ensemble = %call.tool.ensemble
         );
-        let (result, deduplicated) = match call.key {
+        let ran = match call.key {
             Some(key) => {
                 let hold = call.tool.policy.limits.timeout;
-                session.dedup().run(key, hold, run).instrument(span).await
+                (session.dedup().run(key, hold, admission, run))
+                    .instrument(span)
+                    .await
             }
-            None => (run.instrument(span).await, false),
+            None => match admission.await {
+                Ok(quota) => Ok((quota, run.instrument(span).await, false)),
+                Err(limited) => {
+                    drop(run);
+                    Err(limited)
+                }
+            },
+        };
+        let (quota, result, deduplicated) = match ran {
+            Ok(ran) => ran,
+            Err((limited, answered_by_guard)) => {
+                let kind = if limited.unavailable {
+                    ErrorKind::Unavailable
+                } else {
+                    ErrorKind::RateLimited
+                };
+                let error = CallError::new(kind, limited.message);
+                if answered_by_guard {
+                    return CallOutcome {
+                        tool: call.tool.name.clone(),
+                        result: Err(error),
+                        deduplicated: false,
+                        duration: Duration::ZERO,
+                    };
+                }
+                return self.refuse(session, call, error);
+            }
         };
         let outcome = CallOutcome {
             tool: call.tool.name.clone(),
@@ -426,6 +450,14 @@ impl Host {
         };
         // A record the file refuses is held and written later; the log says so itself, once.
         let _ = log.append(&record);
+    }
+}
+
+/// A call of `session`'s caller admitted under its quota (nothing to hold without a caller).
+async fn admit(session: &Session) -> Result<Option<caller::Running>, Limited> {
+    match session.caller() {
+        Some(caller) => caller.admit().await,
+        None => Ok(None),
     }
 }
 

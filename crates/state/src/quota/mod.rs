@@ -4,9 +4,10 @@
 //!
 //! A call is admitted once, by one atomic step on its engine, and holds a [`Running`] until it
 //! ends. An HTTP request without a session is admitted ahead, by the guard, so that a refusal
-//! is a `429` before the request goes further; a call admitted ahead that never runs (its
-//! arguments were refused, say) gives its token back when its [`Running`] drops, as if it had
-//! never been asked, so that both engines count exactly the calls that ran.
+//! is a `429` (in a fleet the request goes on while Redis answers, and its call waits for the
+//! admission beside its dedup: one round trip for both); a call admitted ahead that never
+//! runs (its arguments were refused, say) gives its token back when its [`Running`] drops, as
+//! if it had never been asked, so that both engines count exactly the calls that ran.
 
 pub mod embedded;
 pub mod shared;
