@@ -67,6 +67,7 @@ pub fn cells(
             leeway: Duration::from_secs(30),
             groups_claim: "groups".into(),
             sign_in: None,
+            challenge_scopes: None,
         }),
         rules: vec![Rule {
             who: Who {

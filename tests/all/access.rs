@@ -181,7 +181,7 @@ async fn in_session(
 
 /// The shipped ensembles and their plugins, with `examples/access/toolhost.toml` where the
 /// repository keeps it (its `ensembles` path is relative to it).
-fn example() -> (Fixture, std::path::PathBuf) {
+pub(crate) fn example() -> (Fixture, std::path::PathBuf) {
     let fixture = Fixture::new();
     crate::support::copy_shipped(fixture.root());
     let config = fixture.root().join("examples/access/toolhost.toml");
@@ -254,7 +254,7 @@ async fn the_example_gives_each_scope_its_tools_and_the_operators_token_everythi
         "{challenge}"
     );
     assert!(
-        challenge.contains("scope=\"tools:all tools:calculate\""),
+        challenge.contains("scope=\"tools:calculate\""),
         "{challenge}"
     );
     // The protected resource metadata (RFC 9728), at both of its paths, without a token.

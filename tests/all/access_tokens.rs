@@ -342,7 +342,7 @@ fn check_reports_every_access_mistake_at_its_place() {
         "[[access.tokens]]\nname = \"ops\"\ntoken = \"hunter2\"\n\n\
          [[access.tokens]]\nname = \"dev\"\nsha256 = \"xyz\"\n\n\
          [access.oidc]\nissuer = \"ftp://id.example\"\nresource = \"https://tools.example/mcp\"\n\
-         algorithms = [\"HS256\"]\n\n\
+         algorithms = [\"HS256\"]\nchallenge-scopes = [\"tools:everything\", \"two words\"]\n\n\
          [[access.rules]]\ntools = [\"calc ulate\"]\n\n\
          [access.oidc.sign-in]\nclient-id = \"web\"\nclient-secret-env = \"NOT_SET_ANYWHERE\"\n\
          redirect-uri = \"http://tools.example/auth/callback\"\n",
@@ -360,10 +360,12 @@ fn check_reports_every_access_mistake_at_its_place() {
         (10, "64 hexadecimal digits"),
         (13, "must be an https URL"),
         (15, "`HS256` is not accepted"),
-        (17, "a rule says whom it is for"),
-        (18, "neither a name nor a glob"),
-        (22, "$NOT_SET_ANYWHERE (`client-secret-env`) is not set"),
-        (23, "`redirect-uri` must be an https URL"),
+        (16, "no rule names the scope `tools:everything`"),
+        (16, "\"two words\" is not a scope"),
+        (18, "a rule says whom it is for"),
+        (19, "neither a name nor a glob"),
+        (23, "$NOT_SET_ANYWHERE (`client-secret-env`) is not set"),
+        (24, "`redirect-uri` must be an https URL"),
     ] {
         // Each message, then where: `--> .../toolhost.toml:LINE:COLUMN`.
         let at = stderr

@@ -9,7 +9,8 @@
 // key), REDIRECT (when set: a client `web` signs people in by authorization code with PKCE,
 // back to this redirect URI, through oidc-provider's own login and consent pages, where any
 // login and password will do). Prints `issuer <url>` once it listens. Clients (secret = id +
-// "-secret"): `tools` (tokens for 10 minutes), `brief` (tokens for 1 second), `web`, and
+// "-secret"): `tools` (tokens for 10 minutes), `reports` (`tools:calculate` only), `brief`
+// (tokens for 1 second), `web`, and
 // `eternal`, whose tokens are signed as any other's but expire at 2^63 s (a server must refuse
 // them without overflowing its clock). The signing library refuses to write a header with
 // `crit`: toolhost-access's own tests sign those.
@@ -31,6 +32,9 @@ const client = (id) => ({
 });
 
 const clients = ['tools', 'brief', 'eternal'].map(client);
+// `reports` may hold `tools:calculate` alone: asked for more, the provider refuses the
+// request (`invalid_scope`), as providers with per-client scopes do.
+clients.push({ ...client('reports'), scope: 'tools:calculate' });
 // What the odd clients' tokens say, set as each is signed.
 const odd = {
   eternal: (token) => { token.payload.exp = 2 ** 63; },
@@ -50,6 +54,7 @@ server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
   const issuer = `http://127.0.0.1:${server.address().port}`;
   const provider = new Provider(issuer, {
     clients,
+    scopes: ['openid', 'offline_access', 'tools:calculate', 'tools:all'],
     jwks: { keys: [key] },
     formats: {
       customizers: {

@@ -39,6 +39,8 @@ struct State {
     metrics_identities: usize,
     tokens: Vec<StaticToken>,
     oidc: Option<Arc<Oidc>>,
+    /// `[access.oidc] challenge-scopes`: what a `401` names (`None`: every scope of the rules).
+    challenge: Option<Vec<String>>,
     policy: Policy,
 }
 
@@ -260,7 +262,11 @@ impl Access {
         }
         let scopes = match &refusal.scope {
             Some(scope) => Some(scope.clone()),
-            None => Some(state.policy.scopes().join(" ")).filter(|s| !s.is_empty()),
+            None => match &state.challenge {
+                Some(chosen) => Some(chosen.join(" ")),
+                None => Some(state.policy.scopes().join(" ")),
+            }
+            .filter(|s| !s.is_empty()),
         };
         if let Some(scope) = scopes {
             parts.push(format!("scope=\"{scope}\""));
@@ -391,6 +397,8 @@ impl State {
                 sha256: sha256_of(token.as_bytes()),
             });
         }
+        // Read from the settings of each reload, also when the provider is kept.
+        let challenge = (settings.oidc.as_ref()).and_then(|o| o.challenge_scopes.clone());
         let oidc = match settings.oidc {
             None => None,
             Some(oidc) => match keep.filter(|kept| same_provider(&kept.settings, &oidc)) {
@@ -407,6 +415,7 @@ impl State {
             metrics_identities: settings.metrics_identities,
             tokens,
             oidc,
+            challenge,
             policy: Policy::new(settings.rules, settings.quotas),
         })
     }
@@ -433,6 +442,25 @@ fn same_provider(
         && a.algorithms == b.algorithms
         && a.leeway == b.leeway
         && a.groups_claim == b.groups_claim
+        && same_sign_in(a.sign_in.as_ref(), b.sign_in.as_ref())
+}
+
+/// Whether two `[access.oidc.sign-in]`s are the same (the web chat's sign-in reads the kept
+/// provider's: a changed one makes a new provider).
+fn same_sign_in(
+    a: Option<&toolhost_config::access::SignInSettings>,
+    b: Option<&toolhost_config::access::SignInSettings>,
+) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.client_id == b.client_id
+                && a.client_secret == b.client_secret
+                && a.scopes == b.scopes
+                && a.redirect_uri == b.redirect_uri
+        }
+        _ => false,
+    }
 }
 
 /// What an identity may call and how much: asked of the rules and quotas in force each time.
@@ -488,6 +516,49 @@ mod tests {
             metadata_url("http://127.0.0.1:8750/"),
             "http://127.0.0.1:8750/.well-known/oauth-protected-resource"
         );
+    }
+
+    #[test]
+    fn a_reload_takes_the_challenges_scopes_and_the_sign_in_of_a_kept_provider() {
+        let oidc = |challenge: Option<&str>, sign_in: bool| toolhost_config::access::OidcSettings {
+            issuer: "https://id.example".into(),
+            resource: "https://tools.example/mcp".into(),
+            algorithms: vec!["RS256".into()],
+            leeway: std::time::Duration::from_secs(30),
+            groups_claim: "groups".into(),
+            sign_in: sign_in.then(|| toolhost_config::access::SignInSettings {
+                client_id: "web".into(),
+                client_secret: None,
+                scopes: vec!["openid".into()],
+                redirect_uri: "https://tools.example/auth/callback".parse().expect("url"),
+            }),
+            challenge_scopes: challenge.map(|c| vec![c.to_string()]),
+        };
+        let settings = |challenge, sign_in| AccessSettings {
+            oidc: Some(oidc(challenge, sign_in)),
+            ..AccessSettings::default()
+        };
+        let access = Access::new(settings(None, false), None).expect("access");
+        let refusal = Refusal::invalid_token("no token");
+        assert!(!access.challenge(&refusal).contains("scope="));
+        let kept = access.oidc().expect("provider");
+        access
+            .replace(settings(Some("tools:calculate"), false), None)
+            .expect("reload");
+        assert!(
+            (access.challenge(&refusal)).contains("scope=\"tools:calculate\""),
+            "{}",
+            access.challenge(&refusal)
+        );
+        assert!(
+            Arc::ptr_eq(&kept, &access.oidc().expect("provider")),
+            "kept"
+        );
+        access
+            .replace(settings(Some("tools:calculate"), true), None)
+            .expect("reload");
+        let signing_in = access.oidc().expect("provider");
+        assert!(signing_in.settings.sign_in.is_some(), "the new sign-in");
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@
 //! loopback request without a token (the local operator, unless `require-token`). Rules
 //! (`[[access.rules]]`) grant tools; once one rule exists, what no rule grants is denied.
 
+mod challenge;
 mod sign_in;
 
 use crate::names::{EnvVarName, Setting, written_or};
@@ -135,6 +136,9 @@ pub struct OidcSection {
     pub leeway_s: Option<LeewayS>,
     /// The claim that holds the groups (default `groups`).
     pub groups_claim: Option<String>,
+    /// The scopes a `401` asks clients to get (default: every scope the rules name).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub challenge_scopes: Option<Vec<Spanned<String>>>,
     /// The web chat signs people in with this provider (authorization code with PKCE).
     #[schemars(with = "Option<SignInSection>")]
     pub sign_in: Option<Spanned<SignInSection>>,
@@ -260,6 +264,8 @@ pub struct OidcSettings {
     pub leeway: Duration,
     pub groups_claim: String,
     pub sign_in: Option<SignInSettings>,
+    /// `challenge-scopes`, as written (`None`: every scope the rules name).
+    pub challenge_scopes: Option<Vec<String>>,
 }
 
 /// `[access.oidc.sign-in]`, with its secret read (never printed).
@@ -456,6 +462,11 @@ impl AccessSection {
             if section.algorithms.is_empty() {
                 algorithms = DEFAULT_ALGORITHMS.iter().map(|a| a.to_string()).collect();
             }
+            let named: Vec<&str> = (self.rules.iter())
+                .flat_map(|rule| rule.get_ref().scopes.iter().map(String::as_str))
+                .collect();
+            let challenge_scopes =
+                challenge::check(section.challenge_scopes.as_ref(), &named, &error);
             let sign_in = (section.sign_in.as_ref())
                 .and_then(|s| sign_in::check(s, resource.as_deref()?, env, &error, &not_set));
             if section.sign_in.is_some() && sign_in.is_none() {
@@ -463,6 +474,7 @@ impl AccessSection {
             }
             Some(OidcSettings {
                 sign_in,
+                challenge_scopes,
                 issuer: issuer?,
                 resource: resource?,
                 algorithms,

@@ -24,6 +24,7 @@ fn settings(issuer: &str, leeway: u64) -> OidcSettings {
         algorithms: vec!["ES256".into()],
         leeway: Duration::from_secs(leeway),
         groups_claim: "groups".into(),
+        challenge_scopes: None,
         sign_in: None,
     }
 }
