@@ -33,14 +33,19 @@ fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) 
     // The toolchains' versions are inputs too: a new componentize-py builds afresh.
     hasher.update(&std::fs::read(tools().join("pins")).expect("read the tools' pins"));
     for source in sources {
-        let mut files = vec![source.clone()];
-        if source.is_dir() {
-            files = std::fs::read_dir(source)
-                .expect("read dir")
-                .map(|e| e.expect("entry").path())
-                .collect();
-            files.sort();
+        // Folders whole, with their own folders (a WIT folder's `deps`).
+        let mut files = Vec::new();
+        let mut folders = vec![source.clone()];
+        while let Some(next) = folders.pop() {
+            if !next.is_dir() {
+                files.push(next);
+                continue;
+            }
+            for entry in std::fs::read_dir(&next).expect("read dir") {
+                folders.push(entry.expect("entry").path());
+            }
         }
+        files.sort();
         for file in files {
             hasher.update(file.to_string_lossy().as_bytes());
             hasher.update(&std::fs::read(&file).expect("read source"));
@@ -126,6 +131,18 @@ pub fn python_talker() -> PathBuf {
         &repo.join("tests/plugins/python-talker"),
         &repo.join("wit/toolhost-plugin-0.2.0"),
         "plugin",
+    )
+}
+
+/// The JavaScript typed component that reads its settings through `wasi:config/store`
+/// (`tests/plugins/settings`): `lookup/setting` and `lookup/granted`.
+pub fn javascript_settings() -> PathBuf {
+    let settings = Path::new(REPO_ROOT).join("tests/plugins/settings");
+    javascript(
+        "js-settings",
+        &settings.join("js/app.js"),
+        &settings.join("wit"),
+        "settings",
     )
 }
 

@@ -79,6 +79,7 @@ mod talk_asking;
 mod talk_chat;
 mod talk_rounds;
 mod typed;
+mod wasi_config;
 mod web;
 mod web_conversations;
 mod web_docs;

@@ -142,6 +142,9 @@ pub struct Defaults {
     /// 250 µs or more to instantiate, none otherwise).
     pub prepared: Option<Prepared>,
     pub dedup: Option<DedupMode>,
+    /// The capabilities of the tools the ensemble offers without `[[invokers]]` (every
+    /// export of its component), each within `[grants]`; written invokers name their own.
+    pub capabilities: Option<Capabilities>,
 }
 
 /// `[grants]`: the ceiling of what the ensemble's invokers may be given.
@@ -163,6 +166,23 @@ pub struct Grants {
     /// Whether invokers may ask the person behind the caller (`elicit`).
     #[schemars(with = "Option<bool>")]
     pub elicitation: Option<Spanned<bool>>,
+    /// Settings a component reads through `wasi:config/store`, by key: a value, or
+    /// `{ env = "VAR" }` to take it from the host's environment (never shown).
+    #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, ConfigGrant>")]
+    pub config: std::collections::BTreeMap<String, Spanned<toml::Value>>,
+}
+
+/// A setting granted in `[grants] config`: its value, or the host variable that holds it.
+#[derive(Debug, JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ConfigGrant {
+    Value(String),
+    Env {
+        #[schemars(with = "EnvVarName")]
+        env: String,
+    },
 }
 
 /// One granted directory: `{ host = "data/", guest = "/data", access = "read" }`.
@@ -259,7 +279,7 @@ pub struct Limits {
 }
 
 /// `[capabilities]`: what the invoker needs; each must lie within the ensemble's grants.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Capabilities {
     #[serde(default)]
@@ -281,11 +301,15 @@ pub struct Capabilities {
     /// May ask the person behind the caller; needs the ensemble's grant (default false).
     #[schemars(with = "Option<bool>")]
     pub elicitation: Option<Spanned<bool>>,
+    /// Keys of the ensemble's `[grants] config` the invoker reads through `wasi:config/store`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub config: Vec<Spanned<String>>,
 }
 
 /// A directory the invoker needs, by its guest path: `{ guest = "/data", access = "read" }`.
 /// The host directory comes from the ensemble's grant of that guest path (or of a parent).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileCapability {
     pub guest: GuestPath,

@@ -231,6 +231,11 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
+        wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut CallState| {
+            wasmtime_wasi_config::WasiConfig::from(&state.config)
+        })
+        .map_err(engine_error)?;
+        bindings::wasi_config_draft::link(&mut linker).map_err(engine_error)?;
         Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
             state
         })
@@ -509,6 +514,12 @@ impl Runtime {
             talk: TalkBudget::new(sandbox.talk, Arc::clone(caller.link)),
             http,
             network: network_guard(caller, limits, sandbox),
+            config: (sandbox.config.iter())
+                .map(|c| (c.key.as_str(), c.value.as_str()))
+                .collect(),
+            settings: (sandbox.config.iter())
+                .map(|c| (c.key.clone(), c.value.clone()))
+                .collect(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);

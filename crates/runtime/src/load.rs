@@ -542,7 +542,8 @@ const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
 /// own always does, one of the host's for [`RETRY_UNAVAILABLE`].
 /// What the host links, for messages about what a component imports.
 const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:io, wasi:random, \
-     wasi:sockets, wasi:http/outgoing-handler; each denied unless granted) and \
+     wasi:sockets, wasi:http/outgoing-handler, wasi:config/store @0.2.0-draft and -rc.1; each \
+     denied unless granted) and \
      toolhost:plugin/host@0.1.0, @0.2.0 and @0.3.0";
 
 /// A linker failure in plain words: which import the host lacks, and what it provides. The

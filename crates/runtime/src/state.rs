@@ -27,6 +27,11 @@ pub(crate) struct CallState {
     pub(crate) http: WasiHttpCtx,
     /// Checks and sends the call's outgoing HTTP requests.
     pub(crate) network: NetworkGuard,
+    /// What `wasi:config/store` answers (`0.2.0-rc.1`, by wasmtime-wasi-config): the settings
+    /// the invoker was granted, nothing else.
+    pub(crate) config: wasmtime_wasi_config::WasiConfigVariables,
+    /// The same settings, for `wasi:config/store@0.2.0-draft` (`bindings::wasi_config_draft`).
+    pub(crate) settings: std::collections::HashMap<String, String>,
 }
 
 impl WasiHttpView for CallState {

@@ -77,6 +77,10 @@ pub(crate) async fn run(
                         "guest": p.guest, "host": p.host, "writable": p.writable,
                     })).collect::<Vec<_>>(),
                     "env": t.policy().sandbox.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                    // A setting from the environment by its variable's name, never its value.
+                    "config": t.policy().sandbox.config.iter()
+                        .map(|c| (c.key.clone(), serde_json::Value::from(c.shown())))
+                        .collect::<serde_json::Map<_, _>>(),
                     "version": t.version().to_string(),
                 })
             })

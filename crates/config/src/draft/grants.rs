@@ -1,7 +1,7 @@
 //! An ensemble's `[grants]` and the checks of each invoker's `[capabilities]` against them.
 //! No engine is needed: the result is the [`SandboxSpec`] a call of the invoker runs in.
 
-use crate::sandbox::{NetPattern, Preopen, SandboxSpec};
+use crate::sandbox::{ConfigVar, NetPattern, Preopen, SandboxSpec};
 use crate::v1::{self, Capabilities};
 use crate::{Access, Diagnostic, EnvVarName, Location, SourceFile};
 use std::path::PathBuf;
@@ -17,7 +17,16 @@ pub struct Grants {
     env: Vec<Spanned<EnvVarName>>,
     sampling: Option<Spanned<bool>>,
     elicitation: Option<Spanned<bool>>,
+    /// `[grants] config`, checked: each key with its value (`None`: its variable is not set)
+    /// and the variable it came from.
+    config: Vec<(String, Option<String>, Option<String>)>,
+    config_first: Option<std::ops::Range<usize>>,
 }
+
+/// The most settings one ensemble grants, the longest key and the longest value.
+pub const MAX_CONFIG_KEYS: usize = 64;
+pub const MAX_CONFIG_KEY_BYTES: usize = 128;
+pub const MAX_CONFIG_VALUE_BYTES: usize = 64 << 10;
 
 impl Grants {
     /// Checks `[grants]` of the ensemble `ensemble` in `source`; every bad grant is a
@@ -55,6 +64,12 @@ impl Grants {
                 )),
             }
         }
+        let config_first = grants
+            .config
+            .values()
+            .map(|v| v.span())
+            .min_by_key(|r| r.start);
+        let config = config_grants(source, grants.config, diagnostics);
         Grants {
             source: Arc::clone(source),
             ensemble: ensemble.to_string(),
@@ -63,6 +78,8 @@ impl Grants {
             env: grants.env,
             sampling: grants.sampling,
             elicitation: grants.elicitation,
+            config,
+            config_first,
         }
     }
 
@@ -73,6 +90,7 @@ impl Grants {
             && self.env.is_empty()
             && self.sampling.is_none()
             && self.elicitation.is_none()
+            && self.config.is_empty()
     }
 
     /// A capability the ensemble does not grant, at `span` of `source`, with a note: where
@@ -293,8 +311,99 @@ impl Grants {
                 spec.env.push((wanted.to_string(), value));
             }
         }
+        for key in &capabilities.config {
+            let wanted = key.get_ref();
+            let Some((_, value, env)) = self.config.iter().find(|(k, _, _)| k == wanted) else {
+                let granted: Vec<&str> = self.config.iter().map(|(k, _, _)| k.as_str()).collect();
+                diagnostics.push(self.not_granted(
+                    source,
+                    key.span(),
+                    format!("invoker `{name}` asks for the setting `{wanted}`, which ensemble `{ensemble}` does not grant"),
+                    self.config_first.clone(),
+                    &granted,
+                    "settings (`config`)",
+                ));
+                continue;
+            };
+            // A setting whose variable the host does not have is absent in the guest.
+            if let Some(value) = value {
+                spec.config.push(ConfigVar {
+                    key: wanted.clone(),
+                    value: value.clone(),
+                    env: env.clone(),
+                });
+            }
+        }
         (diagnostics.len() == before).then_some(spec)
     }
+}
+
+/// `[grants] config` checked: keys of `[A-Za-z0-9_.-]`, values that are strings or
+/// `{ env = "VAR" }`, within the bounds above. A variable that is not set leaves its setting
+/// out (as a granted environment variable the host lacks).
+fn config_grants(
+    source: &SourceFile,
+    written: std::collections::BTreeMap<String, Spanned<toml::Value>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut config = Vec::new();
+    for (key, value) in written {
+        let at = source.at(value.span());
+        let good_key = !key.is_empty()
+            && key.len() <= MAX_CONFIG_KEY_BYTES
+            && (key.bytes()).all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !good_key {
+            diagnostics.push(Diagnostic::new(
+                at,
+                format!(
+                    "{key:?} is not a setting's key: 1 to {MAX_CONFIG_KEY_BYTES} of [A-Za-z0-9_.-]"
+                ),
+            ));
+            continue;
+        }
+        if config.len() == MAX_CONFIG_KEYS {
+            diagnostics.push(Diagnostic::new(
+                at,
+                format!("an ensemble grants at most {MAX_CONFIG_KEYS} settings (`config`)"),
+            ));
+            break;
+        }
+        let (read, env) = match value.get_ref() {
+            toml::Value::String(text) => (Some(text.clone()), None),
+            toml::Value::Table(table)
+                if table.len() == 1
+                    && let Some(toml::Value::String(var)) = table.get("env")
+                    && crate::EnvVarName::try_from(var.clone()).is_ok() =>
+            {
+                (std::env::var(var).ok(), Some(var.clone()))
+            }
+            _ => {
+                diagnostics.push(Diagnostic::new(
+                    at,
+                    format!(
+                        "setting `{key}` is a string, or {{ env = \"VAR\" }} to read it from the \
+                         host's environment (a variable's name: [A-Za-z_][A-Za-z0-9_]*)"
+                    ),
+                ));
+                continue;
+            }
+        };
+        if read
+            .as_ref()
+            .is_some_and(|v| v.len() > MAX_CONFIG_VALUE_BYTES)
+        {
+            diagnostics.push(Diagnostic::new(
+                at,
+                format!(
+                    "setting `{key}` is longer than {} KiB",
+                    MAX_CONFIG_VALUE_BYTES >> 10
+                ),
+            ));
+            continue;
+        }
+        config.push((key, read, env));
+    }
+    config
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub use settings::{
 
 use crate::sandbox::SandboxSpec;
 use crate::schema::{Schema, SchemaCache, SchemaError};
-use crate::v1::{Capabilities, Defaults, EnsembleFile, InvokerSection, Limits};
+use crate::v1::{Defaults, EnsembleFile, InvokerSection, Limits};
 use crate::{Blake3Hex, Diagnostic, FileKind, Location, SourceFile, Span, ToolName};
 use entries::{InvokerTables, entry_tables};
 use grants::Grants;
@@ -318,7 +318,8 @@ impl EnsembleDraft {
                             blake3: None,
                         },
                         limits: Limits::default(),
-                        capabilities: Capabilities::default(),
+                        capabilities: (self.context.defaults.capabilities.clone())
+                            .unwrap_or_default(),
                         arguments: None,
                     };
                     self.invokers.push(self.context.invoker(tables, schemas));
@@ -413,7 +414,8 @@ impl Context {
                 && capabilities.log.is_none()
                 && capabilities.progress.is_none()
                 && capabilities.sampling.is_none()
-                && capabilities.elicitation.is_none())
+                && capabilities.elicitation.is_none()
+                && capabilities.config.is_empty())
             {
                 errors.push(Diagnostic::new(
                     source.at(section.name.span()),

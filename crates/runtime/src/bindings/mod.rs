@@ -12,6 +12,7 @@
 pub(crate) mod since_v0_1_0;
 pub(crate) mod since_v0_2_0;
 pub(crate) mod since_v0_3_0;
+pub(crate) mod wasi_config_draft;
 
 /// Writes, in a bindings module whose `types` interface is 0.2.0's (or a later one's),
 /// `content` (one item as the host's) and `result` (a result as the host's: its items as

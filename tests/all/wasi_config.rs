@@ -1,0 +1,143 @@
+//! `wasi:config/store`, as jco's components of other hosts read their settings: a typed
+//! JavaScript component (`tests/plugins/settings`, componentize-js) offered without
+//! `[[invokers]]` gets the settings `[defaults] capabilities` names from the ensemble's
+//! `[grants] config` (a value, or one taken from the host's environment) and nothing else;
+//! the same component without capabilities gets none; `list --json` names a setting from the
+//! environment by its variable, never its value; `check` says where a setting is not granted.
+
+use crate::support::{Fixture, ok, session};
+use serde_json::{Value, json};
+use std::process::Command;
+use toolhost_testkit::languages::javascript_settings;
+
+/// An ensemble `name` over the settings component, with `more` lines after `[ensemble]`.
+fn ensemble(name: &str, wasm: &std::path::Path, more: &str) -> String {
+    format!(
+        "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\n\
+         component = \"{}\"\n\n{more}",
+        wasm.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jco_component_reads_the_settings_it_is_granted_and_no_others() {
+    let wasm = javascript_settings();
+    let fixture = Fixture::new();
+    // CARGO_PKG_NAME is set for every test; SETTINGS_SECRET is not (its setting is left out).
+    fixture.write(
+        "granted.toml",
+        &ensemble(
+            "granted",
+            &wasm,
+            "[defaults]\ntimeout-ms = 20000\ncapabilities = { config = [\"api-base\", \"package\", \"secret\"] }\n\n\
+             [grants.config]\napi-base = \"https://api.example\"\npackage = { env = \"CARGO_PKG_NAME\" }\n\
+             secret = { env = \"SETTINGS_SECRET\" }\nunused = \"not asked for\"\n",
+        ),
+    );
+    fixture.write(
+        "bare.toml",
+        &ensemble(
+            "bare",
+            &wasm,
+            "[defaults]\ntimeout-ms = 20000\n\n[grants.config]\napi-base = \"https://api.example\"\n",
+        ),
+    );
+    let host = fixture.host().await;
+    let s = session();
+    let setting = |prefix: &str, key: &str| {
+        let host = &host;
+        let s = &s;
+        let tool = format!("{prefix}_setting");
+        let key = key.to_string();
+        async move { ok(&host.invoke(s, &tool, json!({"key": key})).await) }
+    };
+    assert_eq!(
+        setting("granted", "api-base").await,
+        "\"https://api.example\""
+    );
+    assert_eq!(setting("granted", "package").await, "\"toolhost\"");
+    assert_eq!(
+        setting("granted", "secret").await,
+        "null",
+        "its variable is not set"
+    );
+    assert_eq!(
+        setting("granted", "unused").await,
+        "null",
+        "granted, not asked for"
+    );
+    let all = ok(&host.invoke(&s, "granted_granted", json!({})).await);
+    assert_eq!(
+        serde_json::from_str::<Value>(&all).expect("JSON"),
+        json!(["api-base=https://api.example", "package=toolhost"])
+    );
+    // Deny by default: granted to the ensemble, asked for by no capability.
+    assert_eq!(setting("bare", "api-base").await, "null");
+    let none = ok(&host.invoke(&s, "bare_granted", json!({})).await);
+    assert_eq!(
+        serde_json::from_str::<Value>(&none).expect("JSON"),
+        json!([])
+    );
+
+    // `list --json` shows a value written as it is and one from the environment by name.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command
+        .env("SETTINGS_SECRET", "hunter2-never-shown")
+        .args(["list", "--json"])
+        .output()
+        .expect("list");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(!stdout.contains("hunter2-never-shown"), "{stdout}");
+    let rows: Vec<Value> = serde_json::from_str(&stdout).expect("JSON");
+    let row = (rows.iter())
+        .find(|r| r["name"] == "granted_setting")
+        .expect("the tool");
+    assert_eq!(
+        row["config"],
+        json!({
+            "api-base": "https://api.example",
+            "package": "$CARGO_PKG_NAME",
+            "secret": "$SETTINGS_SECRET",
+        })
+    );
+}
+
+#[test]
+fn check_says_where_a_setting_is_not_granted_or_not_written_right() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "asks.toml",
+        "schema-version = 1\n\n[ensemble]\nname = \"asks\"\ncomponent = \"../echo.wasm\"\n\n\
+         [grants.config]\nhost = \"db.internal\"\nport = 5432\n\"two words\" = \"x\"\n\n\
+         [[invokers]]\nname = \"echo\"\ncapabilities = { config = [\"host\", \"password\"] }\n",
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command.arg("check").output().expect("check");
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!output.status.success(), "{stderr}");
+    for (line, what) in [
+        (9, "setting `port` is a string, or { env = \"VAR\" }"),
+        (10, "\"two words\" is not a setting's key"),
+        (
+            14,
+            "asks for the setting `password`, which ensemble `asks` does not grant",
+        ),
+    ] {
+        let at = stderr
+            .find(what)
+            .unwrap_or_else(|| panic!("{what}\n{stderr}"));
+        let place = stderr[at..].lines().nth(1).unwrap_or_default();
+        assert!(
+            place.contains(&format!("asks.toml:{line}:")),
+            "{what}: {place}\n{stderr}"
+        );
+    }
+}
