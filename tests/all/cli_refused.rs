@@ -1,6 +1,8 @@
 //! What the CLI says of a tool whose ensemble was refused: `call` names the file and its
 //! first reason (a core module instead of a component, say) before the tool is reported
-//! missing, and a catalog with no tool says so instead of listing nothing.
+//! missing, and a catalog with no tool says so instead of listing nothing. A component that
+//! needs more of the instance pool than a call gets is refused naming the setting that
+//! raises the share, and runs once it is raised.
 
 use crate::support::Fixture;
 use std::process::Command;
@@ -37,4 +39,82 @@ fn a_call_to_a_tool_of_a_refused_ensemble_says_why_it_is_not_served() {
         said.contains("no tool named `hello`; available tools: none (no ensemble serves a tool)"),
         "{said}"
     );
+}
+
+/// A typed component whose one tool, `answer`, returns 7, made of `core` core instances.
+fn component_of_core_instances(core: usize) -> Vec<u8> {
+    let instances: String = (0..core)
+        .map(|n| format!("(core instance $i{n} (instantiate $m))\n"))
+        .collect();
+    wat::parse_str(format!(
+        "(component\n(core module $m (func (export \"f\") (result i32) i32.const 7))\n{instances}\
+         (func (export \"answer\") (result u32) (canon lift (core func $i0 \"f\"))))"
+    ))
+    .expect("wat")
+}
+
+#[test]
+fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_run() {
+    let fixture = Fixture::new();
+    std::fs::write(
+        fixture.root().join("wide.wasm"),
+        component_of_core_instances(40),
+    )
+    .expect("write");
+    fixture.write(
+        "wide.toml",
+        "schema-version = 1\n[ensemble]\nname = \"wide\"\ncomponent = \"../wide.wasm\"\n",
+    );
+    let run = |config: Option<&std::path::Path>, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        command.args(args).output().expect("toolhost")
+    };
+    let refused = run(None, &["check"]);
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("it needs more of the instance pool than one call gets (32 core instances"),
+        "{said}"
+    );
+    assert!(
+        said.contains("raise [host] core-instances-per-call"),
+        "{said}"
+    );
+
+    let config = fixture.write_host_file(
+        "host",
+        &format!(
+            "ensembles = \"{}\"\ncore-instances-per-call = 48",
+            fixture.ensembles().display()
+        ),
+    );
+    let called = run(Some(&config), &["call", "answer", "{}"]);
+    let out = String::from_utf8_lossy(&called.stdout);
+    assert!(
+        called.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    assert_eq!(out.trim(), "7");
+
+    // Memories reserve address space: the pool's total is bounded, at the setting's place.
+    let config = fixture.write_host_file(
+        "host",
+        &format!(
+            "ensembles = \"{}\"\nmax-concurrent-calls = 2000\nmemories-per-call = 16",
+            fixture.ensembles().display()
+        ),
+    );
+    let refused = run(Some(&config), &["check"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("memories-per-call (16) times max-concurrent-calls (2000) is 32000 memories"),
+        "{said}"
+    );
+    assert!(said.contains("toolhost.toml:6:"), "{said}");
 }

@@ -23,6 +23,7 @@ fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Ar
             describe_timeout: Duration::from_secs(30),
             keep_resident: 0,
             prepared: Default::default(),
+            share: Default::default(),
         })
         .expect("runtime"),
     )

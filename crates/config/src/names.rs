@@ -280,6 +280,18 @@ bounded!(
     KeepResidentMib, "keep-resident-mib", 0, 4096, mib usize
 );
 bounded!(
+    /// `core-instances-per-call`: core instances one call's instance may have, 1 to 256.
+    CoreInstancesPerCall, "core-instances-per-call", 1, 256, number u32
+);
+bounded!(
+    /// `memories-per-call`: linear memories one call's instance may have, 1 to 16.
+    MemoriesPerCall, "memories-per-call", 1, 16, number u32
+);
+bounded!(
+    /// `tables-per-call`: tables one call's instance may have, 1 to 256.
+    TablesPerCall, "tables-per-call", 1, 256, number u32
+);
+bounded!(
     /// `cache-keep`: compiled components no ensemble uses that the cache keeps, 0 to 100,000.
     CacheKeep, "cache-keep", 0, 100_000, number usize
 );

@@ -3,14 +3,15 @@
 
 use super::names::{
     Access, AllowedHost, ApprovalTimeoutS, BackendToolName, Blake3Hex, CacheKeep, ChatMib,
-    CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, DedupMib, DedupMode, DescribeTimeoutMs,
-    DrainTimeoutS, EnsembleName, EnvVarName, GuestPath, HttpBodyTimeoutS, HttpHeaderTimeoutMs,
-    KeepResidentMib, MaxAttempts, MaxBlobMib, MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency,
-    MaxConcurrentCalls, MaxConversations, MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams,
-    MaxIterations, MaxManifestKib, MaxMcpSessions, MaxOutputBytes, MaxParallelCalls,
-    MaxParallelCompiles, MaxPrepared, MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxResponseMib,
-    MaxRuns, MaxTokens, MaxTools, McpSessionIdleS, MemoryMib, Prepared, PullTimeoutS,
-    RedisTimeoutMs, RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TimeoutMs, ToolName,
+    CompileCpuSeconds, CompileMemoryMib, CompileTimeoutS, CoreInstancesPerCall, DedupMib,
+    DedupMode, DescribeTimeoutMs, DrainTimeoutS, EnsembleName, EnvVarName, GuestPath,
+    HttpBodyTimeoutS, HttpHeaderTimeoutMs, KeepResidentMib, MaxAttempts, MaxBlobMib,
+    MaxCallsPerAnswer, MaxComponentMib, MaxConcurrency, MaxConcurrentCalls, MaxConversations,
+    MaxDatabaseMib, MaxHttpConnections, MaxHttpStreams, MaxIterations, MaxManifestKib,
+    MaxMcpSessions, MaxOutputBytes, MaxParallelCalls, MaxParallelCompiles, MaxPrepared,
+    MaxPreparedMib, MaxQueue, MaxResponseBytes, MaxResponseMib, MaxRuns, MaxTokens, MaxTools,
+    McpSessionIdleS, MemoriesPerCall, MemoryMib, Prepared, PullTimeoutS, RedisTimeoutMs,
+    RequestTimeoutS, ResolveTimeoutMs, RetryDelayMs, TablesPerCall, TimeoutMs, ToolName,
 };
 use super::names::{ArgumentName, MaxFileKib, MaxResourceFiles, UriPrefix};
 use schemars::JsonSchema;
@@ -421,6 +422,14 @@ pub struct HostSection {
     /// every page back): no unmapping and faulting in per call, faster calls of large
     /// components (Python, JavaScript) with more, memory held by idle pool slots.
     pub keep_resident_mib: Option<KeepResidentMib>,
+    /// One call's share of the instance pool, read at start (defaults 32, 2 and 32): a
+    /// component that needs more (a large componentize-py build) is refused, naming these.
+    pub core_instances_per_call: Option<CoreInstancesPerCall>,
+    /// At most 20,000 memories in the pool (`max-concurrent-calls` times this): each
+    /// reserves 4 GiB of address space.
+    #[schemars(with = "Option<MemoriesPerCall>")]
+    pub memories_per_call: Option<Spanned<MemoriesPerCall>>,
+    pub tables_per_call: Option<TablesPerCall>,
     /// Instances held prepared ahead of calls, all invokers together (default 32, at most
     /// half of `max-concurrent-calls`; 0 turns preparation off).
     pub max_prepared: Option<MaxPrepared>,

@@ -20,12 +20,32 @@ pub(super) fn compile_config() -> Config {
     config
 }
 
-/// What one instance (one call) may take of the pool: a component that declares more is
-/// refused at load, naming the resource. The pool holds this much for every instance, so no
-/// call can take another's share.
+/// What one instance (one call) may take of the pool by default: a component that declares
+/// more is refused at load, naming the resource and the setting that raises it. The pool
+/// holds this much for every instance, so no call can take another's share.
 pub const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 pub const MEMORIES_PER_COMPONENT: u32 = 2;
 pub const TABLES_PER_COMPONENT: u32 = 32;
+
+/// One call's share of the instance pool (`[host] core-instances-per-call`,
+/// `memories-per-call`, `tables-per-call`; read at start): the pool reserves it for each of
+/// its instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolShare {
+    pub core_instances: u32,
+    pub memories: u32,
+    pub tables: u32,
+}
+
+impl Default for PoolShare {
+    fn default() -> Self {
+        PoolShare {
+            core_instances: CORE_INSTANCES_PER_COMPONENT,
+            memories: MEMORIES_PER_COMPONENT,
+            tables: TABLES_PER_COMPONENT,
+        }
+    }
+}
 /// Elements of one table, at most (a table declared larger is refused at load, and none may
 /// grow past it): the pool reserves this much for every table of every instance.
 pub const TABLE_ELEMENTS: usize = 20_000;
@@ -39,16 +59,21 @@ const TABLE_KEEP_RESIDENT: usize = 256 << 10;
 /// (`[host] keep-resident-mib`; 0: every page is given back). Public so that the benchmarks'
 /// raw-wasmtime baseline runs on exactly the same settings.
 pub fn engine_config(max_instances: u32, keep_resident: usize) -> Config {
+    engine_config_with(max_instances, keep_resident, PoolShare::default())
+}
+
+/// [`engine_config`] with `share` of the pool for each instance.
+pub fn engine_config_with(max_instances: u32, keep_resident: usize, share: PoolShare) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
-        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
-        .total_memories(n.saturating_mul(MEMORIES_PER_COMPONENT))
-        .total_tables(n.saturating_mul(TABLES_PER_COMPONENT))
+        .total_core_instances(n.saturating_mul(share.core_instances))
+        .total_memories(n.saturating_mul(share.memories))
+        .total_tables(n.saturating_mul(share.tables))
         .total_stacks(n)
-        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
-        .max_memories_per_component(MEMORIES_PER_COMPONENT)
-        .max_tables_per_component(TABLES_PER_COMPONENT)
+        .max_core_instances_per_component(share.core_instances)
+        .max_memories_per_component(share.memories)
+        .max_tables_per_component(share.tables)
         .table_elements(TABLE_ELEMENTS)
         .max_memory_size(4 << 30);
     if keep_resident > 0 {

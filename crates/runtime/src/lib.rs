@@ -35,7 +35,7 @@ pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
-pub use engine::engine_config;
+pub use engine::{PoolShare, engine_config, engine_config_with};
 pub use inspect::{Import, Inspection, World};
 pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use offers::{
@@ -116,6 +116,8 @@ pub struct RuntimeSettings {
     pub keep_resident: usize,
     /// How many instances may be held prepared, in all.
     pub prepared: PreparedLimits,
+    /// What one instance may take of the pool.
+    pub share: engine::PoolShare,
 }
 
 impl Default for RuntimeSettings {
@@ -127,6 +129,7 @@ impl Default for RuntimeSettings {
             describe_timeout: DEFAULT_DESCRIBE_TIMEOUT,
             keep_resident: DEFAULT_KEEP_RESIDENT,
             prepared: PreparedLimits::default(),
+            share: engine::PoolShare::default(),
         }
     }
 }
@@ -226,7 +229,11 @@ impl Runtime {
     /// Configures the engine (pooling allocator, epoch interruption) and the linker.
     pub fn new(settings: &RuntimeSettings) -> Result<Self, RuntimeError> {
         let engine_error = |e: wasmtime::Error| RuntimeError::Engine(e.to_string());
-        let config = engine_config(settings.max_instances, settings.keep_resident);
+        let config = engine_config_with(
+            settings.max_instances,
+            settings.keep_resident,
+            settings.share,
+        );
         let engine = Engine::new(&config).map_err(engine_error)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;

@@ -56,6 +56,8 @@ pub(super) struct Loads {
     background: Mutex<std::collections::HashSet<SourceHash>>,
     compile: CompileSettings,
     describe_timeout: Duration,
+    /// One call's share of the pool (to say what a refused component exceeds).
+    share: super::engine::PoolShare,
     compile_slots: Semaphore,
     /// Each failure with when it happened, newest last.
     failed: Mutex<Vec<(SourceHash, LoadError, Instant)>>,
@@ -73,6 +75,7 @@ impl Loads {
             background: Mutex::default(),
             compile: settings.compile.clone(),
             describe_timeout: settings.describe_timeout,
+            share: settings.share,
             compile_slots: Semaphore::new(settings.compile.parallel.max(1)),
             failed: Mutex::default(),
             turns: Mutex::default(),
@@ -369,14 +372,15 @@ impl Runtime {
                 .map_err(unavailable)?;
                 // A fresh artifact of our own compiler fails only against the pool's
                 // per-component limits, which compiling does not check.
+                let share = self.loads.share;
                 component.map_err(|e| LoadError::Refused {
                     path: path.to_path_buf(),
                     reason: format!(
                         "it needs more of the instance pool than one call gets ({} core \
-                         instances, {} memories, {} tables): {e:#}",
-                        super::engine::CORE_INSTANCES_PER_COMPONENT,
-                        super::engine::MEMORIES_PER_COMPONENT,
-                        super::engine::TABLES_PER_COMPONENT,
+                         instances, {} memories, {} tables): {e:#}; raise [host] \
+                         core-instances-per-call, memories-per-call or tables-per-call in \
+                         toolhost.toml (read at start) to what it needs",
+                        share.core_instances, share.memories, share.tables,
                     ),
                 })?
             }

@@ -15,6 +15,12 @@ use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, Trusted
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
 
+/// The most linear memories the instance pool may hold (`max-concurrent-calls` times
+/// `memories-per-call`): each reserves 4 GiB of address space, and 20,000 (the most
+/// `max-concurrent-calls` allowed with the default 2 each) stays within the 128 TiB a
+/// process has.
+const MAX_POOL_MEMORIES: u64 = 20_000;
+
 /// Everything the commands need to build a host.
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -38,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) describe_timeout: std::time::Duration,
     /// Bytes of each linear memory kept resident between calls.
     pub(crate) keep_resident: usize,
+    /// One call's share of the instance pool.
+    pub(crate) share: toolhost::runtime::PoolShare,
     /// How many instances may be held prepared ahead of calls, in all.
     pub(crate) prepared: toolhost::runtime::PreparedLimits,
     /// Bytes of results sessions may remember: each, and all together.
@@ -120,6 +128,25 @@ impl Settings {
                         ),
                     );
                     bail!("\n{diagnostic}");
+                }
+                if let Some(memories) = &file.host.memories_per_call {
+                    let instances = written_or(
+                        file.host.max_concurrent_calls,
+                        RuntimeSettings::default().max_instances,
+                    );
+                    let pool = instances as u64 * memories.get_ref().get();
+                    if pool > MAX_POOL_MEMORIES {
+                        let diagnostic = Diagnostic::new(
+                            source.at(memories.span()),
+                            format!(
+                                "memories-per-call ({}) times max-concurrent-calls ({instances}) \
+                                 is {pool} memories; the pool holds at most {MAX_POOL_MEMORIES} \
+                                 (each reserves 4 GiB of address space)",
+                                memories.get_ref().get()
+                            ),
+                        );
+                        bail!("\n{diagnostic}");
+                    }
                 }
                 let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
                 let trust = trusted_keys(&file.trust, &source, &base)?;
@@ -276,6 +303,15 @@ impl Settings {
             host.keep_resident_mib,
             toolhost::runtime::DEFAULT_KEEP_RESIDENT,
         );
+        let shares = toolhost::runtime::PoolShare::default();
+        let share = toolhost::runtime::PoolShare {
+            core_instances: written_or(host.core_instances_per_call, shares.core_instances),
+            memories: written_or(
+                host.memories_per_call.as_ref().map(|v| *v.get_ref()),
+                shares.memories,
+            ),
+            tables: written_or(host.tables_per_call, shares.tables),
+        };
         let prepared_defaults = toolhost::runtime::PreparedLimits::default();
         let prepared = toolhost::runtime::PreparedLimits {
             max_instances: written_or(host.max_prepared, prepared_defaults.max_instances),
@@ -287,6 +323,7 @@ impl Settings {
         Ok(Settings {
             registry,
             keep_resident,
+            share,
             prepared,
             on_audit_error: host.on_audit_error.unwrap_or_default(),
             drain_timeout,
@@ -333,6 +370,7 @@ impl Settings {
             describe_timeout: self.describe_timeout,
             keep_resident: self.keep_resident,
             prepared: self.prepared,
+            share: self.share,
         };
         Ok(Arc::new(Runtime::new(&settings)?))
     }
