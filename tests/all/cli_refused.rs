@@ -4,6 +4,7 @@
 //! needs more of the instance pool than a call gets is refused naming the setting that
 //! raises the share, and runs once it is raised.
 
+use crate::cli::{stderr, stdout, toolhost_with_stdin};
 use crate::support::Fixture;
 use std::process::Command;
 
@@ -117,4 +118,49 @@ fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_r
         "{said}"
     );
     assert!(said.contains("toolhost.toml:6:"), "{said}");
+}
+
+#[test]
+fn describe_shows_what_a_component_it_cannot_run_exports_and_why_not() {
+    let fixture = Fixture::new();
+    let unlinked = wat::parse_str(
+        r#"(component
+            (import "wasi:keyvalue/store@0.2.0" (instance (export "get" (func))))
+            (core module $m (func (export "f") (result i32) i32.const 7))
+            (core instance $i0 (instantiate $m))
+            (func (export "answer") (result u32) (canon lift (core func $i0 "f"))))"#,
+    )
+    .expect("wat");
+    std::fs::write(fixture.root().join("unlinked.wasm"), unlinked).expect("write");
+    std::fs::write(
+        fixture.root().join("wide.wasm"),
+        component_of_core_instances(40),
+    )
+    .expect("write");
+    for (file, why) in [
+        ("unlinked.wasm", "which toolhost does not provide"),
+        (
+            "wide.wasm",
+            "needs more of the instance pool than one call gets",
+        ),
+    ] {
+        let output = toolhost_with_stdin(&fixture, &["describe", file], None);
+        let (text, said) = (stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(1), "{file}: {text}\n{said}");
+        assert!(
+            text.contains("answer"),
+            "{file}: the export is shown: {text}"
+        );
+        assert!(!text.contains("no tools in it"), "{file}: {text}");
+        assert!(
+            format!("{text}{said}").contains(why),
+            "{file}: {text}\n{said}"
+        );
+        let output = toolhost_with_stdin(&fixture, &["describe", file, "--json"], None);
+        assert_eq!(output.status.code(), Some(1), "{file} --json");
+        let report: serde_json::Value =
+            serde_json::from_str(&stdout(&output)).expect("a JSON report");
+        assert!(report["exports"].to_string().contains("answer"), "{report}");
+        assert!(report.to_string().contains(why), "{report}");
+    }
 }

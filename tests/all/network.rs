@@ -76,6 +76,22 @@ async fn web_host(grants: &[String], limits: &str) -> (Fixture, Host) {
     (fixture, host)
 }
 
+/// Writes an ensemble of `component` (`testbed` or `fetch`) with `network` granted to one
+/// invoker, `invoker` (its table, and any lines after it).
+fn one_granted(fixture: &Fixture, component: &str, network: &str, invoker: &str) {
+    fixture.write(
+        &format!("{component}.toml"),
+        &ensemble(
+            component,
+            component,
+            &format!(
+                "[grants]\nnetwork = [\"{network}\"]\n\n[[invokers]]\ninvoker = {invoker}\n\
+                 capabilities = {{ network = [\"{network}\"] }}\n"
+            ),
+        ),
+    );
+}
+
 async fn fetch(host: &Host, url: &str) -> toolhost::invoke::CallOutcome {
     host.invoke(&session(), "fetch", json!({ "url": url }))
         .await
@@ -141,18 +157,11 @@ async fn a_host_not_granted_is_capability_denied_and_audited() {
 async fn a_tool_refused_in_a_loop_is_told_about_the_first_refusals_and_the_count() {
     let port = server().await;
     let fixture = Fixture::new();
-    let grant = format!("\"http://127.0.0.1:{port}\"");
-    fixture.write(
-        "testbed.toml",
-        &ensemble(
-            "testbed",
-            "testbed",
-            &format!(
-                "[grants]\nnetwork = [{grant}]\n\n[[invokers]]\n\
-                 invoker = {{ name = \"http_flood\", dedup = \"off\" }}\n\
-                 capabilities = {{ network = [{grant}] }}\nlimits = {{ timeout-ms = 60000 }}\n"
-            ),
-        ),
+    one_granted(
+        &fixture,
+        "testbed",
+        &format!("http://127.0.0.1:{port}"),
+        "{ name = \"http_flood\", dedup = \"off\" }\nlimits = { timeout-ms = 60000 }",
     );
     let host = fixture.host().await;
     let arguments = json!({"authority": "example.org", "count": 20_000});
@@ -292,4 +301,40 @@ async fn https_to_a_granted_host_speaks_tls() {
     let error = err(&fetch(&host, &format!("https://127.0.0.1:{port}/hello")).await);
     assert_eq!(error.kind, ErrorKind::ToolError, "{error}");
     assert!(error.message.contains("Tls"), "{}", error.message);
+}
+
+#[test]
+fn a_failed_outgoing_request_is_said_in_the_hosts_debug_log_with_its_invoker() {
+    // A port nothing listens on: granted, so the request is sent, and the connection fails.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a port")
+        .port();
+    let fixture = Fixture::new();
+    one_granted(
+        &fixture,
+        "fetch",
+        &format!("127.0.0.1:{port}"),
+        "{ name = \"fetch\" }",
+    );
+    let url = format!("http://127.0.0.1:{port}/status?token=never-logged");
+    let arguments = json!({ "url": url }).to_string();
+    let output =
+        crate::cli::toolhost_with_stdin(&fixture, &["-vv", "call", "fetch", &arguments], None);
+    let said = crate::cli::stderr(&output);
+    let line = (said.lines())
+        .find(|l| l.contains("outgoing request to"))
+        .unwrap_or_else(|| panic!("no line says the request failed:\n{said}"));
+    assert!(
+        line.contains(&format!(
+            "outgoing request to http://127.0.0.1:{port}/status failed: "
+        )),
+        "{line}"
+    );
+    assert!(line.contains("fetch"), "the invoker: {line}");
+    // (The tool's own error, which its caller reads, may say its URL whole.)
+    assert!(
+        !line.contains("never-logged"),
+        "the query stays out of the log: {line}"
+    );
 }

@@ -78,6 +78,9 @@ const WASI: &[&str] = &[
 /// Whether the host links an import of this name.
 pub(super) fn provided(name: &str) -> bool {
     let (interface, version) = name.split_once('@').unwrap_or((name, ""));
+    if interface == "wasi:config/store" {
+        return version == "0.2.0-draft" || version == "0.2.0-rc.1";
+    }
     match interface.strip_prefix("wasi:") {
         Some(wasi) => version.starts_with("0.2.") && WASI.contains(&wasi),
         None => interface == "toolhost:plugin/host" && typed::PLUGIN_VERSIONS.contains(&version),
@@ -109,7 +112,29 @@ impl Runtime {
         }
         let bytes: Arc<[u8]> = bytes.into();
         let hash = SourceHash::of(&bytes);
-        let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
+        let component = match self.compiled(path, Arc::clone(&bytes), hash).await {
+            Ok(component) => component,
+            // What it imports and exports is still said, with why it cannot run (the
+            // instance pool's share, say), when its sections can be read.
+            Err(error) => {
+                let Some((imports, exports)) = top_level_names(&bytes) else {
+                    return Err(error);
+                };
+                return Ok(Inspection {
+                    hash,
+                    world: Err("not known: it cannot be loaded (the error below says why)".into()),
+                    imports: (imports.into_iter())
+                        .map(|name| Import {
+                            provided: provided(&name),
+                            name,
+                        })
+                        .collect(),
+                    exports,
+                    tools: Err(error),
+                    offers: Offers::default(),
+                });
+            }
+        };
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
@@ -143,6 +168,32 @@ impl Runtime {
     }
 }
 
+/// The names a component imports and exports at its top level, read from its sections
+/// (`None` when they cannot be read).
+fn top_level_names(bytes: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
+    use wasmparser::{Parser, Payload};
+    let (mut imports, mut exports) = (Vec::new(), Vec::new());
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.ok()? {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    imports.push(import.ok()?.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    exports.push(export.ok()?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Some((imports, exports))
+}
+
 #[cfg(test)]
 mod tests {
     use super::provided;
@@ -157,5 +208,8 @@ mod tests {
         assert!(provided("toolhost:plugin/host@0.3.0"));
         assert!(!provided("toolhost:plugin/host@0.4.0"));
         assert!(!provided("example:thing/api"));
+        assert!(provided("wasi:config/store@0.2.0-draft"));
+        assert!(provided("wasi:config/store@0.2.0-rc.1"));
+        assert!(!provided("wasi:config/store@0.3.0"));
     }
 }

@@ -552,7 +552,7 @@ pub(crate) fn network_guard(
         Arc::clone(&sandbox.network),
         limits.max_response_bytes,
         limits.timeout,
-        caller.session,
+        (caller.invoker, caller.session),
         field_size_limit(limits.memory_bytes),
     )
 }

@@ -203,6 +203,8 @@ fn used(export: &str, inspection: &Inspection) -> bool {
             export.starts_with("toolhost:plugin/tool@")
                 || export.starts_with("toolhost:plugin/offers@")
         }
+        // Tools that could not be read say nothing of which exports they come from.
+        Ok(World::Typed) if inspection.tools.is_err() => true,
         Ok(World::Typed) => {
             // `example:greeter/greetings@0.1.0` offers `greetings/greet`.
             let interface = export.split('@').next().unwrap_or(export);

@@ -62,7 +62,14 @@ struct Shared {
     requests: Semaphore,
     /// The caller's session, the only one a refusal is reported to.
     session: String,
+    /// The invoker whose call sends the requests (in the host's log lines about them).
+    invoker: String,
+    /// Failed requests said in the log so far (the first [`LOGGED_FAILURES`] are).
+    failures: std::sync::atomic::AtomicU32,
 }
+
+/// Failed requests of one call said in the host's debug log; the rest are not.
+const LOGGED_FAILURES: u32 = 8;
 
 /// One of the call's [`REQUESTS_PER_CALL`] turns, given back when dropped.
 struct RequestPermit(Arc<Shared>);
@@ -95,7 +102,7 @@ impl NetworkGuard {
         patterns: Arc<[NetPattern]>,
         max_response_bytes: u64,
         timeout: Duration,
-        session: &str,
+        (invoker, session): (&str, &str),
         body_chunk: usize,
     ) -> Self {
         NetworkGuard {
@@ -106,6 +113,8 @@ impl NetworkGuard {
                 refused: Mutex::default(),
                 requests: Semaphore::new(REQUESTS_PER_CALL),
                 session: session.to_string(),
+                invoker: invoker.to_string(),
+                failures: Default::default(),
             }),
             body_chunk,
         }
@@ -129,8 +138,8 @@ impl NetworkGuard {
             return Error::HttpRequestDenied;
         };
         if refused.first.len() < REMEMBERED_REFUSALS {
-            let session = self.shared.session.as_str();
-            tracing::warn!(target: "plugin", session, "network request refused: {reason}");
+            let (session, invoker) = (self.shared.session.as_str(), self.shared.invoker.as_str());
+            tracing::warn!(target: "plugin", session, invoker, "network request refused: {reason}");
             refused.first.push(reason);
         } else {
             refused.more = refused.more.saturating_add(1);
@@ -201,7 +210,48 @@ impl NetworkGuard {
         Ok(allowed)
     }
 
+    /// Sends `request` as [`NetworkGuard::sent`] does; one that fails is said in the host's
+    /// log at debug (the first [`LOGGED_FAILURES`] of a call), with the invoker, where it went
+    /// (without its query) and why: the component only learns that it failed.
     async fn send(
+        self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<Sent, Error> {
+        let uri = request.uri();
+        let to = format!(
+            "{}://{}{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str()),
+            uri.path()
+        );
+        let shared = Arc::clone(&self.shared);
+        let sent = self.sent(request, options).await;
+        let logged = || {
+            let seen = shared
+                .failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            seen < LOGGED_FAILURES
+        };
+        if let Err(error) = &sent
+            && logged()
+        {
+            let (session, invoker) = (shared.session.as_str(), shared.invoker.as_str());
+            let why = match error {
+                Error::HttpRequestDenied => "refused by the grants (see the warning above)".into(),
+                Error::ConnectionRefused => "connection refused".into(),
+                Error::ConnectionTimeout => "no connection within the timeout".into(),
+                Error::ConnectionReadTimeout => "no answer within the timeout".into(),
+                Error::TlsCertificateError => "TLS: the certificate was refused".into(),
+                other => other.to_string(),
+            };
+            let to = toolhost_contract::cut(&to, 512, |_| "...".into());
+            tracing::debug!(target: "plugin", session, invoker, "outgoing request to {to} failed: {why}");
+        }
+        sent
+    }
+
+    async fn sent(
         self,
         mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
