@@ -141,3 +141,44 @@ fn check_says_where_a_setting_is_not_granted_or_not_written_right() {
         );
     }
 }
+
+#[test]
+fn check_warns_of_grants_no_tool_asks_for_and_passes() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "granting.toml",
+        "schema-version = 1\n\n[ensemble]\nname = \"granting\"\ncomponent = \"../echo.wasm\"\n\n\
+         [grants]\nenv = [\"TZ\"]\nnetwork = [\"example.org:443\"]\n\n[grants.config]\n\
+         used = \"yes\"\nunused = \"no\"\n\n\
+         [[invokers]]\nname = \"echo2\"\ntool = \"echo\"\ncapabilities = { config = [\"used\"] }\n",
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command.arg("check").output().expect("check");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "warnings do not fail a check: {said}"
+    );
+    for (line, what) in [
+        (8, "grants environment variable TZ, which no tool asks for"),
+        (
+            9,
+            "grants network access to example.org:443, which no tool asks for",
+        ),
+        (13, "grants the setting `unused`, which no tool asks for"),
+    ] {
+        let at = said.find(what).unwrap_or_else(|| panic!("{what}\n{said}"));
+        assert!(
+            said[..at].ends_with("warning: ensemble `granting` "),
+            "{said}"
+        );
+        let place = said[at..].lines().nth(1).unwrap_or_default();
+        assert!(
+            place.contains(&format!("granting.toml:{line}:")),
+            "{what}: {place}\n{said}"
+        );
+    }
+    assert!(!said.contains("`used`, which no tool"), "{said}");
+}

@@ -168,6 +168,8 @@ pub struct Ensemble {
     /// The resources of the MCP server it imports, or of its 0.3.0 component, when it
     /// offers any.
     pub passed: Option<Arc<PassedResources>>,
+    /// What `check` warns of without refusing it: grants no tool asks for.
+    pub warnings: Vec<toolhost_config::Diagnostic>,
 }
 
 impl Serialize for Ensemble {

@@ -13,6 +13,13 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
     let pulls = resolver.pulls();
     let diagnostics: Vec<_> = resolved.diagnostics().collect();
     let catalog: &Catalog = &resolved.catalog;
+    // What loaded but gives nothing (a grant no tool asks for): said, not refused.
+    let mut warnings: Vec<String> = settings.unset.clone();
+    warnings.extend(
+        (catalog.ensembles().iter())
+            .flat_map(|e| e.warnings.iter())
+            .map(super::settings::as_warning),
+    );
     let stats = runtime.compile_stats();
     if json {
         let report = serde_json::json!({
@@ -33,11 +40,11 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             })).collect::<Vec<_>>(),
             "components": { "compiled": stats.compiled, "from_cache": stats.cache_hits },
             "references": super::oci::report_json(&pulls),
-            "warnings": settings.unset,
+            "warnings": warnings,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        for warning in &settings.unset {
+        for warning in &warnings {
             println!("{}", safe(warning));
         }
         for diagnostic in &diagnostics {

@@ -574,7 +574,7 @@ fn env_var(name: &str) -> Option<String> {
 }
 
 /// A diagnostic as a warning (it renders as an error).
-fn as_warning(diagnostic: &Diagnostic) -> String {
+pub(crate) fn as_warning(diagnostic: &Diagnostic) -> String {
     let text = diagnostic.to_string();
     match text.strip_prefix("error: ") {
         Some(rest) => format!("warning: {rest}"),

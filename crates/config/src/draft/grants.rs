@@ -17,11 +17,22 @@ pub struct Grants {
     env: Vec<Spanned<EnvVarName>>,
     sampling: Option<Spanned<bool>>,
     elicitation: Option<Spanned<bool>>,
-    /// `[grants] config`, checked: each key with its value (`None`: its variable is not set)
-    /// and the variable it came from.
-    config: Vec<(String, Option<String>, Option<String>)>,
+    /// `[grants] config`, checked: each key with its value (`None`: its variable is not set),
+    /// the variable it came from, and where it is written.
+    config: Vec<ConfigGrant>,
     config_first: Option<std::ops::Range<usize>>,
+    /// Where the grants some capability used are written (their spans' starts): the others
+    /// are granted to no tool ([`Grants::unused`]).
+    used: std::sync::Mutex<std::collections::HashSet<usize>>,
 }
+
+/// One setting of `[grants] config`: key, value, variable, where.
+type ConfigGrant = (
+    String,
+    Option<String>,
+    Option<String>,
+    std::ops::Range<usize>,
+);
 
 /// The most settings one ensemble grants, the longest key and the longest value.
 pub const MAX_CONFIG_KEYS: usize = 64;
@@ -80,7 +91,67 @@ impl Grants {
             elicitation: grants.elicitation,
             config,
             config_first,
+            used: Default::default(),
         }
+    }
+
+    /// Notes that a capability used the grant written at `span`.
+    fn use_grant(&self, span: &std::ops::Range<usize>) {
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        used.insert(span.start);
+    }
+
+    /// A warning for each grant no capability of the invokers drafted so far used: it gives
+    /// nothing (a tool offered without invokers gets only `[defaults] capabilities`).
+    pub fn unused(&self) -> Vec<Diagnostic> {
+        let used = self
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut grants: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+        grants.extend(
+            (self.network.iter())
+                .map(|(_, g)| (g.span(), format!("network access to {}", g.get_ref()))),
+        );
+        grants.extend(
+            (self.files.iter())
+                .map(|(_, g)| (g.span(), format!("files at {}", g.get_ref().guest.as_str()))),
+        );
+        grants.extend((self.env.iter()).map(|g| {
+            (
+                g.span(),
+                format!("environment variable {}", g.get_ref().as_str()),
+            )
+        }));
+        grants.extend(
+            (self.config.iter())
+                .map(|(key, _, _, span)| (span.clone(), format!("the setting `{key}`"))),
+        );
+        for (flag, what) in [
+            (&self.sampling, "sampling"),
+            (&self.elicitation, "elicitation"),
+        ] {
+            if let Some(granted) = flag.as_ref().filter(|g| *g.get_ref()) {
+                grants.push((granted.span(), what.to_string()));
+            }
+        }
+        (grants.into_iter())
+            .filter(|(span, _)| !used.contains(&span.start))
+            .map(|(span, what)| {
+                Diagnostic::new(
+                    self.source.at(span),
+                    format!(
+                        "ensemble `{}` grants {what}, which no tool asks for: an invoker's \
+                         [capabilities] (or [defaults] capabilities, for the tools offered \
+                         without invokers) must name it, or the grant gives nothing",
+                        self.ensemble
+                    ),
+                )
+            })
+            .collect()
     }
 
     /// True when the ensemble grants nothing at all.
@@ -135,7 +206,8 @@ impl Grants {
         let Some(wanted) = wanted.as_ref().filter(|w| *w.get_ref()) else {
             return false;
         };
-        if granted.as_ref().is_some_and(|g| *g.get_ref()) {
+        if let Some(granted) = granted.as_ref().filter(|g| *g.get_ref()) {
+            self.use_grant(&granted.span());
             return true;
         }
         let ensemble = &self.ensemble;
@@ -174,6 +246,9 @@ impl Grants {
                     continue;
                 }
             };
+            for (_, granted) in self.network.iter().filter(|(g, _)| g.covers(&pattern)) {
+                self.use_grant(&granted.span());
+            }
             if !self.network.iter().any(|(g, _)| g.covers(&pattern)) {
                 let granted: Vec<&str> = self
                     .network
@@ -239,6 +314,7 @@ impl Grants {
                 ));
                 continue;
             };
+            self.use_grant(&grant.span());
             let granted = grant.get_ref();
             if wanted.access > granted.access {
                 diagnostics.push(
@@ -294,6 +370,9 @@ impl Grants {
         }
         for variable in &capabilities.env {
             let wanted = variable.get_ref().as_str();
+            for granted in self.env.iter().filter(|g| g.get_ref().as_str() == wanted) {
+                self.use_grant(&granted.span());
+            }
             if !self.env.iter().any(|g| g.get_ref().as_str() == wanted) {
                 let granted: Vec<&str> = self.env.iter().map(|g| g.get_ref().as_str()).collect();
                 diagnostics.push(self.not_granted(
@@ -313,8 +392,8 @@ impl Grants {
         }
         for key in &capabilities.config {
             let wanted = key.get_ref();
-            let Some((_, value, env)) = self.config.iter().find(|(k, _, _)| k == wanted) else {
-                let granted: Vec<&str> = self.config.iter().map(|(k, _, _)| k.as_str()).collect();
+            let Some((_, value, env, at)) = self.config.iter().find(|(k, ..)| k == wanted) else {
+                let granted: Vec<&str> = self.config.iter().map(|(k, ..)| k.as_str()).collect();
                 diagnostics.push(self.not_granted(
                     source,
                     key.span(),
@@ -325,6 +404,7 @@ impl Grants {
                 ));
                 continue;
             };
+            self.use_grant(at);
             // A setting whose variable the host does not have is absent in the guest.
             if let Some(value) = value {
                 spec.config.push(ConfigVar {
@@ -345,7 +425,7 @@ fn config_grants(
     source: &SourceFile,
     written: std::collections::BTreeMap<String, Spanned<toml::Value>>,
     diagnostics: &mut Vec<Diagnostic>,
-) -> Vec<(String, Option<String>, Option<String>)> {
+) -> Vec<ConfigGrant> {
     let mut config = Vec::new();
     for (key, value) in written {
         let at = source.at(value.span());
@@ -401,7 +481,7 @@ fn config_grants(
             ));
             continue;
         }
-        config.push((key, read, env));
+        config.push((key, read, env, value.span()));
     }
     config
 }

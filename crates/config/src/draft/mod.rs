@@ -283,6 +283,12 @@ impl EnsembleDraft {
 
     /// Drafts one invoker per tool the server or component offers (by the names it offers
     /// them under).
+    /// Warnings for the grants no invoker drafted so far asks for (call it once every
+    /// invoker is drafted, [`EnsembleDraft::draft_offers`]'s too).
+    pub fn unused_grants(&self) -> Vec<Diagnostic> {
+        self.context.grants.unused()
+    }
+
     pub fn draft_offers<'a>(
         &mut self,
         offered: impl IntoIterator<Item = &'a str>,

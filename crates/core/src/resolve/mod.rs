@@ -414,7 +414,9 @@ impl Resolver {
                 _ => own.as_ref().and_then(|bound| bound.passed.as_ref()),
             };
             let (prompts, resources, passed) = offers::offers(&mut draft, &shared.name, passed);
+            let warnings = draft.unused_grants();
             Ok(Arc::new(Ensemble {
+                warnings,
                 name: draft.name,
                 file: file.to_path_buf(),
                 enabled: draft.enabled,

@@ -150,6 +150,7 @@ impl CatalogBuilder {
             prompts,
             resources: ensemble.resources.clone(),
             passed: ensemble.passed.clone(),
+            warnings: ensemble.warnings.clone(),
         })
     }
 
