@@ -407,3 +407,58 @@ async fn sockets_and_name_lookups_are_closed() {
     );
     still_serving(&host).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_capabilities_give_the_tools_offered_without_invokers_their_directory() {
+    let fixture = Fixture::new();
+    let data = fixture.root().join("data");
+    std::fs::create_dir_all(&data).expect("data");
+    std::fs::write(data.join("note.txt"), "granted once, for every tool").expect("note");
+    let grants =
+        "[grants]\nfiles = [{ host = \"../data\", guest = \"/data\", access = \"read\" }]\n";
+    // Every tool of the component, no [[invokers]]: one ensemble names the capability once,
+    // the other does not (its grant gives nothing).
+    fixture.write(
+        "offered.toml",
+        &ensemble(
+            "offered",
+            "testbed",
+            &format!(
+                "prefix = \"offered\"\n\n[defaults]\n\
+                 capabilities = {{ files = [{{ guest = \"/data\", access = \"read\" }}] }}\n\n{grants}"
+            ),
+        ),
+    );
+    fixture.write(
+        "bare.toml",
+        &ensemble("bare", "testbed", &format!("prefix = \"bare\"\n\n{grants}")),
+    );
+    let host = fixture.host().await;
+    let s = session();
+    let read = |tool: &'static str| {
+        let (host, s) = (&host, &s);
+        async move {
+            host.invoke(s, tool, json!({"path": "/data/note.txt"}))
+                .await
+        }
+    };
+    assert_eq!(
+        ok(&read("offered_read").await),
+        "granted once, for every tool"
+    );
+    let refused = err(&read("bare_read").await);
+    assert!(
+        refused.message.contains("No such file"),
+        "no /data at all: {refused}"
+    );
+    // A write is refused: the defaults ask for read access only.
+    let write = host
+        .invoke(
+            &s,
+            "offered_write",
+            json!({"path": "/data/new.txt", "text": "x"}),
+        )
+        .await;
+    assert!(write.result.is_err(), "a read-only directory");
+    assert!(!data.join("new.txt").exists());
+}
