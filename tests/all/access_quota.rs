@@ -158,3 +158,57 @@ async fn a_call_refused_before_it_runs_gives_its_admission_back() {
     let (status, _, _) = call_as(&server.url, "ann-token", "echo", json!({"n": 2})).await;
     assert_eq!(status, 429);
 }
+
+/// A tool that asks, under `concurrent-calls = 1`, session-less: its follow-up is not a
+/// second call (it answers the one that waits), so it completes; another call meanwhile is
+/// refused. In this process, and counted in a fleet's Redis.
+async fn a_follow_up_is_not_counted_as_a_second_call(
+    fleet: Option<&crate::fleet_quotas::RedisServer>,
+) {
+    use crate::fleet_rounds::{ask, state};
+    let fixture = crate::talk::fixture(crate::talk::GRANTS);
+    let redis = fleet.map_or(String::new(), |r| {
+        format!("[fleet]\nredis = \"{}\"\n\n", r.url())
+    });
+    let config = fixture.root().join("toolhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "schema-version = 1\n\n{redis}[[access.tokens]]\nname = \"alice\"\nenv = \"ALICE\"\n\n\
+             [[access.quotas]]\nidentities = [\"alice\"]\nconcurrent-calls = 1\n"
+        ),
+    )
+    .expect("toolhost.toml");
+    let config = config.to_str().expect("utf-8");
+    let server = HttpServer::start(&fixture, &["--config", config], &[("ALICE", "alice-token")]);
+    let client = reqwest::Client::new();
+    let first = ask(&client, &server.url, "alice-token", json!({})).await;
+    let waiting = state(&first);
+    // The waiting call holds the one call at once: another call is refused.
+    let (status, _, answer) = crate::mcp_revisions::modern_post(
+        &server.url,
+        "tools/call",
+        Some("ask_person"),
+        json!({"name": "ask_person", "arguments": {"n": 1}}),
+        &[("authorization", "Bearer alice-token")],
+    )
+    .await;
+    assert_eq!(status, 429, "{answer}");
+    let answer = json!({
+        "requestState": waiting,
+        "inputResponses": {"ask-1": {"action": "accept", "content": {"name": "Quota"}}},
+    });
+    let done = ask(&client, &server.url, "alice-token", answer).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], r#"accepted: {"name":"Quota"}"#,
+        "{done}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_under_calls_at_once_reaches_its_call_here_and_in_a_fleet() {
+    a_follow_up_is_not_counted_as_a_second_call(None).await;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let redis = crate::fleet_quotas::RedisServer::start(scratch.path());
+    a_follow_up_is_not_counted_as_a_second_call(Some(&redis)).await;
+}

@@ -27,7 +27,7 @@ use subtle::ConstantTimeEq;
 use toolhost_config::access::{AccessSettings, StaticToken, sha256_of};
 use toolhost_contract::{Identity, IdentityKind};
 use toolhost_core::catalog::Tool;
-use toolhost_core::invoke::{Admission, Admitted, Caller, Limited, Permits};
+use toolhost_core::invoke::{Admission, Admitted, Caller, Permits};
 use toolhost_state::quota::Quotas;
 
 /// The name `--token-env`'s token goes by in rules, audit records and metrics.
@@ -300,32 +300,29 @@ impl Access {
         self
     }
 
-    /// `caller`'s next call admitted ahead under its quota (a request without a session: a
-    /// refusal is a `429` or `503` before the request goes further), or `None` when no quota
-    /// applies. The request carries the admission to its call ([`Admitted`]); one that ends
-    /// without a call drops it, which gives the token back. The fleet's quotas are asked on
-    /// their own: the admission is pending, and its refusal is known by
-    /// [`Admitted::refusal`] (the call waits for it too).
-    pub async fn admit_ahead(&self, caller: &Caller) -> Result<Option<Admitted>, Limited> {
+    /// `caller`'s next call admitted ahead under its quota (a request without a session),
+    /// or `None` when no quota applies. The request carries the admission to its call
+    /// ([`Admitted`]); one that ends without a call drops it, which gives the token back, and
+    /// a follow-up waives it. The guard answers its refusal (`429` or `503`, with
+    /// [`Admitted::refusal`]) once the request is done. The fleet's quotas are asked on their
+    /// own, while the request goes on.
+    pub fn admit_ahead(&self, caller: &Caller) -> Option<Admitted> {
         let state = self.state.load_full();
-        let Some(quota) = state.policy.quota_for(&caller.identity) else {
-            return Ok(None);
-        };
+        let quota = state.policy.quota_for(&caller.identity)?;
+        let (quotas, key, quota) = (
+            Arc::clone(&self.quotas),
+            caller.identity.key(),
+            quota.clone(),
+        );
         if self.quotas.is_shared() {
             // A round trip to Redis: it goes on while the request does (see `Admitted`).
-            let (quotas, key, quota) = (
-                Arc::clone(&self.quotas),
-                caller.identity.key(),
-                quota.clone(),
-            );
-            return Ok(Some(Admitted::pending(async move {
+            return Some(Admitted::pending(async move {
                 quotas.admit(key, &quota, true).await
-            })));
+            }));
         }
-        let running = (self.quotas)
-            .admit(caller.identity.key(), quota, true)
-            .await?;
-        Ok(Some(Admitted::new(running)))
+        // Counted in this process: decided at once.
+        let decided = quotas.admit_now(key, &quota, true)?;
+        Some(Admitted::known(decided))
     }
 
     /// Identities named in `/metrics`; the rest are `other`.

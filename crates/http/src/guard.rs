@@ -264,24 +264,19 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
             Err(answer) => return answer,
         };
     }
-    // A call without a session (2026-07-28) is admitted under its identity's quota here, so
-    // that a refusal is a 429 (503 when the fleet's Redis does not answer) before it reaches
-    // the MCP server; the admission goes on with the request to its call (inside a session,
-    // the call's result says so instead). The fleet's admission is a round trip to Redis
-    // that the call waits for beside its dedup: its refusal is answered once it is known.
+    // A call without a session (2026-07-28) is admitted under its identity's quota here; the
+    // admission goes on with the request to its call (inside a session, the call's result
+    // says so instead), and a refusal is answered once the request is done: a 429 (503 when
+    // the fleet's Redis does not answer). So a follow-up, which runs no call, can waive it,
+    // and in a fleet the call waits for it beside its dedup (one round trip for both).
     let mut ahead = None;
     if path == "/mcp"
         && session.is_none()
         && (request.headers().get("mcp-method")).is_some_and(|m| m == "tools/call")
+        && let Some(admitted) = guard.access.admit_ahead(&caller)
     {
-        match guard.access.admit_ahead(&caller).await {
-            Ok(None) => {}
-            Ok(Some(admitted)) => {
-                request.extensions_mut().insert(admitted.clone());
-                ahead = Some(admitted);
-            }
-            Err(limited) => return limited_response(guard, &path, limited),
-        }
+        request.extensions_mut().insert(admitted.clone());
+        ahead = Some(admitted);
     }
     if path == "/mcp" && request.method() == axum::http::Method::POST {
         request = match step_up(guard, &caller, request).await {

@@ -36,6 +36,13 @@ pub(crate) async fn call_tool(
     let stateless = context
         .protocol_version()
         .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+    // A follow-up runs no call: it answers one that was admitted when it began (and holds
+    // its share of `concurrent-calls` while it waits), so it needs no admission of its own.
+    if request.request_state.is_some()
+        && let Some(ahead) = &admitted
+    {
+        ahead.waive();
+    }
     // A follow-up always goes to the call it names, whatever the client takes.
     if stateless && (!wants_tasks || request.request_state.is_some()) {
         let host = server.host.clone();

@@ -16,8 +16,8 @@ pub use toolhost_state::quota::Running;
 ///
 /// In a fleet the admission is a Redis round trip, so it may still be on its way
 /// ([`Admitted::pending`]): the call waits for it at the same time as it asks the fleet's
-/// dedup, so that the two cost one round trip, and the guard waits for it before it answers
-/// (a refusal is still a `429`).
+/// dedup, so that the two cost one round trip. The guard answers a refusal (`429`) once the
+/// request is done, so a follow-up (which runs no call) can [`Admitted::waive`] it first.
 #[derive(Clone)]
 pub struct Admitted(Arc<Ahead>);
 
@@ -31,14 +31,30 @@ enum Verdict {
     /// Admitted; `None` once its call took it.
     Admitted(Option<Running>),
     Refused(Limited),
+    /// Not needed: the request runs no call (a 2026-07-28 follow-up continues one that was
+    /// admitted when it began). Whatever the quota decides is given back.
+    Waived,
 }
 
 impl Admitted {
-    pub fn new(running: Running) -> Self {
+    /// An admission decided already: admitted, or refused.
+    pub fn known(decided: Result<Running, Limited>) -> Self {
+        let verdict = match decided {
+            Ok(running) => Verdict::Admitted(Some(running)),
+            Err(limited) => Verdict::Refused(limited),
+        };
         Admitted(Arc::new(Ahead {
-            verdict: std::sync::Mutex::new(Verdict::Admitted(Some(running))),
+            verdict: std::sync::Mutex::new(verdict),
             decided: tokio::sync::Notify::new(),
         }))
+    }
+
+    /// The request needs no admission (it runs no call): what was taken is given back, and
+    /// it is not refused.
+    pub fn waive(&self) {
+        let given_back = std::mem::replace(&mut *self.0.lock(), Verdict::Waived);
+        drop(given_back);
+        self.0.decided.notify_waiters();
     }
 
     /// An admission being decided by `admission`, which runs on its own from now on (the
@@ -57,7 +73,11 @@ impl Admitted {
                 Ok(running) => Verdict::Admitted(Some(running)),
                 Err(limited) => Verdict::Refused(limited),
             };
-            *deciding.lock() = verdict;
+            let mut decided = deciding.lock();
+            if !matches!(*decided, Verdict::Waived) {
+                *decided = verdict;
+            }
+            drop(decided);
             deciding.decided.notify_waiters();
         };
         match tokio::runtime::Handle::try_current() {
@@ -80,7 +100,7 @@ impl Admitted {
         match &mut *self.0.lock() {
             Verdict::Admitted(running) => Ok(running.take().map(Running::runs)),
             Verdict::Refused(limited) => Err(limited.clone()),
-            Verdict::Waiting => Ok(None),
+            Verdict::Waiting | Verdict::Waived => Ok(None),
         }
     }
 
@@ -89,7 +109,7 @@ impl Admitted {
         self.decided().await;
         match &*self.0.lock() {
             Verdict::Refused(limited) => Some(limited.clone()),
-            Verdict::Admitted(_) | Verdict::Waiting => None,
+            Verdict::Admitted(_) | Verdict::Waiting | Verdict::Waived => None,
         }
     }
 

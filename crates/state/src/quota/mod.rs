@@ -3,11 +3,12 @@
 //! ([`embedded`]) or in Redis for the whole fleet ([`shared`]).
 //!
 //! A call is admitted once, by one atomic step on its engine, and holds a [`Running`] until it
-//! ends. An HTTP request without a session is admitted ahead, by the guard, so that a refusal
-//! is a `429` (in a fleet the request goes on while Redis answers, and its call waits for the
-//! admission beside its dedup: one round trip for both); a call admitted ahead that never
-//! runs (its arguments were refused, say) gives its token back when its [`Running`] drops, as
-//! if it had never been asked, so that both engines count exactly the calls that ran.
+//! ends. An HTTP request without a session is admitted ahead, by the guard, which answers a
+//! refusal with a `429` once the request is done (in a fleet the request goes on while Redis
+//! answers, and its call waits for the admission beside its dedup: one round trip for both);
+//! a call admitted ahead that never runs (its arguments were refused, a follow-up) gives its
+//! token back when its [`Running`] drops, as if it had never been asked, so that both engines
+//! count exactly the calls that ran.
 
 pub mod embedded;
 pub mod shared;
@@ -75,17 +76,27 @@ impl Quotas {
         ahead: bool,
     ) -> Result<Running, Limited> {
         Ok(Running(match self {
-            Quotas::Embedded(usage) => {
-                let mut counted = usage.admit(key, quota)?;
-                counted.refund = ahead;
-                Held::Embedded(counted)
-            }
+            Quotas::Embedded(usage) => return embedded_admit(usage, key, quota, ahead),
             Quotas::Shared(shared) => {
                 let mut lease = shared.admit(key, quota).await?;
                 lease.refund = ahead;
                 Held::Shared(lease)
             }
         }))
+    }
+
+    /// [`Quotas::admit`] for quotas counted in this process, which decide at once; `None`
+    /// for the fleet's (a round trip to Redis).
+    pub fn admit_now(
+        &self,
+        key: [u8; 32],
+        quota: &Quota,
+        ahead: bool,
+    ) -> Option<Result<Running, Limited>> {
+        let Quotas::Embedded(usage) = self else {
+            return None;
+        };
+        Some(embedded_admit(usage, key, quota, ahead))
     }
 
     /// Renews the leases of this host's running calls (shared quotas; called every
@@ -95,6 +106,18 @@ impl Quotas {
             shared.renew().await;
         }
     }
+}
+
+/// A call counted in this process, see [`Quotas::admit`].
+fn embedded_admit(
+    usage: &Arc<embedded::Usage>,
+    key: [u8; 32],
+    quota: &Quota,
+    ahead: bool,
+) -> Result<Running, Limited> {
+    let mut counted = usage.admit(key, quota)?;
+    counted.refund = ahead;
+    Ok(Running(Held::Embedded(counted)))
 }
 
 /// The message of a refusal by calls a minute.
