@@ -385,7 +385,7 @@ fn describe_says_what_a_component_is_and_writes_an_ensemble_that_loads() {
     let check = toolhost(&fixture, &["check"]);
     assert!(check.status.success(), "{}", stdout(&check));
     assert!(
-        stdout(&check).contains("10 enabled tool(s)"),
+        stdout(&check).contains("11 enabled tool(s)"),
         "{}",
         stdout(&check)
     );

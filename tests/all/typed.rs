@@ -38,6 +38,7 @@ async fn every_export_is_a_tool_named_after_its_function() {
             "get_forecast",
             "greet",
             "integers",
+            "read_text",
             "remember"
         ]
     );

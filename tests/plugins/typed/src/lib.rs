@@ -48,6 +48,10 @@ impl Guest for Typed {
             _ => Ok(()),
         }
     }
+
+    fn read_text(path: String) -> Result<String, String> {
+        std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))
+    }
 }
 
 impl Weather for Typed {
