@@ -28,7 +28,7 @@ use toolhost_state::engine::Down;
 use toolhost_state::quota::Running;
 
 /// What a call's admission holds while it runs, its result, and whether it was deduplicated.
-pub(crate) type Admitted<R> = (Option<Running>, R, bool);
+pub(crate) type Ran<R> = (Option<Running>, R, bool);
 
 /// A session remembers at most this many results; the oldest go first.
 const MAX_ENTRIES: usize = 4096;
@@ -206,7 +206,7 @@ impl DedupCache {
         hold: Duration,
         admission: A,
         call: F,
-    ) -> Result<Admitted<Result<Arc<ToolResult>, CallError>>, E>
+    ) -> Result<Ran<Result<Arc<ToolResult>, CallError>>, E>
     where
         A: Future<Output = Result<Option<Running>, E>>,
         F: Future<Output = Result<Arc<ToolResult>, CallError>>,
