@@ -72,6 +72,11 @@ fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) 
 
 /// `componentize-py -d WIT -w WORLD componentize app -o OUT`, run in the folder of `app.py`.
 pub fn python(name: &str, app_dir: &Path, wit: &Path, world: &str) -> PathBuf {
+    python_with(name, app_dir, wit, world, &[])
+}
+
+/// [`python`] with more options after `componentize` (`-s`, say).
+fn python_with(name: &str, app_dir: &Path, wit: &Path, world: &str, options: &[&str]) -> PathBuf {
     let sources = [app_dir.join("app.py"), wit.to_path_buf()];
     built(name, &sources, |out| {
         let mut command = Command::new(tools().join("venv/bin/componentize-py"));
@@ -79,7 +84,9 @@ pub fn python(name: &str, app_dir: &Path, wit: &Path, world: &str) -> PathBuf {
             .current_dir(app_dir)
             .arg("-d")
             .arg(wit)
-            .args(["-w", world, "componentize", "app", "-o"])
+            .args(["-w", world, "componentize"])
+            .args(options)
+            .args(["app", "-o"])
             .arg(out);
         command
     })
@@ -120,6 +127,20 @@ pub fn python_components() -> (PathBuf, PathBuf) {
         "greeter",
     );
     (plugin, typed)
+}
+
+/// The typed Python greeter built as Wassette builds its `eval-py`, with `--stub-wasi`
+/// (`-s`): every WASI import stubbed by a module of its own, 38 core instances in all with
+/// componentize-py 0.25.1, more than one call's share of the pool by default (32).
+pub fn python_stubbed() -> PathBuf {
+    let greeter = Path::new(REPO_ROOT).join("tests/plugins/greeter");
+    python_with(
+        "python-stubbed",
+        &greeter.join("python"),
+        &greeter.join("wit"),
+        "greeter",
+        &["-s"],
+    )
 }
 
 /// The Python `toolhost:plugin@0.2.0` component of the README: `countdown` (progress) and

@@ -54,31 +54,38 @@ fn component_of_core_instances(core: usize) -> Vec<u8> {
     .expect("wat")
 }
 
-#[test]
-fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_run() {
-    let fixture = Fixture::new();
-    std::fs::write(
-        fixture.root().join("wide.wasm"),
-        component_of_core_instances(40),
-    )
-    .expect("write");
-    fixture.write(
-        "wide.toml",
-        "schema-version = 1\n[ensemble]\nname = \"wide\"\ncomponent = \"../wide.wasm\"\n",
-    );
-    let run = |config: Option<&std::path::Path>, args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        crate::mcp::configure(&mut command, &fixture);
-        if let Some(config) = config {
-            command.arg("--config").arg(config);
-        }
-        command.args(args).output().expect("toolhost")
-    };
-    let refused = run(None, &["check"]);
+/// `toolhost [--config CONFIG] ARGS` over the fixture's ensembles.
+fn run_over(
+    fixture: &Fixture,
+    config: Option<&std::path::Path>,
+    args: &[&str],
+) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, fixture);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    command.args(args).output().expect("toolhost")
+}
+
+/// `check` refuses the fixture's ensembles for wanting more than 32 core instances (the
+/// component needs `needs`), naming the setting; with the setting raised to 48, `call TOOL
+/// ARGUMENTS` answers. Returns the call's output.
+fn refused_then_run_with_the_setting(
+    fixture: &Fixture,
+    needs: usize,
+    tool: &str,
+    arguments: &str,
+) -> String {
+    let refused = run_over(fixture, None, &["check"]);
     let said = String::from_utf8_lossy(&refused.stdout);
     assert_eq!(refused.status.code(), Some(1), "{said}");
     assert!(
         said.contains("it needs more of the instance pool than one call gets (32 core instances"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("contains {needs} core module instances")),
         "{said}"
     );
     assert!(
@@ -93,13 +100,29 @@ fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_r
             fixture.ensembles().display()
         ),
     );
-    let called = run(Some(&config), &["call", "answer", "{}"]);
-    let out = String::from_utf8_lossy(&called.stdout);
+    let called = run_over(fixture, Some(&config), &["call", tool, arguments]);
+    let out = String::from_utf8_lossy(&called.stdout).into_owned();
     assert!(
         called.status.success(),
         "{out}\n{}",
         String::from_utf8_lossy(&called.stderr)
     );
+    out
+}
+
+#[test]
+fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_run() {
+    let fixture = Fixture::new();
+    std::fs::write(
+        fixture.root().join("wide.wasm"),
+        component_of_core_instances(40),
+    )
+    .expect("write");
+    fixture.write(
+        "wide.toml",
+        "schema-version = 1\n[ensemble]\nname = \"wide\"\ncomponent = \"../wide.wasm\"\n",
+    );
+    let out = refused_then_run_with_the_setting(&fixture, 40, "answer", "{}");
     assert_eq!(out.trim(), "7");
 
     // Memories reserve address space: the pool's total is bounded, at the setting's place.
@@ -110,7 +133,7 @@ fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_r
             fixture.ensembles().display()
         ),
     );
-    let refused = run(Some(&config), &["check"]);
+    let refused = run_over(&fixture, Some(&config), &["check"]);
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{said}");
     assert!(
@@ -118,6 +141,27 @@ fn a_component_past_one_calls_share_of_the_pool_names_the_setting_that_lets_it_r
         "{said}"
     );
     assert!(said.contains("toolhost.toml:6:"), "{said}");
+}
+
+/// A Python component built as Wassette builds its `eval-py` (componentize-py with every WASI
+/// import stubbed, 38 core instances) is refused by default and runs once the share is raised.
+#[test]
+fn a_componentize_py_build_past_the_share_runs_once_it_is_raised() {
+    let wasm = toolhost_testkit::languages::python_stubbed();
+    let fixture = Fixture::new();
+    fixture.write(
+        "stubbed.toml",
+        &format!(
+            "schema-version = 1\n[ensemble]\nname = \"stubbed\"\ncomponent = \"{}\"\n\
+             [defaults]\ntimeout-ms = 20000\n",
+            wasm.display()
+        ),
+    );
+    let out = refused_then_run_with_the_setting(&fixture, 38, "greet", r#"{"name": "Ada"}"#);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(out.trim()).expect("JSON"),
+        serde_json::json!({"text": "hello Ada", "length": 9})
+    );
 }
 
 #[test]
