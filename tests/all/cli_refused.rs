@@ -208,3 +208,26 @@ fn describe_shows_what_a_component_it_cannot_run_exports_and_why_not() {
         assert!(report.to_string().contains(why), "{report}");
     }
 }
+
+/// An error in `[defaults] capabilities`, which every tool offered without an invoker shares,
+/// is said once (the typed component offers nine tools).
+#[test]
+fn an_error_every_offered_tool_shares_is_said_once() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "greedy.toml",
+        &crate::support::ensemble(
+            "greedy",
+            "typed",
+            "[defaults]\ncapabilities = { network = [\"example.com:443\"] }\n",
+        ),
+    );
+    let refused = run_over(&fixture, None, &["check"]);
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert_eq!(said.matches("asks for network access").count(), 1, "{said}");
+    assert!(
+        said.contains("[defaults] capabilities (of the tools offered without invokers) asks for"),
+        "{said}"
+    );
+}

@@ -14,6 +14,9 @@ pub(super) struct InvokerTables {
     pub limits: Limits,
     pub capabilities: Capabilities,
     pub arguments: Option<Spanned<toml::Value>>,
+    /// Drafted for a tool the component or server offers, with `[defaults] capabilities`:
+    /// what it is refused is said of those tools, once, not of each.
+    pub offered: bool,
 }
 
 /// The `[invoker]` keys of an entry written flat, taken out of it: `None` when it has none,
@@ -103,6 +106,7 @@ pub fn entry_tables(
                 .map_err(|d| errors.extend(d))
                 .ok()?;
             Some(InvokerTables {
+                offered: false,
                 source: Arc::new(invoker_source),
                 section: parsed.invoker,
                 limits: parsed.limits,
@@ -111,6 +115,7 @@ pub fn entry_tables(
             })
         }
         (None, Some(section)) => Some(InvokerTables {
+            offered: false,
             source: Arc::clone(source),
             section,
             limits: entry.limits.unwrap_or_default(),

@@ -192,12 +192,13 @@ impl Grants {
         Diagnostic::new(source.at(span), message).with_note(location, note)
     }
 
-    /// Whether invoker `name` gets `what` (sampling or elicitation): it asks for it and the
-    /// ensemble grants it. Asked for and not granted is a diagnostic at the ask.
+    /// Whether `who` (an invoker, or the tools offered without one) gets `what` (sampling or
+    /// elicitation): it asks for it and the ensemble grants it. Asked for and not granted is a
+    /// diagnostic at the ask.
     fn ask(
         &self,
         source: &SourceFile,
-        name: &str,
+        who: &str,
         wanted: &Option<Spanned<bool>>,
         granted: &Option<Spanned<bool>>,
         what: &str,
@@ -215,7 +216,7 @@ impl Grants {
             source,
             wanted.span(),
             format!(
-                "invoker `{name}` asks for {what}, which ensemble `{ensemble}` does not grant \
+                "{who} asks for {what}, which ensemble `{ensemble}` does not grant \
                  (add `{what} = true` to its [grants])"
             ),
             None,
@@ -225,12 +226,13 @@ impl Grants {
         false
     }
 
-    /// The sandbox of invoker `name` (written in `source`) with `capabilities`, or `None`
-    /// after a diagnostic for every capability the ensemble does not grant.
+    /// The sandbox of `who` (`invoker `name``, or the tools offered without invokers; written
+    /// in `source`) with `capabilities`, or `None` after a diagnostic for every capability the
+    /// ensemble does not grant.
     pub fn sandbox(
         &self,
         source: &SourceFile,
-        name: &str,
+        who: &str,
         capabilities: &Capabilities,
         diagnostics: &mut Vec<Diagnostic>,
     ) -> Option<SandboxSpec> {
@@ -258,7 +260,7 @@ impl Grants {
                 diagnostics.push(self.not_granted(
                     source,
                     wanted.span(),
-                    format!("invoker `{name}` asks for network access to {pattern}, which ensemble `{ensemble}` does not grant"),
+                    format!("{who} asks for network access to {pattern}, which ensemble `{ensemble}` does not grant"),
                     self.network.first().map(|(_, g)| g.span()),
                     &granted,
                     "network access",
@@ -273,7 +275,7 @@ impl Grants {
             progress: capabilities.progress.unwrap_or(true),
             sampling: self.ask(
                 source,
-                name,
+                who,
                 &capabilities.sampling,
                 &self.sampling,
                 "sampling",
@@ -281,7 +283,7 @@ impl Grants {
             ),
             elicitation: self.ask(
                 source,
-                name,
+                who,
                 &capabilities.elicitation,
                 &self.elicitation,
                 "elicitation",
@@ -307,7 +309,7 @@ impl Grants {
                 diagnostics.push(self.not_granted(
                     source,
                     capability.span(),
-                    format!("invoker `{name}` asks for files at {guest}, which ensemble `{ensemble}` does not grant"),
+                    format!("{who} asks for files at {guest}, which ensemble `{ensemble}` does not grant"),
                     self.files.first().map(|(_, g)| g.span()),
                     &granted,
                     "directories",
@@ -321,7 +323,7 @@ impl Grants {
                     Diagnostic::new(
                         source.at(capability.span()),
                         format!(
-                            "invoker `{name}` asks for {} access to {guest}, but ensemble `{ensemble}` grants only {}",
+                            "{who} asks for {} access to {guest}, but ensemble `{ensemble}` grants only {}",
                             wanted.access, granted.access
                         ),
                     )
@@ -378,7 +380,7 @@ impl Grants {
                 diagnostics.push(self.not_granted(
                     source,
                     variable.span(),
-                    format!("invoker `{name}` asks for environment variable {wanted}, which ensemble `{ensemble}` does not grant"),
+                    format!("{who} asks for environment variable {wanted}, which ensemble `{ensemble}` does not grant"),
                     self.env.first().map(|g| g.span()),
                     &granted,
                     "environment variables",
@@ -397,7 +399,7 @@ impl Grants {
                 diagnostics.push(self.not_granted(
                     source,
                     key.span(),
-                    format!("invoker `{name}` asks for the setting `{wanted}`, which ensemble `{ensemble}` does not grant"),
+                    format!("{who} asks for the setting `{wanted}`, which ensemble `{ensemble}` does not grant"),
                     self.config_first.clone(),
                     &granted,
                     "settings (`config`)",
@@ -527,7 +529,7 @@ mod tests {
         let wanted: Invoker = parse(&invoker);
         let mut errors = Vec::new();
         let spec = grants
-            .sandbox(&invoker, "i", &wanted.capabilities, &mut errors)
+            .sandbox(&invoker, "invoker `i`", &wanted.capabilities, &mut errors)
             .expect("granted");
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(spec.network.len(), 1);
@@ -544,7 +546,7 @@ mod tests {
         let mut errors = Vec::new();
         assert!(
             grants
-                .sandbox(&greedy, "g", &wanted.capabilities, &mut errors)
+                .sandbox(&greedy, "invoker `g`", &wanted.capabilities, &mut errors)
                 .is_none()
         );
         let messages: Vec<&str> = errors.iter().map(|d| d.message.as_str()).collect();

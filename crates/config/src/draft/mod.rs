@@ -281,14 +281,14 @@ impl EnsembleDraft {
         Settings::merge(&Limits::default(), None, &self.context.defaults)
     }
 
-    /// Drafts one invoker per tool the server or component offers (by the names it offers
-    /// them under).
     /// Warnings for the grants no invoker drafted so far asks for (call it once every
     /// invoker is drafted, [`EnsembleDraft::draft_offers`]'s too).
     pub fn unused_grants(&self) -> Vec<Diagnostic> {
         self.context.grants.unused()
     }
 
+    /// Drafts one invoker per tool the server or component offers (by the names it offers
+    /// them under).
     pub fn draft_offers<'a>(
         &mut self,
         offered: impl IntoIterator<Item = &'a str>,
@@ -327,6 +327,7 @@ impl EnsembleDraft {
                         capabilities: (self.context.defaults.capabilities.clone())
                             .unwrap_or_default(),
                         arguments: None,
+                        offered: true,
                     };
                     self.invokers.push(self.context.invoker(tables, schemas));
                 }
@@ -375,6 +376,7 @@ impl Context {
             limits,
             capabilities,
             arguments,
+            offered,
         } = tables;
         let mut errors = Vec::new();
         let name = section.name.get_ref().as_str();
@@ -431,8 +433,13 @@ impl Context {
             }
             Some(SandboxSpec::default())
         } else {
+            let who = if offered {
+                "[defaults] capabilities (of the tools offered without invokers)".to_string()
+            } else {
+                format!("invoker `{name}`")
+            };
             self.grants
-                .sandbox(&source, name, &capabilities, &mut errors)
+                .sandbox(&source, &who, &capabilities, &mut errors)
         };
         let full_name = match &self.prefix {
             Some(prefix) => format!("{prefix}_{name}"),

@@ -398,7 +398,12 @@ impl Resolver {
             errors.extend(invoker.errors.iter().cloned());
             match tool {
                 Some(tool) if errors.is_empty() => tools.push(Arc::new(tool)),
-                _ => diagnostics.append(&mut errors),
+                _ => {
+                    // What the tools offered without invokers share (an error in `[defaults]
+                    // capabilities`) is said once, not once per tool.
+                    errors.retain(|error| !diagnostics.contains(error));
+                    diagnostics.append(&mut errors);
+                }
             }
         }
         diagnostics.extend(draft.duplicates());
