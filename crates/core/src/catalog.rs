@@ -153,6 +153,13 @@ impl Tool {
     pub fn source(&self) -> String {
         self.backend.describe()
     }
+
+    /// Whether a call may send its caller a request mid-call: sampling or elicitation
+    /// granted, or an imported server's tool (its server may ask, relayed).
+    pub fn may_ask_its_caller(&self) -> bool {
+        let talk = &self.policy.sandbox.talk;
+        talk.sampling || talk.elicitation || self.backend.is_up().is_some()
+    }
 }
 
 /// An accepted ensemble and its tools, enabled or not.

@@ -226,7 +226,8 @@ impl Front {
             limits.max_sessions,
         )
         .with_streams(Arc::clone(&streams))
-        .with_first_load(first_load);
+        .with_first_load(first_load)
+        .with_twins(limits.max_sessions, limits.session_idle);
         let factory = McpServer::factory(host.clone(), Some(logs), "mcp-http", Arc::new(shared));
         // Idle sessions close after `mcp-session-idle-s`; new ones past `max-mcp-sessions`
         // are refused (`guard`).
@@ -244,6 +245,7 @@ impl Front {
             rmcp,
             hosts: Arc::clone(&allowed),
             max_body,
+            sessions: Arc::clone(&sessions),
             metrics: host.metrics().cloned(),
         });
         let metadata = guard::metadata(&access);

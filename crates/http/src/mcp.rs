@@ -1,7 +1,10 @@
-//! mcp: `/mcp`. A session-less request at 2026-07-28 that needs one answer is answered in its
-//! own request, through toolhost-mcp's `direct` (the same handler and checks, without a
-//! service built per request); every other request, and any that `direct` declines once its
-//! body is read, goes to rmcp's streamable HTTP service as it came.
+//! mcp: `/mcp`. A request that needs one answer, session-less at 2026-07-28 or in an open
+//! session of an earlier revision, is answered in its own request, through toolhost-mcp's
+//! `direct` (the same handler and checks, without a service built per request or the
+//! session's worker); every other request, and any that `direct` declines once its body is
+//! read, goes to rmcp's streamable HTTP service as it came. Every request of a session that
+//! rmcp sees is told to `direct`, which keeps the session's twin answering only while rmcp
+//! would keep the session open.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -23,6 +26,8 @@ pub(crate) struct Mcp {
     pub(crate) hosts: Arc<crate::hosts::AllowedHosts>,
     /// The longest body `direct` reads (rmcp's bound).
     pub(crate) max_body: usize,
+    /// rmcp's sessions: a request of one that has ended goes to rmcp, which says `404`.
+    pub(crate) sessions: Arc<LocalSessionManager>,
     pub(crate) metrics: Option<Arc<toolhost_core::metrics::Metrics>>,
 }
 
@@ -43,6 +48,12 @@ pub(crate) async fn route(mcp: &Mcp, request: Request) -> Response {
     // As rmcp checks it for /mcp: a DNS-rebinding page's request carries its own name.
     if !mcp.hosts.allow(request.headers()) {
         return crate::hosts::refusal();
+    }
+    if let Some(id) = session_id(&request) {
+        use rmcp::transport::streamable_http_server::session::SessionManager;
+        if !mcp.sessions.has_session(&id.into()).await.unwrap_or(false) {
+            return rmcp(mcp, request).await;
+        }
     }
     let (parts, body) = request.into_parts();
     let body = match read_body(body, mcp.max_body).await {
@@ -68,6 +79,10 @@ pub(crate) async fn route(mcp: &Mcp, request: Request) -> Response {
 async fn rmcp(mcp: &Mcp, request: Request) -> Response {
     use tower_service::Service;
     mcp.count("service");
+    let session = session_id(&request);
+    if let Some(id) = &session {
+        mcp.direct.touch(id);
+    }
     let ending_a_session = request.method() == http::Method::DELETE;
     // rmcp's service is always ready, and a clone shares its sessions.
     let mut response = match mcp.rmcp.clone().call(request).await {
@@ -79,8 +94,17 @@ async fn rmcp(mcp: &Mcp, request: Request) -> Response {
     if ending_a_session && response.status() == http::StatusCode::ACCEPTED {
         *response.status_mut() = http::StatusCode::NO_CONTENT;
         *response.body_mut() = Body::empty();
+        if let Some(id) = &session {
+            mcp.direct.forget(id);
+        }
     }
     response
+}
+
+/// The request's `Mcp-Session-Id`, if it has one.
+fn session_id(request: &Request) -> Option<String> {
+    let id = request.headers().get("mcp-session-id")?;
+    id.to_str().ok().map(str::to_owned)
 }
 
 /// A request's body, whole, within `max` bytes; or the `400` that says why not.

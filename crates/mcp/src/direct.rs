@@ -16,15 +16,24 @@
 //!   `Accept` that takes both JSON and event streams (what rmcp asks of every client);
 //! - a JSON-RPC request whose `_meta` names 2026-07-28 and the client's capabilities, and asks
 //!   for no progress (a progress report is sent on the request's own event stream, which only
-//!   rmcp's path opens).
+//!   rmcp's path opens);
+//! - or, in an open session (2025-11-25 or 2025-06-18, [`SESSION_REVISIONS`]): a POST with
+//!   one `Mcp-Session-Id` of a session that has a twin ([`crate::twins`]), the session's own
+//!   `Mcp-Protocol-Version`, the standard headers absent or agreeing with the body, one of
+//!   [`METHODS`] asking for no progress, and, for `tools/call`, a tool that cannot ask its
+//!   caller mid-call (no sampling or elicitation granted, not an imported server's): a
+//!   request to the client would go on the session's stream, not the request's. It runs on
+//!   the session's twin with the session's peer, and `notifications/cancelled` for it
+//!   cancels it as rmcp would. The answer is JSON, which the handshake revisions allow for
+//!   any request.
 //!
-//! Anything else (a session, another revision, a missing or contradicting header, a listen
-//! stream, a body rmcp would refuse) goes on to rmcp, unchanged, which answers it as before.
-//! The handler's peer (for messages to the client) is one shared by every direct request,
-//! with nowhere to send: nothing a direct request runs sends on it, since progress is
-//! excluded and a tool that asks does so in rounds (`input_required` answers), not through
-//! the peer. A request whose client goes away while it runs is finished in the background, as
-//! rmcp's handler task would be, so its call is audited.
+//! Anything else (another revision, a missing or contradicting header, a listen stream, a
+//! body rmcp would refuse) goes on to rmcp, unchanged, which answers it as before.
+//! The session-less requests' peer (for messages to the client) is one shared by every
+//! direct request, with nowhere to send: nothing a direct request runs sends on it, since
+//! progress is excluded and a tool that asks does so in rounds (`input_required` answers),
+//! not through the peer. A request whose client goes away while it runs is finished in the
+//! background, as rmcp's handler task would be, so its call is audited.
 
 use crate::McpServer;
 use bytes::Bytes;
@@ -56,6 +65,10 @@ pub const METHODS: &[&str] = &[
 /// The revision whose session-less requests are answered directly.
 const REVISION: &str = "2026-07-28";
 
+/// The revisions whose requests in an open session are answered directly: those with the
+/// `Mcp-Protocol-Version` header on every request.
+pub const SESSION_REVISIONS: &[&str] = &["2025-11-25", "2025-06-18"];
+
 /// Session-less requests answered in their own HTTP request, for one transport's servers.
 pub struct Direct {
     factory: Arc<dyn Fn() -> McpServer + Send + Sync>,
@@ -65,6 +78,8 @@ pub struct Direct {
     _service: RunningService<RoleServer, McpServer>,
     /// The largest body read (rmcp's bound for the requests it reads).
     max_body: usize,
+    /// What the factory's servers share: the open sessions' twins among it.
+    shared: Arc<crate::Shared>,
 }
 
 impl Direct {
@@ -79,13 +94,30 @@ impl Direct {
             rmcp::model::Implementation::default(),
         )
         .with_protocol_version(ProtocolVersion::V_2026_07_28);
-        let service =
-            rmcp::service::serve_directly_with_ct(factory(), Nowhere, Some(info), shutdown);
+        let server = factory();
+        let shared = Arc::clone(&server.shared);
+        let service = rmcp::service::serve_directly_with_ct(server, Nowhere, Some(info), shutdown);
         Direct {
             peer: service.peer().clone(),
             _service: service,
             factory: Arc::new(factory),
             max_body,
+            shared,
+        }
+    }
+
+    /// rmcp is seeing a request of session `id`: its twin may answer for another half of the
+    /// session's idle time ([`crate::twins`]).
+    pub fn touch(&self, id: &str) {
+        if let Some(twins) = &self.shared.twins {
+            twins.touch(id);
+        }
+    }
+
+    /// Session `id` was ended by its client.
+    pub fn forget(&self, id: &str) {
+        if let Some(twins) = &self.shared.twins {
+            twins.forget(id);
         }
     }
 
@@ -102,11 +134,14 @@ impl Direct {
         parts: http::request::Parts,
         body: &[u8],
     ) -> Result<Taken, Box<http::request::Parts>> {
+        if parts.headers.contains_key("mcp-session-id") {
+            return self.take_in_session(parts, body);
+        }
         let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(body) else {
             return Err(Box::new(parts));
         };
         let (id, mut request) = (request.id, request.request);
-        if !taken(&parts.headers, &request) {
+        if !taken(&parts.headers, &request, true) {
             return Err(Box::new(parts));
         }
         let meta = std::mem::take(request.get_meta_mut());
@@ -126,7 +161,58 @@ impl Direct {
         context.meta = meta;
         context.extensions = extensions;
         Ok(Taken {
-            server: (self.factory)(),
+            server: Arc::new((self.factory)()),
+            request,
+            context,
+            in_flight: None,
+        })
+    }
+
+    /// [`Direct::take`] for a request in an open session.
+    fn take_in_session(
+        &self,
+        parts: http::request::Parts,
+        body: &[u8],
+    ) -> Result<Taken, Box<http::request::Parts>> {
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let twin = (self.shared.twins.as_ref())
+            .zip(header("mcp-session-id"))
+            .and_then(|(twins, id)| twins.get(id));
+        let Some(twin) = twin else {
+            return Err(Box::new(parts));
+        };
+        let negotiated = twin.peer.peer_info().map(|i| i.protocol_version.clone());
+        if negotiated.as_ref().map(ProtocolVersion::as_str) != header("mcp-protocol-version") {
+            return Err(Box::new(parts));
+        }
+        let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(body) else {
+            return Err(Box::new(parts));
+        };
+        let (id, mut request) = (request.id, request.request);
+        if !METHODS.contains(&request.method()) || !taken(&parts.headers, &request, false) {
+            return Err(Box::new(parts));
+        }
+        if let ClientRequest::CallToolRequest(call) = &request {
+            let snapshot = twin.server.host.catalog().snapshot();
+            let asks = snapshot
+                .get(&call.params.name)
+                .is_some_and(|tool| tool.may_ask_its_caller());
+            if asks || call.params.request_state.is_some() {
+                return Err(Box::new(parts));
+            }
+        }
+        let meta = std::mem::take(request.get_meta_mut());
+        if meta.get_progress_token().is_some() || meta.protocol_version().is_some() {
+            return Err(Box::new(parts));
+        }
+        request.extensions_mut().insert(parts);
+        let extensions = std::mem::take(request.extensions_mut());
+        let mut context = RequestContext::new(id, twin.peer.clone());
+        context.meta = meta;
+        context.extensions = extensions;
+        Ok(Taken {
+            in_flight: Some(Arc::clone(&twin.server.in_flight)),
+            server: twin.server,
             request,
             context,
         })
@@ -135,9 +221,11 @@ impl Direct {
 
 /// A request [`Direct::take`] took, with the server that answers it.
 pub struct Taken {
-    server: McpServer,
+    server: Arc<McpServer>,
     request: ClientRequest,
     context: RequestContext<RoleServer>,
+    /// In a session: where a `notifications/cancelled` finds it.
+    in_flight: Option<Arc<crate::twins::InFlight>>,
 }
 
 impl Taken {
@@ -148,9 +236,22 @@ impl Taken {
             server,
             request,
             context,
+            in_flight,
         } = self;
         let id = context.id.clone();
-        let handled = Finished::new(async move { server.handle_request(request, context).await });
+        let cancelled = context.ct.clone();
+        let running = in_flight.and_then(|calls| calls.start(id.clone(), cancelled.clone()));
+        let handled = Finished::new(async move {
+            let _running = running;
+            tokio::select! {
+                handled = server.handle_request(request, context) => handled,
+                () = cancelled.cancelled() => Err(rmcp::ErrorData::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "the request was cancelled by its client",
+                    None,
+                )),
+            }
+        });
         let message = match handled.await {
             Ok(result) => ServerJsonRpcMessage::response(result, id),
             Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
@@ -184,10 +285,20 @@ fn may_take(method: &http::Method, headers: &HeaderMap, max_body: usize) -> bool
         })
         .collect::<Vec<_>>();
     let json = |t: &str| t.split(';').next().unwrap_or_default().trim() == "application/json";
+    let method_named = one("mcp-method").is_some_and(|m| METHODS.contains(&m));
+    let revision = one("mcp-protocol-version");
+    let addressed = match one("mcp-session-id") {
+        // A session's request: the standard headers are optional before 2026-07-28.
+        Some(_) => {
+            revision.is_some_and(|r| SESSION_REVISIONS.contains(&r))
+                && (method_named || !headers.contains_key("mcp-method"))
+        }
+        None => {
+            !headers.contains_key("mcp-session-id") && revision == Some(REVISION) && method_named
+        }
+    };
     *method == http::Method::POST
-        && !headers.contains_key("mcp-session-id")
-        && one("mcp-protocol-version") == Some(REVISION)
-        && one("mcp-method").is_some_and(|m| METHODS.contains(&m))
+        && addressed
         && one(header::CONTENT_TYPE.as_str()).is_some_and(json)
         && length.is_some_and(|l| l <= max_body)
         && accepts.iter().any(|a| a == "application/json")
@@ -195,10 +306,14 @@ fn may_take(method: &http::Method, headers: &HeaderMap, max_body: usize) -> bool
 }
 
 /// Whether the headers say what the body does: the method, and the name where the method
-/// has one (as rmcp checks them, SEP-2243); a name in its Base64 form goes to rmcp.
-fn taken(headers: &HeaderMap, request: &ClientRequest) -> bool {
+/// has one (as rmcp checks them, SEP-2243); a name in its Base64 form goes to rmcp. Unless
+/// `required`, a header left out agrees.
+fn taken(headers: &HeaderMap, request: &ClientRequest, required: bool) -> bool {
     let method = request.method();
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if !required && !headers.contains_key("mcp-method") && !headers.contains_key("mcp-name") {
+        return true;
+    }
     if header("mcp-method") != Some(method) {
         return false;
     }
@@ -271,7 +386,7 @@ impl<T: Send + 'static> Drop for Finished<T> {
 
 /// The transport of the service that makes the shared peer: it never receives, and what is
 /// sent to it goes nowhere.
-struct Nowhere;
+pub(crate) struct Nowhere;
 
 impl rmcp::transport::Transport<RoleServer> for Nowhere {
     type Error = std::io::Error;
@@ -353,10 +468,62 @@ mod tests {
         )));
         let mut session = GOOD.to_vec();
         session.push(("mcp-session-id", "s1"));
-        assert!(!may_take(&post, &headers(&session), 4096), "a session");
+        assert!(
+            !may_take(&post, &headers(&session), 4096),
+            "a session at 2026-07-28"
+        );
         let mut twice = GOOD.to_vec();
         twice.push(("mcp-method", "tools/list"));
         assert!(!may_take(&post, &headers(&twice), 4096), "two methods");
         assert!(!may_take(&http::Method::GET, &headers(GOOD), 4096), "a GET");
+    }
+
+    #[test]
+    fn in_a_session_of_a_handshake_revision_the_standard_headers_are_optional() {
+        let post = http::Method::POST;
+        let base = [
+            ("content-type", "application/json"),
+            ("content-length", "120"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-session-id", "s1"),
+        ];
+        let with = |more: &[(&str, &str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(more);
+            may_take(&post, &headers(&pairs), 4096)
+        };
+        assert!(with(&[("mcp-protocol-version", "2025-11-25")]));
+        assert!(with(&[("mcp-protocol-version", "2025-06-18")]));
+        assert!(with(&[
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-method", "tools/call")
+        ]));
+        for (more, why) in [
+            (&[][..], "no revision"),
+            (
+                &[("mcp-protocol-version", "2025-03-26")][..],
+                "a revision without the header",
+            ),
+            (
+                &[("mcp-protocol-version", "2026-07-28")][..],
+                "no sessions at 2026-07-28",
+            ),
+            (
+                &[
+                    ("mcp-protocol-version", "2025-11-25"),
+                    ("mcp-method", "initialize"),
+                ][..],
+                "the handshake",
+            ),
+            (
+                &[
+                    ("mcp-protocol-version", "2025-11-25"),
+                    ("mcp-session-id", "s2"),
+                ][..],
+                "two sessions",
+            ),
+        ] {
+            assert!(!with(more), "{why}");
+        }
     }
 }

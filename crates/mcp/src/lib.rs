@@ -40,6 +40,7 @@ mod streams;
 pub mod talk;
 pub mod tasks;
 pub mod tools;
+mod twins;
 
 use log::{LogRelay, relay_logs};
 use resources::Subscriptions;
@@ -102,6 +103,8 @@ pub struct Shared {
     first_load: Option<tokio::sync::watch::Receiver<bool>>,
     /// Calls at 2026-07-28 waiting for their clients' answers.
     rounds: Arc<rounds::Rounds>,
+    /// Over HTTP, the open sessions whose requests `direct` may answer.
+    twins: Option<twins::Twins>,
 }
 
 impl Shared {
@@ -116,7 +119,15 @@ impl Shared {
             streams: None,
             first_load: None,
             rounds: Arc::default(),
+            twins: None,
         }
+    }
+
+    /// The requests of an open session may be answered directly ([`direct`]): for at most
+    /// `max` sessions, each closed by rmcp after `idle` without a request.
+    pub fn with_twins(mut self, max: usize, idle: Duration) -> Self {
+        self.twins = Some(twins::Twins::new(max, idle));
+        self
     }
 
     /// Lists wait (at most [`FIRST_LIST_WAIT`]) until `loaded` turns true: the first load.
@@ -155,8 +166,12 @@ pub struct McpServer {
     /// The session's id in audit records.
     id: String,
     /// Made at the first request, for its caller: over HTTP the guard lets no other identity
-    /// use this session.
-    session: std::sync::OnceLock<Arc<Session>>,
+    /// use this session. Shared with the session's twin ([`twins`]).
+    session: Arc<std::sync::OnceLock<Arc<Session>>>,
+    /// Dropped with the session's server: its twin answers only while this lives.
+    alive: Arc<()>,
+    /// The session's requests answered directly and still running (for their cancellation).
+    in_flight: Arc<twins::InFlight>,
     /// The least severe level this session wants relayed (`logging/setLevel`).
     log_level: Arc<AtomicU8>,
     /// The session's relay tasks (tool list changes, log lines), stopped when it ends: a task
@@ -189,7 +204,9 @@ impl McpServer {
         McpServer {
             first_load: shared.first_load.clone(),
             id,
-            session: std::sync::OnceLock::new(),
+            session: Arc::default(),
+            alive: Arc::new(()),
+            in_flight: Arc::default(),
             host,
             shared,
             tools,
@@ -223,6 +240,26 @@ impl McpServer {
                  loaded so far, and notifications/tools/list_changed follows as others join",
                 FIRST_LIST_WAIT.as_secs()
             );
+        }
+    }
+
+    /// A server that shares this one's session (what its requests run with, its identity,
+    /// dedup memory, subscriptions and log level) but none of its relay tasks, and does not
+    /// keep it alive: its twin, which answers its requests directly ([`twins`]).
+    fn twin(&self) -> McpServer {
+        McpServer {
+            host: self.host.clone(),
+            shared: self.shared.clone(),
+            tools: self.tools.clone(),
+            subscriptions: self.subscriptions.clone(),
+            logs: None,
+            id: self.id.clone(),
+            session: self.session.clone(),
+            alive: Arc::new(()),
+            in_flight: self.in_flight.clone(),
+            log_level: self.log_level.clone(),
+            tasks: Mutex::default(),
+            first_load: self.first_load.clone(),
         }
     }
 
@@ -555,6 +592,14 @@ impl ServerHandler for McpServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Over HTTP, the session is open now: its requests may be answered directly.
+        let session_id = (context.extensions.get::<http::request::Parts>())
+            .and_then(|request| request.headers.get("mcp-session-id"))
+            .and_then(|id| id.to_str().ok());
+        if let (Some(twins), Some(id)) = (&self.shared.twins, session_id) {
+            let twin = twins::Twin::new(self.twin(), context.peer.clone(), &self.alive);
+            twins.register(id, twin);
+        }
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(logs) = &self.logs {
             tasks.push(relay_logs(
@@ -566,5 +611,16 @@ impl ServerHandler for McpServer {
         }
         tasks.push(notify::relay_changes(&self.host, context.peer.clone()));
         tasks.push(notify::relay_updates(self, context.peer.clone()));
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: rmcp::model::CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        // rmcp cancels the requests it runs itself; these are the ones answered directly.
+        if let Some(id) = &notification.request_id {
+            self.in_flight.cancel(id);
+        }
     }
 }
