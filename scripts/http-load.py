@@ -76,11 +76,13 @@ LUA = ROOT / "scripts" / "http-load.lua"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid):
-    """utime + stime of process `pid`, in seconds."""
+def cpu_seconds(pid, user_only=False):
+    """utime + stime of process `pid` (utime alone with `user_only`: the host's own code,
+    without the kernel's share, which over loopback TCP includes delivering each answer to
+    the client), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return (int(fields[11]) + (0 if user_only else int(fields[12]))) / TICKS
 
 
 def switches(pid):
@@ -339,17 +341,19 @@ def stdio_cell(args, work, inflight=1, cell="stdio", record=None):
 
     run(2, None)
     before, switched = cpu_seconds(server.pid), switches(server.pid)
+    user_before = cpu_seconds(server.pid, user_only=True)
     latencies = []
     calls, elapsed = run(args.seconds, latencies)
     cpu = cpu_seconds(server.pid) - before
+    user = cpu_seconds(server.pid, user_only=True) - user_before
     switched = switches(server.pid) - switched
     server.stop()
     latencies.sort()
     return {"cell": cell, "connections": inflight, "calls": calls,
             "calls_per_s": calls / elapsed, "p50_ms": latencies[len(latencies) // 2],
             "p99_ms": latencies[int(len(latencies) * 0.99)],
-            "server_us_per_call": cpu / calls * 1e6, "switches_per_call": switched / calls,
-            "client_cpu_share": None, "errors": 0}
+            "server_us_per_call": cpu / calls * 1e6, "user_us_per_call": user / calls * 1e6,
+            "switches_per_call": switched / calls, "client_cpu_share": None, "errors": 0}
 
 
 class Redis:
@@ -460,15 +464,18 @@ def wrk_cell(args, cell, url, connections, env, pids):
     # Warm-up: the connections open, the caches fill.
     run_wrk(argparse.Namespace(seconds=2), url, connections, env)
     before = sum(cpu_seconds(pid) for pid in pids)
+    user_before = sum(cpu_seconds(pid, user_only=True) for pid in pids)
     switched = sum(switches(pid) for pid in pids)
     requests, p50, p99, errors, wrk_cpu, out = run_wrk(args, url, connections, env)
     cpu = sum(cpu_seconds(pid) for pid in pids) - before
+    user = sum(cpu_seconds(pid, user_only=True) for pid in pids) - user_before
     switched = sum(switches(pid) for pid in pids) - switched
     if errors:
         print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
     return {"cell": cell, "connections": connections, "calls": requests,
             "calls_per_s": requests / args.seconds, "p50_ms": p50, "p99_ms": p99,
             "server_us_per_call": cpu / max(requests, 1) * 1e6,
+            "user_us_per_call": user / max(requests, 1) * 1e6,
             "switches_per_call": switched / max(requests, 1),
             "client_cpu_share": wrk_cpu / args.seconds, "errors": errors}
 
@@ -608,8 +615,8 @@ def main():
         same = [r for r in runs if (r["build"], r["cell"], r["connections"]) == key]
         row = dict(run)
         for field in ("calls_per_s", "p50_ms", "p99_ms", "server_us_per_call",
-                      "switches_per_call", "client_cpu_share"):
-            values = sorted(r[field] for r in same if r[field] is not None)
+                      "user_us_per_call", "switches_per_call", "client_cpu_share"):
+            values = sorted(r.get(field) for r in same if r.get(field) is not None)
             row[field] = values[len(values) // 2] if values else None
         rows.append(row)
     stdio = {build: next((r["server_us_per_call"] for r in rows if r["build"] == build
@@ -617,9 +624,13 @@ def main():
              for build, _ in builds}
     if args.vs:
         print(f"this: {builds[0][1]}, vs: {builds[1][1]}; medians of {args.repeat} run(s)\n")
+    stdio_user = {build: next((r["user_us_per_call"] for r in rows if r["build"] == build
+                               and r["cell"] == "stdio" and r["connections"] == 1), None)
+                  for build, _ in builds}
     print("| build | cell | connections | calls/s | p50 | p99 | server CPU per call "
-          "| ratio to stdio | this ÷ vs | switches per call | wrk's CPU |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| ratio to stdio | this ÷ vs | of it in user space (ratio) | switches per call "
+          "| wrk's CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         base = stdio[r["build"]]
         ratio = f"{r['server_us_per_call'] / base:.2f}x" if base else "-"
@@ -628,9 +639,12 @@ def main():
         versus = (f"{r['server_us_per_call'] / other['server_us_per_call']:.2f}x"
                   if other and r["build"] == "this" else "-")
         share = f"{r['client_cpu_share']:.2f} cores" if r["client_cpu_share"] is not None else "-"
+        user, user_base = r.get("user_us_per_call"), stdio_user[r["build"]]
+        in_user = (f"{user:.0f} µs ({user / user_base:.2f}x)" if user is not None and user_base
+                   else f"{user:.0f} µs" if user is not None else "-")
         print(f"| {r['build']} | {r['cell']} | {r['connections']} | {r['calls_per_s']:,.0f} | "
               f"{r['p50_ms'] * 1000:.0f} µs | {r['p99_ms'] * 1000:.0f} µs | "
-              f"{r['server_us_per_call']:.0f} µs | {ratio} | {versus} | "
+              f"{r['server_us_per_call']:.0f} µs | {ratio} | {versus} | {in_user} | "
               f"{r['switches_per_call']:.1f} | {share} |")
     if args.json:
         args.json.write_text(json.dumps({"medians": rows, "runs": runs}, indent=2))
