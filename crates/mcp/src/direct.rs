@@ -6,7 +6,9 @@
 //! an HTTP call's time goes"). Here the request's server handles it directly, through rmcp's
 //! own dispatch ([`rmcp::Service::handle_request`]), so every check of the MCP layer and of
 //! `invoke` (identity, access rules, quotas, validation, dedup, limits, audit) is the one code
-//! both paths run; only the plumbing around the handler is left out.
+//! both paths run; only the plumbing around the handler is left out. A request in an open
+//! session of an earlier revision, which rmcp serves through the session's worker, is
+//! answered the same way by the session's twin ([`crate::twins`]).
 //!
 //! Only what needs nothing else is taken ([`Direct::may_take`], [`Direct::take`]):
 //!
@@ -69,7 +71,8 @@ const REVISION: &str = "2026-07-28";
 /// `Mcp-Protocol-Version` header on every request.
 pub const SESSION_REVISIONS: &[&str] = &["2025-11-25", "2025-06-18"];
 
-/// Session-less requests answered in their own HTTP request, for one transport's servers.
+/// Requests answered in their own HTTP request (session-less ones, and those of open
+/// sessions), for one transport's servers.
 pub struct Direct {
     factory: Arc<dyn Fn() -> McpServer + Send + Sync>,
     /// The peer every direct request's context holds (see the module's doc).

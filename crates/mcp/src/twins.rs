@@ -19,7 +19,7 @@
 //! next request goes to rmcp, which keeps the session open, and the twin is touched again.
 //!
 //! Bounds: one twin per open session (at most `max-mcp-sessions`; past it a session is
-//! served by rmcp alone), the dead ones dropped when a new one would not fit; one
+//! served by rmcp alone), the dead ones dropped whenever a session opens; one
 //! cancellation token per request in flight in a session, dropped when the request ends.
 
 use crate::McpServer;
@@ -81,12 +81,11 @@ impl Twins {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps `twin` for session `id` (its request just went through rmcp).
+    /// Keeps `twin` for session `id` (its request just went through rmcp). The twins of
+    /// sessions that ended are dropped here, with what their sessions remembered.
     pub(crate) fn register(&self, id: &str, twin: Twin) {
         let mut map = self.map();
-        if map.len() >= self.max {
-            map.retain(|_, entry| entry.twin.alive());
-        }
+        map.retain(|_, entry| entry.twin.alive());
         if map.len() < self.max || map.contains_key(id) {
             let touched = Instant::now();
             map.insert(Arc::from(id), Entry { twin, touched });
