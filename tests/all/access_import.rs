@@ -32,12 +32,10 @@ fn call(
     )
 }
 
-#[test]
-fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
-    let port = free_port();
+/// The remote: a toolhost on `port` serving echo, that takes only access tokens of
+/// `provider` with `tools:all`.
+pub(crate) fn echo_behind(provider: &Provider, port: u16) -> (Fixture, HttpServer) {
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let provider = Provider::start(&url, 0, "k1");
-    // The remote: a toolhost that takes only access tokens of the provider.
     let remote = Fixture::new();
     remote.write_echo();
     let host_file = trust_provider(
@@ -50,7 +48,16 @@ fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
     ];
     let address = format!("127.0.0.1:{port}");
     let config = host_file.to_str().expect("path");
-    let _server = HttpServer::start_at(&address, &remote, &["--config", config], &env);
+    let server = HttpServer::start_at(&address, &remote, &["--config", config], &env);
+    (remote, server)
+}
+
+#[test]
+fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let provider = Provider::start(&url, 0, "k1");
+    let (remote, _server) = echo_behind(&provider, port);
 
     // This host imports it with its own client credentials.
     let local = Fixture::new();
@@ -109,12 +116,10 @@ fn an_imported_server_that_needs_oauth_gets_this_hosts_own_token() {
 #[test]
 fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
     let fixture = Fixture::new();
-    let check = |oauth: &str, env: &[(&str, &str)]| {
+    let check_written = |oauth: &str, env: &[(&str, &str)]| {
         fixture.write_mcp_import(
             "remote",
-            &format!(
-                "url = \"https://tools.example/mcp\"\noauth = {{ client-id = \"me\"{oauth} }}"
-            ),
+            &format!("url = \"https://tools.example/mcp\"\noauth = {{ {oauth} }}"),
         );
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
         configure(&mut command, &fixture);
@@ -125,6 +130,9 @@ fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
             .expect("check");
         assert_eq!(output.status.code(), Some(1));
         String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let check = |oauth: &str, env: &[(&str, &str)]| {
+        check_written(&format!("client-id = \"me\"{oauth}"), env)
     };
     let neither = check("", &[]);
     assert!(
@@ -159,6 +167,18 @@ fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
     assert!(
         !not_pem.contains("hunter2"),
         "the key's text is never printed: {not_pem}"
+    );
+    // No client: only a server a person signs in to registers one; a key is for client
+    // credentials.
+    let no_client = check_written("client-secret-env = \"S\"", &[("S", "s")]);
+    assert!(
+        no_client.contains("`oauth` needs `client-id`") && no_client.contains("sign-in = true"),
+        "{no_client}"
+    );
+    let keyed = check_written("sign-in = true, private-key-env = \"K\"", &[("K", "k")]);
+    assert!(
+        keyed.contains("`private-key-env` is for client credentials"),
+        "{keyed}"
     );
 }
 

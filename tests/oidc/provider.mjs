@@ -8,7 +8,9 @@
 // signing key's id, default k1; a provider started again with another kid has rotated its
 // key), REDIRECT (when set: a client `web` signs people in by authorization code with PKCE,
 // back to this redirect URI, through oidc-provider's own login and consent pages, where any
-// login and password will do). Prints `issuer <url>` once it listens. Clients (secret = id +
+// login and password will do), SIGN_IN (when set: clients register themselves, RFC 7591,
+// and sign people in through the same pages; a client that may refresh gets a refresh token,
+// and tokens can be revoked at /token/revocation). Prints `issuer <url>` once it listens. Clients (secret = id +
 // "-secret"): `tools` (tokens for 10 minutes), `reports` (`tools:calculate` only), `brief`
 // (tokens for 1 second), `web`, and
 // `eternal`, whose tokens are signed as any other's but expire at 2^63 s (a server must refuse
@@ -61,8 +63,15 @@ server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
         jwt: (ctx, token, structured) => odd[token.clientId]?.(structured),
       },
     },
+    // A registered client that may refresh gets a refresh token, `offline_access` or not
+    // (how a provider for MCP servers that people sign in to is set up).
+    ...(process.env.SIGN_IN ? {
+      issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
+    } : {}),
     features: {
-      devInteractions: { enabled: Boolean(process.env.REDIRECT) },
+      devInteractions: { enabled: Boolean(process.env.REDIRECT || process.env.SIGN_IN) },
+      registration: { enabled: Boolean(process.env.SIGN_IN) },
+      revocation: { enabled: Boolean(process.env.SIGN_IN) },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,

@@ -112,7 +112,14 @@ pub struct McpSection {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct McpOauthSection {
-    pub client_id: String,
+    /// This host's client ID there: registered beforehand (required for client credentials;
+    /// with `sign-in`, left out to register dynamically).
+    pub client_id: Option<String>,
+    /// A person signs in once (`toolhost login ENSEMBLE`: the authorization code flow with
+    /// PKCE), and the host keeps and renews the tokens; without it the host gets its tokens
+    /// by client credentials.
+    #[serde(default)]
+    pub sign_in: bool,
     /// The variable that holds the client's secret (`client_secret_post`, or
     /// `client_secret_basic` where that is all the authorization server takes).
     #[schemars(with = "Option<EnvVarName>")]

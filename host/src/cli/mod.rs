@@ -19,6 +19,7 @@ mod docs;
 mod fleet;
 mod list;
 mod logging;
+mod login;
 mod new;
 mod oci;
 mod offers;
@@ -220,6 +221,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Sign this host in to the server ENSEMBLE imports, which a person signs in to
+    /// (`oauth = { sign-in = true }`): prints the URL to open, takes the redirect back on a
+    /// loopback port, and keeps the tokens in the host's state folder (mode 0600).
+    Login {
+        /// The ensemble that imports the server.
+        ensemble: String,
+    },
+    /// Forget the tokens `toolhost login ENSEMBLE` kept.
+    Logout {
+        /// The ensemble that imports the server.
+        ensemble: String,
+    },
     /// (Internal) compile the component on stdin under limits, for the host that runs this.
     #[command(hide = true)]
     CompileWorker {
@@ -344,6 +357,8 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
             json,
         } => oci::push(&settings, &file, &reference, sign.as_deref(), json).await,
         Command::Status { json } => status::run(&settings, json),
+        Command::Login { ensemble } => login::login(&settings, &ensemble).await,
+        Command::Logout { ensemble } => login::logout(&settings, &ensemble),
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await
         }

@@ -62,6 +62,8 @@ pub(crate) struct Settings {
     pub(crate) access: AccessSettings,
     /// `toolhost.toml`, when one was read (a reload reads its `[access]` again).
     pub(crate) config_path: Option<PathBuf>,
+    /// Where the tokens of imported servers a person signs in to are kept (`toolhost login`).
+    pub(crate) sign_in_dir: Option<PathBuf>,
     /// `[fleet]`, checked: the engines the replicas share state on (none: this process).
     pub(crate) fleet: toolhost::state::FleetSettings,
     /// Variables `toolhost.toml` names that are not set, which a local command does without
@@ -345,6 +347,7 @@ impl Settings {
             chat,
             access,
             config_path,
+            sign_in_dir: state_dir().map(|dir| dir.join("sign-in")),
             fleet,
             unset,
         })
@@ -378,7 +381,11 @@ impl Settings {
     /// A resolver on `runtime` that fetches `oci://` components as far as `fetch` allows.
     pub(crate) fn resolver(&self, runtime: Arc<Runtime>, fetch: Fetch) -> Resolver {
         let registry = Arc::new(Registry::new(self.registry.clone()));
-        Resolver::new(runtime).with_registry(registry, fetch)
+        let resolver = Resolver::new(runtime).with_registry(registry, fetch);
+        match &self.sign_in_dir {
+            Some(dir) => resolver.with_sign_in_dir(dir.clone()),
+            None => resolver,
+        }
     }
 
     /// Starts the runtime and resolves the ensembles directory.

@@ -34,7 +34,8 @@ pub enum McpTarget {
 /// client credentials, for the server's URL as the resource. Never the token of a caller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct McpOauth {
-    pub client_id: String,
+    /// Always set for client credentials; with sign-in, `None` registers a client.
+    pub client_id: Option<String>,
     pub credential: McpCredential,
     pub scopes: Vec<String>,
 }
@@ -46,12 +47,19 @@ pub enum McpCredential {
     Secret(String),
     /// `private_key_jwt`: assertions signed with this key (PEM) and algorithm.
     PrivateKey { pem: String, algorithm: String },
+    /// A person signs in (`toolhost login`); a pre-registered confidential client proves
+    /// itself with its secret.
+    SignIn { client_secret: Option<String> },
 }
 
 impl std::fmt::Debug for McpCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpCredential::Secret(_) => f.write_str("Secret(<redacted>)"),
+            McpCredential::SignIn { client_secret } => match client_secret {
+                Some(_) => f.write_str("SignIn(<redacted>)"),
+                None => f.write_str("SignIn"),
+            },
             McpCredential::PrivateKey { algorithm, .. } => {
                 write!(f, "PrivateKey(<redacted>, {algorithm})")
             }
@@ -107,8 +115,12 @@ impl McpSpec {
                 McpCredential::PrivateKey { pem, algorithm } => {
                     ("private key", [pem.as_str(), algorithm.as_str()])
                 }
+                McpCredential::SignIn { client_secret } => {
+                    ("sign-in", [client_secret.as_deref().unwrap_or(""), ""])
+                }
             };
-            for part in [kind, &oauth.client_id]
+            let client_id = oauth.client_id.as_deref().unwrap_or("");
+            for part in [kind, client_id]
                 .into_iter()
                 .chain(credential)
                 .chain(oauth.scopes.iter().map(String::as_str))
@@ -268,6 +280,27 @@ fn oauth_credential(
             }
         }
     };
+    if section.sign_in {
+        if let Some(key) = &section.private_key_env {
+            let message = "a client that signs people in proves itself with a secret \
+                           (`client-secret-env`) or nothing; `private-key-env` is for client \
+                           credentials";
+            errors.push(Diagnostic::new(source.at(key.span()), message));
+            return None;
+        }
+        let client_secret = match &section.client_secret_env {
+            Some(secret) => Some(read(secret, "client secret", errors)?),
+            None => None,
+        };
+        return Some(McpCredential::SignIn { client_secret });
+    }
+    if section.client_id.is_none() {
+        let message = "`oauth` needs `client-id`: the client registered at the authorization \
+                       server (or `sign-in = true`, for a server a person signs in to, which \
+                       registers one)";
+        errors.push(Diagnostic::new(source.at(span), message));
+        return None;
+    }
     match (&section.client_secret_env, &section.private_key_env) {
         (Some(_), None) if section.algorithm.is_some() => {
             let at = section.algorithm.as_ref().map_or(span, |a| a.span());

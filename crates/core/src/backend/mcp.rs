@@ -41,6 +41,7 @@ pub mod content;
 mod oauth;
 pub mod offers;
 mod servers;
+pub mod sign_in;
 mod stderr;
 mod talk;
 mod watcher;
@@ -89,6 +90,8 @@ struct Connection {
 pub struct McpImport {
     spec: McpSpec,
     hash: SourceHash,
+    /// Where a person's sign-in left its tokens, for a server that needs one.
+    sign_in_dir: Option<std::path::PathBuf>,
     connection: tokio::sync::Mutex<Connection>,
     /// True while a session is open (as last seen: set when one starts, cleared when one
     /// fails or is found closed).
@@ -309,8 +312,21 @@ impl McpImport {
                         .serve_with_lifecycle(transport, lifecycle)
                         .await);
                 };
-                let client = oauth::client(url, credentials).await?;
                 let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone());
+                if let toolhost_config::draft::McpCredential::SignIn { .. } =
+                    &credentials.credential
+                {
+                    let dir = (self.sign_in_dir.as_deref())
+                        .ok_or("needs sign-in, and this host keeps no tokens (no state folder)")?;
+                    let client = sign_in::client(url, credentials, dir).await?;
+                    let transport =
+                        rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                    return Ok(watcher
+                        .clone()
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await);
+                }
+                let client = oauth::client(url, credentials).await?;
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 Ok(watcher

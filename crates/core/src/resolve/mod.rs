@@ -192,6 +192,13 @@ impl Resolver {
         &self.runtime
     }
 
+    /// Imported servers a person signs in to find their tokens in `dir` (set before the
+    /// first resolve).
+    pub fn with_sign_in_dir(mut self, dir: std::path::PathBuf) -> Self {
+        self.servers = Arc::new(ImportedServers::default().with_sign_in_dir(dir));
+        self
+    }
+
     /// The imported MCP servers (whose tool-list changes the reloader listens to).
     pub fn servers(&self) -> &Arc<ImportedServers> {
         &self.servers

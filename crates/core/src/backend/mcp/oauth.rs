@@ -53,7 +53,8 @@ pub(super) async fn client(url: &str, oauth: &McpOauth) -> Result<Renewing, Stri
         .map_err(|e| format!("its authorization server could not be found: {e}"))?;
     manager.set_metadata(resolution.metadata);
     let (client_id, scopes, resource) = (
-        oauth.client_id.clone(),
+        // Always set for client credentials (the check refuses it left out).
+        oauth.client_id.clone().unwrap_or_default(),
         oauth.scopes.clone(),
         Some(url.to_string()),
     );
@@ -64,6 +65,9 @@ pub(super) async fn client(url: &str, oauth: &McpOauth) -> Result<Renewing, Stri
             scopes,
             resource,
         },
+        McpCredential::SignIn { .. } => {
+            return Err("signs a person in (`toolhost login`), not by client credentials".into());
+        }
         McpCredential::PrivateKey { pem, algorithm } => ClientCredentialsConfig::PrivateKeyJwt {
             client_id,
             signing_key: pem.clone().into_bytes(),
@@ -317,7 +321,7 @@ impl StreamableHttpClient for Renewing {
 }
 
 /// The server's `WWW-Authenticate` challenge to a request without a token, if it gives one.
-async fn probe(url: &str) -> Option<String> {
+pub(super) async fn probe(url: &str) -> Option<String> {
     let client = reqwest::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())

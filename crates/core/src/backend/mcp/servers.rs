@@ -20,6 +20,8 @@ pub struct ImportedServers {
     /// Servers started in the background, kept (their session, or their failure and its
     /// backoff) while the ensembles name them, whether or not a catalog holds them yet.
     kept: Mutex<HashMap<[u8; 32], Arc<McpImport>>>,
+    /// Where the tokens of the servers a person signs in to are kept (`toolhost login`).
+    sign_in_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ImportedServers {
@@ -29,6 +31,7 @@ impl Default for ImportedServers {
             changes: broadcast::channel(64).0,
             started: broadcast::channel(64).0,
             kept: Mutex::default(),
+            sign_in_dir: None,
         }
     }
 }
@@ -45,6 +48,12 @@ pub enum Background {
 }
 
 impl ImportedServers {
+    /// The servers a person signs in to find their tokens in `dir`.
+    pub fn with_sign_in_dir(mut self, dir: std::path::PathBuf) -> Self {
+        self.sign_in_dir = Some(dir);
+        self
+    }
+
     /// The server for `spec`: the one already in use, or a new one (not started yet).
     pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
         let hash = spec.hash();
@@ -56,6 +65,7 @@ impl ImportedServers {
         let server = Arc::new(McpImport {
             spec,
             hash,
+            sign_in_dir: self.sign_in_dir.clone(),
             connection: tokio::sync::Mutex::default(),
             up: std::sync::atomic::AtomicBool::new(false),
             changes: self.changes.clone(),

@@ -1,0 +1,260 @@
+//! sign_in: an imported server that a person signs in to (`[ensemble.mcp] oauth = { sign-in =
+//! true }`). `toolhost login ENSEMBLE` runs the authorization code flow with PKCE as the MCP
+//! authorization spec has a client do it, all of it rmcp's (`OAuthState`, with the oauth2
+//! crate): the server's `401` names its protected resource metadata, that names the
+//! authorization server; the client is the one configured, else one registered by a client
+//! ID metadata document or dynamic registration, whichever the server offers, in the spec's
+//! order; the person is sent to the authorization URL and comes back to a loopback redirect
+//! with the code and the state, which are checked and exchanged, with the server's URL as the
+//! `resource` (RFC 8707). The tokens (the refresh token with them) are kept in a file of this
+//! host's state, readable by its user alone ([`FileStore`]); `serve` reads them and rmcp's
+//! [`AuthClient`] sends the access token with each request and renews it by the refresh token
+//! before it expires, saving what it gets. No tokens, or a refresh the server refuses, is
+//! "needs sign-in", with the command to run.
+
+use rmcp::transport::auth::{
+    AuthClient, AuthError, AuthorizationManager, AuthorizationRequest, CredentialStore,
+    OAuthClientConfig, OAuthState, StoredCredentials,
+};
+use std::path::{Path, PathBuf};
+use toolhost_config::draft::{McpCredential, McpOauth};
+
+/// The largest credentials file read: a token response with a refresh token and an ID token
+/// is a few KiB.
+const MAX_STORED_BYTES: u64 = 64 << 10;
+
+/// Where the tokens for the server at `url` are kept in `dir`: one file per server URL.
+pub fn store_path(dir: &Path, url: &str) -> PathBuf {
+    let hash = blake3::hash(url.as_bytes()).to_hex();
+    dir.join(format!("{}.json", &hash[..32]))
+}
+
+/// The tokens of one server, in a file readable by this host's user alone (mode 0600, in a
+/// folder of mode 0700), replaced whole at each save.
+pub struct FileStore {
+    path: PathBuf,
+}
+
+impl FileStore {
+    pub fn new(path: PathBuf) -> Self {
+        FileStore { path }
+    }
+}
+
+fn store_error(what: &str, path: &Path, error: impl std::fmt::Display) -> AuthError {
+    AuthError::InternalError(format!("cannot {what} {}: {error}", path.display()))
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for FileStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        use std::io::Read;
+        let file = match std::fs::File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store_error("read", &self.path, e)),
+        };
+        let mut text = String::new();
+        file.take(MAX_STORED_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| store_error("read", &self.path, e))?;
+        if text.len() as u64 > MAX_STORED_BYTES {
+            return Err(store_error("read", &self.path, "larger than 64 KiB"));
+        }
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| store_error("read", &self.path, e))
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let text = serde_json::to_vec_pretty(&credentials)
+            .map_err(|e| store_error("write", &self.path, e))?;
+        write_private(&self.path, &text).map_err(|e| store_error("write", &self.path, e))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(store_error("remove", &self.path, e)),
+        }
+    }
+}
+
+/// Writes `bytes` to `path` readable by this user alone: a new file of mode 0600 beside it,
+/// renamed over it, in a folder made with mode 0700.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let partial = path.with_extension(format!("partial.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)
+}
+
+/// The message of an import that has no usable tokens (said of the ensemble that imports
+/// it, whose name the command takes).
+fn needs_sign_in(why: impl std::fmt::Display) -> String {
+    format!("needs sign-in ({why}): run `toolhost login` with this ensemble's name")
+}
+
+/// A manager for the server at `url` with its authorization server found and its tokens
+/// kept in `dir`.
+async fn manager(url: &str, dir: &Path) -> Result<AuthorizationManager, String> {
+    // Imported servers are the operator's choice, on private networks too.
+    let mut manager = AuthorizationManager::new_allowing_private_addresses(url)
+        .await
+        .map_err(|e| format!("cannot prepare its OAuth client: {e}"))?;
+    let challenge = super::oauth::probe(url).await;
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|e| format!("its authorization server could not be found: {e}"))?;
+    manager.set_metadata(resolution.metadata);
+    manager.set_credential_store(FileStore::new(store_path(dir, url)));
+    Ok(manager)
+}
+
+/// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`;
+/// "needs sign-in" when there are none or they cannot be renewed.
+pub(super) async fn client(
+    url: &str,
+    oauth: &McpOauth,
+    dir: &Path,
+) -> Result<AuthClient<reqwest::Client>, String> {
+    let mut manager = manager(url, dir).await?;
+    let stored = manager
+        .initialize_from_store()
+        .await
+        .map_err(needs_sign_in)?;
+    if !stored {
+        return Err(needs_sign_in("no one has signed in"));
+    }
+    if let McpCredential::SignIn {
+        client_secret: Some(secret),
+    } = &oauth.credential
+        && let Some(id) = &oauth.client_id
+    {
+        let config = OAuthClientConfig::new(id.clone(), "http://127.0.0.1/callback")
+            .with_client_secret(secret.clone());
+        manager
+            .configure_client(config)
+            .map_err(|e| format!("cannot use its authorization server: {e}"))?;
+    }
+    // The token now (renewed if it is due), so that an import nobody can use stays out.
+    manager.get_access_token().await.map_err(needs_sign_in)?;
+    Ok(AuthClient::new(reqwest::Client::default(), manager))
+}
+
+/// A sign-in under way: the URL to send the person to, and what checks and exchanges the
+/// code that comes back.
+pub struct SignIn {
+    state: OAuthState,
+    url: String,
+}
+
+impl SignIn {
+    /// Starts signing in to the server at `url` for `oauth`, the person to come back to
+    /// `redirect_uri` (a loopback address of `toolhost login`); the tokens will be kept in
+    /// `dir`.
+    pub async fn begin(
+        url: &str,
+        oauth: &McpOauth,
+        dir: &Path,
+        redirect_uri: &str,
+    ) -> Result<SignIn, String> {
+        let manager = manager(url, dir).await?;
+        let mut request = AuthorizationRequest::new(redirect_uri).with_client_name("toolhost");
+        request = match oauth.scopes.is_empty() {
+            // The challenge's `scope`, else the server's `scopes_supported` (rmcp's choice,
+            // as the spec orders it).
+            true => request.with_initial_scope_selection(),
+            false => request.with_scopes(oauth.scopes.iter().cloned()),
+        };
+        if let Some(id) = &oauth.client_id {
+            request = request.with_preregistered_client(id.clone());
+        }
+        if let McpCredential::SignIn {
+            client_secret: Some(secret),
+        } = &oauth.credential
+        {
+            request = request.with_client_secret(secret.clone());
+        }
+        if let Some(challenge) = super::oauth::probe(url).await {
+            request = request.with_challenge(challenge);
+        }
+        let mut state = OAuthState::Unauthorized(manager);
+        state
+            .start_authorization(request)
+            .await
+            .map_err(|e| format!("cannot start signing in: {e}"))?;
+        let url = state
+            .get_authorization_url()
+            .await
+            .map_err(|e| format!("cannot start signing in: {e}"))?;
+        Ok(SignIn { state, url })
+    }
+
+    /// The authorization URL to open.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Checks the redirect the person came back with (`callback`, the whole URL: the state
+    /// must be this sign-in's) and exchanges its code for tokens, which are then kept.
+    pub async fn finish(mut self, callback: &str) -> Result<(), String> {
+        self.state
+            .handle_callback_url(callback)
+            .await
+            .map_err(|e| format!("signing in failed: {e}"))
+    }
+}
+
+/// Forgets the tokens kept for the server at `url` (`toolhost logout`): whether there were
+/// any.
+pub fn forget(dir: &Path, url: &str) -> std::io::Result<bool> {
+    match std::fs::remove_file(store_path(dir, url)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[tokio::test]
+    async fn tokens_are_kept_for_this_user_alone_and_a_huge_file_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = store_path(&dir.path().join("sign-in"), "https://example.com/mcp");
+        let store = FileStore::new(path.clone());
+        assert!(store.load().await.expect("load").is_none());
+        let credentials = StoredCredentials::new("client".into(), None, vec!["a".into()], Some(1));
+        store.save(credentials).await.expect("save");
+        let mode = std::fs::metadata(&path).expect("file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let folder = std::fs::metadata(path.parent().expect("parent")).expect("dir");
+        assert_eq!(folder.permissions().mode() & 0o777, 0o700);
+        let loaded = store.load().await.expect("load").expect("kept");
+        assert_eq!(loaded.client_id, "client");
+        std::fs::write(&path, vec![b' '; 70 << 10]).expect("huge");
+        assert!(store.load().await.is_err());
+        store.clear().await.expect("clear");
+        assert!(store.load().await.expect("load").is_none());
+        assert!(!forget(path.parent().expect("dir"), "https://example.com/mcp").expect("forget"));
+    }
+}

@@ -1,0 +1,176 @@
+//! `toolhost login ENSEMBLE` and `toolhost logout ENSEMBLE`: a person signs this host in to
+//! an imported server that asks for it (`[ensemble.mcp] oauth = { sign-in = true }`), or
+//! forgets its tokens. The flow is toolhost's core's (`backend::mcp::sign_in`, rmcp's OAuth
+//! client); here are the person's side of it: the authorization URL printed (and opened where
+//! a browser is), and a loopback listener on a random port that takes the one redirect back.
+//! It runs where the person is or on the host itself (a headless host prints the URL; the
+//! browser that opens it must reach the loopback address, through `ssh -L` for instance).
+//! `serve` picks the tokens up at its next reload (SIGHUP, or a change in the ensembles).
+
+use super::settings::Settings;
+use anyhow::{Context, bail};
+use std::process::ExitCode;
+use std::time::Duration;
+use toolhost::backend::mcp::sign_in::{self, SignIn};
+use toolhost::config::draft::{McpCredential, McpOauth, McpTarget};
+use toolhost::config::schema::SchemaCache;
+
+/// How long the person has to sign in.
+const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(600);
+/// The most of a request to the loopback listener read: its request line and headers.
+const MAX_REDIRECT_BYTES: usize = 16 << 10;
+/// How long one connection to the listener may take to send its request.
+const REDIRECT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The URL and OAuth settings of ensemble `name`'s import, if it signs in.
+fn import_of(settings: &Settings, name: &str) -> anyhow::Result<(String, McpOauth)> {
+    let schemas = SchemaCache::default();
+    let files = toolhost::config::draft::ensemble_files(&settings.ensembles)
+        .map_err(|d| anyhow::anyhow!("{}", d.message))?;
+    for file in files {
+        let Ok(draft) = toolhost::config::draft::read(&file, &schemas, |_| Ok(())) else {
+            continue;
+        };
+        if draft.name != name {
+            continue;
+        }
+        let spec = draft.mcp.and_then(|mcp| mcp.spec).with_context(|| {
+            format!(
+                "ensemble `{name}` ({}) imports no MCP server, or its [ensemble.mcp] has an \
+                 error (`toolhost check` says which)",
+                file.display()
+            )
+        })?;
+        let (McpTarget::Url(url), Some(oauth)) = (spec.target, spec.oauth) else {
+            bail!("ensemble `{name}` imports no server reached at a `url` with `oauth`");
+        };
+        if !matches!(oauth.credential, McpCredential::SignIn { .. }) {
+            bail!(
+                "ensemble `{name}`'s server takes client credentials: nobody signs in to it \
+                 (`oauth = {{ sign-in = true }}` is for a server a person signs in to)"
+            );
+        }
+        return Ok((url, oauth));
+    }
+    bail!(
+        "no ensemble named `{name}` in {}",
+        settings.ensembles.display()
+    )
+}
+
+/// `toolhost login ENSEMBLE`.
+pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<ExitCode> {
+    let dir = settings
+        .sign_in_dir
+        .clone()
+        .context("no folder to keep the tokens in: set XDG_STATE_HOME or HOME")?;
+    let (url, oauth) = import_of(settings, name)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot listen on a loopback port for the redirect")?;
+    let redirect = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr()?.port()
+    );
+    let sign_in = SignIn::begin(&url, &oauth, &dir, &redirect)
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    println!(
+        "Sign in to {url} for ensemble `{name}` at:\n\n  {}\n",
+        sign_in.url()
+    );
+    println!(
+        "(waiting up to {} minutes for the redirect to {redirect})",
+        SIGN_IN_TIMEOUT.as_secs() / 60
+    );
+    open_browser(sign_in.url());
+    let callback = tokio::time::timeout(SIGN_IN_TIMEOUT, redirected(&listener))
+        .await
+        .context("nobody signed in in time")??;
+    sign_in
+        .finish(&format!("http://127.0.0.1{callback}"))
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    println!(
+        "Signed in: the tokens are kept in {} (readable by this user alone). A running \
+         `toolhost serve` uses them at its next reload (SIGHUP).",
+        sign_in::store_path(&dir, &url).display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolhost logout ENSEMBLE`.
+pub(crate) fn logout(settings: &Settings, name: &str) -> anyhow::Result<ExitCode> {
+    let dir = settings
+        .sign_in_dir
+        .clone()
+        .context("no folder of tokens: set XDG_STATE_HOME or HOME")?;
+    let (url, _) = import_of(settings, name)?;
+    match sign_in::forget(&dir, &url).context("cannot remove the tokens")? {
+        true => println!("Signed out of {url}: its tokens are gone."),
+        false => println!("Nobody was signed in to {url}."),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The path and query of the first request to `/callback` (others get a 404), each
+/// connection read within bounds.
+async fn redirected(listener: &tokio::net::TcpListener) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let (mut stream, _) = listener.accept().await?;
+        let mut head = Vec::with_capacity(1024);
+        let read = tokio::time::timeout(REDIRECT_READ_TIMEOUT, async {
+            let mut buffer = [0u8; 1024];
+            while head.len() < MAX_REDIRECT_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buffer).await?;
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buffer[..n]);
+            }
+            std::io::Result::Ok(())
+        })
+        .await;
+        if !matches!(read, Ok(Ok(()))) {
+            continue;
+        }
+        let line = String::from_utf8_lossy(&head);
+        let target = line
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("GET "))
+            .and_then(|l| l.split(' ').next())
+            .unwrap_or_default()
+            .to_string();
+        if !target.starts_with("/callback?") {
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            continue;
+        }
+        let page = "<!doctype html><title>toolhost</title><p>Signed in: you may close this page.";
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+            page.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+        return Ok(target);
+    }
+}
+
+/// Opens `url` in a browser where there is one to open (a desktop session); else the printed
+/// URL is all.
+fn open_browser(url: &str) {
+    let desktop =
+        std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some();
+    if desktop {
+        let _ = std::process::Command::new("xdg-open")
+            .arg(url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+}

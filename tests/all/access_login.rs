@@ -1,0 +1,274 @@
+//! Imported servers that a person signs in to (`[ensemble.mcp] oauth = { sign-in = true }`,
+//! issue #46). The server is another toolhost behind `[access.oidc]`, its authorization
+//! server oidc-provider with dynamic registration: `toolhost login` registers a client there,
+//! sends the person through the provider's pages (walked here over HTTP, as a browser would
+//! go) and back to its loopback redirect, and keeps the tokens for this user alone. Calls
+//! through the import carry them (the server records the person who signed in), a token due
+//! is renewed by the refresh token, and one the provider revoked makes the import "needs
+//! sign-in", with the command to run.
+
+use crate::access::{Provider, free_port};
+use crate::mcp::configure;
+use crate::support::Fixture;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// `toolhost ARGS` on `fixture`: exit code, stdout, stderr.
+fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, fixture);
+    let output = command.args(args).output().expect("toolhost");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Goes where `authorize` sends a person, as a browser would: the provider's login page
+/// (any login, "ada" here, and password), its consent page, and back to the redirect, whose
+/// answer it returns.
+async fn sign_in_as_ada(authorize: &str) -> String {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let mut cookies: BTreeMap<String, String> = BTreeMap::new();
+    let (mut url, mut form): (String, Option<Vec<(String, String)>>) = (authorize.into(), None);
+    for _ in 0..16 {
+        let cookie = (cookies.iter())
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let request = match form.take() {
+            None => client.get(&url),
+            Some(fields) => client
+                .post(&url)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(
+                    url::form_urlencoded::Serializer::new(String::new())
+                        .extend_pairs(fields)
+                        .finish(),
+                ),
+        };
+        let response = request
+            .header("cookie", cookie)
+            .send()
+            .await
+            .expect("request");
+        for set in response.headers().get_all("set-cookie") {
+            let pair = set
+                .to_str()
+                .expect("cookie")
+                .split(';')
+                .next()
+                .unwrap_or("");
+            if let Some((name, value)) = pair.split_once('=') {
+                cookies.insert(name.into(), value.into());
+            }
+        }
+        let here = url::Url::parse(&url).expect("url");
+        if response.status().is_redirection() {
+            let location = response.headers()["location"].to_str().expect("location");
+            url = here.join(location).expect("location").to_string();
+            continue;
+        }
+        let text = response.text().await.expect("page");
+        if here.path() == "/callback" {
+            return text;
+        }
+        // A page of the provider's: its one form, with the person's login where it asks.
+        let action = text
+            .split("action=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("no form at {url}: {text}"));
+        url = here.join(action).expect("action").to_string();
+        let mut fields = vec![("prompt".to_string(), "login".to_string())];
+        if text.contains("name=\"password\"") {
+            fields = vec![
+                ("prompt".into(), "login".into()),
+                ("login".into(), "ada".into()),
+                ("password".into(), "any".into()),
+            ];
+        } else {
+            fields[0].1 = "consent".into();
+        }
+        form = Some(fields);
+    }
+    panic!("the sign-in never came back to its redirect");
+}
+
+/// The one file of tokens `toolhost login` kept in the fixture's state folder.
+fn kept_tokens(fixture: &Fixture) -> PathBuf {
+    let dir = fixture.root().join("state/toolhost/sign-in");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| entries.map(|e| e.expect("entry").path()).collect())
+        .unwrap_or_default();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+/// Makes the kept access token look a day old, so that the next use renews it.
+fn age_tokens(path: &PathBuf) -> Value {
+    let mut kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("tokens")).expect("JSON");
+    kept["token_received_at"] = Value::from(1);
+    std::fs::write(path, kept.to_string()).expect("write");
+    kept
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_in_again() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let provider = Provider::registering(&url);
+    let (remote, _server) = crate::access_import::echo_behind(&provider, port);
+
+    let local = Fixture::new();
+    local.write_mcp_import(
+        "remote",
+        &format!("url = \"{url}\"\noauth = {{ sign-in = true, scopes = [\"tools:all\"] }}"),
+    );
+    // Nobody signed in yet: refused, with the command to run.
+    let (code, out, _) = toolhost(&local, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("needs sign-in") && out.contains("toolhost login"),
+        "{out}"
+    );
+
+    // `toolhost login remote`: the URL printed, the person's sign-in, the redirect taken.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &local);
+    let mut login = command
+        .args(["login", "remote"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("login");
+    let mut stdout = std::io::BufReader::new(login.stdout.take().expect("stdout"));
+    let mut authorize = String::new();
+    let mut line = String::new();
+    while authorize.is_empty() && stdout.read_line(&mut line).expect("a line") > 0 {
+        if let Some(at) = line
+            .trim()
+            .strip_prefix(&format!("{}/auth?", provider.issuer))
+        {
+            authorize = format!("{}/auth?{at}", provider.issuer);
+        }
+        line.clear();
+    }
+    let query: BTreeMap<String, String> = url::Url::parse(&authorize)
+        .expect("the authorization URL")
+        .query_pairs()
+        .into_owned()
+        .collect();
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert_eq!(query["resource"], url);
+    assert!(
+        query["redirect_uri"].starts_with("http://127.0.0.1:"),
+        "{query:?}"
+    );
+    assert!(query["scope"].contains("tools:all"), "{query:?}");
+    let answer = sign_in_as_ada(&authorize).await;
+    assert!(answer.contains("Signed in"), "{answer}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the rest");
+    assert!(login.wait().expect("login ends").success(), "{rest}");
+    assert!(rest.contains("Signed in"), "{rest}");
+
+    // Kept for this user alone, with a refresh token.
+    let tokens = kept_tokens(&local);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&tokens)
+        .expect("tokens")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokens).expect("read")).expect("JSON");
+    let client_id = kept["client_id"]
+        .as_str()
+        .expect("a registered client")
+        .to_string();
+    assert!(
+        kept["token_response"]["refresh_token"].is_string(),
+        "{kept}"
+    );
+
+    // A call through the import carries the person's token: the server records Ada, by the
+    // client this host registered.
+    let called = |n: u32| {
+        let local = &local;
+        async move { toolhost(local, &["call", "echo", &format!("{{\"n\": {n}}}")]) }
+    };
+    let (code, out, err) = called(1).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let identities = || -> Vec<(String, String)> {
+        let audit = std::fs::read_to_string(remote.root().join("audit.jsonl")).expect("audit");
+        (audit.lines())
+            .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+            .filter(|r| r["tool"] == "echo" && r["outcome"] == "ok")
+            .map(|r| {
+                let identity = &r["identity"];
+                (identity["name"].to_string(), identity["client"].to_string())
+            })
+            .collect()
+    };
+    assert_eq!(
+        identities(),
+        [("\"ada\"".to_string(), format!("\"{client_id}\""))]
+    );
+
+    // The access token due: renewed by the refresh token (a new one kept), and the call goes
+    // on as Ada.
+    let before = age_tokens(&tokens);
+    let (code, out, err) = called(2).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let after: Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokens).expect("read")).expect("JSON");
+    assert_ne!(
+        before["token_response"]["access_token"],
+        after["token_response"]["access_token"]
+    );
+    assert_eq!(identities().len(), 2);
+
+    // The provider revokes the refresh token: once the access token is due, the import needs
+    // a sign-in again, and says how.
+    let refresh = after["token_response"]["refresh_token"]
+        .as_str()
+        .expect("refresh token");
+    let revoked = reqwest::Client::new()
+        .post(format!("{}/token/revocation", provider.issuer))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("token", refresh)
+                .append_pair("client_id", &client_id)
+                .finish(),
+        )
+        .send()
+        .await
+        .expect("revocation");
+    assert_eq!(revoked.status(), 200);
+    age_tokens(&tokens);
+    let (code, out, err) = called(3).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("was refused"), "{err}");
+    let (code, out, _) = toolhost(&local, &["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("needs sign-in") && out.contains("toolhost login"),
+        "{out}"
+    );
+
+    // `toolhost logout remote`: the tokens are gone.
+    let (code, out, _) = toolhost(&local, &["logout", "remote"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Signed out"), "{out}");
+    assert!(!tokens.exists());
+}
