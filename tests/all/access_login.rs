@@ -2,15 +2,15 @@
 //! issue #46). The server is another toolhost behind `[access.oidc]`, its authorization
 //! server oidc-provider with dynamic registration: `toolhost login` registers a client there,
 //! sends the person through the provider's pages (walked here over HTTP, as a browser would
-//! go) and back to its loopback redirect, and keeps the tokens for this user alone. Calls
-//! through the import carry them (the server records the person who signed in), a token due
+//! go) and back to its loopback redirect, and keeps the tokens for this user alone; a host
+//! already serving takes them without a restart. Calls through the import carry them (the server records the person who signed in), a token due
 //! is renewed by the refresh token, and one the provider revoked makes the import "needs
 //! sign-in", with the command to run.
 
 use crate::access::{Provider, free_port};
 use crate::mcp::configure;
 use crate::support::Fixture;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -141,6 +141,22 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         "{out}"
     );
 
+    // A host already serving: the import is refused, its other tools (none here) served.
+    let serving = crate::mcp::HttpServer::start(&local, &[], &[]);
+    let listed = || async {
+        let (_, _, answer) =
+            crate::mcp_revisions::modern_post(&serving.url, "tools/list", None, json!({}), &[])
+                .await;
+        (answer["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+        .iter()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_string))
+        .collect::<Vec<_>>()
+    };
+    assert!(listed().await.is_empty());
+
     // `toolhost login remote`: the URL printed, the person's sign-in, the redirect taken.
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     configure(&mut command, &local);
@@ -199,6 +215,17 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         kept["token_response"]["refresh_token"].is_string(),
         "{kept}"
     );
+
+    // The host serving picks the tokens up without a restart: it tries the import again when
+    // the backoff of its failed start is over (at most a minute).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while listed().await != ["echo"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the serving host never took the sign-in"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 
     // A call through the import carries the person's token: the server records Ada, by the
     // client this host registered.
