@@ -30,14 +30,46 @@ pub fn store_path(dir: &Path, url: &str) -> PathBuf {
 }
 
 /// The tokens of one server, in a file readable by this host's user alone (mode 0600, in a
-/// folder of mode 0700), replaced whole at each save.
+/// folder of mode 0700), replaced whole at each save. rmcp loads them for every request it
+/// sends; they are read again only when the file changed (a `stat` per request), as when
+/// `toolhost login` wrote new ones.
 pub struct FileStore {
     path: PathBuf,
+    read: std::sync::Mutex<Option<(FileStamp, StoredCredentials)>>,
 }
+
+/// What tells one version of the file from the next.
+type FileStamp = (std::time::SystemTime, u64);
 
 impl FileStore {
     pub fn new(path: PathBuf) -> Self {
-        FileStore { path }
+        FileStore {
+            path,
+            read: std::sync::Mutex::default(),
+        }
+    }
+
+    fn stamp(&self) -> std::io::Result<FileStamp> {
+        let metadata = std::fs::metadata(&self.path)?;
+        Ok((metadata.modified()?, metadata.len()))
+    }
+
+    fn remember(&self, stamp: Option<FileStamp>, credentials: &StoredCredentials) {
+        let mut read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *read = stamp.map(|stamp| (stamp, credentials.clone()));
+    }
+
+    fn remembered(&self, stamp: FileStamp) -> Option<StoredCredentials> {
+        let read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        read.as_ref()
+            .filter(|(seen, _)| *seen == stamp)
+            .map(|(_, credentials)| credentials.clone())
     }
 }
 
@@ -49,6 +81,14 @@ fn store_error(what: &str, path: &Path, error: impl std::fmt::Display) -> AuthEr
 impl CredentialStore for FileStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
         use std::io::Read;
+        let stamp = match self.stamp() {
+            Ok(stamp) => stamp,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store_error("read", &self.path, e)),
+        };
+        if let Some(credentials) = self.remembered(stamp) {
+            return Ok(Some(credentials));
+        }
         let file = match std::fs::File::open(&self.path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -61,18 +101,25 @@ impl CredentialStore for FileStore {
         if text.len() as u64 > MAX_STORED_BYTES {
             return Err(store_error("read", &self.path, "larger than 64 KiB"));
         }
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| store_error("read", &self.path, e))
+        let credentials: StoredCredentials =
+            serde_json::from_str(&text).map_err(|e| store_error("read", &self.path, e))?;
+        self.remember(Some(stamp), &credentials);
+        Ok(Some(credentials))
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
         let text = serde_json::to_vec_pretty(&credentials)
             .map_err(|e| store_error("write", &self.path, e))?;
-        write_private(&self.path, &text).map_err(|e| store_error("write", &self.path, e))
+        write_private(&self.path, &text).map_err(|e| store_error("write", &self.path, e))?;
+        self.remember(self.stamp().ok(), &credentials);
+        Ok(())
     }
 
     async fn clear(&self) -> Result<(), AuthError> {
+        self.remember(
+            None,
+            &StoredCredentials::new(String::new(), None, Vec::new(), None),
+        );
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -251,6 +298,12 @@ mod tests {
         assert_eq!(folder.permissions().mode() & 0o777, 0o700);
         let loaded = store.load().await.expect("load").expect("kept");
         assert_eq!(loaded.client_id, "client");
+        // Written by another process (`toolhost login`): read again.
+        let other = FileStore::new(path.clone());
+        let newer = StoredCredentials::new("newer client".into(), None, Vec::new(), Some(2));
+        other.save(newer).await.expect("save");
+        let loaded = store.load().await.expect("load").expect("kept");
+        assert_eq!(loaded.client_id, "newer client");
         std::fs::write(&path, vec![b' '; 70 << 10]).expect("huge");
         assert!(store.load().await.is_err());
         store.clear().await.expect("clear");
