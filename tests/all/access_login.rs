@@ -102,6 +102,49 @@ async fn sign_in_as_ada(authorize: &str) -> String {
     panic!("the sign-in never came back to its redirect");
 }
 
+/// `toolhost login remote` on `fixture`, once it printed the authorization URL (at
+/// `issuer`): the process, the rest of its stdout, and the URL's query (with the URL itself
+/// as `authorize`).
+fn start_login(
+    fixture: &Fixture,
+    issuer: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+    BTreeMap<String, String>,
+) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, fixture);
+    let mut login = command
+        .args(["login", "remote"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("login");
+    let mut stdout = std::io::BufReader::new(login.stdout.take().expect("stdout"));
+    let mut authorize = String::new();
+    let mut line = String::new();
+    while authorize.is_empty() && stdout.read_line(&mut line).expect("a line") > 0 {
+        if let Some(at) = line.trim().strip_prefix(&format!("{issuer}/auth?")) {
+            authorize = format!("{issuer}/auth?{at}");
+        }
+        line.clear();
+    }
+    let mut query: BTreeMap<String, String> = url::Url::parse(&authorize)
+        .expect("the authorization URL")
+        .query_pairs()
+        .into_owned()
+        .collect();
+    query.insert("authorize".into(), authorize);
+    (login, stdout, query)
+}
+
+/// Whether the fixture's folder of tokens holds none.
+fn kept_none(fixture: &Fixture) -> bool {
+    let dir = fixture.root().join("state/toolhost/sign-in");
+    std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
+}
+
 /// The one file of tokens `toolhost login` kept in the fixture's state folder.
 fn kept_tokens(fixture: &Fixture) -> PathBuf {
     let dir = fixture.root().join("state/toolhost/sign-in");
@@ -157,32 +200,27 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     };
     assert!(listed().await.is_empty());
 
+    // A redirect that is not this sign-in's (another state, as a forged link carries):
+    // refused, said to the browser and on stderr, and nothing kept.
+    let (mut login, _stdout, query) = start_login(&local, &provider.issuer);
+    let forged = format!(
+        "{}?code=stolen&state=not-{}",
+        query["redirect_uri"], query["state"]
+    );
+    let refused = reqwest::get(&forged).await.expect("the redirect");
+    assert_eq!(refused.status(), 400);
+    let said = refused.text().await.expect("text");
+    assert!(said.starts_with("Sign-in failed: "), "{said}");
+    assert!(!login.wait().expect("login ends").success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut login.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(err.contains("signing in failed"), "{err}");
+    assert!(kept_none(&local));
+
     // `toolhost login remote`: the URL printed, the person's sign-in, the redirect taken.
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, &local);
-    let mut login = command
-        .args(["login", "remote"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("login");
-    let mut stdout = std::io::BufReader::new(login.stdout.take().expect("stdout"));
-    let mut authorize = String::new();
-    let mut line = String::new();
-    while authorize.is_empty() && stdout.read_line(&mut line).expect("a line") > 0 {
-        if let Some(at) = line
-            .trim()
-            .strip_prefix(&format!("{}/auth?", provider.issuer))
-        {
-            authorize = format!("{}/auth?{at}", provider.issuer);
-        }
-        line.clear();
-    }
-    let query: BTreeMap<String, String> = url::Url::parse(&authorize)
-        .expect("the authorization URL")
-        .query_pairs()
-        .into_owned()
-        .collect();
+    let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);
+    let authorize = query["authorize"].clone();
     assert_eq!(query["code_challenge_method"], "S256");
     assert_eq!(query["resource"], url);
     assert!(

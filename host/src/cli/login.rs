@@ -84,13 +84,17 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
         SIGN_IN_TIMEOUT.as_secs() / 60
     );
     open_browser(sign_in.url());
-    let callback = tokio::time::timeout(SIGN_IN_TIMEOUT, redirected(&listener))
+    let (callback, mut browser) = tokio::time::timeout(SIGN_IN_TIMEOUT, redirected(&listener))
         .await
         .context("nobody signed in in time")??;
-    sign_in
-        .finish(&format!("http://127.0.0.1{callback}"))
-        .await
-        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    let finished = sign_in.finish(&format!("http://127.0.0.1{callback}")).await;
+    // The browser is told how it ended, in plain text (nothing of the request echoed as markup).
+    let (status, said) = match &finished {
+        Ok(()) => ("200 OK", "Signed in: you may close this page.".to_string()),
+        Err(e) => ("400 Bad Request", format!("Sign-in failed: {e}")),
+    };
+    answer(&mut browser, status, &said).await;
+    finished.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     println!(
         "Signed in: the tokens are kept in {} (readable by this user alone). A running \
          `toolhost serve` uses them at its next reload (SIGHUP).",
@@ -114,9 +118,11 @@ pub(crate) fn logout(settings: &Settings, name: &str) -> anyhow::Result<ExitCode
 }
 
 /// The path and query of the first request to `/callback` (others get a 404), each
-/// connection read within bounds.
-async fn redirected(listener: &tokio::net::TcpListener) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// connection read within bounds, and the connection to answer it on.
+async fn redirected(
+    listener: &tokio::net::TcpListener,
+) -> anyhow::Result<(String, tokio::net::TcpStream)> {
+    use tokio::io::AsyncReadExt;
     loop {
         let (mut stream, _) = listener.accept().await?;
         let mut head = Vec::with_capacity(1024);
@@ -144,21 +150,31 @@ async fn redirected(listener: &tokio::net::TcpListener) -> anyhow::Result<String
             .unwrap_or_default()
             .to_string();
         if !target.starts_with("/callback?") {
-            let _ = stream
-                .write_all(
-                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .await;
+            answer(&mut stream, "404 Not Found", "").await;
             continue;
         }
-        let page = "<!doctype html><title>toolhost</title><p>Signed in: you may close this page.";
-        let answer = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
-            page.len()
-        );
-        let _ = stream.write_all(answer.as_bytes()).await;
-        return Ok(target);
+        return Ok((target, stream));
     }
+}
+
+/// Answers the browser's request on `stream` with `status` and `text`, as plain text.
+async fn answer(stream: &mut tokio::net::TcpStream, status: &str, text: &str) {
+    use tokio::io::AsyncWriteExt;
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         x-content-type-options: nosniff\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    // Closed gracefully, what the browser sent after its head read and dropped: a close with
+    // unread bytes would reset the connection before the answer is read.
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        use tokio::io::AsyncReadExt;
+        let mut sink = [0u8; 1024];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// Opens `url` in a browser where there is one to open (a desktop session); else the printed
