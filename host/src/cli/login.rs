@@ -5,7 +5,8 @@
 //! a browser is), and a loopback listener on a random port that takes the one redirect back.
 //! It runs where the person is or on the host itself (a headless host prints the URL; the
 //! browser that opens it must reach the loopback address, through `ssh -L` for instance).
-//! `serve` picks the tokens up at its next reload (SIGHUP, or a change in the ensembles).
+//! A running `serve` takes the tokens when it next tries the import (a failed import is tried
+//! again when its backoff ends, within a minute).
 
 use super::settings::Settings;
 use anyhow::{Context, bail};
@@ -97,7 +98,7 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
     finished.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     println!(
         "Signed in: the tokens are kept in {} (readable by this user alone). A running \
-         `toolhost serve` uses them at its next reload (SIGHUP).",
+         `toolhost serve` takes them when it next tries the import (within a minute).",
         sign_in::store_path(&dir, &url).display()
     );
     Ok(ExitCode::SUCCESS)

@@ -549,7 +549,7 @@ impl Resolver {
             version: VersionHash::default(),
             definition: invoker.definition(),
         };
-        tool.version = version_hash(&tool);
+        tool.version = tool.what_runs_version();
         Ok(tool)
     }
 }
@@ -624,35 +624,4 @@ fn offered_names(offers: &[ToolOffer]) -> impl Iterator<Item = &str> {
     offers
         .iter()
         .map(|offer| offer.alias.as_deref().unwrap_or(&offer.name))
-}
-
-/// blake3 over what runs (the backend's source and tool) and everything the descriptor
-/// decides about it: a change to any of them is a new version (told to MCP clients as a
-/// changed tool list, and never answered from the old version's dedup memory).
-fn version_hash(tool: &Tool) -> VersionHash {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&tool.backend.source_hash().0);
-    for text in [tool.backend_tool.as_str(), &tool.description] {
-        hasher.update(&(text.len() as u64).to_le_bytes());
-        hasher.update(text.as_bytes());
-    }
-    hasher.update(tool.accepts.schema.hash());
-    let limits = &tool.policy.limits;
-    for number in [
-        limits.timeout.as_millis() as u64,
-        limits.memory_bytes as u64,
-        limits.max_output_bytes as u64,
-        limits.max_response_bytes,
-    ] {
-        hasher.update(&number.to_le_bytes());
-    }
-    // A sandbox is a few paths and patterns; serializing it cannot fail.
-    let sandbox = serde_json::to_vec(&tool.policy.sandbox).unwrap_or_default();
-    hasher.update(&sandbox);
-    hasher.update(&[
-        tool.policy.dedup as u8,
-        u8::from(tool.policy.destructive),
-        u8::from(tool.policy.read_only),
-    ]);
-    VersionHash(*hasher.finalize().as_bytes())
 }
