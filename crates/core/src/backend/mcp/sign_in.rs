@@ -158,8 +158,8 @@ fn needs_sign_in(why: impl std::fmt::Display) -> String {
 }
 
 /// A manager for the server at `url` with its authorization server found and its tokens
-/// kept in `dir`.
-async fn manager(url: &str, dir: &Path) -> Result<AuthorizationManager, String> {
+/// kept in `dir`, and the server's challenge (its `WWW-Authenticate`) that found it.
+async fn manager(url: &str, dir: &Path) -> Result<(AuthorizationManager, Option<String>), String> {
     // Imported servers are the operator's choice, on private networks too.
     let mut manager = AuthorizationManager::new_allowing_private_addresses(url)
         .await
@@ -171,7 +171,7 @@ async fn manager(url: &str, dir: &Path) -> Result<AuthorizationManager, String> 
         .map_err(|e| format!("its authorization server could not be found: {e}"))?;
     manager.set_metadata(resolution.metadata);
     manager.set_credential_store(FileStore::new(store_path(dir, url)));
-    Ok(manager)
+    Ok((manager, challenge))
 }
 
 /// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`;
@@ -181,7 +181,7 @@ pub(super) async fn client(
     oauth: &McpOauth,
     dir: &Path,
 ) -> Result<AuthClient<reqwest::Client>, String> {
-    let mut manager = manager(url, dir).await?;
+    let (mut manager, _) = manager(url, dir).await?;
     let stored = manager
         .initialize_from_store()
         .await
@@ -222,7 +222,7 @@ impl SignIn {
         dir: &Path,
         redirect_uri: &str,
     ) -> Result<SignIn, String> {
-        let manager = manager(url, dir).await?;
+        let (manager, challenge) = manager(url, dir).await?;
         let mut request = AuthorizationRequest::new(redirect_uri).with_client_name("toolhost");
         request = match oauth.scopes.is_empty() {
             // The challenge's `scope`, else the server's `scopes_supported` (rmcp's choice,
@@ -239,7 +239,7 @@ impl SignIn {
         {
             request = request.with_client_secret(secret.clone());
         }
-        if let Some(challenge) = super::oauth::probe(url).await {
+        if let Some(challenge) = challenge {
             request = request.with_challenge(challenge);
         }
         let mut state = OAuthState::Unauthorized(manager);
