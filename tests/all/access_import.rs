@@ -180,6 +180,40 @@ fn check_says_what_is_wrong_with_an_imports_oauth_credentials() {
         keyed.contains("`private-key-env` is for client credentials"),
         "{keyed}"
     );
+    // A client ID metadata document's URL is the client's ID: https, with a path.
+    for (url, said) in [
+        (
+            "http://toolhost.example/client.json",
+            "must be an https URL",
+        ),
+        ("https://toolhost.example", "needs a path"),
+        (
+            "https://toolhost.example/a/../client.json",
+            "may not have `.` or `..` segments",
+        ),
+        (
+            "https://toolhost.example/client.json#me",
+            "may not have a fragment",
+        ),
+    ] {
+        let wrong = check_written(
+            &format!("sign-in = true, client-metadata-url = \"{url}\""),
+            &[],
+        );
+        assert!(
+            wrong.contains(&format!("`client-metadata-url` `{url}` {said}"))
+                && wrong.contains("remote.toml:8:"),
+            "{wrong}"
+        );
+    }
+    let not_signing_in = check(
+        ", client-secret-env = \"S\", client-metadata-url = \"https://toolhost.example/c.json\"",
+        &[("S", "s")],
+    );
+    assert!(
+        not_signing_in.contains("`client-metadata-url` names the client a person signs in with"),
+        "{not_signing_in}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

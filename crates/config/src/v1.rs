@@ -120,6 +120,11 @@ pub struct McpOauthSection {
     /// by client credentials.
     #[serde(default)]
     pub sign_in: bool,
+    /// With `sign-in`: the HTTPS URL of this host's client ID metadata document, published by
+    /// the operator; an authorization server that takes such documents knows the client by
+    /// it, without registering one.
+    #[schemars(with = "Option<String>")]
+    pub client_metadata_url: Option<Spanned<String>>,
     /// The variable that holds the client's secret (`client_secret_post`, or
     /// `client_secret_basic` where that is all the authorization server takes).
     #[schemars(with = "Option<EnvVarName>")]

@@ -146,6 +146,26 @@ pub struct AnswerRefused {
     pub reason: String,
 }
 
+/// Fills in an accepted answer the properties it leaves out that the form gives a `default`
+/// (SEP-1034: the defaults a form showed are the answer where the person changed nothing).
+/// The form is one `form_schema` wrote (flat properties); an answer that is not an object is
+/// left for [`fit_answer`] to refuse.
+pub fn with_defaults(schema: &Value, answer: &mut Value) {
+    let (Some(asked), Some(object)) = (
+        schema.get("properties").and_then(Value::as_object),
+        answer.as_object_mut(),
+    ) else {
+        return;
+    };
+    for (name, property) in asked {
+        if let Some(default) = property.get("default")
+            && !object.contains_key(name)
+        {
+            object.insert(name.clone(), default.clone());
+        }
+    }
+}
+
 /// Checks an accepted answer against the form its question went out with: an object holding
 /// only the properties the form asked for, each as the form describes it. The first property
 /// that does not fit is named (a form's own schema may leave `additionalProperties` open, so

@@ -188,6 +188,32 @@ mod tests {
     }
 
     #[test]
+    fn a_property_the_answer_leaves_out_takes_the_forms_default_and_nothing_else_changes() {
+        let schema = form_schema(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "status": {"type": "string", "enum": ["active", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": true},
+                "note": {"type": "string"}
+            }
+        }))
+        .unwrap();
+        let mut answer = serde_json::json!({"age": 41});
+        toolhost_contract::talk::with_defaults(&schema, &mut answer);
+        assert_eq!(
+            answer,
+            serde_json::json!({"name": "John Doe", "age": 41, "status": "active", "verified": true})
+        );
+        check_answer(&schema, &answer).unwrap();
+        // Not an object: left as it is, for the check to refuse.
+        let mut wrong = serde_json::json!("Ada");
+        toolhost_contract::talk::with_defaults(&schema, &mut wrong);
+        assert_eq!(wrong, serde_json::json!("Ada"));
+    }
+
+    #[test]
     fn an_answer_that_does_not_fit_its_form_is_refused_with_its_pointer() {
         let schema = form_schema(serde_json::json!({
             "type": "object",

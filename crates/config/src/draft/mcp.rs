@@ -48,18 +48,25 @@ pub enum McpCredential {
     /// `private_key_jwt`: assertions signed with this key (PEM) and algorithm.
     PrivateKey { pem: String, algorithm: String },
     /// A person signs in (`toolhost login`); a pre-registered confidential client proves
-    /// itself with its secret.
-    SignIn { client_secret: Option<String> },
+    /// itself with its secret; an unregistered one is known by its client ID metadata
+    /// document where the authorization server takes one (`metadata_url`), else registers.
+    SignIn {
+        client_secret: Option<String>,
+        metadata_url: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for McpCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpCredential::Secret(_) => f.write_str("Secret(<redacted>)"),
-            McpCredential::SignIn { client_secret } => match client_secret {
-                Some(_) => f.write_str("SignIn(<redacted>)"),
-                None => f.write_str("SignIn"),
-            },
+            McpCredential::SignIn {
+                client_secret,
+                metadata_url,
+            } => {
+                let secret = client_secret.as_ref().map(|_| "<redacted>");
+                write!(f, "SignIn({secret:?}, {metadata_url:?})")
+            }
             McpCredential::PrivateKey { algorithm, .. } => {
                 write!(f, "PrivateKey(<redacted>, {algorithm})")
             }
@@ -115,9 +122,16 @@ impl McpSpec {
                 McpCredential::PrivateKey { pem, algorithm } => {
                     ("private key", [pem.as_str(), algorithm.as_str()])
                 }
-                McpCredential::SignIn { client_secret } => {
-                    ("sign-in", [client_secret.as_deref().unwrap_or(""), ""])
-                }
+                McpCredential::SignIn {
+                    client_secret,
+                    metadata_url,
+                } => (
+                    "sign-in",
+                    [
+                        client_secret.as_deref().unwrap_or(""),
+                        metadata_url.as_deref().unwrap_or(""),
+                    ],
+                ),
             };
             let client_id = oauth.client_id.as_deref().unwrap_or("");
             for part in [kind, client_id]
@@ -260,6 +274,36 @@ pub(super) fn draft(
     McpDraft { spec, at }
 }
 
+/// `client-metadata-url`, checked as the client ID metadata document draft asks: an `https`
+/// URL with a path, no fragment, no `.` or `..` segments (its text is the client ID).
+fn client_metadata_url(
+    url: &Spanned<String>,
+    source: &SourceFile,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    let text = url.get_ref();
+    let wrong = match url::Url::parse(text) {
+        Err(e) => Some(format!("is not a URL ({e})")),
+        Ok(parsed) if parsed.scheme() != "https" => Some("must be an https URL".to_string()),
+        Ok(parsed) if parsed.path() == "/" => {
+            Some("needs a path (the document's, as `/client.json`)".to_string())
+        }
+        Ok(_) if text.contains('#') => Some("may not have a fragment".to_string()),
+        Ok(_) if text.split('/').any(|s| s == "." || s == "..") => {
+            Some("may not have `.` or `..` segments".to_string())
+        }
+        Ok(_) => None,
+    };
+    match wrong {
+        None => Some(text.clone()),
+        Some(why) => {
+            let message = format!("`client-metadata-url` `{text}` {why}: it is the client's ID");
+            errors.push(Diagnostic::new(source.at(url.span()), message));
+            None
+        }
+    }
+}
+
 /// The credential `oauth` names: a secret or a private key, read from its variable.
 fn oauth_credential(
     section: &McpOauthSection,
@@ -292,7 +336,21 @@ fn oauth_credential(
             Some(secret) => Some(read(secret, "client secret", errors)?),
             None => None,
         };
-        return Some(McpCredential::SignIn { client_secret });
+        let metadata_url = match &section.client_metadata_url {
+            Some(url) => Some(client_metadata_url(url, source, errors)?),
+            None => None,
+        };
+        return Some(McpCredential::SignIn {
+            client_secret,
+            metadata_url,
+        });
+    }
+    if let Some(url) = &section.client_metadata_url {
+        let message = "`client-metadata-url` names the client a person signs in with \
+                       (`sign-in = true`); a client using client credentials is registered \
+                       beforehand (`client-id`)";
+        errors.push(Diagnostic::new(source.at(url.span()), message));
+        return None;
     }
     if section.client_id.is_none() {
         let message = "`oauth` needs `client-id`: the client registered at the authorization \

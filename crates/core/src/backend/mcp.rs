@@ -264,7 +264,14 @@ impl McpImport {
                     .await?
                     .map_err(|e| format!("{} (and to server/discover: {discover})", handshake(e)))
             }
-            other => other.map_err(handshake),
+            Err(e) => match sign_in::insufficient_scope(&e) {
+                Some(required) => Err(format!(
+                    "refused the MCP handshake: {}",
+                    self.refused_for_scope(&required)
+                )),
+                None => Err(handshake(e)),
+            },
+            Ok(service) => Ok(service),
         }?;
         Ok((service, watcher))
     }
@@ -413,6 +420,27 @@ impl McpImport {
     }
 
     /// Calls `tool` with `arguments` (a JSON object) within `timeout`, and returns its items.
+    /// What a `403 insufficient_scope` for `required` tells the caller: for a sign-in, what
+    /// [`sign_in::step_up`] says; for client credentials, the scopes to add.
+    fn refused_for_scope(&self, required: &[String]) -> String {
+        use toolhost_config::draft::McpCredential;
+        let oauth = self.spec.oauth.as_ref();
+        match (
+            &self.spec.target,
+            oauth.map(|o| &o.credential),
+            &self.sign_in_dir,
+        ) {
+            (McpTarget::Url(url), Some(McpCredential::SignIn { .. }), Some(dir)) => {
+                sign_in::step_up(dir, url, required)
+            }
+            _ => format!(
+                "it asks for scope `{}`, which this host's token was not granted (`oauth.scopes` \
+                 names the scopes asked for)",
+                required.join(" ")
+            ),
+        }
+    }
+
     async fn call_tool(
         &self,
         tool: &str,
@@ -474,6 +502,15 @@ impl McpImport {
                 )));
             }
             Err(e) => {
+                if let Some(required) = sign_in::insufficient_scope(&e) {
+                    // rmcp ends the session at a 403: the next call opens another.
+                    self.forget(&service).await;
+                    return Err(crashed(format!(
+                        "MCP server `{}` refused the call: {}",
+                        self.spec.describe(),
+                        self.refused_for_scope(&required)
+                    )));
+                }
                 if service.is_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
                     self.forget(&service).await;
                     return Err(crashed(format!(

@@ -305,7 +305,10 @@ impl Routes {
         let link = Arc::clone(&budget.link);
         drop(budget);
         match link.elicit(message, schema.clone()).await.map_err(asked)? {
-            ElicitAnswer::Accept(value) => {
+            ElicitAnswer::Accept(mut value) => {
+                // The server hears the form's defaults where the person left them, as from
+                // any MCP client (SEP-1034).
+                toolhost_contract::talk::with_defaults(&schema, &mut value);
                 let bytes = value.to_string().len();
                 if bytes > ANSWER_BYTES {
                     return Err(refused(format!(
