@@ -200,9 +200,11 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     };
     assert!(listed().await.is_empty());
 
-    // A redirect that is not this sign-in's (another state, as a forged link carries):
-    // refused, said to the browser and on stderr, and nothing kept.
-    let (mut login, _stdout, query) = start_login(&local, &provider.issuer);
+    // `toolhost login remote`: the URL printed, waiting for the redirect.
+    let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);
+    // A redirect that is not this sign-in's (another state, as a forged link carries), a
+    // request off `/callback`, and a head past the listener's 16 KiB: each refused, nothing
+    // kept, and the sign-in goes on waiting for its own redirect.
     let forged = format!(
         "{}?code=stolen&state=not-{}",
         query["redirect_uri"], query["state"]
@@ -210,16 +212,38 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     let refused = reqwest::get(&forged).await.expect("the redirect");
     assert_eq!(refused.status(), 400);
     let said = refused.text().await.expect("text");
-    assert!(said.starts_with("Sign-in failed: "), "{said}");
-    assert!(!login.wait().expect("login ends").success());
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut login.stderr.take().expect("stderr"), &mut err)
-        .expect("stderr");
-    assert!(err.contains("signing in failed"), "{err}");
+    assert!(
+        said.contains("not the redirect of the sign-in under way"),
+        "{said}"
+    );
+    let elsewhere = query["redirect_uri"].replace("/callback", "/favicon.ico");
+    assert_eq!(
+        reqwest::get(&elsewhere).await.expect("a request").status(),
+        404
+    );
+    let listener = query["redirect_uri"]
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("address")
+        .to_string();
+    let mut huge = std::net::TcpStream::connect(&listener).expect("connect");
+    let head = format!(
+        "GET /callback?state={} HTTP/1.1\r\nx: {}",
+        query["state"],
+        "a".repeat(20 << 10)
+    );
+    let _ = std::io::Write::write_all(&mut huge, head.as_bytes());
+    let mut answered = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut huge, &mut answered);
+    assert!(
+        answered.is_empty(),
+        "a head past 16 KiB is dropped unanswered"
+    );
+    assert!(login.try_wait().expect("login").is_none(), "login goes on");
     assert!(kept_none(&local));
 
-    // `toolhost login remote`: the URL printed, the person's sign-in, the redirect taken.
-    let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);
+    // The person's sign-in, and the redirect taken.
     let authorize = query["authorize"].clone();
     assert_eq!(query["code_challenge_method"], "S256");
     assert_eq!(query["resource"], url);
@@ -234,6 +258,13 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the rest");
     assert!(login.wait().expect("login ends").success(), "{rest}");
     assert!(rest.contains("Signed in"), "{rest}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut login.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(
+        err.contains("refused a redirect that is not this sign-in's"),
+        "{err}"
+    );
 
     // Kept for this user alone, with a refresh token.
     let tokens = kept_tokens(&local);

@@ -22,6 +22,8 @@ const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_REDIRECT_BYTES: usize = 16 << 10;
 /// How long one connection to the listener may take to send its request.
 const REDIRECT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections to the listener read at once; more wait in the kernel's queue.
+const REDIRECT_CONNECTIONS: usize = 16;
 
 /// The URL and OAuth settings of ensemble `name`'s import, if it signs in.
 fn import_of(settings: &Settings, name: &str) -> anyhow::Result<(String, McpOauth)> {
@@ -85,9 +87,14 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
         SIGN_IN_TIMEOUT.as_secs() / 60
     );
     open_browser(sign_in.url());
-    let (callback, mut browser) = tokio::time::timeout(SIGN_IN_TIMEOUT, redirected(&listener))
-        .await
-        .context("nobody signed in in time")??;
+    let state = url::Url::parse(sign_in.url())
+        .ok()
+        .and_then(|u| query_value(&u, "state"))
+        .context("the authorization URL carries no state")?;
+    let (callback, mut browser) =
+        tokio::time::timeout(SIGN_IN_TIMEOUT, redirected(&listener, &state))
+            .await
+            .context("nobody signed in in time")??;
     let finished = sign_in.finish(&format!("http://127.0.0.1{callback}")).await;
     // The browser is told how it ended, in plain text (nothing of the request echoed as markup).
     let (status, said) = match &finished {
@@ -118,44 +125,91 @@ pub(crate) fn logout(settings: &Settings, name: &str) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// The path and query of the first request to `/callback` (others get a 404), each
-/// connection read within bounds, and the connection to answer it on.
+/// The path and query of the first request to `/callback` that carries this sign-in's
+/// `state`, and the connection to answer it on. Each connection is read on its own task
+/// within bounds ([`REDIRECT_CONNECTIONS`] at once); anything else is answered and the
+/// listener goes on, so that another local process knocking on the port cannot end the
+/// sign-in.
 async fn redirected(
     listener: &tokio::net::TcpListener,
+    state: &str,
 ) -> anyhow::Result<(String, tokio::net::TcpStream)> {
-    use tokio::io::AsyncReadExt;
+    let (found, mut arrived) = tokio::sync::mpsc::channel(1);
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(REDIRECT_CONNECTIONS));
     loop {
-        let (mut stream, _) = listener.accept().await?;
-        let mut head = Vec::with_capacity(1024);
-        let read = tokio::time::timeout(REDIRECT_READ_TIMEOUT, async {
-            let mut buffer = [0u8; 1024];
-            while head.len() < MAX_REDIRECT_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                let n = stream.read(&mut buffer).await?;
-                if n == 0 {
-                    break;
-                }
-                head.extend_from_slice(&buffer[..n]);
+        tokio::select! {
+            Some(redirect) = arrived.recv() => return Ok(redirect),
+            accepted = listener.accept() => {
+                let (stream, _) = accepted?;
+                let Ok(permit) = std::sync::Arc::clone(&open).try_acquire_owned() else {
+                    continue;
+                };
+                let (found, state) = (found.clone(), state.to_string());
+                tokio::spawn(async move {
+                    if let Some(redirect) = redirect_on(stream, &state).await {
+                        let _ = found.send(redirect).await;
+                    }
+                    drop(permit);
+                });
             }
-            std::io::Result::Ok(())
-        })
-        .await;
-        if !matches!(read, Ok(Ok(()))) {
-            continue;
         }
-        let line = String::from_utf8_lossy(&head);
-        let target = line
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("GET "))
-            .and_then(|l| l.split(' ').next())
-            .unwrap_or_default()
-            .to_string();
-        if !target.starts_with("/callback?") {
-            answer(&mut stream, "404 Not Found", "").await;
-            continue;
-        }
-        return Ok((target, stream));
     }
+}
+
+/// The redirect that `stream` carries, if it is this sign-in's (`state`); anything else is
+/// answered (404 off `/callback`, 400 with another state) or dropped (a head too large or too
+/// slow).
+async fn redirect_on(
+    mut stream: tokio::net::TcpStream,
+    state: &str,
+) -> Option<(String, tokio::net::TcpStream)> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::with_capacity(1024);
+    let read = tokio::time::timeout(REDIRECT_READ_TIMEOUT, async {
+        let mut buffer = [0u8; 1024];
+        while head.len() < MAX_REDIRECT_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buffer).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buffer[..n]);
+        }
+        std::io::Result::Ok(())
+    })
+    .await;
+    if !matches!(read, Ok(Ok(()))) || !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        return None;
+    }
+    let line = String::from_utf8_lossy(&head);
+    let target = line
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("GET "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_default()
+        .to_string();
+    if !target.starts_with("/callback?") {
+        answer(&mut stream, "404 Not Found", "").await;
+        return None;
+    }
+    let carried = url::Url::parse(&format!("http://127.0.0.1{target}"))
+        .ok()
+        .and_then(|u| query_value(&u, "state"));
+    if carried.as_deref() != Some(state) {
+        let said = "This is not the redirect of the sign-in under way (its state is another): \
+                    it is refused, and the sign-in goes on waiting for its own.";
+        answer(&mut stream, "400 Bad Request", said).await;
+        eprintln!("refused a redirect that is not this sign-in's (another state)");
+        return None;
+    }
+    Some((target, stream))
+}
+
+/// The value of the query parameter `name` of `url`.
+fn query_value(url: &url::Url, name: &str) -> Option<String> {
+    url.query_pairs()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
 }
 
 /// Answers the browser's request on `stream` with `status` and `text`, as plain text.
