@@ -199,6 +199,21 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         .collect::<Vec<_>>()
     };
     assert!(listed().await.is_empty());
+    // Said by /readyz (how many, still ready: the rest serves) and `toolhost status` (which).
+    let ready = reqwest::get(serving.url.replace("/mcp", "/readyz"))
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 200);
+    let said = ready.text().await.expect("text");
+    assert!(
+        said.contains("ready; 1 ensemble(s) need a person to sign in"),
+        "{said}"
+    );
+    let (_, status, _) = toolhost(&local, &["status"]);
+    assert!(
+        status.contains("needs sign-in: 1 ensemble(s)") && status.contains("toolhost login"),
+        "{status}"
+    );
 
     // `toolhost login remote`: the URL printed, waiting for the redirect.
     let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);

@@ -469,6 +469,14 @@ pub struct RefusedEnsemble {
     pub errors: Vec<String>,
 }
 
+impl RefusedEnsemble {
+    /// Whether it is refused for want of a person's sign-in (`toolhost login`).
+    pub fn needs_sign_in(&self) -> bool {
+        let marker = crate::backend::mcp::sign_in::NEEDS_SIGN_IN;
+        self.errors.iter().any(|error| error.contains(marker))
+    }
+}
+
 /// What one swap changed.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CatalogChange {

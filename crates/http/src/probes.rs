@@ -153,13 +153,24 @@ pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
                     let text = format!("{} does not answer\n", engine.engine);
                     (StatusCode::SERVICE_UNAVAILABLE, text)
                 } else if ready.loaded() {
-                    let text = match chat.first() {
+                    let mut text = match chat.first() {
                         Some(engine) => format!(
                             "ready; {} does not answer: the chat answers 503\n",
                             engine.engine
                         ),
                         None => "ready\n".to_string(),
                     };
+                    // How many, not which: `toolhost status` names them, for the operator.
+                    let signing_in = (ready.reloader.status().refused.iter())
+                        .filter(|refused| refused.needs_sign_in())
+                        .count();
+                    if signing_in > 0 {
+                        text.pop();
+                        text.push_str(&format!(
+                            "; {signing_in} ensemble(s) need a person to sign in (`toolhost \
+                             status` names them)\n"
+                        ));
+                    }
                     (StatusCode::OK, text)
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "loading\n".to_string())

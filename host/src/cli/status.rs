@@ -343,6 +343,13 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         if let Some(prepared) = &published.prepared {
             print_prepared(prepared);
         }
+        let signing_in = status.refused.iter().filter(|r| r.needs_sign_in()).count();
+        if signing_in > 0 {
+            println!(
+                "needs sign-in: {signing_in} ensemble(s) import a server nobody has signed in \
+                 to (or whose sign-in ended): `toolhost login ENSEMBLE` (their refusals follow)"
+            );
+        }
         for refused in &status.refused {
             let what = if refused.kept_previous {
                 "its previous version is serving"

@@ -161,8 +161,12 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The message of an import that has no usable tokens (said of the ensemble that imports
 /// it, whose name the command takes).
 fn needs_sign_in(why: impl std::fmt::Display) -> String {
-    format!("needs sign-in ({why}): run `toolhost login` with this ensemble's name")
+    format!("{NEEDS_SIGN_IN}{why}): run `toolhost login` with this ensemble's name")
 }
+
+/// How the refusal of an import that needs a person to sign in begins (what `status` and
+/// `/readyz` count).
+pub const NEEDS_SIGN_IN: &str = "needs sign-in (";
 
 /// A manager for the server at `url` with its authorization server found and its tokens
 /// kept in `dir`, and the server's challenge (its `WWW-Authenticate`) that found it.
