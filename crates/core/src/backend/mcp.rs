@@ -39,6 +39,7 @@ pub use toolhost_config::draft::{McpSpec, McpTarget};
 
 pub mod content;
 mod oauth;
+pub mod oauth_http;
 pub mod offers;
 mod servers;
 pub mod sign_in;

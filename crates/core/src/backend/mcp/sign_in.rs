@@ -12,11 +12,13 @@
 //! before it expires, saving what it gets. No tokens, or a refresh the server refuses, is
 //! "needs sign-in", with the command to run.
 
+use super::oauth_http::{Guarded, Refusals};
 use rmcp::transport::auth::{
     AuthClient, AuthError, AuthorizationManager, AuthorizationRequest, CredentialStore,
     OAuthClientConfig, OAuthState, StoredCredentials,
 };
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use toolhost_config::draft::{McpCredential, McpOauth};
 
 /// The largest credentials file read: a token response with a refresh token and an ID token
@@ -169,20 +171,38 @@ fn needs_sign_in(why: impl std::fmt::Display) -> String {
 pub const NEEDS_SIGN_IN: &str = "needs sign-in (";
 
 /// A manager for the server at `url` with its authorization server found and its tokens
-/// kept in `dir`, and the server's challenge (its `WWW-Authenticate`) that found it.
-async fn manager(url: &str, dir: &Path) -> Result<(AuthorizationManager, Option<String>), String> {
-    // Imported servers are the operator's choice, on private networks too.
-    let mut manager = AuthorizationManager::new_allowing_private_addresses(url)
+/// kept in `dir`, every request of it made by a [`Guarded`] client; the server's challenge
+/// (its `WWW-Authenticate`) that found it; and what that client refused, for the errors.
+async fn manager(
+    url: &str,
+    dir: &Path,
+) -> Result<(AuthorizationManager, Option<String>, Refusals), String> {
+    let guarded = Guarded::new(url)?;
+    let refusals = guarded.refusals();
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(guarded))
         .await
         .map_err(|e| format!("cannot prepare its OAuth client: {e}"))?;
     let challenge = super::oauth::probe(url).await;
+    refusals.clear();
     let resolution = manager
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await
-        .map_err(|e| format!("its authorization server could not be found: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "its authorization server could not be found: {e}{}",
+                because(&refusals)
+            )
+        })?;
     manager.set_metadata(resolution.metadata);
     manager.set_credential_store(FileStore::new(store_path(dir, url)));
-    Ok((manager, challenge))
+    Ok((manager, challenge, refusals))
+}
+
+/// What the sign-in's HTTP client refused last, said after rmcp's error (which rarely says).
+fn because(refusals: &Refusals) -> String {
+    refusals
+        .last()
+        .map_or(String::new(), |why| format!(" ({why})"))
 }
 
 /// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`;
@@ -192,7 +212,7 @@ pub(super) async fn client(
     oauth: &McpOauth,
     dir: &Path,
 ) -> Result<AuthClient<reqwest::Client>, String> {
-    let (mut manager, _) = manager(url, dir).await?;
+    let (mut manager, _, refusals) = manager(url, dir).await?;
     let stored = manager
         .initialize_from_store()
         .await
@@ -213,7 +233,11 @@ pub(super) async fn client(
             .map_err(|e| format!("cannot use its authorization server: {e}"))?;
     }
     // The token now (renewed if it is due), so that an import nobody can use stays out.
-    manager.get_access_token().await.map_err(needs_sign_in)?;
+    refusals.clear();
+    manager
+        .get_access_token()
+        .await
+        .map_err(|e| needs_sign_in(format!("{e}{}", because(&refusals))))?;
     Ok(AuthClient::new(reqwest::Client::default(), manager))
 }
 
@@ -224,6 +248,7 @@ pub struct SignIn {
     url: String,
     /// The step-up scopes this sign-in asks for, forgotten once it is done.
     wanted: PathBuf,
+    refusals: Refusals,
 }
 
 impl SignIn {
@@ -236,7 +261,7 @@ impl SignIn {
         dir: &Path,
         redirect_uri: &str,
     ) -> Result<SignIn, String> {
-        let (manager, challenge) = manager(url, dir).await?;
+        let (manager, challenge, refusals) = manager(url, dir).await?;
         let mut request = AuthorizationRequest::new(redirect_uri).with_client_name("toolhost");
         // The scopes configured, with those a server's step-up asked for since the last
         // sign-in (which include what that one was granted).
@@ -273,10 +298,11 @@ impl SignIn {
             request = request.with_challenge(challenge);
         }
         let mut state = OAuthState::Unauthorized(manager);
+        refusals.clear();
         state
             .start_authorization(request)
             .await
-            .map_err(|e| format!("cannot start signing in: {e}"))?;
+            .map_err(|e| format!("cannot start signing in: {e}{}", because(&refusals)))?;
         let address = state
             .get_authorization_url()
             .await
@@ -285,6 +311,7 @@ impl SignIn {
             state,
             url: address,
             wanted: wanted_path(dir, url),
+            refusals,
         })
     }
 
@@ -296,10 +323,11 @@ impl SignIn {
     /// Checks the redirect the person came back with (`callback`, the whole URL: the state
     /// must be this sign-in's) and exchanges its code for tokens, which are then kept.
     pub async fn finish(mut self, callback: &str) -> Result<(), String> {
+        self.refusals.clear();
         self.state
             .handle_callback_url(callback)
             .await
-            .map_err(|e| format!("signing in failed: {e}"))?;
+            .map_err(|e| format!("signing in failed: {e}{}", because(&self.refusals)))?;
         let _ = std::fs::remove_file(&self.wanted);
         Ok(())
     }
