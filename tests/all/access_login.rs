@@ -377,9 +377,46 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         "{out}"
     );
 
-    // `toolhost logout remote`: the tokens are gone.
+    // The person signs in again, and the import serves again.
+    let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);
+    let answer = sign_in_as_ada(&query["authorize"]).await;
+    assert!(answer.contains("Signed in"), "{answer}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the rest");
+    assert!(login.wait().expect("login ends").success(), "{rest}");
+    let (code, out, err) = called(4).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    // `toolhost logout remote`: the grant revoked at the provider (its refresh token no
+    // longer renews anything), and the tokens gone from here.
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokens).expect("read")).expect("JSON");
+    let refresh = kept["token_response"]["refresh_token"]
+        .as_str()
+        .expect("refresh token")
+        .to_string();
     let (code, out, _) = toolhost(&local, &["logout", "remote"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("Signed out"), "{out}");
+    assert!(
+        out.contains("Signed out") && out.contains("revoked at its authorization server"),
+        "{out}"
+    );
     assert!(!tokens.exists());
+    let renewed = reqwest::Client::new()
+        .post(format!("{}/token", provider.issuer))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("grant_type", "refresh_token")
+                .append_pair("refresh_token", &refresh)
+                .append_pair("client_id", &client_id)
+                .finish(),
+        )
+        .send()
+        .await
+        .expect("refresh");
+    assert_eq!(renewed.status(), 400, "a revoked grant renews nothing");
+    let (code, out, _) = toolhost(&local, &["logout", "remote"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Nobody was signed in"), "{out}");
 }

@@ -111,16 +111,27 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// `toolhost logout ENSEMBLE`.
-pub(crate) fn logout(settings: &Settings, name: &str) -> anyhow::Result<ExitCode> {
+/// `toolhost logout ENSEMBLE`: the grant revoked at the authorization server where it offers
+/// revocation, and the tokens forgotten here in any case.
+pub(crate) async fn logout(settings: &Settings, name: &str) -> anyhow::Result<ExitCode> {
     let dir = settings
         .sign_in_dir
         .clone()
         .context("no folder of tokens: set XDG_STATE_HOME or HOME")?;
-    let (url, _) = import_of(settings, name)?;
-    match sign_in::forget(&dir, &url).context("cannot remove the tokens")? {
-        true => println!("Signed out of {url}: its tokens are gone."),
-        false => println!("Nobody was signed in to {url}."),
+    let (url, oauth) = import_of(settings, name)?;
+    let revoked = sign_in::revoke(&url, &oauth, &dir)
+        .await
+        .context("cannot remove the tokens")?;
+    match revoked {
+        sign_in::Revoked::NobodySignedIn => println!("Nobody was signed in to {url}."),
+        sign_in::Revoked::Revoked => println!(
+            "Signed out of {url}: the sign-in is revoked at its authorization server, and its \
+             tokens are gone from here."
+        ),
+        sign_in::Revoked::ForgottenOnly(why) => println!(
+            "Signed out of {url}: its tokens are gone from here, but not revoked there ({why}); \
+             they lapse when they expire."
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

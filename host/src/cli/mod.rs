@@ -228,7 +228,8 @@ enum Command {
         /// The ensemble that imports the server.
         ensemble: String,
     },
-    /// Forget the tokens `toolhost login ENSEMBLE` kept.
+    /// Sign out: revoke the sign-in at the authorization server (where it offers revocation)
+    /// and forget the tokens `toolhost login ENSEMBLE` kept.
     Logout {
         /// The ensemble that imports the server.
         ensemble: String,
@@ -358,7 +359,7 @@ async fn run(cli: Cli, logs: LogRelay) -> anyhow::Result<ExitCode> {
         } => oci::push(&settings, &file, &reference, sign.as_deref(), json).await,
         Command::Status { json } => status::run(&settings, json),
         Command::Login { ensemble } => login::login(&settings, &ensemble).await,
-        Command::Logout { ensemble } => login::logout(&settings, &ensemble),
+        Command::Logout { ensemble } => login::logout(&settings, &ensemble).await,
         Command::Cache(CacheCommand::Prune { keep, json }) => {
             cache::prune(&settings, keep, json).await
         }

@@ -153,19 +153,19 @@ impl Guarded {
         Refusals(Arc::clone(&self.refusal))
     }
 
-    async fn send(&self, request: OAuthHttpRequest) -> Result<http::Response<Vec<u8>>, String> {
-        let redirects = request.redirect_policy;
-        let asked = request.request;
+    /// Sends `asked` (following redirects when `follow`), within every bound and check.
+    pub async fn send(
+        &self,
+        asked: http::Request<Vec<u8>>,
+        follow: bool,
+    ) -> Result<http::Response<Vec<u8>>, String> {
         let url = url::Url::parse(&asked.uri().to_string()).map_err(|e| e.to_string())?;
         if let Some(kind) = self.reach.refuses_url(&url) {
             return Err(format!(
                 "{url} is not an address a sign-in may reach ({kind})"
             ));
         }
-        let client = match redirects {
-            OAuthHttpRedirectPolicy::Stop => &self.stop,
-            _ => &self.follow,
-        };
+        let client = if follow { &self.follow } else { &self.stop };
         let registration = registration_redirects(asked.method(), asked.body());
         let token_request = is_token_request(asked.method(), asked.body());
         let request = reqwest::Request::try_from(asked).map_err(|e| e.to_string())?;
@@ -246,7 +246,8 @@ fn note(refusal: &Mutex<Option<String>>, why: &str) {
 impl OAuthHttpClient for Guarded {
     fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
         Box::pin(async move {
-            self.send(request).await.map_err(|why| {
+            let follow = request.redirect_policy != OAuthHttpRedirectPolicy::Stop;
+            self.send(request.request, follow).await.map_err(|why| {
                 note(&self.refusal, &why);
                 OAuthHttpClientError::from(why)
             })
