@@ -5,8 +5,9 @@
 //! a browser is), and a loopback listener on a random port that takes the one redirect back.
 //! It runs where the person is or on the host itself (a headless host prints the URL; the
 //! browser that opens it must reach the loopback address, through `ssh -L` for instance).
-//! A running `serve` takes the tokens when it next tries the import (a failed import is tried
-//! again when its backoff ends, within a minute).
+//! A running `serve` takes the tokens at once: its watch sees the token file change (a
+//! SIGHUP does the same with `--no-watch`), and a new sign-in ends the failed import's
+//! backoff.
 
 use super::settings::Settings;
 use anyhow::{Context, bail};
@@ -105,7 +106,8 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
     finished.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     println!(
         "Signed in: the tokens are kept in {} (readable by this user alone). A running \
-         `toolhost serve` takes them when it next tries the import (within a minute).",
+         `toolhost serve` takes them at once (its watch sees them; with --no-watch, send it \
+         SIGHUP).",
         sign_in::store_path(&dir, &url).display()
     );
     Ok(ExitCode::SUCCESS)

@@ -84,6 +84,8 @@ struct Connection {
     /// Failed starts in a row.
     failures: u32,
     retry_at: Option<Instant>,
+    /// When the last start failed (a sign-in written after it ends the backoff).
+    failed_at: Option<std::time::SystemTime>,
     last_error: Option<String>,
 }
 
@@ -217,6 +219,7 @@ impl McpImport {
                     .saturating_mul(2u32.saturating_pow(connection.failures - 1))
                     .min(MAX_BACKOFF);
                 connection.retry_at = Some(Instant::now() + backoff);
+                connection.failed_at = Some(std::time::SystemTime::now());
                 connection.last_error = Some(reason.clone());
                 Err(self.error(reason))
             }

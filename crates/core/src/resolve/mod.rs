@@ -139,8 +139,9 @@ pub struct Outcome {
     pub compiling: Vec<PathBuf>,
     /// The MCP server it waits for, starting in the background (its command line or URL).
     pub starting: Vec<String>,
-    /// Every component file its invokers name, loaded or not: what a reloader watches, so
-    /// that a missing or broken component put right is seen.
+    /// Every component file its invokers name, loaded or not, and an import's sign-in token
+    /// file: what a reloader watches, so that a missing or broken component put right, or a
+    /// person's new sign-in, is seen.
     pub components: Vec<PathBuf>,
 }
 
@@ -374,6 +375,10 @@ impl Resolver {
             if component.oci.is_none() && named.insert(&component.path) {
                 components.push(component.path.clone());
             }
+        }
+        // An import a person signs in to: its token file, so that a sign-in is taken at once.
+        if let Some(spec) = draft.mcp.as_ref().and_then(|mcp| mcp.spec.as_ref()) {
+            components.extend(self.servers.sign_in_file(spec));
         }
         for invoker in &draft.invokers {
             let bound = match (&server, &invoker.component) {

@@ -49,6 +49,13 @@ pub enum Background {
 
 impl ImportedServers {
     /// The servers a person signs in to find their tokens in `dir`.
+    /// The file of tokens a person's sign-in keeps for the import `spec` describes, if it
+    /// is one a person signs in to: what a reloader watches, so that `toolhost login`'s new
+    /// tokens are taken at once.
+    pub fn sign_in_file(&self, spec: &McpSpec) -> Option<std::path::PathBuf> {
+        sign_in_file(spec, self.sign_in_dir.as_deref())
+    }
+
     pub fn with_sign_in_dir(mut self, dir: std::path::PathBuf) -> Self {
         self.sign_in_dir = Some(dir);
         self
@@ -125,8 +132,15 @@ impl ImportedServers {
         if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
             return Background::Running;
         }
+        // A sign-in since the failure (`toolhost login` wrote new tokens) ends its backoff.
+        let signed_in_since = connection.failed_at.is_some_and(|failed| {
+            let file = sign_in_file(&server.spec, server.sign_in_dir.as_deref());
+            let written = file.and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
+            written.is_some_and(|written| written > failed)
+        });
         if let Some(at) = connection.retry_at
             && Instant::now() < at
+            && !signed_in_since
         {
             // Tried again when the backoff is over, by a reload of its own.
             if !server.retry_scheduled.swap(true, Ordering::SeqCst) {
@@ -168,5 +182,58 @@ impl ImportedServers {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|key, _| named.contains(key));
+    }
+}
+
+/// The token file of the import `spec` describes, kept in `dir`, if a person signs in to it.
+fn sign_in_file(spec: &McpSpec, dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    use toolhost_config::draft::{McpCredential, McpTarget};
+    match (
+        &spec.target,
+        spec.oauth.as_ref().map(|o| &o.credential),
+        dir,
+    ) {
+        (McpTarget::Url(url), Some(McpCredential::SignIn { .. }), Some(dir)) => {
+            Some(super::sign_in::store_path(dir, url))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolhost_config::draft::{McpCredential, McpOauth, McpTarget};
+
+    #[tokio::test]
+    async fn a_sign_in_written_after_a_failed_start_ends_its_backoff() {
+        let dir = tempfile::tempdir().expect("dir");
+        let servers = ImportedServers::default().with_sign_in_dir(dir.path().to_path_buf());
+        // Nothing listens there: its start fails, and waits out a backoff.
+        let url = "http://127.0.0.1:9/mcp".to_string();
+        let spec = McpSpec {
+            target: McpTarget::Url(url.clone()),
+            oauth: Some(McpOauth {
+                client_id: None,
+                credential: McpCredential::SignIn {
+                    client_secret: None,
+                    metadata_url: None,
+                },
+                scopes: Vec::new(),
+            }),
+            startup_timeout: std::time::Duration::from_secs(5),
+            max_tools: 10,
+            talk: Default::default(),
+        };
+        let file = servers.sign_in_file(&spec).expect("a sign-in's file");
+        assert_eq!(file, super::super::sign_in::store_path(dir.path(), &url));
+        let server = servers.import(spec);
+        assert!(server.tools().await.is_err());
+        assert!(matches!(servers.background(&server), Background::Failed(_)));
+        // `toolhost login` writes the tokens (seconds later in life: here past the kernel's
+        // coarse file clock, a few ms behind the real one): the next reload starts it at once.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        std::fs::write(&file, "{}").expect("tokens");
+        assert!(matches!(servers.background(&server), Background::Starting));
     }
 }
