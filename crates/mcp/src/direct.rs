@@ -140,10 +140,9 @@ impl Direct {
         if parts.headers.contains_key("mcp-session-id") {
             return self.take_in_session(parts, body);
         }
-        let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(body) else {
+        let Some((id, mut request)) = parsed(body) else {
             return Err(Box::new(parts));
         };
-        let (id, mut request) = (request.id, request.request);
         if !taken(&parts.headers, &request, true) {
             return Err(Box::new(parts));
         }
@@ -188,10 +187,9 @@ impl Direct {
         if negotiated.as_ref().map(ProtocolVersion::as_str) != header("mcp-protocol-version") {
             return Err(Box::new(parts));
         }
-        let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(body) else {
+        let Some((id, mut request)) = parsed(body) else {
             return Err(Box::new(parts));
         };
-        let (id, mut request) = (request.id, request.request);
         if !METHODS.contains(&request.method()) || !taken(&parts.headers, &request, false) {
             return Err(Box::new(parts));
         }
@@ -263,6 +261,39 @@ impl Taken {
         // A message of rmcp's own types always serializes.
         let json = serde_json::to_vec(&message).unwrap_or_default();
         (status, Bytes::from(json))
+    }
+}
+
+/// A `tools/call` request as rmcp's types read it, without their buffering: a JSON-RPC
+/// message is an untagged enum and a request's parameters are flattened beside its `_meta`,
+/// so rmcp reads every body into an intermediate tree first, and tries each kind of message
+/// in turn (making an error of each it is not). This struct reads the one kind straight.
+#[derive(serde::Deserialize)]
+struct CallBody {
+    #[serde(rename = "jsonrpc")]
+    _version: rmcp::model::JsonRpcVersion2_0,
+    id: rmcp::model::RequestId,
+    #[serde(rename = "method")]
+    _method: rmcp::model::CallToolRequestMethod,
+    params: rmcp::model::CallToolRequestParams,
+}
+
+/// The request `body` holds, with its id: a `tools/call` read by [`CallBody`] into exactly
+/// the value rmcp's own reading gives (its `_meta` in the request's extensions, as rmcp puts
+/// it), anything else by rmcp's reading; `None` for what is not a request.
+fn parsed(body: &[u8]) -> Option<(rmcp::model::RequestId, ClientRequest)> {
+    if let Ok(call) = serde_json::from_slice::<CallBody>(body) {
+        let mut params = call.params;
+        let meta = params.meta.take();
+        let mut request = rmcp::model::CallToolRequest::new(params);
+        if let Some(meta) = meta {
+            request.extensions.insert(meta);
+        }
+        return Some((call.id, ClientRequest::CallToolRequest(request)));
+    }
+    match serde_json::from_slice(body) {
+        Ok(ClientJsonRpcMessage::Request(request)) => Some((request.id, request.request)),
+        _ => None,
     }
 }
 
@@ -434,6 +465,38 @@ mod tests {
         ("mcp-method", "tools/call"),
         ("mcp-name", "echo"),
     ];
+
+    #[test]
+    fn a_call_is_read_into_the_very_request_rmcps_reading_gives() {
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"n":1}}}"#,
+            r#"{"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":"p"},"name":"echo"},"method":"tools/call","id":"a","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"e","requestState":"s","inputResponses":{},"extra":true}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#,
+        ];
+        for body in bodies {
+            let Ok(ClientJsonRpcMessage::Request(theirs)) = serde_json::from_str(body) else {
+                panic!("rmcp reads {body}");
+            };
+            let (id, ours) = parsed(body.as_bytes()).expect("read");
+            assert_eq!(id, theirs.id, "{body}");
+            assert_eq!(
+                serde_json::to_value(&ours).expect("ours"),
+                serde_json::to_value(&theirs.request).expect("theirs"),
+                "{body}"
+            );
+            assert_eq!(ours.get_meta(), theirs.request.get_meta(), "{body}");
+        }
+        // Not a request: neither reading takes it.
+        for body in [
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"e"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            "[]",
+        ] {
+            assert!(parsed(body.as_bytes()).is_none(), "{body}");
+        }
+    }
 
     #[test]
     fn only_a_session_less_request_of_2026_07_28_with_one_answer_may_be_taken() {
