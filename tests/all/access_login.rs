@@ -145,13 +145,25 @@ fn kept_none(fixture: &Fixture) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
 }
 
-/// The one file of tokens `toolhost login` kept in the fixture's state folder.
+/// The one file of tokens `toolhost login` kept in the fixture's state folder (beside it,
+/// the authorization server it pinned, also for this user alone).
 fn kept_tokens(fixture: &Fixture) -> PathBuf {
     let dir = fixture.root().join("state/toolhost/sign-in");
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|entries| entries.map(|e| e.expect("entry").path()).collect())
         .unwrap_or_default();
-    assert_eq!(files.len(), 1, "{files:?}");
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(
+        files[1].extension().is_some_and(|e| e == "server"),
+        "{files:?}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&files[1])
+        .expect("pin")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
     files[0].clone()
 }
 

@@ -10,6 +10,8 @@ use axum::body::Body;
 use axum::response::Response;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the servers get wrong.
@@ -57,10 +59,26 @@ fn jwt_for(audience: &str) -> String {
 /// The MCP server and its authorization server, on one address, getting `wrong` wrong;
 /// returns the address (`http://127.0.0.1:PORT`).
 async fn serve(wrong: Wrong) -> String {
+    serve_switching(wrong).await.base
+}
+
+/// A server of [`serve`]'s, whose protected resource metadata can be made to name another
+/// authorization server, and which counts the requests to its token endpoint.
+struct Served {
+    base: String,
+    /// The authorization server its metadata names instead of itself, once set.
+    names: Arc<Mutex<Option<String>>>,
+    tokens_asked: Arc<AtomicUsize>,
+}
+
+async fn serve_switching(wrong: Wrong) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("address"));
+    let names: Arc<Mutex<Option<String>>> = Arc::default();
+    let tokens_asked = Arc::new(AtomicUsize::new(0));
+    let (named, asked) = (Arc::clone(&names), Arc::clone(&tokens_asked));
     let (b1, b2, b3, b4) = (base.clone(), base.clone(), base.clone(), base.clone());
     let mcp = move || {
         let base = b1.clone();
@@ -79,12 +97,14 @@ async fn serve(wrong: Wrong) -> String {
     };
     let resource = move || {
         let base = b2.clone();
+        let named = named.lock().expect("lock").clone();
         async move {
             let resource = match wrong {
                 Wrong::AnotherResource => "https://elsewhere.example/mcp".to_string(),
                 _ => format!("{base}/mcp"),
             };
-            json(serde_json::json!({"resource": resource, "authorization_servers": [base]}))
+            let server = named.unwrap_or(base);
+            json(serde_json::json!({"resource": resource, "authorization_servers": [server]}))
         }
     };
     let metadata = move || {
@@ -166,6 +186,7 @@ async fn serve(wrong: Wrong) -> String {
     };
     let token = move || {
         let base = b4.clone();
+        asked.fetch_add(1, Ordering::SeqCst);
         async move {
             match wrong {
                 Wrong::EndlessToken => Response::builder()
@@ -199,7 +220,11 @@ async fn serve(wrong: Wrong) -> String {
         .route("/authorize", axum::routing::get(authorize))
         .route("/token", axum::routing::post(token));
     tokio::spawn(async move { axum::serve(listener, router).await });
-    base
+    Served {
+        base,
+        names,
+        tokens_asked,
+    }
 }
 
 /// `toolhost login remote` against `base`, with the browser's part played (the printed URL
@@ -280,4 +305,51 @@ async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing
         eprintln!("{wrong:?}: refused in {:?}", started.elapsed());
     }
     assert!(wrongly.is_empty(), "{}", wrongly.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_go_to_no_authorization_server_but_the_one_signed_in_at() {
+    let server = serve_switching(Wrong::Nothing).await;
+    let fixture = Fixture::new();
+    fixture.write_mcp_import(
+        "remote",
+        &format!(
+            "url = \"{}/mcp\"\noauth = {{ sign-in = true }}",
+            server.base
+        ),
+    );
+    let (code, said) = login(&fixture).await;
+    assert_eq!(code, 0, "{said}");
+    // The server names another authorization server (a hostile one's): the refresh token
+    // is sent to neither, and the import needs a sign-in, saying why.
+    let elsewhere = serve_switching(Wrong::Nothing).await;
+    *server.names.lock().expect("lock") = Some(elsewhere.base.clone());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command.arg("check").output().expect("check");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_ne!(output.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("needs sign-in") && said.contains("names another authorization server"),
+        "{said}"
+    );
+    assert_eq!(elsewhere.tokens_asked.load(Ordering::SeqCst), 0);
+    // Kept: with the server naming its own authorization server again, the tokens are used
+    // (this server, no MCP server really, then refuses the session: its own `401`).
+    let kept = std::fs::read_dir(fixture.root().join("state/toolhost/sign-in"))
+        .expect("kept")
+        .count();
+    assert_eq!(
+        kept, 2,
+        "the tokens and their authorization server are kept"
+    );
+    *server.names.lock().expect("lock") = None;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, &fixture);
+    let output = command.arg("check").output().expect("check");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !said.contains("needs sign-in") && said.contains("Auth required"),
+        "{said}"
+    );
 }

@@ -4,14 +4,20 @@
 //! hostile until proven otherwise:
 //!
 //! - each answer is read to [`MAX_ANSWER_BYTES`] within [`REQUEST_TIMEOUT`], and follows at
-//!   most [`MAX_REDIRECTS`] redirects where rmcp asks for them;
+//!   most [`MAX_REDIRECTS`] redirects, on the same origin, where rmcp asks for them; one step
+//!   of a sign-in (discovery, starting it, the exchange, a refresh) sends at most
+//!   [`MAX_REQUESTS_PER_STEP`] requests, however many authorization servers a hostile
+//!   resource names;
+//! - nothing goes over plain `http` for an import reached over `https`;
 //! - no request goes to a link-local, unspecified, multicast or reserved address, or to a
 //!   cloud's metadata host (names are resolved here and each address checked, literals
 //!   before anything is sent); loopback only for an import reached at a loopback address;
 //! - a registration answer that does not register the redirect URI asked for is refused
 //!   (RFC 7591 §3.2.1: the client checks what it was registered with);
 //! - a token answer whose access token says it is for another audience (a JWT's `aud`,
-//!   RFC 8707) is refused before rmcp keeps it.
+//!   RFC 8707), or that is not a bearer token, is refused before rmcp keeps it; its
+//!   `expires_in` is held between a minute and a day (rmcp would renew a token of 1 s at
+//!   every request, and never one of `u64::MAX` s).
 //!
 //! rmcp says little of why a request failed ("discovery failed", "request failed"): the last
 //! refusal here is kept ([`Guarded::refusals`]) for the sign-in's error to say.
@@ -30,6 +36,10 @@ pub const MAX_ANSWER_BYTES: usize = 256 << 10;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Redirects followed, where rmcp follows them (registration, some discovery).
 pub const MAX_REDIRECTS: usize = 5;
+/// Requests one step of a sign-in sends (discovery tries a few URLs per authorization server).
+pub const MAX_REQUESTS_PER_STEP: usize = 24;
+/// The lifetime a token answer is taken to give, at least and at most.
+const LIFETIME_SECONDS: std::ops::RangeInclusive<u64> = 60..=86_400;
 /// Names that resolve to a cloud's instance metadata, whatever their address.
 const METADATA_HOSTS: &[&str] = &[
     "metadata",
@@ -41,6 +51,8 @@ const METADATA_HOSTS: &[&str] = &[
 #[derive(Clone, Copy)]
 struct Reach {
     loopback: bool,
+    /// The import is reached over `https`: so is everything else.
+    https: bool,
 }
 
 impl Reach {
@@ -54,8 +66,15 @@ impl Reach {
         }
     }
 
-    /// Why the host of `url` may not be reached, as far as its text says.
+    /// Why `url` may not be reached, as far as its text says.
     fn refuses_url(self, url: &url::Url) -> Option<String> {
+        if !matches!(url.scheme(), "https" | "http") || (self.https && url.scheme() != "https") {
+            return Some(format!(
+                "`{}`, where the import is reached over {}",
+                url.scheme(),
+                if self.https { "https" } else { "http" }
+            ));
+        }
         match url.host() {
             Some(url::Host::Ipv4(ip)) => self.refuses(IpAddr::V4(ip)).map(str::to_string),
             Some(url::Host::Ipv6(ip)) => self.refuses(IpAddr::V6(ip)).map(str::to_string),
@@ -98,7 +117,14 @@ pub struct Guarded {
     reach: Reach,
     /// The import's URL: the audience its tokens must be for.
     resource: String,
-    refusal: Arc<Mutex<Option<String>>>,
+    step: Arc<Mutex<Step>>,
+}
+
+/// What one step of a sign-in has sent, and refused last.
+#[derive(Default)]
+struct Step {
+    requests: usize,
+    refusal: Option<String>,
 }
 
 impl Guarded {
@@ -111,12 +137,19 @@ impl Guarded {
             Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
             None => false,
         };
-        let reach = Reach { loopback };
-        let refusal = Arc::new(Mutex::new(None));
-        let noted = Arc::clone(&refusal);
+        let reach = Reach {
+            loopback,
+            https: parsed.scheme() == "https",
+        };
+        let step = Arc::new(Mutex::new(Step::default()));
+        let noted = Arc::clone(&step);
         let follow = reqwest::redirect::Policy::custom(move |attempt| {
+            let first = attempt.previous().first().map(url::Url::origin);
             let why = match reach.refuses_url(attempt.url()) {
                 Some(kind) => Some(format!("a redirect to {} ({kind})", attempt.url())),
+                None if first.is_some_and(|origin| origin != attempt.url().origin()) => {
+                    Some(format!("a redirect to {}, another origin", attempt.url()))
+                }
                 None if attempt.previous().len() > MAX_REDIRECTS => {
                     Some(format!("more than {MAX_REDIRECTS} redirects"))
                 }
@@ -144,13 +177,13 @@ impl Guarded {
             stop: build(reqwest::redirect::Policy::none())?,
             reach,
             resource: resource.to_string(),
-            refusal,
+            step,
         })
     }
 
     /// A handle to the refusals of this client, for after it is handed to rmcp.
     pub fn refusals(&self) -> Refusals {
-        Refusals(Arc::clone(&self.refusal))
+        Refusals(Arc::clone(&self.step))
     }
 
     /// Sends `asked` (following redirects when `follow`), within every bound and check.
@@ -160,6 +193,17 @@ impl Guarded {
         follow: bool,
     ) -> Result<http::Response<Vec<u8>>, String> {
         let url = url::Url::parse(&asked.uri().to_string()).map_err(|e| e.to_string())?;
+        let sent = {
+            let mut step = self.step.lock().unwrap_or_else(PoisonError::into_inner);
+            step.requests += 1;
+            step.requests
+        };
+        if sent > MAX_REQUESTS_PER_STEP {
+            return Err(format!(
+                "more than {MAX_REQUESTS_PER_STEP} requests in one step of the sign-in (the last \
+                 to {url})"
+            ));
+        }
         if let Some(kind) = self.reach.refuses_url(&url) {
             return Err(format!(
                 "{url} is not an address a sign-in may reach ({kind})"
@@ -204,7 +248,7 @@ impl Guarded {
             let to = response.headers().get(http::header::LOCATION);
             let to = to.and_then(|l| l.to_str().ok()).unwrap_or("nowhere");
             note(
-                &self.refusal,
+                &self.step,
                 &format!("{url} redirects to {}, which is not followed", cut(to)),
             );
         }
@@ -214,33 +258,32 @@ impl Guarded {
         }
         if success && token_request {
             check_audience(&body, &self.resource)?;
+            body = checked_token(body)?;
         }
         answer.body(body).map_err(|e| e.to_string())
     }
 }
 
-/// The refusals of one [`Guarded`] client.
+/// The refusals of one [`Guarded`] client, and the steps of its sign-in.
 #[derive(Clone)]
-pub struct Refusals(Arc<Mutex<Option<String>>>);
+pub struct Refusals(Arc<Mutex<Step>>);
 
 impl Refusals {
     /// The last one since [`Refusals::clear`], if there was one.
     pub fn last(&self) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        let step = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        step.refusal.clone()
     }
 
-    /// Forgets them: called before each step of rmcp's, so that a step's error is said with
-    /// its own refusal, not one an earlier step recovered from.
+    /// Starts a step of rmcp's: its refusals and requests counted anew, so that a step's
+    /// error is said with its own refusal, not one an earlier step recovered from.
     pub fn clear(&self) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Step::default();
     }
 }
 
-fn note(refusal: &Mutex<Option<String>>, why: &str) {
-    *refusal.lock().unwrap_or_else(PoisonError::into_inner) = Some(why.to_string());
+fn note(step: &Mutex<Step>, why: &str) {
+    step.lock().unwrap_or_else(PoisonError::into_inner).refusal = Some(why.to_string());
 }
 
 impl OAuthHttpClient for Guarded {
@@ -248,7 +291,7 @@ impl OAuthHttpClient for Guarded {
         Box::pin(async move {
             let follow = request.redirect_policy != OAuthHttpRedirectPolicy::Stop;
             self.send(request.request, follow).await.map_err(|why| {
-                note(&self.refusal, &why);
+                note(&self.step, &why);
                 OAuthHttpClientError::from(why)
             })
         })
@@ -335,6 +378,30 @@ fn check_audience(answer: &[u8], resource: &str) -> Result<(), String> {
     }
 }
 
+/// A token answer with a bearer token, its `expires_in` held within [`LIFETIME_SECONDS`]
+/// (rewritten where it was not).
+fn checked_token(body: Vec<u8>) -> Result<Vec<u8>, String> {
+    let Ok(serde_json::Value::Object(mut answer)) = serde_json::from_slice(&body) else {
+        return Ok(body);
+    };
+    let kind = answer.get("token_type").and_then(|t| t.as_str());
+    if kind.is_some_and(|kind| !kind.eq_ignore_ascii_case("bearer")) {
+        return Err(format!(
+            "the token is of type `{}`, not a bearer token: refused",
+            cut(kind.unwrap_or_default())
+        ));
+    }
+    let Some(given) = answer.get("expires_in").and_then(|e| e.as_u64()) else {
+        return Ok(body);
+    };
+    let held = given.clamp(*LIFETIME_SECONDS.start(), *LIFETIME_SECONDS.end());
+    if held == given {
+        return Ok(body);
+    }
+    answer.insert("expires_in".into(), held.into());
+    serde_json::to_vec(&answer).map_err(|e| e.to_string())
+}
+
 /// `text` from a server, cut to a length an error line may quote.
 fn cut(text: &str) -> String {
     let mut text = text.to_string();
@@ -348,8 +415,14 @@ mod tests {
 
     #[test]
     fn a_sign_in_reaches_public_and_private_addresses_and_loopback_only_from_loopback() {
-        let remote = Reach { loopback: false };
-        let local = Reach { loopback: true };
+        let remote = Reach {
+            loopback: false,
+            https: true,
+        };
+        let local = Reach {
+            loopback: true,
+            https: false,
+        };
         let ip = |text: &str| text.parse::<IpAddr>().expect("ip");
         assert!(remote.refuses(ip("93.184.216.34")).is_none());
         assert!(remote.refuses(ip("10.0.0.9")).is_none());
@@ -364,6 +437,32 @@ mod tests {
                 .is_some()
         );
         assert!(local.refuses_url(&url("http://[fe80::1]/")).is_some());
+        // No weaker than the import's own scheme.
+        assert!(
+            remote
+                .refuses_url(&url("http://example.com/token"))
+                .is_some()
+        );
+        assert!(
+            remote
+                .refuses_url(&url("https://example.com/token"))
+                .is_none()
+        );
+        assert!(local.refuses_url(&url("file:///etc/passwd")).is_some());
+    }
+
+    #[test]
+    fn a_token_answer_is_a_bearer_token_and_its_lifetime_is_held_between_a_minute_and_a_day() {
+        let lifetime = |given: serde_json::Value| {
+            let body = serde_json::json!({"access_token": "t", "token_type": "Bearer", "expires_in": given});
+            let held = checked_token(body.to_string().into_bytes()).expect("taken");
+            serde_json::from_slice::<serde_json::Value>(&held).expect("JSON")["expires_in"].clone()
+        };
+        assert_eq!(lifetime(serde_json::json!(3600)), 3600);
+        assert_eq!(lifetime(serde_json::json!(1)), 60);
+        assert_eq!(lifetime(serde_json::json!(u64::MAX)), 86_400);
+        let other = br#"{"access_token":"t","token_type":"DPoP","expires_in":60}"#.to_vec();
+        assert!(checked_token(other).is_err());
     }
 
     #[test]

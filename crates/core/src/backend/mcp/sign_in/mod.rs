@@ -1,0 +1,299 @@
+//! sign_in: an imported server that a person signs in to (`[ensemble.mcp] oauth = { sign-in =
+//! true }`). `toolhost login ENSEMBLE` runs the authorization code flow with PKCE as the MCP
+//! authorization spec has a client do it, all of it rmcp's (`OAuthState`, with the oauth2
+//! crate): the server's `401` names its protected resource metadata, that names the
+//! authorization server; the client is the one configured, else one registered by a client
+//! ID metadata document or dynamic registration, whichever the server offers, in the spec's
+//! order; the person is sent to the authorization URL and comes back to a loopback redirect
+//! with the code and the state, which are checked and exchanged, with the server's URL as the
+//! `resource` (RFC 8707). The tokens (the refresh token with them) are kept in a file of this
+//! host's state, readable by its user alone ([`FileStore`]); `serve` reads them and rmcp's
+//! [`AuthClient`] sends the access token with each request and renews it by the refresh token
+//! before it expires, saving what it gets. No tokens, or a refresh the server refuses, is
+//! "needs sign-in", with the command to run.
+
+mod revoke;
+mod step_up;
+mod store;
+
+pub use revoke::{Revoked, revoke};
+pub(super) use step_up::{insufficient_scope, step_up};
+pub use store::{FileStore, forget, store_path};
+
+use super::oauth_http::{Guarded, Refusals};
+use rmcp::transport::auth::{
+    AuthClient, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
+    OAuthClientConfig, OAuthState,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toolhost_config::draft::{McpCredential, McpOauth};
+
+/// it, whose name the command takes).
+fn needs_sign_in(why: impl std::fmt::Display) -> String {
+    format!("{NEEDS_SIGN_IN}{why}): run `toolhost login` with this ensemble's name")
+}
+
+/// How the refusal of an import that needs a person to sign in begins (what `status` and
+/// `/readyz` count).
+pub const NEEDS_SIGN_IN: &str = "needs sign-in (";
+
+/// How long one step of a sign-in may take (finding the authorization server, starting,
+/// the exchange), whatever its requests' own bounds add up to.
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `step` within [`STEP_TIMEOUT`].
+async fn in_time<T>(
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(STEP_TIMEOUT, step)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{what} took more than {} s",
+                STEP_TIMEOUT.as_secs()
+            ))
+        })
+}
+
+/// What [`manager`] found.
+struct Found {
+    manager: AuthorizationManager,
+    /// The server's challenge (its `WWW-Authenticate`) that found it.
+    challenge: Option<String>,
+    refusals: Refusals,
+    /// The authorization server found, as a sign-in pins it.
+    server: store::Pinned,
+}
+
+/// A manager for the server at `url` with its authorization server found (once: rmcp is not
+/// left to find it again, perhaps elsewhere) and its tokens kept in `dir`, every request of
+/// it made by a [`Guarded`] client.
+async fn manager(url: &str, dir: &Path) -> Result<Found, String> {
+    let guarded = Guarded::new(url)?;
+    let refusals = guarded.refusals();
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(guarded))
+        .await
+        .map_err(|e| format!("cannot prepare its OAuth client: {e}"))?;
+    let challenge = super::oauth::probe(url).await;
+    refusals.clear();
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|e| {
+            format!(
+                "its authorization server could not be found: {e}{}",
+                because(&refusals)
+            )
+        })?;
+    let server = store::Pinned {
+        issuer: resolution.metadata.issuer.clone(),
+        token_endpoint: resolution.metadata.token_endpoint.clone(),
+    };
+    manager.set_metadata(resolution.metadata);
+    manager.set_credential_store(FileStore::new(store_path(dir, url)));
+    Ok(Found {
+        manager,
+        challenge,
+        refusals,
+        server,
+    })
+}
+
+/// What the sign-in's HTTP client refused last, said after rmcp's error (which rarely says).
+fn because(refusals: &Refusals) -> String {
+    refusals
+        .last()
+        .map_or(String::new(), |why| format!(" ({why})"))
+}
+
+/// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`;
+/// "needs sign-in" when there are none or they cannot be renewed.
+pub(super) async fn client(
+    url: &str,
+    oauth: &McpOauth,
+    dir: &Path,
+) -> Result<AuthClient<reqwest::Client>, String> {
+    let Found {
+        mut manager,
+        refusals,
+        server,
+        ..
+    } = manager(url, dir).await?;
+    // Nothing is sent (a refresh token least of all) to an authorization server other than
+    // the one signed in at; the tokens are kept, in case the server names it again (rmcp
+    // would drop them).
+    let pinned = store::pinned(dir, url);
+    if let Some(pinned) = pinned.as_ref().filter(|pinned| **pinned != server) {
+        return Err(needs_sign_in(format!(
+            "the server now names another authorization server ({}, token endpoint {}) than \
+             the one signed in at ({}): signing in again trusts it",
+            server.issuer.as_deref().unwrap_or("no issuer"),
+            server.token_endpoint,
+            pinned.issuer.as_deref().unwrap_or(&pinned.token_endpoint),
+        )));
+    }
+    let stored = manager
+        .initialize_from_store()
+        .await
+        .map_err(needs_sign_in)?;
+    if !stored {
+        return Err(needs_sign_in("no one has signed in"));
+    }
+    if pinned.is_none() {
+        return Err(needs_sign_in(
+            "the sign-in's authorization server is not known",
+        ));
+    }
+    if let McpCredential::SignIn {
+        client_secret: Some(secret),
+        ..
+    } = &oauth.credential
+        && let Some(id) = &oauth.client_id
+    {
+        let config = OAuthClientConfig::new(id.clone(), "http://127.0.0.1/callback")
+            .with_client_secret(secret.clone());
+        manager
+            .configure_client(config)
+            .map_err(|e| format!("cannot use its authorization server: {e}"))?;
+    }
+    // The token now (renewed if it is due), so that an import nobody can use stays out.
+    refusals.clear();
+    manager
+        .get_access_token()
+        .await
+        .map_err(|e| needs_sign_in(format!("{e}{}", because(&refusals))))?;
+    Ok(AuthClient::new(reqwest::Client::default(), manager))
+}
+
+/// A sign-in under way: the URL to send the person to, and what checks and exchanges the
+/// code that comes back.
+pub struct SignIn {
+    state: OAuthState,
+    url: String,
+    /// The step-up scopes this sign-in asks for, forgotten once it is done.
+    wanted: PathBuf,
+    refusals: Refusals,
+    /// The authorization server it is made at, pinned once it is done.
+    server: store::Pinned,
+    dir: PathBuf,
+    resource: String,
+}
+
+impl SignIn {
+    /// Starts signing in to the server at `url` for `oauth`, the person to come back to
+    /// `redirect_uri` (a loopback address of `toolhost login`); the tokens will be kept in
+    /// `dir`.
+    pub async fn begin(
+        url: &str,
+        oauth: &McpOauth,
+        dir: &Path,
+        redirect_uri: &str,
+    ) -> Result<SignIn, String> {
+        let Found {
+            manager,
+            challenge,
+            refusals,
+            server,
+        } = in_time("finding its authorization server", manager(url, dir)).await?;
+        let mut request = AuthorizationRequest::new(redirect_uri).with_client_name("toolhost");
+        // The scopes configured, with those a server's step-up asked for since the last
+        // sign-in (which include what that one was granted).
+        let mut scopes = oauth.scopes.clone();
+        for scope in step_up::wanted(dir, url) {
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        request = match scopes.is_empty() {
+            // The challenge's `scope`, else the server's `scopes_supported` (rmcp's choice,
+            // as the spec orders it).
+            true => request.with_initial_scope_selection(),
+            false => request.with_scopes(scopes),
+        };
+        if let Some(id) = &oauth.client_id {
+            request = request.with_preregistered_client(id.clone());
+        }
+        if let McpCredential::SignIn {
+            client_secret,
+            metadata_url,
+        } = &oauth.credential
+        {
+            if let Some(secret) = client_secret {
+                request = request.with_client_secret(secret.clone());
+            }
+            // Used where the authorization server takes client ID metadata documents, before
+            // dynamic registration (rmcp keeps the spec's order).
+            if let Some(document) = metadata_url {
+                request = request.with_client_metadata_url(document.clone());
+            }
+        }
+        if let Some(challenge) = challenge {
+            request = request.with_challenge(challenge);
+        }
+        // The session made on the metadata found above (rmcp's `start_authorization` would
+        // look for the authorization server again, and a hostile server may answer otherwise
+        // the second time).
+        refusals.clear();
+        let session = in_time("starting the sign-in", async {
+            AuthorizationSession::new(manager, request)
+                .await
+                .map_err(|(_, e)| format!("cannot start signing in: {e}{}", because(&refusals)))
+        })
+        .await?;
+        let state = OAuthState::Session(session);
+        let address = state
+            .get_authorization_url()
+            .await
+            .map_err(|e| format!("cannot start signing in: {e}"))?;
+        // Opened in a browser: a web address, no weaker than the server's own.
+        let scheme = url::Url::parse(&address).map(|a| a.scheme().to_string());
+        let plain_allowed = url.starts_with("http://");
+        match scheme.as_deref() {
+            Ok("https") => {}
+            Ok("http") if plain_allowed => {}
+            _ => {
+                return Err(format!(
+                    "the authorization server's sign-in page `{}` is not an https address",
+                    address.chars().take(200).collect::<String>()
+                ));
+            }
+        }
+        Ok(SignIn {
+            state,
+            url: address,
+            wanted: store::wanted_path(dir, url),
+            refusals,
+            server,
+            dir: dir.to_path_buf(),
+            resource: url.to_string(),
+        })
+    }
+
+    /// The authorization URL to open.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Checks the redirect the person came back with (`callback`, the whole URL: the state
+    /// must be this sign-in's) and exchanges its code for tokens, which are then kept.
+    pub async fn finish(mut self, callback: &str) -> Result<(), String> {
+        self.refusals.clear();
+        let refusals = self.refusals.clone();
+        in_time("the token exchange", async {
+            (self.state.handle_callback_url(callback).await)
+                .map_err(|e| format!("signing in failed: {e}{}", because(&refusals)))
+        })
+        .await?;
+        if let Err(e) = store::pin(&self.dir, &self.resource, &self.server) {
+            // Tokens whose authorization server is not known are never used: none are kept.
+            let _ = store::forget(&self.dir, &self.resource);
+            return Err(format!(
+                "cannot keep the sign-in's authorization server: {e}"
+            ));
+        }
+        let _ = std::fs::remove_file(&self.wanted);
+        Ok(())
+    }
+}

@@ -1,0 +1,225 @@
+//! store: where a sign-in's tokens are kept ([`FileStore`], rmcp's credential store: one
+//! file per server URL, readable by this host's user alone), and the files beside it.
+
+use rmcp::transport::auth::{AuthError, CredentialStore, StoredCredentials};
+use std::path::{Path, PathBuf};
+
+/// The largest credentials file read: a token response with a refresh token and an ID token
+/// is a few KiB.
+const MAX_STORED_BYTES: u64 = 64 << 10;
+
+/// Where the tokens for the server at `url` are kept in `dir`: one file per server URL.
+pub fn store_path(dir: &Path, url: &str) -> PathBuf {
+    let hash = blake3::hash(url.as_bytes()).to_hex();
+    dir.join(format!("{}.json", &hash[..32]))
+}
+
+/// The tokens of one server, in a file readable by this host's user alone (mode 0600, in a
+/// folder of mode 0700), replaced whole at each save. rmcp loads them for every request it
+/// sends; they are read again only when the file changed (a `stat` per request), as when
+/// `toolhost login` wrote new ones.
+pub struct FileStore {
+    path: PathBuf,
+    read: std::sync::Mutex<Option<(FileStamp, StoredCredentials)>>,
+}
+
+/// What tells one version of the file from the next.
+type FileStamp = (std::time::SystemTime, u64);
+
+impl FileStore {
+    pub fn new(path: PathBuf) -> Self {
+        FileStore {
+            path,
+            read: std::sync::Mutex::default(),
+        }
+    }
+
+    fn stamp(&self) -> std::io::Result<FileStamp> {
+        let metadata = std::fs::metadata(&self.path)?;
+        Ok((metadata.modified()?, metadata.len()))
+    }
+
+    fn remember(&self, stamp: Option<FileStamp>, credentials: &StoredCredentials) {
+        let mut read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *read = stamp.map(|stamp| (stamp, credentials.clone()));
+    }
+
+    fn remembered(&self, stamp: FileStamp) -> Option<StoredCredentials> {
+        let read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        read.as_ref()
+            .filter(|(seen, _)| *seen == stamp)
+            .map(|(_, credentials)| credentials.clone())
+    }
+}
+
+fn store_error(what: &str, path: &Path, error: impl std::fmt::Display) -> AuthError {
+    AuthError::InternalError(format!("cannot {what} {}: {error}", path.display()))
+}
+
+impl FileStore {
+    /// The credentials in the file, read again only when it changed.
+    pub(super) fn read(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        use std::io::Read;
+        let stamp = match self.stamp() {
+            Ok(stamp) => stamp,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store_error("read", &self.path, e)),
+        };
+        if let Some(credentials) = self.remembered(stamp) {
+            return Ok(Some(credentials));
+        }
+        let file = match std::fs::File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store_error("read", &self.path, e)),
+        };
+        let mut text = String::new();
+        file.take(MAX_STORED_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| store_error("read", &self.path, e))?;
+        if text.len() as u64 > MAX_STORED_BYTES {
+            return Err(store_error("read", &self.path, "larger than 64 KiB"));
+        }
+        let credentials: StoredCredentials =
+            serde_json::from_str(&text).map_err(|e| store_error("read", &self.path, e))?;
+        self.remember(Some(stamp), &credentials);
+        Ok(Some(credentials))
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for FileStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        self.read()
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let text = serde_json::to_vec_pretty(&credentials)
+            .map_err(|e| store_error("write", &self.path, e))?;
+        write_private(&self.path, &text).map_err(|e| store_error("write", &self.path, e))?;
+        self.remember(self.stamp().ok(), &credentials);
+        Ok(())
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.remember(
+            None,
+            &StoredCredentials::new(String::new(), None, Vec::new(), None),
+        );
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(store_error("remove", &self.path, e)),
+        }
+    }
+}
+
+/// Where the scopes a server asked for beyond the sign-in's are kept until the next
+/// `toolhost login` asks for them.
+pub(super) fn wanted_path(dir: &Path, url: &str) -> PathBuf {
+    store_path(dir, url).with_extension("wanted")
+}
+
+/// The authorization server a sign-in was made at, kept beside its tokens: the tokens go to
+/// no other. A server that later names another authorization server (or none, so that rmcp
+/// would fall back to endpoints on the server itself) would otherwise have the refresh token
+/// sent to where it chose.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Pinned {
+    pub issuer: Option<String>,
+    pub token_endpoint: String,
+}
+
+fn pinned_path(dir: &Path, url: &str) -> PathBuf {
+    store_path(dir, url).with_extension("server")
+}
+
+/// Keeps `pinned` as the authorization server of the sign-in to the server at `url`.
+pub(super) fn pin(dir: &Path, url: &str, pinned: &Pinned) -> std::io::Result<()> {
+    let text = serde_json::to_vec(pinned).map_err(std::io::Error::other)?;
+    write_private(&pinned_path(dir, url), &text)
+}
+
+/// The authorization server the sign-in to the server at `url` was made at, if one was kept
+/// (read to 4 KiB).
+pub(super) fn pinned(dir: &Path, url: &str) -> Option<Pinned> {
+    use std::io::Read;
+    let mut text = String::new();
+    let file = std::fs::File::open(pinned_path(dir, url)).ok()?;
+    file.take(4 << 10).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes `bytes` to `path` readable by this user alone: a new file of mode 0600 beside it,
+/// renamed over it, in a folder made with mode 0700.
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let partial = path.with_extension(format!("partial.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)
+}
+
+/// Forgets the tokens kept for the server at `url` (`toolhost logout`), and what is kept
+/// beside them: whether there were any.
+pub fn forget(dir: &Path, url: &str) -> std::io::Result<bool> {
+    let _ = std::fs::remove_file(wanted_path(dir, url));
+    let _ = std::fs::remove_file(pinned_path(dir, url));
+    match std::fs::remove_file(store_path(dir, url)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[tokio::test]
+    async fn tokens_are_kept_for_this_user_alone_and_a_huge_file_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = store_path(&dir.path().join("sign-in"), "https://example.com/mcp");
+        let store = FileStore::new(path.clone());
+        assert!(store.load().await.expect("load").is_none());
+        let credentials = StoredCredentials::new("client".into(), None, vec!["a".into()], Some(1));
+        store.save(credentials).await.expect("save");
+        let mode = std::fs::metadata(&path).expect("file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let folder = std::fs::metadata(path.parent().expect("parent")).expect("dir");
+        assert_eq!(folder.permissions().mode() & 0o777, 0o700);
+        let loaded = store.load().await.expect("load").expect("kept");
+        assert_eq!(loaded.client_id, "client");
+        // Written by another process (`toolhost login`): read again.
+        let other = FileStore::new(path.clone());
+        let newer = StoredCredentials::new("newer client".into(), None, Vec::new(), Some(2));
+        other.save(newer).await.expect("save");
+        let loaded = store.load().await.expect("load").expect("kept");
+        assert_eq!(loaded.client_id, "newer client");
+        std::fs::write(&path, vec![b' '; 70 << 10]).expect("huge");
+        assert!(store.load().await.is_err());
+        store.clear().await.expect("clear");
+        assert!(store.load().await.expect("load").is_none());
+        assert!(!forget(path.parent().expect("dir"), "https://example.com/mcp").expect("forget"));
+    }
+}
