@@ -11,6 +11,12 @@
 //! [`AuthClient`] sends the access token with each request and renews it by the refresh token
 //! before it expires, saving what it gets. No tokens, or a refresh the server refuses, is
 //! "needs sign-in", with the command to run.
+//!
+//! Every request of a sign-in goes through toolhost's own bounded client
+//! (`oauth_http`); the authorization server is found once per sign-in and pinned
+//! beside the tokens (`store`), so that no token goes to another. `step_up` keeps what a
+//! server's `403 insufficient_scope` asks for until the next sign-in; `revoke` is
+//! `toolhost logout`'s revocation.
 
 mod revoke;
 mod step_up;
@@ -29,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toolhost_config::draft::{McpCredential, McpOauth};
 
+/// The message of an import that has no usable tokens (said of the ensemble that imports
 /// it, whose name the command takes).
 fn needs_sign_in(why: impl std::fmt::Display) -> String {
     format!("{NEEDS_SIGN_IN}{why}): run `toolhost login` with this ensemble's name")
@@ -279,19 +286,23 @@ impl SignIn {
     /// Checks the redirect the person came back with (`callback`, the whole URL: the state
     /// must be this sign-in's) and exchanges its code for tokens, which are then kept.
     pub async fn finish(mut self, callback: &str) -> Result<(), String> {
+        // Pinned before the tokens land, so that a `serve` that sees them (its watch) finds
+        // their authorization server; put back as it was if no tokens come, so that earlier
+        // tokens are never taken for this server's.
+        let (dir, resource) = (self.dir.clone(), self.resource.clone());
+        let previous = store::pinned(&dir, &resource);
+        store::pin(&dir, &resource, &self.server)
+            .map_err(|e| format!("cannot keep the sign-in's authorization server: {e}"))?;
         self.refusals.clear();
         let refusals = self.refusals.clone();
-        in_time("the token exchange", async {
+        let exchanged = in_time("the token exchange", async {
             (self.state.handle_callback_url(callback).await)
                 .map_err(|e| format!("signing in failed: {e}{}", because(&refusals)))
         })
-        .await?;
-        if let Err(e) = store::pin(&self.dir, &self.resource, &self.server) {
-            // Tokens whose authorization server is not known are never used: none are kept.
-            let _ = store::forget(&self.dir, &self.resource);
-            return Err(format!(
-                "cannot keep the sign-in's authorization server: {e}"
-            ));
+        .await;
+        if let Err(e) = exchanged {
+            store::unpin(&dir, &resource, previous.as_ref());
+            return Err(e);
         }
         let _ = std::fs::remove_file(&self.wanted);
         Ok(())

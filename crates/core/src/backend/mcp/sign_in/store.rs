@@ -146,6 +146,15 @@ pub(super) fn pin(dir: &Path, url: &str, pinned: &Pinned) -> std::io::Result<()>
     write_private(&pinned_path(dir, url), &text)
 }
 
+/// Puts back the pin of the server at `url` as it was (`previous`), after a sign-in that
+/// kept no tokens.
+pub(super) fn unpin(dir: &Path, url: &str, previous: Option<&Pinned>) {
+    let _ = match previous {
+        Some(previous) => pin(dir, url, previous),
+        None => std::fs::remove_file(pinned_path(dir, url)),
+    };
+}
+
 /// The authorization server the sign-in to the server at `url` was made at, if one was kept
 /// (read to 4 KiB).
 pub(super) fn pinned(dir: &Path, url: &str) -> Option<Pinned> {
