@@ -1,8 +1,9 @@
 // toolhost as the client of the official MCP conformance suite's client scenarios: the suite
 // starts a server (and for auth/* an authorization server) and runs this with the server's
 // URL last; this writes a host whose one ensemble imports that URL (`[ensemble.mcp] url`,
-// with `oauth` from the scenario's credentials) and runs `toolhost` on it: `list` connects
-// and lists the tools, `call` calls one. See conformance/README.md.
+// with `oauth` from the scenario) and runs `toolhost` on it: `check` connects and lists the
+// tools, `call` calls one, `login` signs in first (its browser step played here), and `serve`
+// answers a caller played here that accepts the server's form. See conformance/README.md.
 //
 //   node conformance/client.mjs URL
 //

@@ -5,9 +5,9 @@
 //!
 //! - each answer is read to [`MAX_ANSWER_BYTES`] within [`REQUEST_TIMEOUT`], and follows at
 //!   most [`MAX_REDIRECTS`] redirects, on the same origin, where rmcp asks for them; one step
-//!   of a sign-in (discovery, starting it, the exchange, a refresh) sends at most
-//!   [`MAX_REQUESTS_PER_STEP`] requests, however many authorization servers a hostile
-//!   resource names;
+//!   of a sign-in (discovery, starting it, the exchange, a refresh), and any minute of a
+//!   `serve` renewing its tokens, sends at most [`MAX_REQUESTS_PER_STEP`] requests, however
+//!   many authorization servers a hostile resource names;
 //! - nothing goes over plain `http` for an import reached over `https`;
 //! - no request goes to a link-local, unspecified, multicast or reserved address, or to a
 //!   cloud's metadata host (names are resolved here and each address checked, literals
@@ -120,12 +120,17 @@ pub struct Guarded {
     step: Arc<Mutex<Step>>,
 }
 
-/// What one step of a sign-in has sent, and refused last.
+/// What one step of a sign-in has sent, and refused last. A step is also a window of
+/// [`STEP_WINDOW`]: a `serve` renewing its tokens for days counts its refreshes per window.
 #[derive(Default)]
 struct Step {
     requests: usize,
+    since: Option<std::time::Instant>,
     refusal: Option<String>,
 }
+
+/// How long the requests of one step are counted together.
+const STEP_WINDOW: Duration = Duration::from_secs(60);
 
 impl Guarded {
     /// The client for the sign-in of the import at `resource`.
@@ -195,6 +200,13 @@ impl Guarded {
         let url = url::Url::parse(&asked.uri().to_string()).map_err(|e| e.to_string())?;
         let sent = {
             let mut step = self.step.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            if step
+                .since
+                .is_none_or(|since| now.duration_since(since) > STEP_WINDOW)
+            {
+                (step.requests, step.since) = (0, Some(now));
+            }
             step.requests += 1;
             step.requests
         };
@@ -463,6 +475,32 @@ mod tests {
         assert_eq!(lifetime(serde_json::json!(u64::MAX)), 86_400);
         let other = br#"{"access_token":"t","token_type":"DPoP","expires_in":60}"#.to_vec();
         assert!(checked_token(other).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_step_sends_at_most_its_share_of_requests_and_a_new_window_counts_anew() {
+        let guarded = Guarded::new("http://127.0.0.1:9/mcp").expect("client");
+        let request = || {
+            http::Request::get("http://127.0.0.1:9/.well-known/oauth-authorization-server")
+                .body(Vec::new())
+                .expect("request")
+        };
+        for _ in 0..MAX_REQUESTS_PER_STEP {
+            // Nothing listens there: each fails, but is sent.
+            let failed = guarded.send(request(), false).await.expect_err("refused");
+            assert!(!failed.contains("requests in one step"), "{failed}");
+        }
+        let over = guarded.send(request(), false).await.expect_err("over");
+        assert!(over.contains("more than 24 requests in one step"), "{over}");
+        // A new step (or a minute later, for a serve renewing its tokens) counts anew.
+        guarded.refusals().clear();
+        let again = guarded.send(request(), false).await.expect_err("refused");
+        assert!(!again.contains("requests in one step"), "{again}");
+        let past = std::time::Instant::now().checked_sub(STEP_WINDOW + Duration::from_secs(1));
+        guarded.step.lock().expect("step").since = past;
+        guarded.step.lock().expect("step").requests = MAX_REQUESTS_PER_STEP;
+        let later = guarded.send(request(), false).await.expect_err("refused");
+        assert!(!later.contains("requests in one step"), "{later}");
     }
 
     #[test]
