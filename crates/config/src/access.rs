@@ -609,13 +609,18 @@ fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
 pub fn is_https_or_loopback(url: &url::Url) -> bool {
     match url.scheme() {
         "https" => true,
-        "http" => match url.host() {
-            Some(url::Host::Domain(name)) => name == "localhost",
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            None => false,
-        },
+        "http" => is_loopback_host(url),
         _ => false,
+    }
+}
+
+/// True when `url`'s host is `localhost` or a loopback address (the parser lowercases names).
+pub fn is_loopback_host(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(name)) => name == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 

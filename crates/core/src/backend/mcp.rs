@@ -427,16 +427,8 @@ impl McpImport {
     /// What a `403 insufficient_scope` for `required` tells the caller: for a sign-in, what
     /// [`sign_in::step_up`] says; for client credentials, the scopes to add.
     fn refused_for_scope(&self, required: &[String]) -> String {
-        use toolhost_config::draft::McpCredential;
-        let oauth = self.spec.oauth.as_ref();
-        match (
-            &self.spec.target,
-            oauth.map(|o| &o.credential),
-            &self.sign_in_dir,
-        ) {
-            (McpTarget::Url(url), Some(McpCredential::SignIn { .. }), Some(dir)) => {
-                sign_in::step_up(dir, url, required)
-            }
+        match sign_in_target(&self.spec, self.sign_in_dir.as_deref()) {
+            Some((url, dir)) => sign_in::step_up(dir, url, required),
             _ => format!(
                 "it asks for scope `{}`, which this host's token was not granted (`oauth.scopes` \
                  names the scopes asked for)",
@@ -543,6 +535,20 @@ impl McpImport {
             });
         }
         Ok(result)
+    }
+}
+
+/// The URL of the import `spec` describes and the folder of its tokens (`dir`), if a person
+/// signs in to it.
+fn sign_in_target<'a>(spec: &'a McpSpec, dir: Option<&'a Path>) -> Option<(&'a str, &'a Path)> {
+    use toolhost_config::draft::McpCredential;
+    match (
+        &spec.target,
+        spec.oauth.as_ref().map(|o| &o.credential),
+        dir,
+    ) {
+        (McpTarget::Url(url), Some(McpCredential::SignIn { .. }), Some(dir)) => Some((url, dir)),
+        _ => None,
     }
 }
 

@@ -136,14 +136,8 @@ impl Guarded {
     /// The client for the sign-in of the import at `resource`.
     pub fn new(resource: &str) -> Result<Guarded, String> {
         let parsed = url::Url::parse(resource).map_err(|e| format!("`{resource}`: {e}"))?;
-        let loopback = match parsed.host() {
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-            None => false,
-        };
         let reach = Reach {
-            loopback,
+            loopback: toolhost_config::access::is_loopback_host(&parsed),
             https: parsed.scheme() == "https",
         };
         let step = Arc::new(Mutex::new(Step::default()));
@@ -269,8 +263,7 @@ impl Guarded {
             check_registration(&asked, &body)?;
         }
         if success && token_request {
-            check_audience(&body, &self.resource)?;
-            body = checked_token(body)?;
+            body = checked_token(body, &self.resource)?;
         }
         answer.body(body).map_err(|e| e.to_string())
     }
@@ -350,11 +343,11 @@ fn check_registration(asked: &[String], answer: &[u8]) -> Result<(), String> {
 
 /// An access token that says whom it is for (a JWT's `aud`) must be for `resource`: the
 /// import's URL, or a prefix of it (an origin, a path above it).
-fn check_audience(answer: &[u8], resource: &str) -> Result<(), String> {
+fn check_audience(
+    answer: &serde_json::Map<String, serde_json::Value>,
+    resource: &str,
+) -> Result<(), String> {
     use base64::Engine;
-    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(answer) else {
-        return Ok(());
-    };
     let Some(token) = answer.get("access_token").and_then(|t| t.as_str()) else {
         return Ok(());
     };
@@ -390,12 +383,13 @@ fn check_audience(answer: &[u8], resource: &str) -> Result<(), String> {
     }
 }
 
-/// A token answer with a bearer token, its `expires_in` held within [`LIFETIME_SECONDS`]
-/// (rewritten where it was not).
-fn checked_token(body: Vec<u8>) -> Result<Vec<u8>, String> {
+/// A token answer for `resource` ([`check_audience`]) with a bearer token, its `expires_in`
+/// held within [`LIFETIME_SECONDS`] (rewritten where it was not): the answer read once.
+fn checked_token(body: Vec<u8>, resource: &str) -> Result<Vec<u8>, String> {
     let Ok(serde_json::Value::Object(mut answer)) = serde_json::from_slice(&body) else {
         return Ok(body);
     };
+    check_audience(&answer, resource)?;
     let kind = answer.get("token_type").and_then(|t| t.as_str());
     if kind.is_some_and(|kind| !kind.eq_ignore_ascii_case("bearer")) {
         return Err(format!(
@@ -467,14 +461,14 @@ mod tests {
     fn a_token_answer_is_a_bearer_token_and_its_lifetime_is_held_between_a_minute_and_a_day() {
         let lifetime = |given: serde_json::Value| {
             let body = serde_json::json!({"access_token": "t", "token_type": "Bearer", "expires_in": given});
-            let held = checked_token(body.to_string().into_bytes()).expect("taken");
+            let held = checked_token(body.to_string().into_bytes(), "r").expect("taken");
             serde_json::from_slice::<serde_json::Value>(&held).expect("JSON")["expires_in"].clone()
         };
         assert_eq!(lifetime(serde_json::json!(3600)), 3600);
         assert_eq!(lifetime(serde_json::json!(1)), 60);
         assert_eq!(lifetime(serde_json::json!(u64::MAX)), 86_400);
         let other = br#"{"access_token":"t","token_type":"DPoP","expires_in":60}"#.to_vec();
-        assert!(checked_token(other).is_err());
+        assert!(checked_token(other, "r").is_err());
     }
 
     #[tokio::test]
@@ -525,16 +519,16 @@ mod tests {
             serde_json::json!("https://mcp.example.com"),
             serde_json::json!(["other", "https://mcp.example.com/mcp/"]),
         ] {
-            assert!(check_audience(token(fine).as_bytes(), resource).is_ok());
+            assert!(checked_token(token(fine).into_bytes(), resource).is_ok());
         }
         for wrong in [
             serde_json::json!("https://mcp.example.com.evil.example"),
             serde_json::json!("https://mcp.example.com/mc"),
             serde_json::json!(["https://elsewhere.example"]),
         ] {
-            assert!(check_audience(token(wrong).as_bytes(), resource).is_err());
+            assert!(checked_token(token(wrong).into_bytes(), resource).is_err());
         }
         // An opaque token says nothing of its audience.
-        assert!(check_audience(br#"{"access_token":"opaque"}"#, resource).is_ok());
+        assert!(checked_token(br#"{"access_token":"opaque"}"#.to_vec(), resource).is_ok());
     }
 }

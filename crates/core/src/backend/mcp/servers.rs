@@ -187,17 +187,7 @@ impl ImportedServers {
 
 /// The token file of the import `spec` describes, kept in `dir`, if a person signs in to it.
 fn sign_in_file(spec: &McpSpec, dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
-    use toolhost_config::draft::{McpCredential, McpTarget};
-    match (
-        &spec.target,
-        spec.oauth.as_ref().map(|o| &o.credential),
-        dir,
-    ) {
-        (McpTarget::Url(url), Some(McpCredential::SignIn { .. }), Some(dir)) => {
-            Some(super::sign_in::store_path(dir, url))
-        }
-        _ => None,
-    }
+    super::sign_in_target(spec, dir).map(|(url, dir)| super::sign_in::store_path(dir, url))
 }
 
 #[cfg(test)]

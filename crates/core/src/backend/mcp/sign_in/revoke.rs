@@ -64,10 +64,7 @@ async fn revoke_at_server(
         .ok_or("its authorization server offers no revocation")?;
     let parsed = url::Url::parse(endpoint)
         .map_err(|e| format!("its revocation endpoint `{endpoint}`: {e}"))?;
-    let loopback = matches!(parsed.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback())
-        || matches!(parsed.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback())
-        || parsed.host_str() == Some("localhost");
-    if parsed.scheme() != "https" && !loopback {
+    if !toolhost_config::access::is_https_or_loopback(&parsed) {
         return Err(format!("its revocation endpoint `{endpoint}` is not https"));
     }
     let mut form = url::form_urlencoded::Serializer::new(String::new());
