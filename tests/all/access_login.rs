@@ -102,6 +102,18 @@ async fn sign_in_as_ada(authorize: &str) -> String {
     panic!("the sign-in never came back to its redirect");
 }
 
+/// `toolhost login remote` on `fixture`, its stdout and stderr piped.
+pub(crate) fn spawn_login(fixture: &Fixture) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    configure(&mut command, fixture);
+    command
+        .args(["login", "remote"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("login")
+}
+
 /// `toolhost login remote` on `fixture`, once it printed the authorization URL (at
 /// `issuer`): the process, the rest of its stdout, and the URL's query (with the URL itself
 /// as `authorize`).
@@ -113,14 +125,7 @@ fn start_login(
     std::io::BufReader<std::process::ChildStdout>,
     BTreeMap<String, String>,
 ) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, fixture);
-    let mut login = command
-        .args(["login", "remote"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("login");
+    let mut login = spawn_login(fixture);
     let mut stdout = std::io::BufReader::new(login.stdout.take().expect("stdout"));
     let mut authorize = String::new();
     let mut line = String::new();
@@ -139,20 +144,25 @@ fn start_login(
     (login, stdout, query)
 }
 
-/// Whether the fixture's folder of tokens holds none.
-fn kept_none(fixture: &Fixture) -> bool {
-    let dir = fixture.root().join("state/toolhost/sign-in");
-    std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
-}
-
-/// The one file of tokens `toolhost login` kept in the fixture's state folder (beside it,
-/// the authorization server it pinned, also for this user alone).
-fn kept_tokens(fixture: &Fixture) -> PathBuf {
+/// The files of the fixture's folder of tokens, in order (none when there is no folder).
+pub(crate) fn kept_files(fixture: &Fixture) -> Vec<PathBuf> {
     let dir = fixture.root().join("state/toolhost/sign-in");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|entries| entries.map(|e| e.expect("entry").path()).collect())
         .unwrap_or_default();
     files.sort();
+    files
+}
+
+/// Whether the fixture's folder of tokens holds none.
+fn kept_none(fixture: &Fixture) -> bool {
+    kept_files(fixture).is_empty()
+}
+
+/// The one file of tokens `toolhost login` kept in the fixture's state folder (beside it,
+/// the authorization server it pinned, also for this user alone).
+fn kept_tokens(fixture: &Fixture) -> PathBuf {
+    let files = kept_files(fixture);
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(
         files[1].extension().is_some_and(|e| e == "server"),

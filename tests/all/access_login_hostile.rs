@@ -9,7 +9,7 @@ use crate::support::Fixture;
 use axum::body::Body;
 use axum::response::Response;
 use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -227,17 +227,20 @@ async fn serve_switching(wrong: Wrong) -> Served {
     }
 }
 
+/// A host importing the server at `base` (one of [`serve`]'s), which a person signs in to.
+fn importing(base: &str) -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write_mcp_import(
+        "remote",
+        &format!("url = \"{base}/mcp\"\noauth = {{ sign-in = true }}"),
+    );
+    fixture
+}
+
 /// `toolhost login remote` against `base`, with the browser's part played (the printed URL
 /// followed to the loopback redirect): its exit code and all it said.
 async fn login(fixture: &Fixture) -> (i32, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, fixture);
-    let mut login = command
-        .args(["login", "remote"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("login");
+    let mut login = crate::access_login::spawn_login(fixture);
     let stdout = std::io::BufReader::new(login.stdout.take().expect("stdout"));
     let mut said = String::new();
     for line in stdout.lines() {
@@ -259,12 +262,7 @@ async fn login(fixture: &Fixture) -> (i32, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing_kept() {
     // The control: these servers, getting nothing wrong, sign the host in.
-    let base = serve(Wrong::Nothing).await;
-    let fixture = Fixture::new();
-    fixture.write_mcp_import(
-        "remote",
-        &format!("url = \"{base}/mcp\"\noauth = {{ sign-in = true }}"),
-    );
+    let fixture = importing(&serve(Wrong::Nothing).await);
     let (code, said) = login(&fixture).await;
     assert_eq!(code, 0, "{said}");
     assert!(said.contains("Signed in"), "{said}");
@@ -280,12 +278,7 @@ async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing
         (Wrong::EndlessToken, "its answer exceeds 256 KiB"),
         (Wrong::TokenForAnotherAudience, "for another audience"),
     ] {
-        let base = serve(wrong).await;
-        let fixture = Fixture::new();
-        fixture.write_mcp_import(
-            "remote",
-            &format!("url = \"{base}/mcp\"\noauth = {{ sign-in = true }}"),
-        );
+        let fixture = importing(&serve(wrong).await);
         let started = Instant::now();
         let (code, said) = tokio::time::timeout(Duration::from_secs(90), login(&fixture))
             .await
@@ -295,10 +288,7 @@ async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing
                 "{wrong:?} was to be refused for `{reason}`: {said}"
             ));
         }
-        let kept = fixture.root().join("state/toolhost/sign-in");
-        let files: Vec<_> = std::fs::read_dir(&kept)
-            .map(|entries| entries.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
+        let files = crate::access_login::kept_files(&fixture);
         if !files.is_empty() {
             wrongly.push(format!("{wrong:?}: kept {files:?}"));
         }
@@ -310,14 +300,7 @@ async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_go_to_no_authorization_server_but_the_one_signed_in_at() {
     let server = serve_switching(Wrong::Nothing).await;
-    let fixture = Fixture::new();
-    fixture.write_mcp_import(
-        "remote",
-        &format!(
-            "url = \"{}/mcp\"\noauth = {{ sign-in = true }}",
-            server.base
-        ),
-    );
+    let fixture = importing(&server.base);
     let (code, said) = login(&fixture).await;
     assert_eq!(code, 0, "{said}");
     // The server names another authorization server (a hostile one's): the refresh token
@@ -336,12 +319,11 @@ async fn tokens_go_to_no_authorization_server_but_the_one_signed_in_at() {
     assert_eq!(elsewhere.tokens_asked.load(Ordering::SeqCst), 0);
     // Kept: with the server naming its own authorization server again, the tokens are used
     // (this server, no MCP server really, then refuses the session: its own `401`).
-    let kept = std::fs::read_dir(fixture.root().join("state/toolhost/sign-in"))
-        .expect("kept")
-        .count();
+    let kept = crate::access_login::kept_files(&fixture);
     assert_eq!(
-        kept, 2,
-        "the tokens and their authorization server are kept"
+        kept.len(),
+        2,
+        "the tokens and their authorization server are kept: {kept:?}"
     );
     *server.names.lock().expect("lock") = None;
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
