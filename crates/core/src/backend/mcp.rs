@@ -22,10 +22,7 @@
 
 use super::{Backend, BackendCall, ToolHints, ToolOffer};
 use rmcp::RoleClient;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ProtocolVersion, ServerNotification,
-    SubscriptionFilter,
-};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
 use serde_json::Value;
 use std::path::Path;
@@ -200,7 +197,7 @@ impl McpImport {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 let service = Arc::new(service);
                 *connection = Connection {
-                    _listening: listen_for_changes(&service, watcher),
+                    _listening: watcher::listen_for_changes(&service, watcher),
                     service: Some(Arc::clone(&service)),
                     ..Connection::default()
                 };
@@ -600,56 +597,4 @@ impl Backend for McpImport {
 /// when the server's process exits or its connection closes).
 fn alive(service: &RunningService<RoleClient, Watcher>) -> bool {
     !service.is_closed() && !service.peer().is_transport_closed()
-}
-
-/// For a server at 2026-07-28 (no session, so no `notifications/tools/list_changed` outside a
-/// subscription): a task holding a `subscriptions/listen` stream for tool list changes, which
-/// it reports through `watcher`, until the connection ends. `None` for a server
-/// that did the handshake (its notifications reach the watcher) or that does not announce
-/// changes.
-fn listen_for_changes(
-    service: &RunningService<RoleClient, Watcher>,
-    watcher: Watcher,
-) -> Option<AbortOnDrop> {
-    let info = service.peer().peer_info()?;
-    let announces = (info.capabilities.tools.as_ref())
-        .is_some_and(|t| t.list_changed == Some(true))
-        || (info.capabilities.prompts.as_ref()).is_some_and(|p| p.list_changed == Some(true));
-    if info.protocol_version.has_initialize() || !announces {
-        return None;
-    }
-    let peer = service.peer().clone();
-    let task = tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder()
-            .tools_list_changed()
-            .prompts_list_changed()
-            .build();
-        // A stream the server ends (its own restart or shutdown) is opened again, at most
-        // once a second, while the connection lasts.
-        while !peer.is_transport_closed() {
-            match peer.listen(filter.clone()).await {
-                Ok(mut subscription) => {
-                    while let Ok(Some(notification)) = subscription.next().await {
-                        if matches!(
-                            notification,
-                            ServerNotification::ToolListChangedNotification(_)
-                                | ServerNotification::PromptListChangedNotification(_)
-                        ) {
-                            watcher.tools_changed();
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "MCP server `{}` refused a subscription to tool list changes ({e}); \
-                         its changes are seen at the next reload",
-                        watcher.server
-                    );
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    });
-    Some(AbortOnDrop(task.abort_handle()))
 }

@@ -1,11 +1,13 @@
 //! watcher: what toolhost is as a client of an imported server: its name and capabilities,
 //! and where the server's notifications and requests go (tool and prompt list changes to a
 //! reload, resource updates to their subscribers, progress, log lines and questions back to
-//! the caller of the call they belong to, through [`super::talk`]).
+//! the caller of the call they belong to, through [`super::talk`]); over 2026-07-28, the
+//! `subscriptions/listen` stream that brings tool list changes ([`listen_for_changes`]).
 
 use super::talk;
-use rmcp::model::{ClientConfig, ProtocolVersion};
+use rmcp::model::{ClientConfig, ProtocolVersion, ServerNotification, SubscriptionFilter};
 use rmcp::service::NotificationContext;
+use rmcp::service::RunningService;
 use rmcp::{ClientHandler, RoleClient};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -117,4 +119,56 @@ impl Watcher {
         // Nobody listening (`check`, `call`) is fine; a lagging listener reloads once.
         let _ = self.changes.send(self.server.clone());
     }
+}
+
+/// For a server at 2026-07-28 (no session, so no `notifications/tools/list_changed` outside a
+/// subscription): a task holding a `subscriptions/listen` stream for tool list changes, which
+/// it reports through `watcher`, until the connection ends. `None` for a server
+/// that did the handshake (its notifications reach the watcher) or that does not announce
+/// changes.
+pub(super) fn listen_for_changes(
+    service: &RunningService<RoleClient, Watcher>,
+    watcher: Watcher,
+) -> Option<super::AbortOnDrop> {
+    let info = service.peer().peer_info()?;
+    let announces = (info.capabilities.tools.as_ref())
+        .is_some_and(|t| t.list_changed == Some(true))
+        || (info.capabilities.prompts.as_ref()).is_some_and(|p| p.list_changed == Some(true));
+    if info.protocol_version.has_initialize() || !announces {
+        return None;
+    }
+    let peer = service.peer().clone();
+    let task = tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .build();
+        // A stream the server ends (its own restart or shutdown) is opened again, at most
+        // once a second, while the connection lasts.
+        while !peer.is_transport_closed() {
+            match peer.listen(filter.clone()).await {
+                Ok(mut subscription) => {
+                    while let Ok(Some(notification)) = subscription.next().await {
+                        if matches!(
+                            notification,
+                            ServerNotification::ToolListChangedNotification(_)
+                                | ServerNotification::PromptListChangedNotification(_)
+                        ) {
+                            watcher.tools_changed();
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "MCP server `{}` refused a subscription to tool list changes ({e}); \
+                         its changes are seen at the next reload",
+                        watcher.server
+                    );
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    Some(super::AbortOnDrop(task.abort_handle()))
 }
