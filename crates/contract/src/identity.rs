@@ -56,6 +56,12 @@ impl Identity {
             || (self.kind == IdentityKind::Token && self.name == OPERATOR_TOKEN)
     }
 
+    /// Whether `other` is the same identity (what [`Identity::key`] tells apart, without
+    /// hashing: the same kind and name).
+    pub fn is_same(&self, other: &Identity) -> bool {
+        self.kind == other.kind && self.name == other.name
+    }
+
     /// What sessions, conversations, dedup memory and tasks are keyed by: the same for every
     /// token of one identity, different for any two identities.
     pub fn key(&self) -> [u8; 32] {
@@ -93,12 +99,15 @@ mod tests {
             ..Identity::local()
         };
         assert_eq!(token("ops").key(), token("ops").key());
+        assert!(token("ops").is_same(&token("ops")));
         assert_ne!(token("ops").key(), token("dev").key());
+        assert!(!token("ops").is_same(&token("dev")));
         let subject = Identity {
             kind: IdentityKind::Oauth,
             ..token("ops")
         };
         assert_ne!(token("ops").key(), subject.key());
+        assert!(!token("ops").is_same(&subject));
         let recorded = serde_json::to_value(&subject).expect("serializes");
         assert_eq!(recorded["kind"], "oauth");
         assert!(recorded.get("scopes").is_none());

@@ -231,7 +231,7 @@ impl Latest {
 
     /// Follows `caller` if it is the same identity.
     pub(super) fn follow(&self, caller: &Caller) {
-        if self.0.load().identity.key() == caller.identity.key() {
+        if self.0.load().identity.is_same(&caller.identity) {
             self.0.store(Arc::new(caller.clone()));
         }
     }
