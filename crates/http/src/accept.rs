@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use toolhost_core::invoke::Tally;
+use toolhost_core::invoke::{OwnedCounted, Tally};
 
 /// How long a connection may take to send a request's headers.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -192,10 +192,11 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its connection busy until it ends.
+/// A response body that keeps its connection busy, and a POST's answer counted, until it ends.
 struct BusyBody {
     body: axum::body::Body,
     _busy: Busy,
+    _answer: Option<OwnedCounted>,
 }
 
 impl http_body::Body for BusyBody {
@@ -219,10 +220,13 @@ impl http_body::Body for BusyBody {
 }
 
 /// A request body that must arrive within `http-body-timeout-s` of its headers: a client that
-/// sends it a byte at a time cannot hold a busy connection for ever.
+/// sends it a byte at a time cannot hold a busy connection for ever. The timer starts only
+/// when the body is not there at once (most bodies come with their headers), so a request
+/// that does not wait pays no timer.
 struct TimedBody {
     body: hyper::body::Incoming,
-    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    arrived: tokio::time::Instant,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     timeout: Duration,
 }
 
@@ -234,16 +238,21 @@ impl http_body::Body for TimedBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        if self.deadline.as_mut().poll(cx).is_ready() {
-            let late = format!(
-                "the request body did not arrive within {} s (http-body-timeout-s)",
-                self.timeout.as_secs()
-            );
-            return std::task::Poll::Ready(Some(Err(late.into())));
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        if polled.is_pending() {
+            let until = this.arrived + this.timeout;
+            let deadline =
+                (this.deadline).get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+            if deadline.as_mut().poll(cx).is_ready() {
+                let late = format!(
+                    "the request body did not arrive within {} s (http-body-timeout-s)",
+                    this.timeout.as_secs()
+                );
+                return std::task::Poll::Ready(Some(Err(late.into())));
+            }
         }
-        std::pin::Pin::new(&mut self.body)
-            .poll_frame(cx)
-            .map_err(Into::into)
+        polled.map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -264,6 +273,7 @@ pub(crate) async fn serve<T>(
     probes: axum::Router,
     max_connections: usize,
     (header_timeout, body_timeout): (Duration, Duration),
+    answering: Arc<Tally>,
     shutdown: impl Future<Output = T>,
 ) -> std::io::Result<T> {
     let open = Arc::new(Open {
@@ -328,20 +338,27 @@ pub(crate) async fn serve<T>(
         warned = false;
         let inner = hyper_util::service::TowerToHyperService::new(router.clone());
         let (state, connection_state) = (Arc::clone(&open), Arc::clone(&admitted.connection));
+        let answering = Arc::clone(&answering);
         let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
             let busy = Busy::enter(&state, &connection_state);
+            // A POST's answer (a tool call's, say) is counted until it ends: a shutdown lets
+            // the last ones out before it closes the MCP sessions.
+            let answer = (request.method() == http::Method::POST).then(|| answering.enter_owned());
             request.extensions_mut().insert(Peer(peer));
             let request = request.map(|body| TimedBody {
                 body,
-                deadline: Box::pin(tokio::time::sleep(body_timeout)),
+                arrived: tokio::time::Instant::now(),
+                deadline: None,
                 timeout: body_timeout,
             });
             let answered = hyper::service::Service::call(&inner, request);
             async move {
                 let response = answered.await?;
-                Ok::<_, std::convert::Infallible>(
-                    response.map(|body| axum::body::Body::new(BusyBody { body, _busy: busy })),
-                )
+                Ok::<_, std::convert::Infallible>(response.map(|body| BusyBody {
+                    body,
+                    _busy: busy,
+                    _answer: answer,
+                }))
             }
         });
         let counted = tasks.enter_owned();

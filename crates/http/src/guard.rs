@@ -46,6 +46,8 @@ pub(crate) struct Guard {
     pub(crate) refusals: Mutex<Refusals>,
     /// Forwards requests for what another replica holds (with `[fleet] advertise`).
     pub(crate) forward: Option<crate::route::Forward>,
+    /// The places of answers that stay open (`max-http-streams`), taken past the guard.
+    pub(crate) streams: Arc<toolhost_mcp::StreamSlots>,
 }
 
 /// The audit log's share of refusals: at most [`REFUSALS_PER_SECOND`] records a second.
@@ -63,8 +65,10 @@ impl Guard {
         sessions: Arc<LocalSessionManager>,
         max_sessions: usize,
         forward: Option<crate::route::Forward>,
+        streams: Arc<toolhost_mcp::StreamSlots>,
     ) -> Self {
         Guard {
+            streams,
             access,
             host,
             sessions,
@@ -216,13 +220,15 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         };
         return guard.refuse(&refusal, &path);
     }
-    let key = caller.identity.key();
     let session = (request.headers().get("mcp-session-id"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     if let Some(id) = &session {
         let owners = guard.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        if owners.get(id).is_some_and(|owner| *owner != key) {
+        if owners
+            .get(id)
+            .is_some_and(|owner| *owner != caller.identity.key())
+        {
             // Another identity's session is no session of this one: as if it did not exist.
             return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
         }
@@ -302,14 +308,16 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         );
         return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     }
+    let key = opens_a_session.then(|| caller.identity.key());
     request.extensions_mut().insert(caller);
-    let response = next.run(request).await;
+    // Only a request the guard lets through takes a stream's place.
+    let response = crate::streams::limit_streams(&guard.streams, request, next).await;
     if let Some(ahead) = ahead
         && let Some(limited) = ahead.refusal().await
     {
         return limited_response(guard, &path, limited);
     }
-    if opens_a_session
+    if let Some(key) = key
         && let Some(opened) =
             (response.headers().get("mcp-session-id")).and_then(|v| v.to_str().ok())
     {

@@ -4,12 +4,12 @@
 //! ```text
 //! accept      a connection within max-http-connections (the idle one longest evicted, the
 //!             probes served past the cap), headers within http-header-timeout-ms, the
-//!             body within http-body-timeout-s                                   [accept]
+//!             body within http-body-timeout-s; each POST counted until its answer
+//!             ends (a shutdown waits for it)                                    [accept]
 //! outside the guard:
 //!   /healthz, /readyz                                                           [probes]
 //!   /.well-known/oauth-protected-resource[/mcp]                                 [guard::metadata]
 //!   /auth/*   the web chat's sign-in, Host checked                              [sign_in, hosts]
-//! count       each POST counted until its answer ends (a shutdown waits)        [streams]
 //! guard       other origins refused; identity (loopback, token, access token);
 //!             a session bound to its identity; a request for a session, task or
 //!             waiting call another replica holds forwarded to it [route]; 429 past a
@@ -255,11 +255,12 @@ impl Front {
             sessions,
             limits.max_sessions,
             forward,
+            Arc::clone(&streams),
         ));
         let scrape = Arc::new(scrape);
-        // Tool calls are POSTs, answered on their own response stream: counted until it ends.
+        // Tool calls are POSTs, answered on their own response stream: counted until it ends
+        // (by `accept`, which holds every response body).
         let answering = Arc::new(Tally::default());
-        let counted = answering.clone();
         let router = axum::Router::new()
             .route(
                 "/mcp",
@@ -270,29 +271,10 @@ impl Front {
             )
             .merge(web)
             .merge(probes::metrics(scrape.clone()))
-            // Inside the guard: only requests it lets through take a stream's place.
-            .layer(axum::middleware::from_fn(
-                move |request: Request, next: Next| {
-                    let streams = streams.clone();
-                    async move { streams::limit_streams(&streams, request, next).await }
-                },
-            ))
             .layer(axum::middleware::from_fn(move |request, next| {
                 let guard_state = guard_state.clone();
                 async move { guard::guard(&guard_state, request, next).await }
             }))
-            .layer(axum::middleware::from_fn(
-                move |request: Request, next: Next| {
-                    let counted = counted.clone();
-                    async move {
-                        if request.method() == axum::http::Method::POST {
-                            streams::count_answer(counted, request, next).await
-                        } else {
-                            next.run(request).await
-                        }
-                    }
-                },
-            ))
             .merge(probes::probes(scrape.clone()))
             .merge(metadata)
             .merge(sign_in);
@@ -332,6 +314,7 @@ impl Front {
     /// most [`ANSWER_GRACE`] later) the MCP sessions close, and so do the connections.
     pub async fn serve<T>(self, drain: impl Future<Output = T>) -> std::io::Result<T> {
         let (answering, sessions_closed) = (self.answering, self.sessions_closed);
+        let counted = Arc::clone(&answering);
         let shutdown = async move {
             let report = drain.await;
             let _ = tokio::time::timeout(ANSWER_GRACE, answering.idle()).await;
@@ -344,6 +327,7 @@ impl Front {
             self.probes_alone,
             self.max_connections,
             (self.limits.header_timeout, self.limits.body_timeout),
+            counted,
             shutdown,
         )
         .await
