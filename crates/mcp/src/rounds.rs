@@ -162,30 +162,15 @@ fn call_key(request: &CallToolRequestParams) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new();
     hasher.update(request.name.as_bytes());
     hasher.update(&[0]);
-    let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-    hash_value(&mut hasher, &arguments);
+    hash_object(&mut hasher, request.arguments.iter().flatten());
     *hasher.finalize().as_bytes()
 }
 
 /// Hashes `value` with every object's keys sorted; each part is tagged and each string
 /// length-prefixed, so that no two values hash alike by running together.
 fn hash_value(hasher: &mut blake3::Hasher, value: &Value) {
-    fn part(hasher: &mut blake3::Hasher, tag: u8, text: &str) {
-        hasher.update(&[tag]);
-        hasher.update(&(text.len() as u64).to_le_bytes());
-        hasher.update(text.as_bytes());
-    }
     match value {
-        Value::Object(map) => {
-            part(hasher, b'{', "");
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, value) in entries {
-                part(hasher, b'k', key);
-                hash_value(hasher, value);
-            }
-            hasher.update(b"}");
-        }
+        Value::Object(map) => hash_object(hasher, map),
         Value::Array(items) => {
             part(hasher, b'[', "");
             items.iter().for_each(|item| hash_value(hasher, item));
@@ -194,6 +179,28 @@ fn hash_value(hasher: &mut blake3::Hasher, value: &Value) {
         Value::String(s) => part(hasher, b's', s),
         other => part(hasher, b'v', &other.to_string()),
     }
+}
+
+/// [`hash_value`] of an object with these entries (absent arguments hash as `{}`).
+fn hash_object<'a>(
+    hasher: &mut blake3::Hasher,
+    entries: impl IntoIterator<Item = (&'a String, &'a Value)>,
+) {
+    part(hasher, b'{', "");
+    let mut entries: Vec<(&String, &Value)> = entries.into_iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, value) in entries {
+        part(hasher, b'k', key);
+        hash_value(hasher, value);
+    }
+    hasher.update(b"}");
+}
+
+/// One tagged, length-prefixed part of a hashed value.
+fn part(hasher: &mut blake3::Hasher, tag: u8, text: &str) {
+    hasher.update(&[tag]);
+    hasher.update(&(text.len() as u64).to_le_bytes());
+    hasher.update(text.as_bytes());
 }
 
 fn follow_up_error(message: String) -> ErrorData {
@@ -487,5 +494,35 @@ impl Asker for RoundsLink {
     ) -> Pin<Box<dyn Future<Output = Result<ElicitResult, AskError>> + Send>> {
         let request = InputRequest::Elicitation(ElicitRequest::new(params));
         self.ask(request, "an elicitation result")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(name: &str, arguments: Option<Value>) -> CallToolRequestParams {
+        let mut request = CallToolRequestParams::new(name.to_string());
+        request.arguments = arguments.map(|a| a.as_object().expect("an object").clone());
+        request
+    }
+
+    #[test]
+    fn a_follow_up_is_matched_to_its_call_by_name_and_arguments_in_any_key_order() {
+        let key = |name, arguments| call_key(&request(name, arguments));
+        let one = serde_json::json!({"a": 1, "b": {"y": "x", "x": [1, "2"]}});
+        let same = serde_json::json!({"b": {"x": [1, "2"], "y": "x"}, "a": 1});
+        assert_eq!(key("t", Some(one.clone())), key("t", Some(same)));
+        assert_eq!(key("t", None), key("t", Some(serde_json::json!({}))));
+        assert_ne!(key("t", Some(one.clone())), key("u", Some(one)));
+        // A number and the string of it, or values run together, never hash alike.
+        assert_ne!(
+            key("t", Some(serde_json::json!({"a": 1}))),
+            key("t", Some(serde_json::json!({"a": "1"})))
+        );
+        assert_ne!(
+            key("t", Some(serde_json::json!({"a": ["bc"]}))),
+            key("t", Some(serde_json::json!({"a": ["b", "c"]})))
+        );
     }
 }
