@@ -33,7 +33,7 @@ pub struct AuditRecord {
     pub session: String,
     /// Who called (over HTTP): the identity's kind, name, client and groups; never a token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub identity: Option<toolhost_contract::Identity>,
+    pub identity: Option<std::sync::Arc<toolhost_contract::Identity>>,
     pub tool: String,
     /// What was asked for when it was no tool call: `prompt` (`tool` is the prompt's name)
     /// or `resource` (`tool` is the URI read).

@@ -167,16 +167,17 @@ pub trait Permits: Send + Sync {
     }
 }
 
-/// An identity, and what it may call.
+/// An identity, and what it may call. Cloned for each session and call it reaches, so both
+/// are shared.
 #[derive(Clone)]
 pub struct Caller {
-    pub identity: Identity,
+    pub identity: Arc<Identity>,
     pub access: Arc<dyn Permits>,
 }
 
 impl Caller {
     /// A caller the rules let call everything (the local operator, or no rules written).
-    pub fn unrestricted(identity: Identity) -> Self {
+    pub fn unrestricted(identity: impl Into<Arc<Identity>>) -> Self {
         struct Everything;
         impl Permits for Everything {
             fn permits(&self, _: &Tool) -> bool {
@@ -196,9 +197,17 @@ impl Caller {
             }
         }
         Caller {
-            identity,
+            identity: identity.into(),
             access: Arc::new(Everything),
         }
+    }
+
+    /// The local operator (stdio, or loopback without a token), unrestricted: one value
+    /// shared by every such request.
+    pub fn local() -> Self {
+        static LOCAL: std::sync::LazyLock<Caller> =
+            std::sync::LazyLock::new(|| Caller::unrestricted(Identity::local()));
+        LOCAL.clone()
     }
 
     pub fn permits(&self, tool: &Tool) -> bool {
