@@ -18,7 +18,7 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::FilterExt;
+use tracing_subscriber::filter::{FilterExt, LevelFilter};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -80,9 +80,20 @@ fn now() -> String {
 
 /// Installs the stderr logger and returns the relay for MCP sessions.
 pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
-    let _ = FORMAT.set(format);
-    use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    let _ = FORMAT.set(format);
+    let relay = LogRelay::default();
+    subscriber(verbose, format, &relay).init();
+    relay
+}
+
+/// The logger of `init`: stderr's lines at `verbose` in `format`, and `relay`.
+fn subscriber(
+    verbose: u8,
+    format: LogFormat,
+    relay: &LogRelay,
+) -> impl Subscriber + Send + Sync + 'static {
+    use tracing_subscriber::layer::SubscriberExt;
     let default = default_filter(verbose);
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
@@ -104,33 +115,34 @@ pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
         LogFormat::Json => (
             None,
             Some(
-                JsonLines.with_filter(filter().or(tracing_subscriber::filter::filter_fn(
-                    |metadata| {
+                JsonLines.with_filter(
+                    filter().or(tracing_subscriber::filter::filter_fn(|metadata| {
                         metadata.is_span()
                             && metadata.name() == "call"
                             && metadata.target() == "toolhost_core::invoke"
-                    },
-                ))),
+                    })
+                    .with_max_level_hint(LevelFilter::INFO)),
+                ),
             ),
         ),
     };
-    let relay = LogRelay::default();
     // The relay sees host and plugin events down to info, and no other crate's; each session
     // filters further. No spans: it does not read them, and a call's span then costs nothing
-    // unless a log line shows it.
-    let relayed = relay
-        .clone()
-        .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
+    // unless a log line shows it. The filters say the most verbose level they take: without
+    // it every crate's `log` records at any level (wasmtime's debug lines at each
+    // instantiation) would be turned into events only to be filtered out.
+    let relayed = relay.clone().with_filter(
+        tracing_subscriber::filter::filter_fn(|metadata| {
             metadata.is_event()
                 && *metadata.level() <= tracing::Level::INFO
                 && toolhost::mcp::log::relayed(metadata.target())
-        }));
+        })
+        .with_max_level_hint(LevelFilter::INFO),
+    );
     tracing_subscriber::registry()
         .with(text)
         .with(json)
         .with(relayed)
-        .init();
-    relay
 }
 
 /// Writes each event as one JSON object on one line of stderr.
@@ -214,5 +226,23 @@ where
         bytes.push(b'\n');
         // One write per line: lines from several threads do not interleave.
         let _ = std::io::stderr().lock().write_all(&bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_logger_takes_no_record_more_verbose_than_its_filters_show() {
+        // Its most verbose level is what `log` records are let through at (wasmtime writes
+        // debug records at every instantiation): info unless a -v asks for more.
+        let hint =
+            |verbose, format| subscriber(verbose, format, &LogRelay::default()).max_level_hint();
+        for format in [LogFormat::Text, LogFormat::Json] {
+            assert_eq!(hint(0, format), Some(LevelFilter::INFO), "{format:?}");
+            assert_eq!(hint(1, format), Some(LevelFilter::INFO), "{format:?}");
+            assert_eq!(hint(2, format), Some(LevelFilter::DEBUG), "{format:?}");
+        }
     }
 }
