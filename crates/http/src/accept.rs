@@ -13,6 +13,7 @@
 //! raised to its hard limit at start, and the connection cap lowered (with a warning) when
 //! even that cannot hold it beside the host's own files.
 
+use crate::repoll::Repoll;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -363,20 +364,22 @@ pub(crate) async fn serve<T>(
         });
         let counted = tasks.enter_owned();
         tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(io, service);
-            tokio::pin!(connection);
+            // Polled again at once when it wakes itself (a request's body, see `repoll`).
+            let mut connection = Repoll::new(
+                hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(io, service),
+            );
             // A connection's failure (a client gone, a timeout) is the connection's alone.
             tokio::select! {
-                _ = connection.as_mut() => {}
+                _ = &mut connection => {}
                 () = admitted.connection.close.cancelled() => {
                     // Chosen to make room with no request in it: closed at once (nothing polls
                     // it meanwhile, so none can start). Otherwise (a request caught starting,
                     // or a shutdown): the answer in progress is written first.
                     if admitted.connection.busy.load(Ordering::SeqCst) != EVICTED {
-                        connection.as_mut().graceful_shutdown();
+                        connection.inner().graceful_shutdown();
                         let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
                     }
                 }

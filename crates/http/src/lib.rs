@@ -30,6 +30,7 @@ mod guard;
 mod hosts;
 mod mcp;
 mod probes;
+mod repoll;
 mod route;
 mod sign_in;
 mod streams;
