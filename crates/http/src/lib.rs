@@ -6,6 +6,7 @@
 //!             probes served past the cap), headers within http-header-timeout-ms, the
 //!             body within http-body-timeout-s; each POST counted until its answer
 //!             ends (a shutdown waits for it)                                    [accept]
+//!             a connection that wakes itself polled again at once               [repoll]
 //! outside the guard:
 //!   /healthz, /readyz                                                           [probes]
 //!   /.well-known/oauth-protected-resource[/mcp]                                 [guard::metadata]
