@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use toolhost_contract::{AskError, CallerLink};
+use toolhost_core::invoke::canonical_object;
 
 /// Calls parked at once, waiting for their follow-ups, on one transport: each holds an
 /// instance (and its memory) while it waits, so this stays well below the pool's
@@ -162,45 +163,9 @@ fn call_key(request: &CallToolRequestParams) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new();
     hasher.update(request.name.as_bytes());
     hasher.update(&[0]);
-    hash_object(&mut hasher, request.arguments.iter().flatten());
+    // Canonical JSON is self-delimiting: no two argument objects give the same bytes.
+    hasher.update(&canonical_object(request.arguments.iter().flatten()));
     *hasher.finalize().as_bytes()
-}
-
-/// Hashes `value` with every object's keys sorted; each part is tagged and each string
-/// length-prefixed, so that no two values hash alike by running together.
-fn hash_value(hasher: &mut blake3::Hasher, value: &Value) {
-    match value {
-        Value::Object(map) => hash_object(hasher, map),
-        Value::Array(items) => {
-            part(hasher, b'[', "");
-            items.iter().for_each(|item| hash_value(hasher, item));
-            hasher.update(b"]");
-        }
-        Value::String(s) => part(hasher, b's', s),
-        other => part(hasher, b'v', &other.to_string()),
-    }
-}
-
-/// [`hash_value`] of an object with these entries (absent arguments hash as `{}`).
-fn hash_object<'a>(
-    hasher: &mut blake3::Hasher,
-    entries: impl IntoIterator<Item = (&'a String, &'a Value)>,
-) {
-    part(hasher, b'{', "");
-    let mut entries: Vec<(&String, &Value)> = entries.into_iter().collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    for (key, value) in entries {
-        part(hasher, b'k', key);
-        hash_value(hasher, value);
-    }
-    hasher.update(b"}");
-}
-
-/// One tagged, length-prefixed part of a hashed value.
-fn part(hasher: &mut blake3::Hasher, tag: u8, text: &str) {
-    hasher.update(&[tag]);
-    hasher.update(&(text.len() as u64).to_le_bytes());
-    hasher.update(text.as_bytes());
 }
 
 fn follow_up_error(message: String) -> ErrorData {

@@ -93,24 +93,19 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
     out
 }
 
+/// [`canonical_json`] of the object with `entries` (an object's fields, without making a
+/// `Value` of them).
+pub fn canonical_object<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Value)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    write_object(entries, &mut out);
+    out
+}
+
 /// Writes `value` as JSON with object keys sorted, so `{"a":1,"b":2}` and `{"b":2,"a":1}`
 /// give the same bytes.
 pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (key, value)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_scalar(&Value::String(key.clone()), out);
-                out.push(b':');
-                write_canonical(value, out);
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_object(map, out),
         Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -123,6 +118,22 @@ pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
         }
         scalar => write_scalar(scalar, out),
     }
+}
+
+/// [`write_canonical`] of an object with `entries`.
+fn write_object<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&String, &Value)> = entries.into_iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_scalar(&Value::String(key.clone()), out);
+        out.push(b':');
+        write_canonical(value, out);
+    }
+    out.push(b'}');
 }
 
 fn write_scalar(value: &Value, out: &mut Vec<u8>) {

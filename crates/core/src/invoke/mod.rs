@@ -31,7 +31,7 @@ pub use caller::{Admission, Admitted, Caller, Limited, Permits};
 
 pub use dedup::{
     DEFAULT_DEDUP_SESSION_MIB, DEFAULT_DEDUP_TOTAL_MIB, DedupBudget, DedupCache, DedupKey,
-    canonical_json,
+    canonical_json, canonical_object,
 };
 pub use drain::{Counted, DrainReport, OwnedCounted, Tally};
 pub use error::{CallError, ErrorKind, Violation};
