@@ -77,6 +77,11 @@ impl<'a> Attached<'a> {
         self
     }
 
+    /// The quota's admission attached, if any.
+    pub(super) fn admission(&self) -> Option<&Admitted> {
+        self.admitted.as_ref()
+    }
+
     /// The call's end as its caller sees it: never, unless one was attached.
     pub(super) async fn cancelled(cancel: Option<BoxFuture<'a, ()>>) {
         match cancel {

@@ -104,6 +104,21 @@ impl Admitted {
         }
     }
 
+    /// Gives back what the request's call did not take (it never ran: an unknown tool, a
+    /// refusal before it started), once the admission is decided: in a fleet its lease is
+    /// released before the request's answer, so that the identity's next call, on any
+    /// replica, finds it gone. A call that took it ends it itself.
+    pub(super) async fn give_back(&self) {
+        self.decided().await;
+        let untaken = match &mut *self.0.lock() {
+            Verdict::Admitted(running) => running.take(),
+            Verdict::Refused(_) | Verdict::Waiting | Verdict::Waived => None,
+        };
+        if let Some(running) = untaken {
+            running.end().await;
+        }
+    }
+
     /// The refusal, once decided (`None`: admitted).
     pub async fn refusal(&self) -> Option<Limited> {
         self.decided().await;

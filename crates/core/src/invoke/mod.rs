@@ -198,11 +198,18 @@ impl Host {
     }
 
     /// Runs `call`: [`Host::prepare`], then [`Host::run`] with what the call attached.
+    /// An admission the request holds and the call did not take is given back before the
+    /// outcome is.
     pub async fn call(&self, call: Call<'_>) -> CallOutcome {
-        match self.prepare(call.session, call.tool, call.arguments) {
+        let admitted = call.attached.admission().cloned();
+        let outcome = match self.prepare(call.session, call.tool, call.arguments) {
             Ok(prepared) => self.run(call.session, prepared, call.attached).await,
             Err(outcome) => outcome,
+        };
+        if let Some(admitted) = admitted {
+            admitted.give_back().await;
         }
+        outcome
     }
 
     /// Calls `tool` with `arguments` on behalf of `session`, with the defaults: [`Host::call`]
