@@ -221,21 +221,35 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         .collect::<Vec<_>>()
     };
     assert!(listed().await.is_empty());
-    // Said by /readyz (how many, still ready: the rest serves) and `toolhost status` (which).
-    let ready = reqwest::get(serving.url.replace("/mcp", "/readyz"))
-        .await
-        .expect("readyz");
-    assert_eq!(ready.status(), 200);
-    let said = ready.text().await.expect("text");
+    // Said by /readyz (how many, still ready: the rest serves) and `toolhost status` (which),
+    // once the import's first start (in the background, "loading" until it ends) failed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let said = loop {
+        let ready = reqwest::get(serving.url.replace("/mcp", "/readyz"))
+            .await
+            .expect("readyz");
+        let (status, said) = (ready.status(), ready.text().await.expect("text"));
+        if said != "loading\n" {
+            assert_eq!(status, 200, "{said}");
+            break said;
+        }
+        assert!(std::time::Instant::now() < deadline, "still loading");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert!(
         said.contains("ready; 1 ensemble(s) need a person to sign in"),
         "{said}"
     );
-    let (_, status, _) = toolhost(&local, &["status"]);
-    assert!(
-        status.contains("needs sign-in: 1 ensemble(s)") && status.contains("toolhost login"),
-        "{status}"
-    );
+    // The status file is written after the reload that /readyz answers from.
+    loop {
+        let (_, status, _) = toolhost(&local, &["status"]);
+        if status.contains("needs sign-in: 1 ensemble(s)") {
+            assert!(status.contains("toolhost login"), "{status}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 
     // `toolhost login remote`: the URL printed, waiting for the redirect.
     let (mut login, mut stdout, query) = start_login(&local, &provider.issuer);
