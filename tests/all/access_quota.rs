@@ -79,7 +79,7 @@ async fn quotas_hold_each_identity_to_its_calls_a_minute_and_at_once() {
     // Bob (everyone else's quota): one call at a time.
     let slow = call_as(url, "bob-token", "sleep", json!({"ms": 1500}));
     let quick = async {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        crate::metrics::until_running(url, Some("ann-token"), 1).await;
         call_as(url, "bob-token", "echo", json!({"while": "sleeping"})).await
     };
     let ((slow_status, _, slept), (status, _, refused)) = tokio::join!(slow, quick);

@@ -136,9 +136,12 @@ async fn bad_tokens_are_refused_each_with_its_reason_and_the_good_ones_go_on() {
         flooded <= 20 * windows && flooded < 200,
         "{flooded} records"
     );
-    let last = records.last().expect("a record");
-    let said = last["error"].as_str().expect("error");
-    assert!(said.contains("were not recorded"), "{said}");
+    // The records left out are counted by the next one written: the first of the flood's
+    // next second, or (when the flood's last second left some out) the one after the flood.
+    let counted = (records.iter())
+        .filter_map(|r| r["error"].as_str())
+        .any(|said| said.contains("were not recorded"));
+    assert!(counted, "{:?}", records.last());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

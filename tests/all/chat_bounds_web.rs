@@ -220,11 +220,18 @@ async fn a_chat_database_deleted_or_replaced_while_serving_is_refused_not_preten
             .is_some_and(|e| e.contains("replaced")),
         "{body}"
     );
-    // Said once in the log, however many requests were refused.
-    let said = server
-        .stderr()
-        .matches("is not the file this host opened")
-        .count();
+    // Said once in the log, however many requests were refused (read once the test's reader
+    // of the server's stderr has the line).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let said = loop {
+        let said = (server.stderr())
+            .matches("is not the file this host opened")
+            .count();
+        if said > 0 || std::time::Instant::now() > deadline {
+            break said;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert_eq!(said, 1, "{}", server.stderr());
 
     // Put back: the chat serves again, and the conversation is there.

@@ -102,7 +102,7 @@ async fn a_conversations_identical_call_runs_once_across_the_fleet() {
         arguments.clone(),
     );
     let second = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        crate::metrics::until_running(&url(0), Some("ann-token"), 1).await;
         call_in(
             url(1),
             "ann-token",

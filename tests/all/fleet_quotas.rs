@@ -111,24 +111,7 @@ async fn call_as_owned(url: String, token: &'static str, arguments: Value) -> (u
 
 /// Waits until the replica at `url` runs one call (its `/metrics` say so).
 pub(crate) async fn running_one_call(url: &str) {
-    let metrics = url.replace("/mcp", "/metrics");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = reqwest::Client::new()
-            .get(&metrics)
-            .bearer_auth("carol-token")
-            .send()
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("text");
-        if text.lines().any(|l| l == "toolhost_instances_in_use 1") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no call ran at {url}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::metrics::until_running(url, Some("carol-token"), 1).await;
 }
 
 /// Whether a call ran and succeeded.

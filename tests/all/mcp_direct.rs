@@ -144,7 +144,7 @@ async fn a_call_whose_client_went_away_still_ends_and_is_audited() {
     let gone = tokio::spawn(async move {
         modern_post(&url, "tools/call", Some("sleep"), call, &[]).await;
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    crate::metrics::until_running(&server.url, None, 1).await;
     gone.abort();
     let audit = fixture.root().join("audit.jsonl");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -41,7 +41,8 @@ async fn scrape(url: &str, token: Option<&str>) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_are_counted_by_tool_and_outcome_and_gauges_are_current() {
     let fixture = fixture();
-    let server = HttpServer::start(&fixture, &[], &[]);
+    // Without the watch's first reload, the generation is the first load's.
+    let server = HttpServer::start(&fixture, &["--no-watch"], &[]);
     let client = ()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
             server.url.clone(),
@@ -199,20 +200,44 @@ async fn not_ready_while_the_first_load_compiles_then_ready() {
     );
 }
 
-/// Scrapes until `series` has `value`.
-async fn until(url: &str, series: &str, value: f64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+/// Waits (30 s at most) until the host at `url` runs `n` calls, as its `/metrics` say
+/// (`toolhost_instances_in_use`), read with `token` where the host has an `[access]`: what a
+/// test waits for instead of sleeping while a call gets under way.
+pub(crate) async fn until_running(url: &str, token: Option<&str>, n: u32) {
+    let wanted = format!("toolhost_instances_in_use {n}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let (_, page) = scrape(url, None).await;
-        if sample(&page, series) == Some(value) {
+        let (_, page) = scrape(url, token).await;
+        if page.lines().any(|l| l == wanted) {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{series} never became {value}:\n{page}"
+            "{url} never ran {n} call(s):\n{page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Scrapes until `series` has a value that `wanted` takes, and returns it.
+async fn until_value(url: &str, series: &str, wanted: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, page) = scrape(url, None).await;
+        if let Some(value) = sample(&page, series).filter(|v| wanted(*v)) {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} never came as wanted:\n{page}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// Scrapes until `series` has `value`.
+async fn until(url: &str, series: &str, value: f64) {
+    until_value(url, series, |v| v == value).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,8 +264,13 @@ async fn reloads_are_counted_by_outcome_and_imported_servers_show_up_or_down() {
         1.0,
     )
     .await;
+    // Reloads that end well (the watch's first, the import's start) may have come before:
+    // the one after the removal is counted on top of them.
+    let ok = "toolhost_reloads_total{outcome=\"ok\"}";
+    let before = until_value(&server.url, ok, |_| true).await;
     std::fs::remove_file(fixture.ensembles().join("broken.toml")).expect("remove");
-    until(&server.url, "toolhost_reloads_total{outcome=\"ok\"}", 1.0).await;
+    until_value(&server.url, ok, |after| after > before).await;
+    until(&server.url, "toolhost_refused_ensembles", 0.0).await;
 
     let pid = crate::mcp_import::inner_pid(&inner.root().join("status.json")).await;
     let killed = std::process::Command::new("kill")
