@@ -383,6 +383,32 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         after["token_response"]["access_token"]
     );
     assert_eq!(identities().len(), 2);
+    // Renewed under the lock beside the tokens, one process at a time: two calls due at once
+    // (as a `serve` and a `toolhost call` may be) renew in turn, the second with the refresh
+    // token the first saved. Both spending the same one would have the provider, which
+    // rotates a public client's refresh tokens, take the second use for a theft and revoke
+    // the grant: the third call would need a sign-in.
+    assert!(tokens.with_extension("lock").exists());
+    age_tokens(&tokens);
+    let both = [3, 4].map(|n| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        configure(&mut command, &local);
+        (command.args(["call", "echo", &format!("{{\"n\": {n}}}")]))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("call")
+    });
+    for call in both {
+        let output = call.wait_with_output().expect("call ends");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{err}");
+    }
+    let (code, out, err) = called(5).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(identities().len(), 5);
+    let after: Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokens).expect("read")).expect("JSON");
 
     // The provider revokes the refresh token: once the access token is due, the import needs
     // a sign-in again, and says how.
@@ -403,7 +429,7 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         .expect("revocation");
     assert_eq!(revoked.status(), 200);
     age_tokens(&tokens);
-    let (code, out, err) = called(3).await;
+    let (code, out, err) = called(6).await;
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("was refused"), "{err}");
     let (code, out, _) = toolhost(&local, &["check"]);
@@ -420,7 +446,7 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("the rest");
     assert!(login.wait().expect("login ends").success(), "{rest}");
-    let (code, out, err) = called(4).await;
+    let (code, out, err) = called(7).await;
     assert_eq!(code, 0, "{out}\n{err}");
 
     // `toolhost logout remote`: the grant revoked at the provider (its refresh token no
@@ -437,7 +463,7 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         out.contains("Signed out") && out.contains("revoked at its authorization server"),
         "{out}"
     );
-    assert!(!tokens.exists());
+    assert!(!tokens.exists() && !tokens.with_extension("lock").exists());
     let renewed = reqwest::Client::new()
         .post(format!("{}/token", provider.issuer))
         .header("content-type", "application/x-www-form-urlencoded")

@@ -1,12 +1,21 @@
 //! store: where a sign-in's tokens are kept ([`FileStore`], rmcp's credential store: one
-//! file per server URL, readable by this host's user alone), and the files beside it.
+//! file per server URL, readable by this host's user alone), and the files beside it: the
+//! authorization server pinned, the scopes a step-up asks for, and the lock that lets one
+//! process at a time renew the tokens.
 
-use rmcp::transport::auth::{AuthError, CredentialStore, StoredCredentials};
+use rmcp::transport::auth::{
+    AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials,
+};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The largest credentials file read: a token response with a refresh token and an ID token
 /// is a few KiB.
 const MAX_STORED_BYTES: u64 = 64 << 10;
+
+/// How long a renewal waits for another process's (a `serve` and a `toolhost call` of the
+/// same host renewing at once): longer than a renewal's own requests may take.
+const RENEWAL_WAIT: Duration = Duration::from_secs(30);
 
 /// Where the tokens for the server at `url` are kept in `dir`: one file per server URL.
 pub fn store_path(dir: &Path, url: &str) -> PathBuf {
@@ -107,6 +116,17 @@ impl CredentialStore for FileStore {
         Ok(())
     }
 
+    /// One renewal at a time across every process of this user: an exclusive lock on a file
+    /// beside the tokens, held by rmcp from its reading of the refresh token to its saving of
+    /// the new one. A second process renewing at the same moment waits, then reads the tokens
+    /// the first saved and renews with the new refresh token; without the lock both would
+    /// spend the same one, and a provider that rotates refresh tokens takes a second use for
+    /// a stolen token and revokes the grant.
+    async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        let lock = locked(&self.path.with_extension("lock"), RENEWAL_WAIT).await?;
+        Ok(Some(CredentialRefreshGuard::new(lock)))
+    }
+
     async fn clear(&self) -> Result<(), AuthError> {
         self.remember(
             None,
@@ -117,6 +137,41 @@ impl CredentialStore for FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(store_error("remove", &self.path, e)),
         }
+    }
+}
+
+/// The file at `path` (made readable by this user alone, in a folder of mode 0700), locked
+/// exclusively: the lock is released when the file is closed. Waits `wait` at most for
+/// another holder, looking again every 20 ms (a blocking `flock` would hold a worker thread).
+async fn locked(path: &Path, wait: Duration) -> Result<std::fs::File, AuthError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let error = |e: &dyn std::fmt::Display| store_error("lock", path, e);
+    if let Some(dir) = path.parent() {
+        (std::fs::DirBuilder::new().recursive(true).mode(0o700))
+            .create(dir)
+            .map_err(|e| error(&e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| error(&e))?;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(error(&e)),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(error(&format!(
+                "another process has been renewing these tokens for more than {} s",
+                wait.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -192,6 +247,7 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// beside them: whether there were any.
 pub fn forget(dir: &Path, url: &str) -> std::io::Result<bool> {
     let _ = std::fs::remove_file(wanted_path(dir, url));
+    let _ = std::fs::remove_file(store_path(dir, url).with_extension("lock"));
     let _ = std::fs::remove_file(pinned_path(dir, url));
     match std::fs::remove_file(store_path(dir, url)) {
         Ok(()) => Ok(true),
@@ -230,5 +286,36 @@ mod tests {
         store.clear().await.expect("clear");
         assert!(store.load().await.expect("load").is_none());
         assert!(!forget(path.parent().expect("dir"), "https://example.com/mcp").expect("forget"));
+    }
+
+    #[tokio::test]
+    async fn one_renewal_at_a_time_and_a_wait_that_ends_says_why() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = store_path(&dir.path().join("sign-in"), "https://example.com/mcp");
+        // Two stores of one file, as a `serve` and a `toolhost call` have: their own opens,
+        // so the lock holds between them as between two processes.
+        let (serving, calling) = (FileStore::new(path.clone()), FileStore::new(path.clone()));
+        let held = serving.acquire_refresh_guard().await.expect("lock");
+        let lock = path.with_extension("lock");
+        let mode = std::fs::metadata(&lock)
+            .expect("lock file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let waiting = tokio::spawn(async move { calling.acquire_refresh_guard().await.is_ok() });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the second renewal waits for the first"
+        );
+        drop(held);
+        assert!(waiting.await.expect("joined"), "then takes its turn");
+        // A holder that never lets go: the wait ends at its bound, with the reason.
+        let _held = serving.acquire_refresh_guard().await.expect("lock");
+        let said = match locked(&lock, Duration::from_millis(100)).await {
+            Ok(_) => panic!("locked twice"),
+            Err(e) => e.to_string(),
+        };
+        assert!(said.contains("another process has been renewing"), "{said}");
     }
 }
