@@ -16,11 +16,17 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// `toolhost ARGS` on `fixture`: exit code, stdout, stderr.
-fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
+/// The command `toolhost ARGS` on `fixture`.
+fn command(fixture: &Fixture, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     configure(&mut command, fixture);
-    let output = command.args(args).output().expect("toolhost");
+    command.args(args);
+    command
+}
+
+/// `toolhost ARGS` on `fixture`: exit code, stdout, stderr.
+fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
+    let output = command(fixture, args).output().expect("toolhost");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -104,10 +110,7 @@ async fn sign_in_as_ada(authorize: &str) -> String {
 
 /// `toolhost login remote` on `fixture`, its stdout and stderr piped.
 pub(crate) fn spawn_login(fixture: &Fixture) -> std::process::Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    configure(&mut command, fixture);
-    command
-        .args(["login", "remote"])
+    command(fixture, &["login", "remote"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -391,9 +394,7 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
     assert!(tokens.with_extension("lock").exists());
     age_tokens(&tokens);
     let both = [3, 4].map(|n| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        configure(&mut command, &local);
-        (command.args(["call", "echo", &format!("{{\"n\": {n}}}")]))
+        command(&local, &["call", "echo", &format!("{{\"n\": {n}}}")])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -200,44 +200,39 @@ async fn not_ready_while_the_first_load_compiles_then_ready() {
     );
 }
 
-/// Waits (30 s at most) until the host at `url` runs `n` calls, as its `/metrics` say
+/// Waits until the host at `url` runs `n` calls, as its `/metrics` say
 /// (`toolhost_instances_in_use`), read with `token` where the host has an `[access]`: what a
 /// test waits for instead of sleeping while a call gets under way.
 pub(crate) async fn until_running(url: &str, token: Option<&str>, n: u32) {
-    let wanted = format!("toolhost_instances_in_use {n}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (_, page) = scrape(url, token).await;
-        if page.lines().any(|l| l == wanted) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{url} never ran {n} call(s):\n{page}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let wanted = f64::from(n);
+    until_value(url, token, "toolhost_instances_in_use", |v| v == wanted).await;
 }
 
-/// Scrapes until `series` has a value that `wanted` takes, and returns it.
-async fn until_value(url: &str, series: &str, wanted: impl Fn(f64) -> bool) -> f64 {
+/// Scrapes (with `token`, if any) until `series` has a value that `wanted` takes, within a
+/// minute, and returns it.
+async fn until_value(
+    url: &str,
+    token: Option<&str>,
+    series: &str,
+    wanted: impl Fn(f64) -> bool,
+) -> f64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let (_, page) = scrape(url, None).await;
+        let (_, page) = scrape(url, token).await;
         if let Some(value) = sample(&page, series).filter(|v| wanted(*v)) {
             return value;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{series} never came as wanted:\n{page}"
+            "{series} never came as wanted at {url}:\n{page}"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
 /// Scrapes until `series` has `value`.
 async fn until(url: &str, series: &str, value: f64) {
-    until_value(url, series, |v| v == value).await;
+    until_value(url, None, series, |v| v == value).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +264,7 @@ async fn reloads_are_counted_by_outcome_and_imported_servers_show_up_or_down() {
     let ok = "toolhost_reloads_total{outcome=\"ok\"}";
     let before = sample(&scrape(&server.url, None).await.1, ok).unwrap_or(0.0);
     std::fs::remove_file(fixture.ensembles().join("broken.toml")).expect("remove");
-    until_value(&server.url, ok, |after| after > before).await;
+    until_value(&server.url, None, ok, |after| after > before).await;
     until(&server.url, "toolhost_refused_ensembles", 0.0).await;
 
     let pid = crate::mcp_import::inner_pid(&inner.root().join("status.json")).await;

@@ -129,7 +129,8 @@ fn write_object<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Value)>, 
         if i > 0 {
             out.push(b',');
         }
-        write_scalar(&Value::String(key.clone()), out);
+        // A key is written as the JSON string it is (as a `Value::String`), without a copy.
+        let _ = serde_json::to_writer(&mut *out, key);
         out.push(b':');
         write_canonical(value, out);
     }

@@ -144,13 +144,9 @@ impl CredentialStore for FileStore {
 /// exclusively: the lock is released when the file is closed. Waits `wait` at most for
 /// another holder, looking again every 20 ms (a blocking `flock` would hold a worker thread).
 async fn locked(path: &Path, wait: Duration) -> Result<std::fs::File, AuthError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let error = |e: &dyn std::fmt::Display| store_error("lock", path, e);
-    if let Some(dir) = path.parent() {
-        (std::fs::DirBuilder::new().recursive(true).mode(0o700))
-            .create(dir)
-            .map_err(|e| error(&e))?;
-    }
+    private_folder_of(path).map_err(|e| error(&e))?;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -220,17 +216,21 @@ pub(super) fn pinned(dir: &Path, url: &str) -> Option<Pinned> {
     serde_json::from_str(&text).ok()
 }
 
+/// Makes the folder of `path` (and those above it) where missing, with mode 0700.
+fn private_folder_of(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match path.parent() {
+        Some(dir) => (std::fs::DirBuilder::new().recursive(true).mode(0o700)).create(dir),
+        None => Ok(()),
+    }
+}
+
 /// Writes `bytes` to `path` readable by this user alone: a new file of mode 0600 beside it,
 /// renamed over it, in a folder made with mode 0700.
 pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    private_folder_of(path)?;
     let partial = path.with_extension(format!("partial.{}", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
