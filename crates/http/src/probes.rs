@@ -131,46 +131,40 @@ pub(crate) fn metrics(scrape: Arc<Scrape>) -> axum::Router {
 }
 
 /// `/healthz` and `/readyz`: outside every guard (kubelets and load balancers carry no
-/// token), saying nothing but whether this host serves. A host whose fleet engine for calls
-/// (Redis) does not answer is not ready: it would refuse every call under a quota. A
-/// PostgreSQL that does not answer is said, and the host stays ready: its tools run, only the
-/// chat answers 503 (and the whole fleet shares that PostgreSQL: unready, no replica would
-/// serve even the tools).
+/// token), saying nothing but whether this host serves. A shared engine (Redis, PostgreSQL)
+/// that does not answer is said in the body, with what it stops, and the host stays ready:
+/// every replica shares the engine, so taking this one out of the balancer for it would take
+/// them all, and the rest of what each serves (tools without a quota, `tools/list`, probes)
+/// with them. The requests that need the engine fail on their own, within its timeout.
 pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
     axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route(
             "/readyz",
             axum::routing::get(move || {
-                let (needed, chat): (Vec<_>, Vec<_>) = (ready.shared.health().into_iter())
-                    .filter(|engine| !engine.up)
-                    .partition(|engine| engine.needed_for_calls);
                 let answer = if ready.host.is_draining() {
                     (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
-                } else if let Some(engine) = needed.first() {
-                    // Which engine, not why: the reason (an address) is for /metrics' readers
-                    // and the log.
-                    let text = format!("{} does not answer\n", engine.engine);
-                    (StatusCode::SERVICE_UNAVAILABLE, text)
                 } else if ready.loaded() {
-                    let mut text = match chat.first() {
-                        Some(engine) => format!(
-                            "ready; {} does not answer: the chat answers 503\n",
-                            engine.engine
-                        ),
-                        None => "ready\n".to_string(),
-                    };
+                    let mut text = "ready".to_string();
+                    // Which engine and what it stops, not why: the reason (an address) is for
+                    // /metrics' readers, `status` and the log.
+                    for engine in ready.shared.health().iter().filter(|e| !e.up) {
+                        text.push_str(&format!(
+                            "; {} does not answer: {}",
+                            engine.engine, engine.stops
+                        ));
+                    }
                     // How many, not which: `toolhost status` names them, for the operator.
                     let signing_in = (ready.reloader.status().refused.iter())
                         .filter(|refused| refused.needs_sign_in())
                         .count();
                     if signing_in > 0 {
-                        text.pop();
                         text.push_str(&format!(
                             "; {signing_in} ensemble(s) need a person to sign in (`toolhost \
-                             status` names them)\n"
+                             status` names them)"
                         ));
                     }
+                    text.push('\n');
                     (StatusCode::OK, text)
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "loading\n".to_string())

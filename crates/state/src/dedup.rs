@@ -5,7 +5,8 @@
 //! What is shared is opaque bytes under a 32-byte name that the caller derives from the
 //! conversation's key (the identity and the secret conversation id, hashed) and the call's
 //! dedup key: nothing in Redis names a token, an identity or a conversation. One script per
-//! call ([`SharedDedup::begin`]) answers with the result, or gives this replica the claim to
+//! call ([`SharedDedup::begin`], which takes nothing if it reaches Redis after its caller
+//! stopped waiting) answers with the result, or gives this replica the claim to
 //! run it, or says another replica runs it; a claimant stores the result (at most
 //! [`MAX_SHARED_BYTES`], kept [`SHARED_TTL`]) and drops its claim in one more step, off the
 //! call's path. A claim expires by itself after the call's own timeout, so a replica that
@@ -26,7 +27,15 @@ pub const SHARED_TTL: Duration = Duration::from_secs(600);
 const PREFIX: &str = "toolhost:dedup:";
 
 const BEGIN: &str = r"
--- KEYS[1]: the result; KEYS[2]: the claim to run it. ARGV: claim token, claim ms, max bytes
+-- KEYS[1]: the result; KEYS[2]: the claim to run it. ARGV: claim token, claim ms, max bytes,
+-- deadline (ms of Redis's clock after which the caller no longer waits; 0: none)
+local deadline = tonumber(ARGV[4])
+if deadline > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then
+    return {5, ''}
+  end
+end
 local size = redis.call('STRLEN', KEYS[1])
 if size > tonumber(ARGV[3]) then
   return {4, ''}
@@ -125,6 +134,7 @@ impl SharedDedup {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let script = &self.begin;
+        let deadline = self.redis.deadline();
         let (answer, value): (i64, Vec<u8>) = self
             .redis
             .run("look up a result", |mut connection| {
@@ -133,7 +143,8 @@ impl SharedDedup {
                     .key(&claim)
                     .arg(&token)
                     .arg(hold.as_millis().max(1) as u64)
-                    .arg(MAX_SHARED_BYTES);
+                    .arg(MAX_SHARED_BYTES)
+                    .arg(deadline);
                 async move { invocation.invoke_async(&mut connection).await }
             })
             .await?;
@@ -146,6 +157,13 @@ impl SharedDedup {
                 settled: false,
             }),
             4 => Begin::TooLarge,
+            // Run past its deadline: it claimed nothing, and the call goes on without the fleet.
+            5 => {
+                return Err(Down(format!(
+                    "Redis at {} answered after the call stopped waiting",
+                    self.redis.shown()
+                )));
+            }
             _ => Begin::Elsewhere,
         })
     }

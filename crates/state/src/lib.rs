@@ -7,23 +7,26 @@
 //! ([`dedup`]; embedded, they stay in core's per-session memory), on Redis; and the engine
 //! the chat keeps its conversations on when `[chat] database` names a PostgreSQL
 //! ([`postgres`]; the tables are `toolhost-web`'s). Redis is reached through one multiplexed
-//! connection that reconnects by itself ([`engine`]); every wait on it is bounded by
-//! `redis-timeout-ms`, and a host whose Redis does not answer says so on `/readyz`, on
-//! `/metrics` and in each refusal. Both engines' health is kept the same way ([`watch`]).
+//! connection made again when it breaks ([`engine`], each reply held to a bound by
+//! [`bounded`]); every wait on it is bounded by `redis-timeout-ms`. A shared engine that does
+//! not answer fails the requests that need it, within their timeout, and is said in
+//! `/readyz`'s body (which stays `200`: every replica shares it), on `/metrics`, in `status`
+//! and in each refusal. Both engines' health is kept the same way ([`watch`]).
 //!
 //! With `[fleet] advertise`, each replica also says in Redis where it is reached and which
 //! MCP sessions it holds ([`routes`]), so that the HTTP front forwards a request for what
 //! another replica holds to it.
 //!
 //! Layers: `lib` (settings, [`Shared`]) over `quota`, `dedup` and `routes` over `engine` and
-//! `postgres`, over `watch`.
+//! `postgres`, over `bounded` and `watch`.
 
+pub mod bounded;
 pub mod dedup;
 pub mod engine;
 pub mod postgres;
 pub mod quota;
 pub mod routes;
-mod watch;
+pub mod watch;
 
 pub use postgres::PostgresSettings;
 
@@ -188,9 +191,9 @@ pub struct EngineHealth {
     pub error: Option<String>,
     /// Requests it failed or did not answer in time since the host started.
     pub failures: u64,
-    /// Whether calls need it (Redis, for quotas: down, the host is not ready), or only the
-    /// chat does (PostgreSQL: down, the chat answers 503 and tools still run).
-    pub needed_for_calls: bool,
+    /// What fails while it does not answer (the rest serves: a shared engine's fault never
+    /// makes a host unready, since every replica would be at once).
+    pub stops: &'static str,
 }
 
 impl Shared {

@@ -134,7 +134,11 @@ impl Postgres {
             pool,
             shown: settings.shown(),
             // The chat keeps its conversations in it; tools do not need it.
-            watch: Watch::new("postgres", settings.shown(), false),
+            watch: Watch::new(
+                "postgres",
+                settings.shown(),
+                "the chat answers 503; tools, MCP and the page's catalog serve",
+            ),
         }))
     }
 

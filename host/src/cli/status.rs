@@ -40,9 +40,9 @@ struct PublishedEngine {
     engine: String,
     up: bool,
     error: Option<String>,
-    /// What stops while it does not answer: calls under a quota (Redis), or the chat.
+    /// What fails while it does not answer (the rest serves).
     #[serde(default)]
-    needed_for_calls: bool,
+    stops: String,
 }
 
 fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
@@ -51,7 +51,7 @@ fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
             engine: health.engine.to_string(),
             up: health.up,
             error: health.error,
-            needed_for_calls: health.needed_for_calls,
+            stops: health.stops.to_string(),
         })
         .collect()
 }
@@ -307,11 +307,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                     "{}: does not answer ({}); {}",
                     engine.engine,
                     super::terminal::safe(error),
-                    if engine.needed_for_calls {
-                        "calls under a quota are refused"
-                    } else {
-                        "the chat answers 503, tools run"
-                    }
+                    super::terminal::safe(&engine.stops)
                 ),
             }
         }

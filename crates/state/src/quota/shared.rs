@@ -2,6 +2,12 @@
 //! that refills the identity's bucket by Redis's own clock, checks both limits and counts the
 //! call, or refuses it with when to try again.
 //!
+//! A script carries the moment its caller stops waiting, in Redis's clock
+//! ([`Redis::deadline`]): one that reaches Redis after it (queued behind a stall, a network
+//! that held it) takes no token and adds no lease. A script that ran in time but whose answer
+//! came too late (Redis stalled between the two) spends its token: at most one per call in
+//! flight at that instant.
+//!
 //! Calls at once are a sorted set of leases (member: this replica's id and a counter; score:
 //! when the lease expires). A call that ends removes its lease; the replica renews the leases
 //! of its running calls every [`RENEW_EVERY`], so the running calls of a replica that died are
@@ -32,9 +38,14 @@ const PREFIX: &str = "toolhost:quota:";
 
 const ADMIT: &str = r"
 -- KEYS[1]: the identity's bucket (tokens, at); KEYS[2]: its running calls (member -> expiry)
--- ARGV: calls a minute (0: none), calls at once (0: none), lease ms, member
+-- ARGV: calls a minute (0: none), calls at once (0: none), lease ms, member, deadline (ms of
+-- Redis's clock after which the caller no longer waits; 0: none)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[5])
+if deadline > 0 and now > deadline then
+  return {2, 0}
+end
 local per_minute = tonumber(ARGV[1])
 local at_once = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
@@ -121,7 +132,9 @@ impl Lease {
     pub(crate) async fn end(mut self) {
         if self.at_once {
             self.quotas.lock_live().remove(&self.member);
-            let refund = if self.refund { self.per_minute } else { 0 };
+        }
+        let refund = if self.refund { self.per_minute } else { 0 };
+        if self.at_once || refund > 0 {
             let member = std::mem::take(&mut self.member);
             self.quotas.release(self.key, member, refund).await;
         }
@@ -194,6 +207,7 @@ impl SharedQuotas {
         };
         let (bucket, running) = keys(&key);
         let script = &self.admit;
+        let deadline = self.redis.deadline();
         let answer: Result<(i64, i64), Down> = self
             .redis
             .run("count a call", |mut connection| {
@@ -203,12 +217,18 @@ impl SharedQuotas {
                     .arg(per_minute)
                     .arg(at_once)
                     .arg(LEASE.as_millis() as u64)
-                    .arg(&lease.member);
+                    .arg(&lease.member)
+                    .arg(deadline);
                 async move { invocation.invoke_async(&mut connection).await }
             })
             .await;
         match answer {
             Ok((1, _)) => Ok(lease),
+            // Redis ran it past its deadline (and took nothing): as if it had not answered.
+            Ok((2, _)) => Err(unavailable(format!(
+                "Redis at {} answered after the call stopped waiting",
+                self.redis.shown()
+            ))),
             Ok((_, wait_ms)) => {
                 let mut lease = lease;
                 lease.at_once = false;
@@ -219,17 +239,8 @@ impl SharedQuotas {
                     per_minute_refusal(per_minute, (wait_ms as u64).div_ceil(1000))
                 })
             }
-            Err(Down(why)) => {
-                // Whether it was counted is unknown: the lease is given up, the token kept.
-                Err(Limited {
-                    retry_after: Duration::from_secs(1),
-                    message: format!(
-                        "{why}; calls under a quota wait for the fleet's Redis, which keeps \
-                         the quotas of every replica"
-                    ),
-                    unavailable: true,
-                })
-            }
+            // Taken nothing if it reaches Redis later (its deadline); the lease is given up.
+            Err(Down(why)) => Err(unavailable(why)),
         }
     }
 
@@ -276,6 +287,18 @@ impl SharedQuotas {
                 return;
             }
         }
+    }
+}
+
+/// A call refused because the fleet's Redis did not answer in time: `503`.
+fn unavailable(why: String) -> Limited {
+    Limited {
+        retry_after: Duration::from_secs(1),
+        message: format!(
+            "{why}; calls under a quota wait for the fleet's Redis, which keeps the quotas of \
+             every replica"
+        ),
+        unavailable: true,
     }
 }
 
