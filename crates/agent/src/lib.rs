@@ -22,6 +22,7 @@
 
 mod approval;
 mod builtin;
+mod calls;
 pub mod context;
 mod event;
 pub mod limits;
@@ -36,7 +37,6 @@ pub use talk::ElicitRequest;
 use crate::provider::conversation::{Conversation, Invocation, Message, ToolResult};
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolSpec, Usage};
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -264,8 +264,10 @@ impl Agent {
                 }
             };
             usage += turn.usage.unwrap_or_default();
-            let (calls, dropped) =
-                at_most(name_calls(turn.calls, conversation, iterations), &limits);
+            let (calls, dropped) = calls::at_most(
+                calls::name_calls(turn.calls, conversation, iterations),
+                &limits,
+            );
             conversation.messages.push(Message::Assistant {
                 text: turn.text.clone(),
                 calls: calls.clone(),
@@ -517,53 +519,6 @@ fn cancelled(iterations: u32, usage: Usage) -> RunOutcome {
         iterations,
         usage,
     }
-}
-
-/// Gives every call an id unique in the conversation: the provider's, or a generated one
-/// where it gave none (or repeated one).
-fn name_calls(
-    calls: Vec<Invocation>,
-    conversation: &Conversation,
-    iteration: u32,
-) -> Vec<Invocation> {
-    let mut seen: HashSet<String> = conversation
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Assistant { calls, .. } => Some(calls.iter().map(|c| c.id.clone())),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    calls
-        .into_iter()
-        .enumerate()
-        .map(|(index, mut call)| {
-            if call.id.is_empty() || seen.contains(&call.id) {
-                call.id = format!("toolhost_{iteration}_{index}");
-            }
-            seen.insert(call.id.clone());
-            call
-        })
-        .collect()
-}
-
-/// The calls of one answer that the loop takes: at most `max_calls_per_answer`, and one more
-/// that stands for all the others (it is refused, saying how many were left out). Returns
-/// them with the number of calls the last one stands for (0 when none were left out).
-fn at_most(mut calls: Vec<Invocation>, limits: &RunLimits) -> (Vec<Invocation>, usize) {
-    let max = limits.max_calls_per_answer.max(1);
-    if calls.len() <= max {
-        return (calls, 0);
-    }
-    let dropped = calls.len() - max;
-    tracing::warn!(
-        "a model answer asked for {} tool calls; {max} run ([chat] max-calls-per-answer), the \
-         other {dropped} are refused",
-        calls.len()
-    );
-    calls.truncate(max + 1);
-    (calls, dropped)
 }
 
 /// Counts `answer` against the run's result budget, cut with a marker where it passes it.

@@ -350,6 +350,7 @@ pub(super) async fn list(
 }
 
 async fn load(web: &Web, id: String, owner: Option<String>) -> Result<Stored, ApiError> {
+    let id = conversation_id(id)?;
     let missing = format!("no conversation `{id}`");
     stored(store(web)?.get(&id, owner.as_deref()))
         .await?
@@ -382,6 +383,7 @@ pub(super) async fn delete(
     Path(id): Path<String>,
     caller: Option<Extension<Caller>>,
 ) -> Result<Response, ApiError> {
+    let id = conversation_id(id)?;
     let store = store(&web)?;
     let missing = format!("no conversation `{id}`");
     let owner = owner(&caller);
@@ -407,6 +409,7 @@ pub(super) async fn decide(
     struct Answer {
         decision: Decision,
     }
+    let id = conversation_id(id)?;
     let answer: Answer = from_json(&body)?;
     if may_answer(&web, &id, &caller, Answering::Approval).await?
         && web.runs.decide(&id, &call, answer.decision)
@@ -426,6 +429,7 @@ pub(super) async fn answer(
     caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let id = conversation_id(id)?;
     let answered = if may_answer(&web, &id, &caller, Answering::Question).await? {
         web.runs.answer(&id, &question, from_json(&body)?)
     } else {
@@ -482,6 +486,7 @@ pub(super) async fn continue_conversation(
     caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let id = conversation_id(id)?;
     let request: ChatRequest = from_json(&body)?;
     if request.system.is_some() {
         return Err(error(
@@ -550,6 +555,24 @@ fn too_large(id: &str, held: usize, limit: usize, what: &str) -> ApiError {
     )
 }
 
+/// `id` if it can name a conversation (as [`new_id`] makes them: hex digits; letters, digits,
+/// `-` and `_` up to 64 are taken, for ids an older host made), else a `404` that does not
+/// echo it: no store is asked about a path that names nothing.
+fn conversation_id(id: String) -> Result<String, ApiError> {
+    let named = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if named {
+        Ok(id)
+    } else {
+        Err(error(
+            StatusCode::NOT_FOUND,
+            "no conversation has that id (ids are letters, digits, - and _)",
+        ))
+    }
+}
+
 /// A new conversation's id: 128 random bits, in hex.
 fn new_id() -> String {
     let mut bytes = [0u8; 16];
@@ -566,10 +589,13 @@ fn new_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The first line of the first message, cut at [`TITLE_CHARS`].
+/// The first line of the first message, cut at [`TITLE_CHARS`], control characters (a NUL,
+/// which PostgreSQL's text cannot hold, among them) made spaces. The message itself is kept
+/// as sent, on either store.
 fn title_of(message: &str) -> String {
     let line = message.trim().lines().next().unwrap_or_default();
-    let mut title: String = line.chars().take(TITLE_CHARS).collect();
+    let shown = line.chars().map(|c| if c.is_control() { ' ' } else { c });
+    let mut title: String = shown.take(TITLE_CHARS).collect();
     if line.chars().count() > TITLE_CHARS {
         title.push('…');
     }
@@ -585,5 +611,14 @@ mod tests {
         assert_eq!(title_of("  Hello\nworld"), "Hello");
         let long = "x".repeat(100);
         assert_eq!(title_of(&long).chars().count(), TITLE_CHARS + 1);
+        assert_eq!(title_of("a\u{0}b\tc"), "a b c");
+    }
+
+    #[test]
+    fn only_what_can_name_a_conversation_reaches_a_store() {
+        assert!(conversation_id("0f".repeat(16)).is_ok());
+        for bad in ["", "\u{0}", "a\u{0}", "../x", "a b", &"a".repeat(65)] {
+            assert!(conversation_id(bad.to_string()).is_err(), "{bad:?}");
+        }
     }
 }
