@@ -83,7 +83,18 @@ impl Guard {
     /// `refusal` as an HTTP answer, audited (within the rate); an RFC 6750 error carries its
     /// `WWW-Authenticate` challenge.
     fn refuse(&self, refusal: &Refusal, path: &str) -> Response {
-        self.audit_refusal(refusal, path);
+        self.refuse_as(refusal, path, None)
+    }
+
+    /// [`Guard::refuse`] of a request whose caller is known, for the tool `named` (a call
+    /// refused by its quota): the audit record names both.
+    fn refuse_as(
+        &self,
+        refusal: &Refusal,
+        path: &str,
+        named: Option<(Arc<toolhost_contract::Identity>, String)>,
+    ) -> Response {
+        self.audit_refusal(refusal, path, named);
         let body = serde_json::json!({
             "error": refusal.error,
             "error_description": refusal.description,
@@ -101,7 +112,12 @@ impl Guard {
         response
     }
 
-    fn audit_refusal(&self, refusal: &Refusal, path: &str) {
+    fn audit_refusal(
+        &self,
+        refusal: &Refusal,
+        path: &str,
+        named: Option<(Arc<toolhost_contract::Identity>, String)>,
+    ) {
         let Some(log) = self.host.audit_log() else {
             return;
         };
@@ -125,11 +141,15 @@ impl Guard {
                  {REFUSALS_PER_SECOND} a second)"
             ));
         }
+        let (identity, tool) = match named {
+            Some((identity, tool)) => (Some(identity), tool),
+            None => (None, path.to_string()),
+        };
         let record = toolhost_audit::AuditRecord {
             time: toolhost_audit::now_rfc3339(),
             session: "http".into(),
-            identity: None,
-            tool: toolhost_audit::cut_text(path),
+            identity,
+            tool: toolhost_audit::cut_text(&tool),
             kind: None,
             ensemble: None,
             component: None,
@@ -309,13 +329,33 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
         return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     }
     let key = opens_a_session.then(|| caller.identity.key());
+    // A call its quota refuses is recorded with whose it was and the tool it named.
+    let refused_as = ahead.as_ref().map(|_| {
+        let tool = (request.headers().get("mcp-name"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("/mcp")
+            .to_string();
+        (Arc::clone(&caller.identity), tool)
+    });
     request.extensions_mut().insert(caller);
     // Only a request the guard lets through takes a stream's place.
     let response = crate::streams::limit_streams(&guard.streams, request, next).await;
+    if let Some(id) = &session
+        && path == "/mcp"
+        && response.status() == StatusCode::NOT_FOUND
+        && !guard
+            .sessions
+            .sessions
+            .read()
+            .await
+            .contains_key(id.as_str())
+    {
+        return unknown_session(guard).into_response();
+    }
     if let Some(ahead) = ahead
         && let Some(limited) = ahead.refusal().await
     {
-        return limited_response(guard, &path, limited);
+        return limited_response(guard, &path, limited, refused_as);
     }
     if let Some(key) = key
         && let Some(opened) =
@@ -337,9 +377,32 @@ pub(crate) async fn guard(guard: &Guard, mut request: Request, next: Next) -> Re
     response
 }
 
+/// The answer to a request naming an MCP session this host does not hold (rmcp's own says
+/// only "Session not found"): what may have happened and what to do, which in a fleet without
+/// `advertise` includes that another replica may hold it.
+fn unknown_session(guard: &Guard) -> (StatusCode, &'static str) {
+    let text = if guard.forward.is_some() {
+        "no such MCP session: it ended, or the replica that held it is gone; start a new \
+         session (initialize)"
+    } else if guard.host.shared_dedup().is_some() {
+        "no such MCP session on this replica: another replica of the fleet may hold it, and \
+         without [fleet] advertise (or advertise-env) requests are not forwarded to it; set \
+         it on every replica, or give this client affinity (docs/fleet.md), then start a new \
+         session"
+    } else {
+        "no such MCP session: it ended or the host restarted; start a new session (initialize)"
+    };
+    (StatusCode::NOT_FOUND, text)
+}
+
 /// The answer to a call its identity's quota refused: `429` (`503` when the fleet's Redis did
-/// not answer), with `Retry-After`.
-fn limited_response(guard: &Guard, path: &str, limited: Limited) -> Response {
+/// not answer), with `Retry-After`, recorded with the identity and the tool `named`.
+fn limited_response(
+    guard: &Guard,
+    path: &str,
+    limited: Limited,
+    named: Option<(Arc<toolhost_contract::Identity>, String)>,
+) -> Response {
     let refusal = Refusal {
         status: if limited.unavailable {
             StatusCode::SERVICE_UNAVAILABLE
@@ -354,7 +417,7 @@ fn limited_response(guard: &Guard, path: &str, limited: Limited) -> Response {
         description: limited.message,
         scope: None,
     };
-    let mut response = guard.refuse(&refusal, path);
+    let mut response = guard.refuse_as(&refusal, path, named);
     let seconds = limited.retry_after.as_secs().max(1).to_string();
     if let Ok(value) = seconds.parse() {
         response.headers_mut().insert(header::RETRY_AFTER, value);

@@ -67,6 +67,27 @@ pub(super) fn check_fleet(
         let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
         bail!("\n{}", all.join("\n"));
     }
+    // A Redis and no address: what one replica holds cannot be reached from another.
+    let named_redis = (fleet.redis.as_ref().map(|r| r.span()))
+        .or_else(|| fleet.redis_env.as_ref().map(|v| v.span()));
+    if let Some(span) = named_redis
+        && fleet.advertise.is_none()
+        && fleet.advertise_env.is_none()
+    {
+        let diagnostic = Diagnostic::new(
+            source.at(span),
+            "a fleet without `advertise`: a request naming what another replica holds (a \
+             2025-11-25 client's MCP session, a task, a tool's question) is not forwarded to \
+             it, and behind a round-robin balancer most of such a session's requests get 404; \
+             set `advertise-env` to a variable holding each replica's own http://host:port, or \
+             give such clients affinity (docs/fleet.md)"
+                .to_string(),
+        );
+        match unset {
+            Unset::Warn(warnings) => warnings.push(diagnostic),
+            Unset::Refuse => eprintln!("toolhost: {}", super::settings::as_warning(&diagnostic)),
+        }
+    }
     Ok(FleetSettings {
         redis,
         postgres,
