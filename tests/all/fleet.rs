@@ -106,26 +106,30 @@ impl Haproxy {
         }
     }
 
-    /// `backends` balanced by `balance` (`roundrobin`, `hdr(Authorization)`, ...).
+    /// `backends` balanced by `balance` (`roundrobin`, `hdr(Authorization)`, ...), with the
+    /// shipped `deploy/haproxy/haproxy.cfg` as it is but for its `bind`, `server` and (if
+    /// another is asked for) `balance` lines.
     pub(crate) fn balancing(root: &Path, backends: &[String], balance: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let servers: String = backends
-            .iter()
-            .enumerate()
-            .map(|(n, address)| {
-                format!("    server replica{n} {address} check inter 200ms fall 2 rise 1\n")
-            })
-            .collect();
-        let config = format!(
-            "global\n    maxconn 256\n\ndefaults\n    mode http\n    timeout connect 2s\n    \
-             timeout client 30s\n    timeout server 30s\n    retries 0\n\n\
-             frontend mcp\n    bind 127.0.0.1:{port}\n    default_backend replicas\n\n\
-             backend replicas\n    balance {balance}\n    option httpchk GET /readyz\n    \
-             http-check expect status 200\n{servers}"
-        );
+        let shipped =
+            std::path::Path::new(toolhost_testkit::REPO_ROOT).join("deploy/haproxy/haproxy.cfg");
+        let shipped = std::fs::read_to_string(shipped).expect("deploy/haproxy/haproxy.cfg");
+        let mut config = String::new();
+        for line in shipped.lines() {
+            match line.split_whitespace().next() {
+                Some("bind") => config.push_str(&format!("    bind 127.0.0.1:{port}\n")),
+                Some("balance") => config.push_str(&format!("    balance {balance}\n")),
+                Some("server") => {}
+                _ => config.push_str(&format!("{line}\n")),
+            }
+        }
+        assert!(config.contains("option redispatch"), "{config}");
+        for (n, address) in backends.iter().enumerate() {
+            config.push_str(&format!("    server replica{n} {address}\n"));
+        }
         let path = root.join(format!("haproxy-{port}.cfg"));
         std::fs::write(&path, config).expect("haproxy.cfg");
         let haproxy = ["/usr/sbin/haproxy", "haproxy"]

@@ -419,9 +419,11 @@ fn check_says_where_a_chat_database_url_is_wrong() {
     assert!(passed, "{said}");
 }
 
-/// `examples/fleet/toolhost.toml` as written, on two replicas behind haproxy (round robin):
-/// the shipped ensembles, Redis and PostgreSQL from the environment, the agents' token under
-/// 5 calls a minute, and the chat on a model at `$TOOLHOST_CHAT_BASE_URL`.
+/// `examples/fleet/toolhost.toml` as written, on two replicas behind haproxy (round robin),
+/// each with its own `TOOLHOST_ADVERTISE`: the shipped ensembles, Redis and PostgreSQL from
+/// the environment, the agents' token under 5 calls a minute, the chat on a model at
+/// `$TOOLHOST_CHAT_BASE_URL`, and a 2025-11-25 client's session answered whichever replica
+/// each of its requests reaches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
     let postgres = PostgresServer::start();
@@ -440,9 +442,8 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
         ("TOOLHOST_AGENT_TOKEN", "agent-secret"),
         ("TOOLHOST_CHAT_BASE_URL", model.base_url.as_str()),
     ];
-    let args = ["--config", config.to_str().expect("path")];
     let replicas: Vec<HttpServer> = (0..2)
-        .map(|_| HttpServer::start(&fixture, &args, &env))
+        .map(|_| crate::fleet_routes::advertising(&fixture, &config, &env))
         .collect();
     let balancer = crate::fleet::Haproxy::over(fixture.root(), &replicas);
     let front = balancer.front();
@@ -466,6 +467,26 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
     );
     let sent = &model.requests()[1].body["messages"];
     assert_eq!(sent.as_array().map(Vec::len), Some(3), "{sent}");
+
+    // A client with a session (rmcp's, 2025-11-25): every request answers, on both replicas.
+    {
+        use rmcp::ServiceExt;
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                balancer.url.clone(),
+            )
+            .auth_header("agent-secret"),
+        );
+        let client = crate::mcp::Client::default()
+            .serve(transport)
+            .await
+            .expect("an MCP session through round robin");
+        for _ in 0..6 {
+            let names = crate::mcp::tool_names(&client).await;
+            assert!(names.contains(&"calculate".to_string()), "{names:?}");
+        }
+        client.cancel().await.expect("close");
+    }
 
     // 20 calls alternating replicas under 5 a minute: 5 run, the fleet's, not each one's.
     let mut ran = 0;

@@ -29,6 +29,7 @@ mod dedup;
 mod fleet;
 mod fleet_chat;
 mod fleet_dedup;
+mod fleet_faults;
 mod fleet_page;
 mod fleet_quotas;
 mod fleet_rounds;
