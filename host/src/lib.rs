@@ -30,12 +30,17 @@
 //! toolhost-access    who a request over HTTP comes from (named static tokens, OAuth 2.1
 //!                    access tokens checked against an OpenID provider's keys, loopback) and
 //!                    what the rules of `[access]` let each identity list and call
+//! toolhost-import    the client of imported MCP servers (`[ensemble.mcp]`): sessions over
+//!                    stdio and HTTP, OAuth (client credentials, a person's sign-in, step-up,
+//!                    revocation), prompts and resources passed on; plugs into core's
+//!                    `import` seam, wired in by this crate
 //! toolhost-core      reload (watch -> resolve -> keep the last good -> swap), resolve (drafts
 //!                    from toolhost-config; bind: components and MCP servers; names), invoke
 //!                    (one call: prepare -> dedup -> admission -> backend -> audit; the drain),
-//!                    catalog (the live catalog behind an atomic pointer), backend (component,
-//!                    imported MCP server), prompts and resources (an ensemble's `[[prompts]]`
-//!                    and `[[resources]]`: rendering, bounded reads, the watch), metrics
+//!                    catalog (the live catalog behind an atomic pointer), backend (component;
+//!                    the import seam an imported server plugs into), prompts and resources
+//!                    (an ensemble's `[[prompts]]` and `[[resources]]`: rendering, bounded
+//!                    reads, the watch), content (results to and from MCP), metrics
 //! toolhost-state     state a fleet shares, one interface per kind (quotas so far): kept in
 //!                    this process, or in Redis when `[fleet]` names one (engine: the
 //!                    connection, its bounded waits and its health)
@@ -70,8 +75,11 @@ pub use toolhost_audit as audit;
 pub use toolhost_config as config;
 pub use toolhost_contract as contract;
 pub use toolhost_contract::tls;
-pub use toolhost_core::{backend, catalog, invoke, metrics, prompts, reload, resolve, resources};
+pub use toolhost_core::{
+    backend, catalog, content, invoke, metrics, prompts, reload, resolve, resources,
+};
 pub use toolhost_http as http;
+pub use toolhost_import as import;
 pub use toolhost_mcp as mcp;
 pub use toolhost_registry as registry;
 pub use toolhost_runtime as runtime;

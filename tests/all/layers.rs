@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 /// The layers, top first (the order of the map in `host/src/lib.rs`), by directory under
 /// `crates/`. `toolhost` (host/) sits above them all.
 const LAYERS: &[&str] = &[
-    "http", "web", "mcp", "agent", "access", "core", "state", "registry", "runtime", "config",
-    "audit", "contract",
+    "http", "web", "mcp", "agent", "access", "import", "core", "state", "registry", "runtime",
+    "config", "audit", "contract",
 ];
 
 /// Past this many lines a file is split along its concerns.
@@ -188,7 +188,9 @@ const CORE_LAYERS: &[&str] = &[
     "catalog",
     "prompts",
     "resources",
+    "import",
     "backend",
+    "content",
     "metrics",
 ];
 

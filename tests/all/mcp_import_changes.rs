@@ -14,14 +14,13 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use toolhost::catalog::CatalogChange;
 use toolhost::invoke::Host;
-use toolhost::reload::Reloader;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_list_changed_refreshes_the_catalog() {
     let inner = inner_fixture();
     let outer = Fixture::new();
     outer.write("inner.toml", &import_ensemble(&inner, ""));
-    let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+    let reloader = crate::support::reloader_with_imports(outer.ensembles()).await;
     assert!(
         reloader.status().refused.is_empty(),
         "{:?}",
@@ -160,7 +159,7 @@ async fn servers_at_either_revision_are_imported_called_and_followed_the_same_wa
         let (port, server) = serve_over_http(changer).await;
         let outer = Fixture::new();
         outer.write_mcp_import("changer", &format!("url = \"http://127.0.0.1:{port}/mcp\""));
-        let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+        let reloader = crate::support::reloader_with_imports(outer.ensembles()).await;
         let status = reloader.status();
         assert!(
             status.refused.is_empty(),

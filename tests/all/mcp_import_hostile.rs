@@ -10,7 +10,6 @@ use rmcp::model::ProtocolVersion;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolhost::reload::Reloader;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_initialize_delays_nothing_serve_has() {
@@ -87,8 +86,7 @@ async fn a_server_with_more_tools_than_max_tools_is_refused_without_reading_them
     assert!(resolved.refused.is_empty(), "{:?}", resolved.refused);
     assert_eq!(resolved.catalog.tools().count(), 4_501);
     // A reload that lowers the bound applies it, though the server's command is unchanged.
-    let reloader =
-        toolhost::reload::Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+    let reloader = crate::support::reloader_with_imports(outer.ensembles()).await;
     assert!(reloader.status().refused.is_empty());
     outer.write(
         "inner.toml",
@@ -160,7 +158,7 @@ async fn a_flood_of_list_changed_reloads_at_most_once_a_second() {
 
     let outer = Fixture::new();
     outer.write_mcp_import("flood", &format!("url = \"http://127.0.0.1:{port}/mcp\""));
-    let reloader = Reloader::start(crate::support::runtime(), outer.ensembles()).await;
+    let reloader = crate::support::reloader_with_imports(outer.ensembles()).await;
     assert!(reloader.catalog().snapshot().get("steady").is_some());
     let mut changes = reloader.subscribe();
     let _watch = reloader.watch(Duration::from_millis(50)).expect("watch");

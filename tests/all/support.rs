@@ -178,7 +178,9 @@ impl Fixture {
     }
 
     pub async fn resolve(&self) -> Resolved {
+        let servers = toolhost::import::ImportedServers::default();
         Resolver::new(runtime())
+            .with_importer(Arc::new(servers))
             .resolve_dir(&self.ensembles())
             .await
     }
@@ -201,6 +203,16 @@ impl Fixture {
         });
         Host::new(Arc::new(LiveCatalog::new(resolved.catalog)), audit)
     }
+}
+
+/// A reloader of `dir` on the shared runtime that imports `[ensemble.mcp]` servers, as
+/// `serve` wires it.
+pub async fn reloader_with_imports(dir: PathBuf) -> Arc<toolhost::reload::Reloader> {
+    let servers = toolhost::import::ImportedServers::default();
+    let resolver = Resolver::new(runtime()).with_importer(Arc::new(servers));
+    toolhost::reload::Reloader::builder(resolver)
+        .start(dir)
+        .await
 }
 
 /// An ensemble named `name` over `component` (a file at the fixture root) with extra TOML.

@@ -472,7 +472,7 @@ pub struct RefusedEnsemble {
 impl RefusedEnsemble {
     /// Whether it is refused for want of a person's sign-in (`toolhost login`).
     pub fn needs_sign_in(&self) -> bool {
-        let marker = crate::backend::mcp::sign_in::NEEDS_SIGN_IN;
+        let marker = crate::import::NEEDS_SIGN_IN;
         self.errors.iter().any(|error| error.contains(marker))
     }
 }

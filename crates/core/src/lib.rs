@@ -13,17 +13,23 @@
 //! prompts   an ensemble's `[[prompts]]`: arguments checked, messages rendered (sandboxed)
 //! resources an ensemble's `[[resources]]`: files under a directory, read-only; passed-on
 //!           resources; one owner per URI
+//! import    the seam of imported MCP servers: what core asks of one and of a host's set
+//!           (the client itself is `toolhost-import`, above core, wired in by the binary)
 //! backend   one trait for every kind of tool: a sandboxed component, an imported MCP server;
 //!           what every kind shares (a tool's version, the admission gate, the URI bound)
+//! content   a tool's result to and from MCP's content blocks
 //! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
 //! ```
 //!
 //! Imports point down this list. Below the core: the runtime (the engine and the sandbox),
 //! the registry, the configuration, the audit log and the contract every caller shares;
-//! above it, every caller: the MCP server, the agent loop, the web chat, the CLI.
+//! above it, every caller (the MCP server, the agent loop, the web chat, the CLI) and the
+//! client of imported servers.
 
 pub mod backend;
 pub mod catalog;
+pub mod content;
+pub mod import;
 pub mod invoke;
 pub mod metrics;
 pub mod prompts;

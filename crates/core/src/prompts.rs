@@ -10,7 +10,7 @@
 
 use crate::backend::VersionHash;
 use crate::backend::component::ComponentOffers;
-use crate::backend::mcp::McpImport;
+use crate::import::ImportedServer;
 use crate::resources::{Body, Contents, Reader, ResourceError};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -43,7 +43,7 @@ pub(crate) enum Source {
     Written(Vec<MessageDraft>),
     /// The imported server's prompt of this name.
     Imported {
-        server: Arc<McpImport>,
+        server: Arc<dyn ImportedServer>,
         remote: String,
     },
     /// The component's prompt of this name.
@@ -172,7 +172,7 @@ impl Prompt {
     pub(crate) fn imported(
         ensemble: &Arc<str>,
         name: String,
-        server: &Arc<McpImport>,
+        server: &Arc<dyn ImportedServer>,
         listed: rmcp::model::Prompt,
         definition: Span,
     ) -> Self {
@@ -372,7 +372,7 @@ impl Prompt {
                             rmcp::model::Role::Assistant => Role::Assistant,
                             _ => Role::User,
                         },
-                        content: crate::backend::mcp::content::item(message.content),
+                        content: crate::content::item(message.content),
                     })
                     .collect())
             }

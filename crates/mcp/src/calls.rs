@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolhost_contract::CallerLink;
-use toolhost_core::backend::mcp::content;
+use toolhost_core::content;
 use toolhost_core::invoke::{Admitted, Call, Host, Session};
 
 /// Runs the `tools/call` of `context` on `server`.

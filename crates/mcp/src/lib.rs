@@ -21,7 +21,7 @@
 //! deep to read is answered with an error instead of dropped.
 //!
 //! The other direction, external MCP servers whose tools join the catalog, is a backend:
-//! [`toolhost_core::backend::mcp`].
+//! `toolhost-import`.
 
 // MCP logging is deprecated from the 2026-07-28 revision on (SEP-2577), but it is part of
 // the revisions before it, which this server speaks too, and clients rely on it there.

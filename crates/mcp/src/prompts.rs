@@ -10,8 +10,8 @@ use rmcp::model::{
     Role as McpRole,
 };
 use serde_json::{Map, Value};
-use toolhost_core::backend::mcp::content;
 use toolhost_core::catalog::Catalog;
+use toolhost_core::content;
 use toolhost_core::invoke::{Host, Session};
 use toolhost_core::prompts::{Prompt, PromptError};
 use toolhost_core::resources::{Body, Contents, ResourceError};

@@ -6,7 +6,7 @@
 //! so a call's progress and questions go to the session that made it and nowhere else. What
 //! an invoker may use is its [`TalkGrants`]; how much of it one call may use is bounded here
 //! ([`TalkBudget`]), whatever the guest does. An imported MCP server's calls are bounded by
-//! the same budget (`toolhost_core::backend::mcp`), with the grant named where an import sets
+//! the same budget (`toolhost-import`), with the grant named where an import sets
 //! it.
 
 use serde_json::Value;

@@ -24,7 +24,7 @@ pub(crate) async fn run(
             // `result` is the text a model would read; `content` every item in MCP's form.
             Ok(result) => serde_json::json!({
                 "tool": outcome.tool, "ok": true, "result": result.text(),
-                "content": toolhost::backend::mcp::content::to_mcp(result),
+                "content": toolhost::content::to_mcp(result),
                 "structured": result.structured,
                 "deduplicated": outcome.deduplicated, "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
             }),

@@ -1,6 +1,6 @@
 //! `toolhost login ENSEMBLE` and `toolhost logout ENSEMBLE`: a person signs this host in to
 //! an imported server that asks for it (`[ensemble.mcp] oauth = { sign-in = true }`), or
-//! forgets its tokens. The flow is toolhost's core's (`backend::mcp::sign_in`, rmcp's OAuth
+//! forgets its tokens. The flow is toolhost's core's (`import::sign_in`, rmcp's OAuth
 //! client); here are the person's side of it: the authorization URL printed (and opened where
 //! a browser is), and a loopback listener on a random port that takes the one redirect back.
 //! It runs where the person is or on the host itself (a headless host prints the URL; the
@@ -13,9 +13,9 @@ use super::settings::Settings;
 use anyhow::{Context, bail};
 use std::process::ExitCode;
 use std::time::Duration;
-use toolhost::backend::mcp::sign_in::{self, SignIn};
 use toolhost::config::draft::{McpCredential, McpOauth, McpTarget};
 use toolhost::config::schema::SchemaCache;
+use toolhost::import::sign_in::{self, SignIn};
 
 /// How long the person has to sign in.
 const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(600);

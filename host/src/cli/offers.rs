@@ -108,7 +108,7 @@ fn as_mcp(content: &Content) -> Value {
         content: vec![content.clone()],
         structured: None,
     };
-    let items = toolhost::backend::mcp::content::to_mcp(&result);
+    let items = toolhost::content::to_mcp(&result);
     serde_json::to_value(items.first()).unwrap_or(Value::Null)
 }
 

@@ -10,6 +10,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::config::access::{AccessSection, AccessSettings, Unset};
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
+use toolhost::import::ImportedServers;
 use toolhost::invoke::Host;
 use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
 use toolhost::resolve::{Resolved, Resolver};
@@ -381,11 +382,13 @@ impl Settings {
     /// A resolver on `runtime` that fetches `oci://` components as far as `fetch` allows.
     pub(crate) fn resolver(&self, runtime: Arc<Runtime>, fetch: Fetch) -> Resolver {
         let registry = Arc::new(Registry::new(self.registry.clone()));
-        let resolver = Resolver::new(runtime).with_registry(registry, fetch);
-        match &self.sign_in_dir {
-            Some(dir) => resolver.with_sign_in_dir(dir.clone()),
-            None => resolver,
-        }
+        let servers = match &self.sign_in_dir {
+            Some(dir) => ImportedServers::default().with_sign_in_dir(dir.clone()),
+            None => ImportedServers::default(),
+        };
+        Resolver::new(runtime)
+            .with_registry(registry, fetch)
+            .with_importer(Arc::new(servers))
     }
 
     /// Starts the runtime and resolves the ensembles directory.

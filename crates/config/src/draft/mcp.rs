@@ -1,6 +1,6 @@
 //! An imported MCP server as an ensemble's `[ensemble.mcp]` names it: how to reach it
 //! ([`McpTarget`]) and the bounds of its import ([`McpSpec`]), checked here; the server is
-//! started when the ensemble is bound (`toolhost_core::backend::mcp`).
+//! started when the ensemble is bound (`toolhost-import`).
 
 use super::McpDraft;
 use super::settings::{DEFAULT_MCP_MAX_TOOLS, DEFAULT_MCP_STARTUP_TIMEOUT_MS};

@@ -1,17 +1,17 @@
 //! backend: what runs a tool's calls. One trait, [`Backend`], for every kind of tool: a
-//! sandboxed WebAssembly component ([`component`]) or an imported MCP server ([`mcp`]).
+//! sandboxed WebAssembly component ([`component`]) or an imported MCP server (the crate
+//! `toolhost-import`, through [`crate::import`]).
 //!
 //! The catalog holds an `Arc<dyn Backend>` per tool and `invoke` calls it; neither names a
 //! kind. A backend says how to call it, what identifies its code (a [`SourceHash`], part of
 //! every tool version), which file to watch for changes, and how to describe it in listings.
 //! What tools it offers ([`ToolOffer`]) is learnt when `resolve` binds a descriptor to it.
 //!
-//! A fourth kind of tool is a module here implementing [`Backend`], plus the one place in
+//! A third kind of tool is a module here implementing [`Backend`], plus the one place in
 //! `resolve::bind` that turns its TOML into one.
 
 pub mod component;
 pub mod gate;
-pub mod mcp;
 
 use serde_json::Value;
 use std::fmt;

@@ -304,7 +304,7 @@ impl Reloader {
     /// Stops when the handle is dropped.
     pub fn follow_compiles(self: &Arc<Self>) -> WatchHandle {
         let mut compiled = self.compiles_finished();
-        let mut started = self.resolver.servers().started();
+        let [_, mut started] = self.resolver.import_events();
         let reloader = self.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -431,8 +431,7 @@ impl Reloader {
         let mut unseen = targets.sync(&watcher, &self.dir, self.watched_components());
         let reloader = self.clone();
         let task_watcher = watcher.clone();
-        let mut servers = self.resolver.servers().changes();
-        let mut started = self.resolver.servers().started();
+        let [mut servers, mut started] = self.resolver.import_events();
         let mut compiled = self.compiles_finished();
         let task = tokio::spawn(async move {
             // Reloads that imported servers ask for come at most once a second, however

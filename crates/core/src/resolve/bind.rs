@@ -4,9 +4,9 @@
 //! invokers name it, and failures are typed ([`BindError`]) up to the diagnostic.
 
 use crate::backend::component::ComponentBackend;
-use crate::backend::mcp::{Background, ImportedServers, McpError, McpSpec};
 use crate::backend::{Backend, ToolOffer};
 use crate::catalog::Schema;
+use crate::import::{Background, Importer, McpError, McpSpec};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -35,7 +35,7 @@ pub(super) enum Passed {
     /// resources, with the URIs and templates it listed then (`None` when it could not
     /// list them: they are asked for on first use).
     Server {
-        server: Arc<crate::backend::mcp::McpImport>,
+        server: Arc<dyn crate::import::ImportedServer>,
         prompts: Vec<rmcp::model::Prompt>,
         resources: Option<Option<crate::resources::passed::Known>>,
     },
@@ -161,7 +161,7 @@ enum Loaded {
 /// Binds the drafts of one resolve.
 pub(super) struct Binder<'r> {
     runtime: &'r Arc<Runtime>,
-    servers: &'r ImportedServers,
+    importer: Option<&'r dyn Importer>,
     compiles: Compiles,
     files: HashMap<PathBuf, Result<ComponentFile, BindError>>,
     components: HashMap<PathBuf, Loaded>,
@@ -180,12 +180,12 @@ pub(super) struct Binder<'r> {
 impl<'r> Binder<'r> {
     pub(super) fn new(
         runtime: &'r Arc<Runtime>,
-        servers: &'r ImportedServers,
+        importer: Option<&'r dyn Importer>,
         compiles: Compiles,
     ) -> Self {
         Binder {
             runtime,
-            servers,
+            importer,
             compiles,
             files: HashMap::new(),
             components: HashMap::new(),
@@ -408,10 +408,18 @@ impl<'r> Binder<'r> {
         spec: &McpSpec,
         draft: &McpDraft,
     ) -> Result<Arc<Bound>, Unbound> {
-        let server = self.servers.import(spec.clone());
+        let Some(importer) = self.importer else {
+            return Err(Unbound::Error(Diagnostic::new(
+                draft.at.location(),
+                "this host imports no MCP servers (the client of imported servers was not \
+                 wired in)"
+                    .to_string(),
+            )));
+        };
+        let server = importer.import(spec.clone());
         self.imported.insert(spec.key());
         if self.compiles == Compiles::InBackground {
-            match self.servers.background(&server) {
+            match importer.background(spec) {
                 Background::Running => {}
                 Background::Starting => return Err(Unbound::Starting(spec.describe())),
                 Background::Failed(e) => {
@@ -431,7 +439,7 @@ impl<'r> Binder<'r> {
                     Vec::new()
                 });
                 let resources = match server.has_resources().await {
-                    true => Some(listed_resources(&server).await),
+                    true => Some(listed_resources(server.as_ref()).await),
                     false => None,
                 };
                 let passed = Passed::Server {
@@ -458,12 +466,12 @@ impl<'r> Binder<'r> {
 /// The URIs and templates an imported server lists now, or `None` (and a warning) when it
 /// cannot list them.
 async fn listed_resources(
-    server: &crate::backend::mcp::McpImport,
+    server: &dyn crate::import::ImportedServer,
 ) -> Option<crate::resources::passed::Known> {
     let listed = async {
         let (resources, _) = server.resources().await?;
         let templates = server.resource_templates().await?;
-        Ok::<_, crate::backend::mcp::McpError>(crate::resources::passed::Known::listed(
+        Ok::<_, McpError>(crate::resources::passed::Known::listed(
             resources.into_iter().map(|r| r.uri.clone()).collect(),
             templates
                 .into_iter()

@@ -33,8 +33,8 @@ pub use toolhost_config::schema::{
 };
 
 use crate::backend::ToolOffer;
-use crate::backend::mcp::ImportedServers;
 use crate::catalog::{Accepts, CallGate, Catalog, Ensemble, Policy, Schema, Tool, VersionHash};
+use crate::import::Importer;
 use bind::{Binder, Bound, Unbound};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -51,7 +51,12 @@ use toolhost_runtime::Runtime;
 /// unchanged invokers reuse.
 pub struct Resolver {
     runtime: Arc<Runtime>,
-    servers: Arc<ImportedServers>,
+    /// The client of imported MCP servers, if the binary wired one in; without it an
+    /// `[ensemble.mcp]` is refused.
+    importer: Option<Arc<dyn Importer>>,
+    /// What the reloader listens to for imports' changes when there is no importer: it
+    /// never says anything.
+    quiet: tokio::sync::broadcast::Sender<String>,
     schemas: SchemaCache,
     /// The call gate of each invoker (by ensemble file and name) that a catalog still uses:
     /// a reload keeps an invoker's gate while its bounds stay, so calls running on the old
@@ -150,7 +155,8 @@ impl Resolver {
     pub fn new(runtime: Arc<Runtime>) -> Self {
         Resolver {
             runtime,
-            servers: Arc::default(),
+            importer: None,
+            quiet: tokio::sync::broadcast::channel(1).0,
             schemas: SchemaCache::default(),
             gates: std::sync::Mutex::default(),
             named_hashes: std::sync::Mutex::default(),
@@ -193,16 +199,20 @@ impl Resolver {
         &self.runtime
     }
 
-    /// Imported servers a person signs in to find their tokens in `dir` (set before the
-    /// first resolve).
-    pub fn with_sign_in_dir(mut self, dir: std::path::PathBuf) -> Self {
-        self.servers = Arc::new(ImportedServers::default().with_sign_in_dir(dir));
+    /// The same resolver, importing `[ensemble.mcp]` servers through `importer` (set before
+    /// the first resolve).
+    pub fn with_importer(mut self, importer: Arc<dyn Importer>) -> Self {
+        self.importer = Some(importer);
         self
     }
 
-    /// The imported MCP servers (whose tool-list changes the reloader listens to).
-    pub fn servers(&self) -> &Arc<ImportedServers> {
-        &self.servers
+    /// What the reloader listens to, by server: the imported servers whose tools changed,
+    /// and those whose start in the background ended (no word without an importer).
+    pub fn import_events(&self) -> [tokio::sync::broadcast::Receiver<String>; 2] {
+        match &self.importer {
+            Some(importer) => [importer.changes(), importer.started()],
+            None => [self.quiet.subscribe(), self.quiet.subscribe()],
+        }
     }
 
     /// Resolves every `*.toml` in `dir` and builds the catalog of those that load.
@@ -252,7 +262,7 @@ impl Resolver {
                 (file, draft)
             })
             .collect();
-        let mut binder = Binder::new(&self.runtime, &self.servers, compiles);
+        let mut binder = Binder::new(&self.runtime, self.importer.as_deref(), compiles);
         let mut components = Vec::new();
         for draft in drafts.iter().filter_map(|(_, draft)| draft.as_ref().ok()) {
             components.extend(draft.component());
@@ -276,7 +286,9 @@ impl Resolver {
             outcomes.push(outcome);
         }
         self.runtime.release_ready(ready_mark);
-        self.servers.keep_only(binder.imported());
+        if let Some(importer) = &self.importer {
+            importer.keep_only(binder.imported());
+        }
         *self
             .named_hashes
             .lock()
@@ -378,7 +390,8 @@ impl Resolver {
         }
         // An import a person signs in to: its token file, so that a sign-in is taken at once.
         if let Some(spec) = draft.mcp.as_ref().and_then(|mcp| mcp.spec.as_ref()) {
-            components.extend(self.servers.sign_in_file(spec));
+            let importer = self.importer.as_ref();
+            components.extend(importer.and_then(|importer| importer.sign_in_file(spec)));
         }
         for invoker in &draft.invokers {
             let bound = match (&server, &invoker.component) {

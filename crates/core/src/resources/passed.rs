@@ -2,7 +2,7 @@
 //! imports, or its `toolhost:plugin@0.3.0` component. The set answers for the URIs its source
 //! listed last and those its templates match (a URI a client makes up is asked of no server
 //! and runs no component). A server's are listed, read and subscribed to on the server,
-//! within the bounds of [`crate::backend::mcp::offers`]; a component's were listed when it
+//! within the bounds of the client of imported servers (`toolhost-import`); a component's were listed when it
 //! loaded (they are fixed until a reload) and each read runs it, bounded as a call
 //! ([`crate::backend::component::ComponentOffers`]).
 
@@ -10,7 +10,7 @@ use super::owners::matches_template;
 use super::{Body, Contents, Listed, ResourceError};
 use crate::backend::VersionHash;
 use crate::backend::component::ComponentOffers;
-use crate::backend::mcp::McpImport;
+use crate::import::ImportedServer;
 use base64::Engine;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,7 +34,7 @@ pub struct PassedResources {
 /// Where a set's resources come from.
 #[derive(Debug)]
 enum Source {
-    Server(Arc<McpImport>),
+    Server(Arc<dyn ImportedServer>),
     /// A component's, and the sender of its updates: none ever come (its resources are fixed
     /// until a reload, which says so itself), but a subscriber listens all the same.
     Component(Arc<ComponentOffers>, broadcast::Sender<Option<String>>),
@@ -70,7 +70,7 @@ impl PassedResources {
     pub(crate) fn new(
         ensemble: &Arc<str>,
         name: String,
-        server: &Arc<McpImport>,
+        server: &Arc<dyn ImportedServer>,
         definition: Span,
         known: Option<Known>,
     ) -> Self {

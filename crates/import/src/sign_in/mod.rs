@@ -23,10 +23,10 @@ mod step_up;
 mod store;
 
 pub use revoke::{Revoked, revoke};
-pub(super) use step_up::{insufficient_scope, step_up};
+pub(crate) use step_up::{insufficient_scope, step_up};
 pub use store::{FileStore, forget, store_path};
 
-use super::oauth_http::{Guarded, Refusals};
+use crate::oauth_http::{Guarded, Refusals};
 use rmcp::transport::auth::{
     AuthClient, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
     OAuthClientConfig, OAuthState,
@@ -41,9 +41,7 @@ fn needs_sign_in(why: impl std::fmt::Display) -> String {
     format!("{NEEDS_SIGN_IN}{why}): run `toolhost login` with this ensemble's name")
 }
 
-/// How the refusal of an import that needs a person to sign in begins (what `status` and
-/// `/readyz` count).
-pub const NEEDS_SIGN_IN: &str = "needs sign-in (";
+pub use toolhost_core::import::NEEDS_SIGN_IN;
 
 /// How long one step of a sign-in may take (finding the authorization server, starting,
 /// the exchange), whatever its requests' own bounds add up to.
@@ -83,7 +81,7 @@ async fn manager(url: &str, dir: &Path) -> Result<Found, String> {
     let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(guarded))
         .await
         .map_err(|e| format!("cannot prepare its OAuth client: {e}"))?;
-    let challenge = super::oauth::probe(url).await;
+    let challenge = crate::oauth::probe(url).await;
     refusals.clear();
     let resolution = manager
         .resolve_metadata_from_challenge(challenge.as_deref())

@@ -5,7 +5,7 @@
 //! `startup-timeout-ms`, and what comes back is bounded: [`MAX_PROMPTS`] prompts and
 //! [`MAX_RESOURCES`] resources per listing, [`MAX_PASSED_BYTES`] per prompt or read.
 
-use super::{McpError, McpImport};
+use crate::McpImport;
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, PaginatedRequestParams, Prompt,
     ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate,
@@ -14,6 +14,7 @@ use rmcp::model::{
 use serde_json::{Map, Value};
 use std::sync::PoisonError;
 use tokio::sync::broadcast;
+use toolhost_core::import::McpError;
 
 /// Prompts taken from one server.
 pub const MAX_PROMPTS: usize = 1000;
@@ -206,7 +207,7 @@ impl McpImport {
     /// the stream before it is closed.
     fn listen_to_resources(
         &self,
-        service: &rmcp::service::RunningService<rmcp::RoleClient, super::Watcher>,
+        service: &rmcp::service::RunningService<rmcp::RoleClient, crate::Watcher>,
     ) {
         // Under the stream's lock: two subscriptions at once leave the stream of the later
         // set, which holds both.
@@ -241,14 +242,14 @@ impl McpImport {
                 };
                 if update
                     .as_ref()
-                    .is_some_and(|u| u.len() > crate::backend::MAX_URI_BYTES)
+                    .is_some_and(|u| u.len() > toolhost_core::backend::MAX_URI_BYTES)
                 {
                     continue;
                 }
                 let _ = updates.send(update);
             }
         });
-        *listening = Some(super::AbortOnDrop(task.abort_handle()));
+        *listening = Some(crate::AbortOnDrop(task.abort_handle()));
     }
 
     /// The updates its session reports: a resource's URI, or `None` when its list changed.

@@ -3,11 +3,12 @@
 //! session or their failure's backoff, while the ensembles name them), and the broadcasts
 //! that tell the reloader a server's tools changed or its start ended.
 
-use super::{McpError, McpImport, McpSpec, alive};
+use crate::{McpImport, alive};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 use tokio::sync::broadcast;
+use toolhost_core::import::{Background, ImportedServer, Importer, McpSpec};
 
 /// The MCP servers the catalogs of one host use, by their settings, so that a reload with
 /// unchanged settings keeps the running server. Held by whoever builds catalogs (the
@@ -36,33 +37,15 @@ impl Default for ImportedServers {
     }
 }
 
-/// Where a server started in the background stands.
-#[derive(Debug)]
-pub enum Background {
-    /// Its session is open: its tools can be listed now.
-    Running,
-    /// Its start is under way.
-    Starting,
-    /// Its start failed, and the next try waits for its backoff: why, and when.
-    Failed(McpError),
-}
-
 impl ImportedServers {
     /// The servers a person signs in to find their tokens in `dir`.
-    /// The file of tokens a person's sign-in keeps for the import `spec` describes, if it
-    /// is one a person signs in to: what a reloader watches, so that `toolhost login`'s new
-    /// tokens are taken at once.
-    pub fn sign_in_file(&self, spec: &McpSpec) -> Option<std::path::PathBuf> {
-        sign_in_file(spec, self.sign_in_dir.as_deref())
-    }
-
     pub fn with_sign_in_dir(mut self, dir: std::path::PathBuf) -> Self {
         self.sign_in_dir = Some(dir);
         self
     }
 
     /// The server for `spec`: the one already in use, or a new one (not started yet).
-    pub fn import(&self, spec: McpSpec) -> Arc<McpImport> {
+    pub fn server(&self, spec: McpSpec) -> Arc<McpImport> {
         let hash = spec.hash();
         let key = spec.key();
         let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -93,21 +76,11 @@ impl ImportedServers {
         server
     }
 
-    /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
-    pub fn changes(&self) -> broadcast::Receiver<String> {
-        self.changes.subscribe()
-    }
-
-    /// The servers whose start in the background ended (up, or failed), by server.
-    pub fn started(&self) -> broadcast::Receiver<String> {
-        self.started.subscribe()
-    }
-
     /// Where `server` stands, started in the background (its session and a first tool list)
     /// unless it runs, is starting, or waits out a failed start's backoff. A server that never
-    /// answers thus delays nothing that is already loaded; [`ImportedServers::started`] says
-    /// when a start ended. The server is kept until [`ImportedServers::keep_only`] lets it go.
-    pub fn background(&self, server: &Arc<McpImport>) -> Background {
+    /// answers thus delays nothing that is already loaded; [`Importer::started`] says when a
+    /// start ended. The server is kept until [`Importer::keep_only`] lets it go.
+    fn background_of(&self, server: &Arc<McpImport>) -> Background {
         use std::sync::atomic::Ordering;
         self.kept
             .lock()
@@ -174,20 +147,46 @@ impl ImportedServers {
         });
         Background::Starting
     }
+}
 
-    /// Lets go of the servers started in the background that no ensemble names any more
-    /// (`named`: the servers a resolve imported).
-    pub fn keep_only(&self, named: &std::collections::HashSet<[u8; 32]>) {
+impl Importer for ImportedServers {
+    fn import(&self, spec: McpSpec) -> Arc<dyn ImportedServer> {
+        self.server(spec)
+    }
+
+    fn background(&self, spec: &McpSpec) -> Background {
+        let server = (self.servers.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(&spec.key())
+            .and_then(Weak::upgrade);
+        self.background_of(&server.unwrap_or_else(|| self.server(spec.clone())))
+    }
+
+    /// The servers' `tools/list_changed` notifications, by server (its command line or URL).
+    fn changes(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    fn started(&self) -> broadcast::Receiver<String> {
+        self.started.subscribe()
+    }
+
+    fn keep_only(&self, named: &std::collections::HashSet<[u8; 32]>) {
         self.kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|key, _| named.contains(key));
     }
+
+    /// The file of tokens a person's sign-in keeps for the import `spec` describes: what a
+    /// reloader watches, so that `toolhost login`'s new tokens (or a logout) are taken at once.
+    fn sign_in_file(&self, spec: &McpSpec) -> Option<std::path::PathBuf> {
+        sign_in_file(spec, self.sign_in_dir.as_deref())
+    }
 }
 
 /// The token file of the import `spec` describes, kept in `dir`, if a person signs in to it.
 fn sign_in_file(spec: &McpSpec, dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
-    super::sign_in_target(spec, dir).map(|(url, dir)| super::sign_in::store_path(dir, url))
+    crate::sign_in_target(spec, dir).map(|(url, dir)| crate::sign_in::store_path(dir, url))
 }
 
 #[cfg(test)]
@@ -216,14 +215,14 @@ mod tests {
             talk: Default::default(),
         };
         let file = servers.sign_in_file(&spec).expect("a sign-in's file");
-        assert_eq!(file, super::super::sign_in::store_path(dir.path(), &url));
-        let server = servers.import(spec);
+        assert_eq!(file, crate::sign_in::store_path(dir.path(), &url));
+        let server = servers.import(spec.clone());
         assert!(server.tools().await.is_err());
-        assert!(matches!(servers.background(&server), Background::Failed(_)));
+        assert!(matches!(servers.background(&spec), Background::Failed(_)));
         // `toolhost login` writes the tokens (seconds later in life: here past the kernel's
         // coarse file clock, a few ms behind the real one): the next reload starts it at once.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         std::fs::write(&file, "{}").expect("tokens");
-        assert!(matches!(servers.background(&server), Background::Starting));
+        assert!(matches!(servers.background(&spec), Background::Starting));
     }
 }

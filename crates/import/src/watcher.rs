@@ -4,7 +4,7 @@
 //! the caller of the call they belong to, through [`super::talk`]); over 2026-07-28, the
 //! `subscriptions/listen` stream that brings tool list changes ([`listen_for_changes`]).
 
-use super::talk;
+use crate::talk;
 use rmcp::model::{ClientConfig, ProtocolVersion, ServerNotification, SubscriptionFilter};
 use rmcp::service::NotificationContext;
 use rmcp::service::RunningService;
@@ -95,7 +95,7 @@ impl ClientHandler for Watcher {
         params: rmcp::model::ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if params.uri.len() <= crate::backend::MAX_URI_BYTES {
+        if params.uri.len() <= toolhost_core::backend::MAX_URI_BYTES {
             let _ = self.updates.send(Some(params.uri));
         }
     }
@@ -129,7 +129,7 @@ impl Watcher {
 pub(super) fn listen_for_changes(
     service: &RunningService<RoleClient, Watcher>,
     watcher: Watcher,
-) -> Option<super::AbortOnDrop> {
+) -> Option<crate::AbortOnDrop> {
     let info = service.peer().peer_info()?;
     let announces = (info.capabilities.tools.as_ref())
         .is_some_and(|t| t.list_changed == Some(true))
@@ -170,5 +170,5 @@ pub(super) fn listen_for_changes(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    Some(super::AbortOnDrop(task.abort_handle()))
+    Some(crate::AbortOnDrop(task.abort_handle()))
 }

@@ -1,7 +1,7 @@
 //! revoke: `toolhost logout`'s revocation of a sign-in at its authorization server.
 
 use super::store::{FileStore, forget, store_path};
-use crate::backend::mcp::oauth_http::Guarded;
+use crate::oauth_http::Guarded;
 use rmcp::transport::auth::{AuthorizationManager, StoredCredentials};
 use std::path::Path;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ async fn revoke_at_server(
     let manager = AuthorizationManager::new_with_oauth_http_client(url, guarded.clone())
         .await
         .map_err(|e| format!("cannot prepare its OAuth client: {e}"))?;
-    let challenge = crate::backend::mcp::oauth::probe(url).await;
+    let challenge = crate::oauth::probe(url).await;
     let metadata = manager
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await

@@ -1,4 +1,4 @@
-//! Content items between toolhost and MCP, both ways: what an imported server returns
+//! content: a tool's items between toolhost and MCP, both ways: what an imported server returns
 //! becomes the host's [`ToolResult`] items (images and audio as bytes, decoded from base64),
 //! and what a tool returns becomes MCP `ContentBlock`s for the clients of `toolhost serve`.
 

@@ -1,52 +1,24 @@
-//! The MCP backend: an external MCP server imported as an ensemble (`[ensemble.mcp]`), as a
-//! client of it.
-//!
-//! An [`McpImport`] is one server: a child process (`command`, `args`, `env`) or a streamable
-//! HTTP endpoint (`url`). It is started when it is first needed (when the catalog lists its
-//! tools, or a call finds it down), shared by every catalog version that names the same
-//! server ([`ImportedServers`], in [`servers`], owned by whoever builds catalogs), and dropped
-//! with the last of them; `serve` starts it in the background. A server that dies (or cannot be started) makes only its own tools fail, with
-//! `crashed`; the next call starts it again, right away after a crash, then with a doubling
-//! backoff (1 s up to 60 s) while starting keeps failing. A server at either MCP revision is
-//! taken: `server/discover` first (2026-07-28), the `initialize` handshake for one that does
-//! not know it. A server's tool list changes (`notifications/tools/list_changed` in a session,
-//! or on the `subscriptions/listen` stream held open to a 2026-07-28 server) are broadcast
-//! ([`ImportedServers::changes`]), and the reloader rebuilds the catalog from the new list.
-//!
-//! A server over HTTP that needs an OAuth access token gets this host's own ([`oauth`]: client
-//! credentials, discovered from its `401`); a caller's token is never sent to it.
-//!
-//! An imported server is a native process (or a remote service), not a sandboxed component:
-//! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
-//! the server itself can reach is up to the operator.
+//! server: one imported MCP server ([`McpImport`]): its session (started when first needed,
+//! started again after it dies, with a doubling backoff while starting fails), its tools and
+//! the calls made on it, as core's [`Backend`].
 
-use super::{Backend, BackendCall, ToolHints, ToolOffer};
+use crate::watcher::{self, Watcher};
+use crate::{sign_in, talk};
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
+use rmcp::model::{GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceTemplate};
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolhost_contract::{BoxFuture, RunError, SourceHash, ToolFailure, ToolResult};
+use toolhost_core::backend::{Backend, BackendCall, ToolHints, ToolOffer};
+use toolhost_core::import::{ImportedServer, McpError};
 
-use stderr::forward_stderr;
+use crate::stderr::forward_stderr;
 use tokio::sync::broadcast;
-pub use toolhost_config::draft::{McpSpec, McpTarget};
-
-pub mod content;
-mod oauth;
-pub mod oauth_http;
-pub mod offers;
-mod servers;
-pub mod sign_in;
-mod stderr;
-mod talk;
-mod watcher;
-
-use watcher::Watcher;
-
-pub use servers::{Background, ImportedServers};
+use toolhost_config::draft::{McpSpec, McpTarget};
 
 /// The first wait after a failed start; it doubles with each further failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -55,16 +27,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// pages it spreads them over: as much as one component may describe.
 pub const MAX_LISTED_BYTES: usize = toolhost_runtime::MAX_DESCRIBED_BYTES;
 
-/// Why a server could not be used.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("MCP server `{server}` {reason}")]
-pub struct McpError {
-    pub server: String,
-    pub reason: String,
-}
-
 /// A task stopped when this is dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::AbortHandle);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -74,45 +38,45 @@ impl Drop for AbortOnDrop {
 
 /// The live connection, or when to try again.
 #[derive(Default)]
-struct Connection {
-    service: Option<Arc<RunningService<RoleClient, Watcher>>>,
+pub(crate) struct Connection {
+    pub(crate) service: Option<Arc<RunningService<RoleClient, Watcher>>>,
     /// Over 2026-07-28, the `subscriptions/listen` stream that reports tool list changes.
-    _listening: Option<AbortOnDrop>,
+    pub(crate) _listening: Option<AbortOnDrop>,
     /// Failed starts in a row.
-    failures: u32,
-    retry_at: Option<Instant>,
+    pub(crate) failures: u32,
+    pub(crate) retry_at: Option<Instant>,
     /// When the last start failed (a sign-in written after it ends the backoff).
-    failed_at: Option<std::time::SystemTime>,
-    last_error: Option<String>,
+    pub(crate) failed_at: Option<std::time::SystemTime>,
+    pub(crate) last_error: Option<String>,
 }
 
 /// One imported MCP server.
 pub struct McpImport {
-    spec: McpSpec,
-    hash: SourceHash,
+    pub(crate) spec: McpSpec,
+    pub(crate) hash: SourceHash,
     /// Where a person's sign-in left its tokens, for a server that needs one.
-    sign_in_dir: Option<std::path::PathBuf>,
-    connection: tokio::sync::Mutex<Connection>,
+    pub(crate) sign_in_dir: Option<std::path::PathBuf>,
+    pub(crate) connection: tokio::sync::Mutex<Connection>,
     /// True while a session is open (as last seen: set when one starts, cleared when one
     /// fails or is found closed).
-    up: std::sync::atomic::AtomicBool,
+    pub(crate) up: std::sync::atomic::AtomicBool,
     /// Where its `tools/list_changed` notifications go.
-    changes: broadcast::Sender<String>,
+    pub(crate) changes: broadcast::Sender<String>,
     /// True while a start in the background is under way.
-    starting: std::sync::atomic::AtomicBool,
+    pub(crate) starting: std::sync::atomic::AtomicBool,
     /// True while a reload is scheduled for the end of a failed start's backoff.
-    retry_scheduled: std::sync::atomic::AtomicBool,
+    pub(crate) retry_scheduled: std::sync::atomic::AtomicBool,
     /// Told (its description) when a start in the background ended, however it ended.
-    started: broadcast::Sender<String>,
+    pub(crate) started: broadcast::Sender<String>,
     /// Its resources' updates, as its session reports them ([`McpImport::resource_updates`]).
-    updates: broadcast::Sender<Option<String>>,
+    pub(crate) updates: broadcast::Sender<Option<String>>,
     /// The URIs it was asked to report updates of (`resources/subscribe`), at most
     /// [`offers::MAX_UPSTREAM_SUBSCRIPTIONS`].
-    subscribed: Mutex<std::collections::HashSet<String>>,
+    pub(crate) subscribed: Mutex<std::collections::HashSet<String>>,
     /// With a 2026-07-28 server, the stream that reports the subscribed URIs' updates.
-    listening: Mutex<Option<AbortOnDrop>>,
+    pub(crate) listening: Mutex<Option<AbortOnDrop>>,
     /// The calls running, each with its way back to its caller ([`talk`]).
-    routes: Arc<talk::Routes>,
+    pub(crate) routes: Arc<talk::Routes>,
 }
 
 impl std::fmt::Debug for McpImport {
@@ -147,7 +111,7 @@ impl McpImport {
         &self.spec
     }
 
-    fn error(&self, reason: impl Into<String>) -> McpError {
+    pub(crate) fn error(&self, reason: impl Into<String>) -> McpError {
         McpError {
             server: self.spec.describe(),
             reason: reason.into(),
@@ -156,7 +120,9 @@ impl McpImport {
 
     /// The running session, started now if there is none (unless a failed start is still in
     /// its backoff).
-    async fn session(&self) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
+    pub(crate) async fn session(
+        &self,
+    ) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
         let mut connection = self.connection.lock().await;
         if let Some(service) = &connection.service {
             if alive(service) {
@@ -334,7 +300,7 @@ impl McpImport {
                         .serve_with_lifecycle(transport, lifecycle)
                         .await);
                 }
-                let client = oauth::client(url, credentials).await?;
+                let client = crate::oauth::client(url, credentials).await?;
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 Ok(watcher
@@ -518,7 +484,7 @@ impl McpImport {
             }
         };
         let failed = result.is_error == Some(true);
-        let result = content::from_mcp(result);
+        let result = toolhost_core::content::from_mcp(result);
         if failed {
             return Err(RunError::Tool(ToolFailure::Failed(
                 result.text().into_owned(),
@@ -537,7 +503,10 @@ impl McpImport {
 
 /// The URL of the import `spec` describes and the folder of its tokens (`dir`), if a person
 /// signs in to it.
-fn sign_in_target<'a>(spec: &'a McpSpec, dir: Option<&'a Path>) -> Option<(&'a str, &'a Path)> {
+pub(crate) fn sign_in_target<'a>(
+    spec: &'a McpSpec,
+    dir: Option<&'a Path>,
+) -> Option<(&'a str, &'a Path)> {
     use toolhost_config::draft::McpCredential;
     match (
         &spec.target,
@@ -593,8 +562,55 @@ impl Backend for McpImport {
     }
 }
 
+#[async_trait::async_trait]
+impl ImportedServer for McpImport {
+    fn spec(&self) -> &McpSpec {
+        &self.spec
+    }
+
+    async fn tools(&self) -> Result<Vec<ToolOffer>, McpError> {
+        McpImport::tools(self).await
+    }
+
+    async fn prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        McpImport::prompts(self).await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: &serde_json::Map<String, Value>,
+    ) -> Result<GetPromptResult, String> {
+        McpImport::get_prompt(self, name, arguments).await
+    }
+
+    async fn has_resources(&self) -> bool {
+        McpImport::has_resources(self).await
+    }
+
+    async fn resources(&self) -> Result<(Vec<Resource>, bool), McpError> {
+        McpImport::resources(self).await
+    }
+
+    async fn resource_templates(&self) -> Result<Vec<ResourceTemplate>, McpError> {
+        McpImport::resource_templates(self).await
+    }
+
+    async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, String> {
+        McpImport::read_resource(self, uri).await
+    }
+
+    async fn subscribe(&self, uri: &str) -> bool {
+        McpImport::subscribe(self, uri).await
+    }
+
+    fn resource_updates(&self) -> broadcast::Receiver<Option<String>> {
+        McpImport::resource_updates(self)
+    }
+}
+
 /// True while `service`'s session runs: not cancelled, and its loop still reading (it ends
 /// when the server's process exits or its connection closes).
-fn alive(service: &RunningService<RoleClient, Watcher>) -> bool {
+pub(crate) fn alive(service: &RunningService<RoleClient, Watcher>) -> bool {
     !service.is_closed() && !service.peer().is_transport_closed()
 }

@@ -13,9 +13,7 @@ const MAX_WANTED_BYTES: usize = 1 << 10;
 
 /// The scopes of a server's `403 insufficient_scope` challenge, if `error` (or one of the
 /// errors that caused it) is one; `Some` of an empty list when the challenge names none.
-pub(in crate::backend::mcp) fn insufficient_scope(
-    error: &(dyn std::error::Error + 'static),
-) -> Option<Vec<String>> {
+pub(crate) fn insufficient_scope(error: &(dyn std::error::Error + 'static)) -> Option<Vec<String>> {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
     let mut current = Some(error);
     while let Some(error) = current {
@@ -64,7 +62,7 @@ fn bounded_scopes(scope: &str) -> Vec<String> {
 /// for the import at `url` signed in to with the tokens in `dir`: the scopes the sign-in was
 /// not granted are kept for the next `toolhost login` to ask for, once; a challenge for
 /// scopes it was granted is the server's to answer (signing in again would not help).
-pub(in crate::backend::mcp) fn step_up(dir: &Path, url: &str, required: &[String]) -> String {
+pub(crate) fn step_up(dir: &Path, url: &str, required: &[String]) -> String {
     let granted = FileStore::new(store_path(dir, url))
         .read()
         .ok()

@@ -397,15 +397,32 @@ fn checked_token(body: Vec<u8>, resource: &str) -> Result<Vec<u8>, String> {
             cut(kind.unwrap_or_default())
         ));
     }
-    let Some(given) = answer.get("expires_in").and_then(|e| e.as_u64()) else {
+    let Some(given) = answer.get("expires_in") else {
         return Ok(body);
     };
-    let held = given.clamp(*LIFETIME_SECONDS.start(), *LIFETIME_SECONDS.end());
-    if held == given {
+    let held = held_lifetime(given);
+    if given.as_u64() == Some(held) {
         return Ok(body);
     }
     answer.insert("expires_in".into(), held.into());
     serde_json::to_vec(&answer).map_err(|e| e.to_string())
+}
+
+/// A token answer's `expires_in` as a number of seconds within [`LIFETIME_SECONDS`],
+/// whatever the server wrote: an integer of any size or sign, a number with a fraction
+/// (rounded), or a number in a string (as some providers send it); anything else is the
+/// shortest lifetime, so that the token is renewed soon rather than trusted for long.
+fn held_lifetime(given: &serde_json::Value) -> u64 {
+    let (least, most) = (*LIFETIME_SECONDS.start(), *LIFETIME_SECONDS.end());
+    let seconds = match given {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(text) => text.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match seconds {
+        Some(s) if s.is_finite() => s.round().clamp(least as f64, most as f64) as u64,
+        _ => least,
+    }
 }
 
 /// `text` from a server, cut to a length an error line may quote.
@@ -467,6 +484,15 @@ mod tests {
         assert_eq!(lifetime(serde_json::json!(3600)), 3600);
         assert_eq!(lifetime(serde_json::json!(1)), 60);
         assert_eq!(lifetime(serde_json::json!(u64::MAX)), 86_400);
+        // What providers send besides a plain integer, and what a hostile one might.
+        assert_eq!(lifetime(serde_json::json!(-100)), 60);
+        assert_eq!(lifetime(serde_json::json!(1e30)), 86_400);
+        assert_eq!(lifetime(serde_json::json!(3600.0)), 3600);
+        assert_eq!(lifetime(serde_json::json!(3599.6)), 3600);
+        assert_eq!(lifetime(serde_json::json!("3599")), 3599);
+        assert_eq!(lifetime(serde_json::json!(-1e300)), 60);
+        assert_eq!(lifetime(serde_json::json!("soon")), 60);
+        assert_eq!(lifetime(serde_json::json!(null)), 60);
         let other = br#"{"access_token":"t","token_type":"DPoP","expires_in":60}"#.to_vec();
         assert!(checked_token(other, "r").is_err());
     }
