@@ -66,7 +66,7 @@ pub(crate) async fn run(
             "error": inspection.tools.as_ref().err().map(ToString::to_string),
             "ensemble": ensemble,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_text(file, &inspection, ensemble.as_deref());
     }
@@ -113,29 +113,29 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
         }
         Err(why) => format!("not loadable: {why}"),
     };
-    println!("{}: {world}", safe(&file.display().to_string()));
-    println!("blake3: {}", inspection.hash);
-    println!("imports:");
+    outln!("{}: {world}", safe(&file.display().to_string()));
+    outln!("blake3: {}", inspection.hash);
+    outln!("imports:");
     for import in &inspection.imports {
         let note = if import.provided {
             ""
         } else {
             "   <- not provided by toolhost"
         };
-        println!("  {}{note}", safe(&import.name));
+        outln!("  {}{note}", safe(&import.name));
     }
-    println!("exports:");
+    outln!("exports:");
     for export in &inspection.exports {
         let note = if used(export, inspection) {
             ""
         } else {
             "   <- no tools in it (the toolchain's own); not used"
         };
-        println!("  {}{note}", safe(export));
+        outln!("  {}{note}", safe(export));
     }
     match &inspection.tools {
         Ok(tools) => {
-            println!("tools:");
+            outln!("tools:");
             for tool in tools {
                 let name = tool.default_name.as_ref().unwrap_or(&tool.name);
                 let id = if *name == tool.name {
@@ -143,22 +143,22 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
                 } else {
                     format!(" (tool = \"{}\")", tool.name)
                 };
-                println!("  {}{}: {}", safe(name), safe(&id), safe(&tool.description));
-                println!("    arguments: {}", safe(&tool.input_schema));
+                outln!("  {}{}: {}", safe(name), safe(&id), safe(&tool.description));
+                outln!("    arguments: {}", safe(&tool.input_schema));
                 if let Some(output) = &tool.output {
-                    println!("    result: {}", safe(&output.schema));
+                    outln!("    result: {}", safe(&output.schema));
                 }
             }
         }
-        Err(error) => println!("error: {}", safe(&error.to_string())),
+        Err(error) => outln!("error: {}", safe(&error.to_string())),
     }
     print_offers(inspection);
     if let Some(ensemble) = ensemble {
-        println!(
+        outln!(
             "\nAn ensemble to start from (save it in the ensembles folder; the component's path \
              is relative to it):\n"
         );
-        print!("{}", safe(ensemble));
+        out!("{}", safe(ensemble));
     }
 }
 
@@ -166,12 +166,12 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
 fn print_offers(inspection: &Inspection) {
     let offers = &inspection.offers;
     if !offers.prompts.is_empty() {
-        println!("prompts:");
+        outln!("prompts:");
         for prompt in &offers.prompts {
             let arguments: Vec<String> = (prompt.arguments.iter())
                 .map(|a| format!("{}{}", a.name, if a.required { "" } else { "?" }))
                 .collect();
-            println!(
+            outln!(
                 "  {}({}): {}",
                 safe(&prompt.name),
                 safe(&arguments.join(", ")),
@@ -180,7 +180,7 @@ fn print_offers(inspection: &Inspection) {
         }
     }
     if !offers.resources.is_empty() || !offers.templates.is_empty() {
-        println!("resources:");
+        outln!("resources:");
         let uris = (offers.resources.iter()).map(|r| (&r.uri, &r.name, &r.mime_type));
         let templates = (offers.templates.iter()).map(|t| (&t.uri_template, &t.name, &t.mime_type));
         for (uri, name, mime) in uris.chain(templates) {
@@ -188,7 +188,7 @@ fn print_offers(inspection: &Inspection) {
                 .as_deref()
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
-            println!("  {}: {}{}", safe(uri), safe(name), safe(&mime));
+            outln!("  {}: {}{}", safe(uri), safe(name), safe(&mime));
         }
     }
 }
