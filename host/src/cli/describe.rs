@@ -1,7 +1,7 @@
 //! `toolhost describe FILE.wasm`: what a component is before anyone writes an ensemble for
 //! it: the world it is built for, its imports (and which the host does not provide), its
 //! tools with their schemas, its prompts and resources (0.3.0), and an ensemble file ready
-//! to paste.
+//! to paste (with the grant of settings, commented out, for a component that reads some).
 
 use super::settings::Settings;
 use super::terminal::safe;
@@ -251,10 +251,30 @@ fn relative_to(dir: &Path, file: &Path) -> String {
     path.display().to_string()
 }
 
+/// What a component that imports `wasi:config/store` gets in its ensemble: the ensemble's
+/// grant of settings, commented out, with placeholder keys (which keys a component reads is
+/// in its code, not in its imports).
+const SETTINGS_GRANT: &str = concat!(
+    "\n",
+    "# It reads settings through wasi:config/store: grant the ones its tools read (these keys\n",
+    "# are placeholders), and uncomment the `capabilities` line of each tool that reads them.\n",
+    "# [grants.config]\n",
+    "# api-base = \"https://api.example.org\"\n",
+    "# api-key = { env = \"API_KEY\" }   # a secret: from the host's environment, never this file\n",
+);
+/// What each tool of such a component asks for, commented out.
+const SETTINGS_ASKED: &str = "# capabilities = { config = [\"api-base\", \"api-key\"] }\n";
+
+/// Whether the component imports `wasi:config/store` (at either version the host links).
+fn reads_settings(inspection: &Inspection) -> bool {
+    (inspection.imports.iter()).any(|import| import.name.starts_with("wasi:config/store@"))
+}
+
 /// An ensemble file that offers every tool of the component, each as a flat invoker the
 /// operator can edit or delete; `None` when it offers no tools. The component is named by
 /// `component`, unpinned (a pin refuses every rebuild until it is updated), with the pin
-/// for a release in a comment.
+/// for a release in a comment; a component that reads settings gets their grant and each
+/// tool's `capabilities`, commented out.
 fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Option<String> {
     let tools = inspection.tools.as_ref().ok()?;
     let stem = file.file_stem()?.to_string_lossy().to_lowercase();
@@ -273,6 +293,10 @@ fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Optio
         quote(component),
         quote(&inspection.hash.to_string()),
     );
+    let settings = reads_settings(inspection);
+    if settings {
+        out.push_str(SETTINGS_GRANT);
+    }
     for tool in tools {
         let invoker = tool.default_name.as_ref().unwrap_or(&tool.name);
         out.push_str(&format!("\n[[invokers]]\nname = {}\n", quote(invoker)));
@@ -280,6 +304,9 @@ fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Optio
             out.push_str(&format!("tool = {}\n", quote(&tool.name)));
         }
         out.push_str(&format!("description = {}\n", quote(&tool.description)));
+        if settings {
+            out.push_str(SETTINGS_ASKED);
+        }
     }
     Some(out)
 }
