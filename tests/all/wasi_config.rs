@@ -3,7 +3,9 @@
 //! `[[invokers]]` gets the settings `[defaults] capabilities` names from the ensemble's
 //! `[grants] config` (a value, or one taken from the host's environment) and nothing else;
 //! the same component without capabilities gets none; `list --json` names a setting from the
-//! environment by its variable, never its value; `check` says where a setting is not granted.
+//! environment by its variable, never its value; `check` says where a setting is not granted;
+//! `describe` offers the grant to paste, which works as pasted; a setting's value from the
+//! environment never reaches the audit record, though the tool returns it.
 
 use crate::support::{Fixture, ok, session};
 use serde_json::{Value, json};
@@ -254,4 +256,48 @@ fn describe_offers_a_grant_of_settings_to_paste_for_a_component_that_reads_them(
     let said = String::from_utf8_lossy(&called.stdout);
     assert!(called.status.success(), "{said}");
     assert_eq!(said.trim(), "\"https://api.example.org\"");
+}
+
+/// SECURITY.md: a value a tool was given from the host's environment never reaches the audit
+/// log, though the tool returns it (the model sees it: the tool's to give) or the model sends
+/// it back in arguments; a setting written in the ensemble is no secret and stays.
+#[test]
+fn a_setting_from_the_environment_is_withheld_from_the_audit_record() {
+    let fixture = Fixture::new();
+    paste_the_described_ensemble(&fixture);
+    let secret = "k-7f3e9a-never-in-the-audit-log";
+    let env = [("API_KEY", secret)];
+    for (tool, arguments, returned) in [
+        ("setting", r#"{"key": "api-key"}"#.to_string(), secret),
+        ("granted", "{}".to_string(), secret),
+        ("setting", format!(r#"{{"key": "{secret}"}}"#), "null"),
+        (
+            "setting",
+            r#"{"key": "api-base"}"#.to_string(),
+            "api.example.org",
+        ),
+    ] {
+        let called = toolhost(&fixture, &env, &["call", tool, &arguments]);
+        let said = String::from_utf8_lossy(&called.stdout);
+        assert!(called.status.success() && said.contains(returned), "{said}");
+    }
+    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
+    assert!(!audit.contains("7f3e9a"), "{audit}");
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let summaries: Vec<&str> = (records.iter())
+        .map(|r| r["summary"].as_str().expect("a summary"))
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            "\"[redacted]\"",
+            "[\"api-base=https://api.example.org\",\"api-key=[redacted]\"]",
+            "null",
+            "\"https://api.example.org\"",
+        ]
+    );
+    assert_eq!(records[2]["arguments"], json!({"key": "[redacted]"}));
 }
