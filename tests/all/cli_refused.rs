@@ -2,7 +2,7 @@
 //! first reason (a core module instead of a component, say) before the tool is reported
 //! missing, and a catalog with no tool says so instead of listing nothing. A component that
 //! needs more of the instance pool than a call gets is refused naming the setting that
-//! raises the share, and runs once it is raised.
+//! raises the share, and runs once it is raised, from what the refused run compiled.
 
 use crate::cli::{stderr, stdout, toolhost_with_stdin};
 use crate::support::Fixture;
@@ -68,16 +68,45 @@ fn run_over(
     command.args(args).output().expect("toolhost")
 }
 
+/// The compiled file of the one component in the compile cache `dir`, and its identity on
+/// disk (a compile writes a new file, renamed into place: another inode).
+fn compiled_file(dir: &std::path::Path) -> (std::path::PathBuf, (u64, u64)) {
+    use std::os::unix::fs::MetadataExt;
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("the cache")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1, "one compiled component: {entries:?}");
+    let metadata = std::fs::metadata(&entries[0]).expect("metadata");
+    (entries[0].clone(), (metadata.dev(), metadata.ino()))
+}
+
 /// `check` refuses the fixture's ensembles for wanting more than 32 core instances (the
-/// component needs `needs`), naming the setting; with the setting raised to 48, `call TOOL
-/// ARGUMENTS` answers. Returns the call's output.
+/// component needs `needs`), naming the setting, and keeps what it compiled; a second
+/// `check` and, with the setting raised to 48, `call TOOL ARGUMENTS` answer from the compile
+/// cache without compiling again (`-v` says each compile). Returns the call's output.
 fn refused_then_run_with_the_setting(
     fixture: &Fixture,
     needs: usize,
     tool: &str,
     arguments: &str,
 ) -> String {
-    let refused = run_over(fixture, None, &["check"]);
+    // A cache of its own: what is in it was compiled by this test.
+    let cache = fixture.root().join("own-cache");
+    let run = |config: Option<&std::path::Path>, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, fixture);
+        command.env("TOOLHOST_CACHE_DIR", &cache).arg("-v");
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        command.args(args).output().expect("toolhost")
+    };
+    let compiled = |output: &std::process::Output| {
+        String::from_utf8_lossy(&output.stderr).contains("compiling ")
+    };
+    let refused = run(None, &["check"]);
     let said = String::from_utf8_lossy(&refused.stdout);
     assert_eq!(refused.status.code(), Some(1), "{said}");
     assert!(
@@ -92,6 +121,20 @@ fn refused_then_run_with_the_setting(
         said.contains("raise [host] core-instances-per-call"),
         "{said}"
     );
+    assert!(compiled(&refused), "the first check compiles it");
+    let (file, first) = compiled_file(&cache);
+
+    let again = run(None, &["check"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("it needs more of the instance pool"),
+        "refused from the cache just the same"
+    );
+    assert!(
+        !compiled(&again),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 
     let config = fixture.write_host_file(
         "host",
@@ -100,12 +143,18 @@ fn refused_then_run_with_the_setting(
             fixture.ensembles().display()
         ),
     );
-    let called = run_over(fixture, Some(&config), &["call", tool, arguments]);
+    let called = run(Some(&config), &["call", tool, arguments]);
     let out = String::from_utf8_lossy(&called.stdout).into_owned();
+    let said = String::from_utf8_lossy(&called.stderr);
+    assert!(called.status.success(), "{out}\n{said}");
     assert!(
-        called.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&called.stderr)
+        !compiled(&called),
+        "raising the share compiles nothing: {said}"
+    );
+    assert_eq!(
+        compiled_file(&cache),
+        (file, first),
+        "the file the refused check compiled is the one the call loaded"
     );
     out
 }

@@ -19,6 +19,7 @@ mod chat_bounds;
 mod chat_bounds_web;
 mod cli;
 mod cli_offers;
+mod cli_pipes;
 mod cli_refused;
 mod compile;
 mod compile_serving;

@@ -3,7 +3,8 @@
 //! `// file: PATH`) written to that file where the reader is at that point, with `toolhost`
 //! and the toolchains the test command installs on PATH and a home of its own. Every `text`
 //! block must appear in what the commands print, in order. A page whose commands or outputs
-//! drift from the tool fails here.
+//! drift from the tool fails here, and so does a settings package (`wasi:config/store`)
+//! a page has the reader copy that differs from the one the host links.
 
 use crate::mcp_list::test_tools;
 use std::path::{Path, PathBuf};
@@ -172,6 +173,47 @@ fn described(project: &Path, language: &str) {
         "{text}"
     );
     assert!(text.contains("\n# blake3 = \""), "{text}");
+    // The Python and JavaScript pages end with a component that reads settings.
+    let reads_settings = matches!(language, "python" | "js");
+    assert_eq!(
+        text.contains("\n# [grants.config]\n# api-base = "),
+        reads_settings,
+        "{language}: {text}"
+    );
+    assert_eq!(
+        text.contains(
+            "description = \"Count the words of a text.\"\n\
+             # capabilities = { config = [\"api-base\", \"api-key\"] }"
+        ),
+        reads_settings,
+        "{language}: {text}"
+    );
+}
+
+/// The `wasi:config/store` package the Python and JavaScript pages have the reader write into
+/// `wit/deps/` declares what the repository's copy, which the host links, declares (the page
+/// shortens its doc comments).
+#[test]
+fn the_settings_package_the_quick_starts_show_is_the_hosts() {
+    let declarations = |text: &str| -> String {
+        (text.lines())
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .flat_map(|line| line.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    };
+    let root = Path::new(toolhost_testkit::REPO_ROOT);
+    let hosts = std::fs::read_to_string(root.join("wit/wasi-config-0.2.0-draft/store.wit"))
+        .expect("the host's copy");
+    for language in ["python", "javascript"] {
+        let page = std::fs::read_to_string(root.join(format!("docs/quickstart/{language}.md")))
+            .expect("the page");
+        let start = page
+            .find("// file: wit/deps/wasi-config/store.wit\n")
+            .unwrap_or_else(|| panic!("{language}: the page writes no settings package"));
+        let block = &page[start..];
+        let block = &block[..block.find("```").expect("the block's end")];
+        assert_eq!(declarations(block), declarations(&hosts), "{language}");
+    }
 }
 
 #[test]

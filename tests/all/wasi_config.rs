@@ -3,7 +3,9 @@
 //! `[[invokers]]` gets the settings `[defaults] capabilities` names from the ensemble's
 //! `[grants] config` (a value, or one taken from the host's environment) and nothing else;
 //! the same component without capabilities gets none; `list --json` names a setting from the
-//! environment by its variable, never its value; `check` says where a setting is not granted.
+//! environment by its variable, never its value; `check` says where a setting is not granted;
+//! `describe` offers the grant to paste, which works as pasted; a setting's value from the
+//! environment never reaches the audit record, though the tool returns it.
 
 use crate::support::{Fixture, ok, session};
 use serde_json::{Value, json};
@@ -181,4 +183,121 @@ fn check_warns_of_grants_no_tool_asks_for_and_passes() {
         );
     }
     assert!(!said.contains("`used`, which no tool"), "{said}");
+}
+
+/// `toolhost ARGS` over the fixture's ensembles, with `env` set.
+fn toolhost(fixture: &Fixture, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, fixture);
+    command.env_remove("API_KEY");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.args(args).output().expect("toolhost runs")
+}
+
+/// The settings lines `describe` writes, commented out, for a component that reads settings.
+const GRANT_STUB: &str = "# [grants.config]\n# api-base = \"https://api.example.org\"\n\
+    # api-key = { env = \"API_KEY\" }";
+const ASKED_STUB: &str = "# capabilities = { config = [\"api-base\", \"api-key\"] }";
+
+/// Writes the ensemble `describe` suggests for the settings component, with its settings
+/// uncommented as an operator would paste them (and a timeout for a busy machine).
+fn paste_the_described_ensemble(fixture: &Fixture) {
+    let wasm = javascript_settings();
+    let wasm = wasm.to_str().expect("a UTF-8 path");
+    let output = toolhost(fixture, &[], &["describe", wasm]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let at = text.find("schema-version = 1").expect("an ensemble");
+    let uncommented: String = text[at..]
+        .lines()
+        .map(|line| {
+            let pasted = ["# [grants", "# api-", "# capabilities"]
+                .iter()
+                .any(|stub| line.starts_with(stub));
+            format!("{}\n", if pasted { &line[2..] } else { line })
+        })
+        .collect();
+    fixture.write(
+        "settings.toml",
+        &format!("{uncommented}\n[defaults]\ntimeout-ms = 20000\n"),
+    );
+}
+
+#[test]
+fn describe_offers_a_grant_of_settings_to_paste_for_a_component_that_reads_them() {
+    let fixture = Fixture::new();
+    let wasm = javascript_settings();
+    let output = toolhost(&fixture, &[], &["describe", wasm.to_str().expect("UTF-8")]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains(GRANT_STUB), "{text}");
+    assert_eq!(text.matches(ASKED_STUB).count(), 2, "one per tool: {text}");
+    // A component that reads no settings is offered none.
+    let echo = toolhost(&fixture, &[], &["describe", "echo.wasm"]);
+    let echo = String::from_utf8_lossy(&echo.stdout);
+    assert!(
+        echo.contains("[[invokers]]") && !echo.contains("grants"),
+        "{echo}"
+    );
+
+    paste_the_described_ensemble(&fixture);
+    let checked = toolhost(&fixture, &[], &["check"]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+    let called = toolhost(
+        &fixture,
+        &[],
+        &["call", "setting", r#"{"key": "api-base"}"#],
+    );
+    let said = String::from_utf8_lossy(&called.stdout);
+    assert!(called.status.success(), "{said}");
+    assert_eq!(said.trim(), "\"https://api.example.org\"");
+}
+
+/// SECURITY.md: a value a tool was given from the host's environment never reaches the audit
+/// log, though the tool returns it (the model sees it: the tool's to give) or the model sends
+/// it back in arguments; a setting written in the ensemble is no secret and stays.
+#[test]
+fn a_setting_from_the_environment_is_withheld_from_the_audit_record() {
+    let fixture = Fixture::new();
+    paste_the_described_ensemble(&fixture);
+    let secret = "k-7f3e9a-never-in-the-audit-log";
+    let env = [("API_KEY", secret)];
+    for (tool, arguments, returned) in [
+        ("setting", r#"{"key": "api-key"}"#.to_string(), secret),
+        ("granted", "{}".to_string(), secret),
+        ("setting", format!(r#"{{"key": "{secret}"}}"#), "null"),
+        (
+            "setting",
+            r#"{"key": "api-base"}"#.to_string(),
+            "api.example.org",
+        ),
+    ] {
+        let called = toolhost(&fixture, &env, &["call", tool, &arguments]);
+        let said = String::from_utf8_lossy(&called.stdout);
+        assert!(called.status.success() && said.contains(returned), "{said}");
+    }
+    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
+    assert!(!audit.contains("7f3e9a"), "{audit}");
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let summaries: Vec<&str> = (records.iter())
+        .map(|r| r["summary"].as_str().expect("a summary"))
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            "\"[redacted]\"",
+            "[\"api-base=https://api.example.org\",\"api-key=[redacted]\"]",
+            "null",
+            "\"https://api.example.org\"",
+        ]
+    );
+    assert_eq!(records[2]["arguments"], json!({"key": "[redacted]"}));
 }

@@ -2,13 +2,16 @@
 //! what happens when it cannot be written, reopening after rotation, fsync). Arguments are
 //! stored with secrets redacted ([`redact`]: by key, and secret-shaped values anywhere);
 //! results only as a size and a short, equally redacted summary; error texts redacted too.
-//! The file is the host user's alone (0600).
+//! The values a call's tool was given from the host's environment are withheld from all
+//! three ([`Withheld`]). The file is the host user's alone (0600).
 
 mod log;
 mod redact;
+mod withheld;
 
 pub use log::{AuditError, AuditHealth, AuditLog, OnAuditError};
 pub use redact::{REDACTED, redact, redact_text, secret_key};
+pub use withheld::Withheld;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -55,10 +58,10 @@ pub struct AuditRecord {
     pub summary: String,
 }
 
-/// `arguments`, redacted, or the start of them and their size when they are longer than
-/// [`MAX_ARGUMENT_BYTES`].
-pub fn record_arguments(arguments: &Value) -> (Value, Option<usize>) {
-    let redacted = redact(arguments);
+/// `arguments`, redacted and without the `withheld` values, or the start of them and their
+/// size when they are longer than [`MAX_ARGUMENT_BYTES`].
+pub fn record_arguments(arguments: &Value, withheld: &Withheld) -> (Value, Option<usize>) {
+    let redacted = redact(&withheld.value(arguments));
     // Measured without building the text: the common, small case costs no allocation.
     let bytes = json_len(&redacted);
     if bytes <= MAX_ARGUMENT_BYTES {
@@ -91,15 +94,28 @@ pub fn summarize(text: &str) -> String {
 }
 
 /// The summary of a tool's result: a JSON result is redacted like arguments are (tools echo
-/// their input more often than not), anything else is summarized as it is.
-pub fn summarize_result(text: &str) -> String {
+/// their input more often than not), anything else is summarized as it is; the `withheld`
+/// values are taken out of the whole result first, so that none is cut in two and half of it
+/// kept.
+pub fn summarize_result(text: &str, withheld: &Withheld) -> String {
     match serde_json::from_str::<Value>(text) {
-        Ok(value @ (Value::Object(_) | Value::Array(_))) => summarize(&redact(&value).to_string()),
-        // Only the start is shown: look for secrets in a little more than that.
-        _ => summarize(&redact_text(
-            &text[..text.floor_char_boundary(SUMMARY_CHARS * 8)],
-        )),
+        Ok(value @ (Value::Object(_) | Value::Array(_))) => {
+            summarize(&redact(&withheld.value(&value)).to_string())
+        }
+        _ => {
+            let text = withheld.text(text);
+            // Only the start is shown: look for secrets in a little more than that.
+            summarize(&redact_text(
+                &text[..text.floor_char_boundary(SUMMARY_CHARS * 8)],
+            ))
+        }
     }
+}
+
+/// A call's error text as its record keeps it: without the `withheld` values, redacted, and
+/// cut to [`MAX_TEXT_BYTES`].
+pub fn record_error(text: &str, withheld: &Withheld) -> String {
+    cut_text(&redact_text(&withheld.text(text)))
 }
 
 /// Now, as RFC 3339 with milliseconds.
@@ -125,24 +141,45 @@ mod tests {
 
     #[test]
     fn json_results_are_redacted_in_summaries() {
-        let summary = summarize_result(r#"{"token":"secret-value","ok":1}"#);
+        let none = Withheld::default();
+        let summary = summarize_result(r#"{"token":"secret-value","ok":1}"#, &none);
         assert!(
             !summary.contains("secret-value") && summary.contains("[redacted]"),
             "{summary}"
         );
-        assert!(!summarize_result(r#"[{"password":"pw"}]"#).contains("pw"));
-        assert_eq!(summarize_result("plain text"), "plain text");
+        assert!(!summarize_result(r#"[{"password":"pw"}]"#, &none).contains("pw"));
+        assert_eq!(summarize_result("plain text", &none), "plain text");
+    }
+
+    #[test]
+    fn withheld_values_leave_summaries_errors_and_arguments_whole_or_not_at_all() {
+        // Long enough that the summary's cut falls inside it.
+        let secret = format!("s3cr3t-{}", "x".repeat(2000));
+        let withheld = Withheld::new([secret.as_str()]);
+        for result in [
+            format!("the key is {secret}, use it"),
+            json!({"key": secret, "said": format!("key={secret}")}).to_string(),
+            json!([format!("{secret}")]).to_string(),
+        ] {
+            let summary = summarize_result(&result, &withheld);
+            assert!(!summary.contains("s3cr3t"), "{summary}");
+            assert!(summary.contains(REDACTED), "{summary}");
+        }
+        let error = record_error(&format!("failed: upstream refused {secret}"), &withheld);
+        assert_eq!(error, "failed: upstream refused [redacted]");
+        let (arguments, _) = record_arguments(&json!({"q": secret.clone()}), &withheld);
+        assert_eq!(arguments, json!({"q": "[redacted]"}));
     }
 
     #[test]
     fn long_arguments_and_texts_are_recorded_cut_with_their_size() {
         let small = json!({"q": "x", "password": "p"});
         assert_eq!(
-            record_arguments(&small),
+            record_arguments(&small, &Withheld::default()),
             (json!({"q": "x", "password": "[redacted]"}), None)
         );
         let big = json!({"password": "p", "blob": "é".repeat(100_000)});
-        let (recorded, bytes) = record_arguments(&big);
+        let (recorded, bytes) = record_arguments(&big, &Withheld::default());
         let recorded = recorded.as_str().expect("a string").to_string();
         assert!(
             recorded.starts_with(r#"{"password":"[redacted]","blob":"éé"#),

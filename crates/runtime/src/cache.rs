@@ -42,6 +42,17 @@ pub enum CacheError {
     BadKey { path: PathBuf },
 }
 
+/// What the cache holds for a component.
+pub(crate) enum Cached {
+    /// No entry, or none that may be used (it is removed): the component is compiled.
+    Missing,
+    Found(Component),
+    /// An entry of this host's own compiler that the engine refuses to load: the component
+    /// needs more of the instance pool than one call gets. Compiling it again would make the
+    /// same artifact, refused the same way.
+    Refused(wasmtime::Error),
+}
+
 pub(crate) struct ComponentCache {
     dir: PathBuf,
     /// Differs when the wasmtime version or any setting that affects code generation does.
@@ -87,15 +98,15 @@ impl ComponentCache {
     }
 
     /// The cached compilation of `hash`, if there is an entry with the right MAC.
-    pub(crate) fn get(&self, engine: &Engine, hash: &SourceHash) -> Option<Component> {
+    pub(crate) fn get(&self, engine: &Engine, hash: &SourceHash) -> Cached {
         let path = self.path(hash);
         let bytes = match read_private(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Cached::Missing,
             Err(e) => {
                 tracing::warn!(path = %path.display(), "ignoring an unreadable cache entry: {e}");
                 let _ = std::fs::remove_file(&path);
-                return None;
+                return Cached::Missing;
             }
         };
         let authentic = bytes.len() > MAC_BYTES && {
@@ -110,7 +121,7 @@ impl ComponentCache {
                 "a cache entry does not carry this host's MAC for this component; it is removed and the component compiled again"
             );
             let _ = std::fs::remove_file(&path);
-            return None;
+            return Cached::Missing;
         }
         // SAFETY: `deserialize` trusts its bytes to be native code that this wasmtime produced
         // for this engine's settings. They are: the MAC above was made with the host's key,
@@ -123,17 +134,18 @@ impl ComponentCache {
                 // Its time of last use, for pruning (the most recently used are kept).
                 let _ = std::fs::File::open(&path)
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                Some(component)
+                Cached::Found(component)
             }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), "ignoring an unusable cache entry: {e}");
-                let _ = std::fs::remove_file(&path);
-                None
-            }
+            // What this host compiled for this engine's code settings, refused by the engine
+            // now: by the pool's per-component limits, which compiling does not check. The
+            // entry is kept, so that a host started with a larger share loads it without
+            // compiling it again.
+            Err(e) => Cached::Refused(e),
         }
     }
 
-    /// Stores `artifact`, the compilation of `hash`. Failure is logged, not fatal: the cache
+    /// Stores `artifact`, the compilation of `hash` (whether or not this engine can load it:
+    /// see [`Cached::Refused`]). Failure is logged, not fatal: the cache
     /// is an optimisation.
     pub(crate) fn put(&self, hash: &SourceHash, artifact: &[u8]) {
         let mac = self.mac(hash, artifact);

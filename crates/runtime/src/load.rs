@@ -1,6 +1,8 @@
 //! Loading a component: from memory when it is already loaded, else from the authenticated
 //! disk cache, else compiled (cheap checks first, then in the bounded compile worker, at most
-//! `max-parallel-compiles` at once); then linked and described under a short deadline.
+//! `max-parallel-compiles` at once); then linked and described under a short deadline. What
+//! was compiled is cached even when the pool's share refuses it, so that raising the share
+//! does not compile it again.
 //!
 //! A component that fails (invalid, over a bound, does not link, `describe()` fails or runs
 //! past its deadline) is remembered by its hash and refused at once on every later load, so a
@@ -8,6 +10,7 @@
 //! same bytes wait for each other instead of compiling twice.
 
 use super::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
+use super::cache::Cached;
 use super::compile::{self, CompileError, CompileSettings};
 use super::instance::within_deadline;
 use super::outcome::not_a_component;
@@ -335,7 +338,7 @@ impl Runtime {
             let checked = compile::check_size(&scanned, &settings);
             let cached = match (&checked, &cache) {
                 (Ok(()), Some(cache)) => cache.get(&engine, &hash),
-                _ => None,
+                _ => Cached::Missing,
             };
             (checked, cached)
         })
@@ -343,11 +346,15 @@ impl Runtime {
         .map_err(unavailable)?;
         checked.map_err(refused)?;
         let component = match cached {
-            Some(component) => {
+            Cached::Found(component) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                 component
             }
-            None => {
+            Cached::Refused(e) => {
+                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Err(self.beyond_share(path, &e));
+            }
+            Cached::Missing => {
                 let artifact = self
                     .compile(path, Arc::clone(&bytes))
                     .await
@@ -361,9 +368,9 @@ impl Runtime {
                     // bytes), taken straight from memory or the worker's pipe, never from a
                     // file.
                     let component = unsafe { Component::deserialize(&engine, &artifact) };
-                    if component.is_ok()
-                        && let Some(cache) = &cache
-                    {
+                    // Kept even when this engine refuses it (see below): a host started with
+                    // a larger share loads it from the cache, not by compiling it again.
+                    if let Some(cache) = &cache {
                         cache.put(&hash, &artifact);
                     }
                     component
@@ -372,20 +379,26 @@ impl Runtime {
                 .map_err(unavailable)?;
                 // A fresh artifact of our own compiler fails only against the pool's
                 // per-component limits, which compiling does not check.
-                let share = self.loads.share;
-                component.map_err(|e| LoadError::Refused {
-                    path: path.to_path_buf(),
-                    reason: format!(
-                        "it needs more of the instance pool than one call gets ({} core \
-                         instances, {} memories, {} tables): {e:#}; raise [host] \
-                         core-instances-per-call, memories-per-call or tables-per-call in \
-                         toolhost.toml (read at start) to what it needs",
-                        share.core_instances, share.memories, share.tables,
-                    ),
-                })?
+                component.map_err(|e| self.beyond_share(path, &e))?
             }
         };
         Ok(component)
+    }
+
+    /// The refusal of a component the engine would not load: it needs more of the instance
+    /// pool than one call's share, and the settings that raise the share.
+    fn beyond_share(&self, path: &Path, error: &wasmtime::Error) -> LoadError {
+        let share = self.loads.share;
+        LoadError::Refused {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it needs more of the instance pool than one call gets ({} core instances, {} \
+                 memories, {} tables): {error:#}; raise [host] core-instances-per-call, \
+                 memories-per-call or tables-per-call in toolhost.toml (read at start) to what \
+                 it needs",
+                share.core_instances, share.memories, share.tables,
+            ),
+        }
     }
 
     /// `component` linked with the host's imports as the world it is built for, and its

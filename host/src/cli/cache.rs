@@ -35,16 +35,16 @@ pub(crate) async fn prune(
             "removed": pruned.removed, "freed_bytes": pruned.freed_bytes, "kept": pruned.kept,
             "pulled": blobs,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "{}: removed {} compiled component(s) ({} MiB); kept {}",
             dir.display(),
             pruned.removed,
             pruned.freed_bytes >> 20,
             pruned.kept
         );
-        println!(
+        outln!(
             "{}: removed {} pulled blob(s) ({} MiB); kept {}",
             dir.join("oci").display(),
             blobs.removed,

@@ -33,12 +33,12 @@ pub(crate) async fn run(
                 "deduplicated": outcome.deduplicated, "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
             }),
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     match &outcome.result {
         Ok(result) => {
             if !json {
-                println!("{}", safe(&result.text()));
+                outln!("{}", safe(&result.text()));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -17,8 +17,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use toolhost::agent::context;
 use toolhost::agent::{
     Agent, AgentOptions, Approval, ApprovalPolicy, ApprovalRequest, Approver, ElicitRequest,
@@ -503,7 +503,6 @@ struct Renderer {
     json: bool,
     /// The model's text left the cursor mid-line.
     mid_line: AtomicBool,
-    stdout: Mutex<std::io::Stdout>,
 }
 
 impl Renderer {
@@ -511,15 +510,14 @@ impl Renderer {
         Renderer {
             json,
             mid_line: AtomicBool::new(false),
-            stdout: Mutex::new(std::io::stdout()),
         }
     }
 
+    /// Shows `text` at once (the model's text comes a few words at a time); nobody reading
+    /// it any more ends the run, as for every command's output.
     fn out(&self, text: &str) {
-        if let Ok(mut out) = self.stdout.lock() {
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-        }
+        out!("{text}");
+        super::output::flush();
     }
 
     fn end_line(&self) {

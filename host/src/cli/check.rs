@@ -42,19 +42,19 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
             "references": super::oci::report_json(&pulls),
             "warnings": warnings,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for warning in &warnings {
-            println!("{}", safe(warning));
+            outln!("{}", safe(warning));
         }
         for diagnostic in &diagnostics {
-            println!("{}", safe(&diagnostic.to_string()));
+            outln!("{}", safe(&diagnostic.to_string()));
         }
         super::oci::print_report(&pulls);
         let enabled = catalog.tools().count();
         let loaded = catalog.ensembles().len();
         let (prompts, resources) = (catalog.prompts().len(), catalog.resource_sets().len());
-        println!(
+        outln!(
             "checked {}: {loaded} ensemble(s) loaded with {enabled} enabled tool(s), {prompts} \
              prompt(s), {resources} resource set(s); {} refused; {} error(s)",
             settings.ensembles.display(),

@@ -1,7 +1,7 @@
 //! `toolhost describe FILE.wasm`: what a component is before anyone writes an ensemble for
 //! it: the world it is built for, its imports (and which the host does not provide), its
 //! tools with their schemas, its prompts and resources (0.3.0), and an ensemble file ready
-//! to paste.
+//! to paste (with the grant of settings, commented out, for a component that reads some).
 
 use super::settings::Settings;
 use super::terminal::safe;
@@ -66,7 +66,7 @@ pub(crate) async fn run(
             "error": inspection.tools.as_ref().err().map(ToString::to_string),
             "ensemble": ensemble,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_text(file, &inspection, ensemble.as_deref());
     }
@@ -113,29 +113,29 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
         }
         Err(why) => format!("not loadable: {why}"),
     };
-    println!("{}: {world}", safe(&file.display().to_string()));
-    println!("blake3: {}", inspection.hash);
-    println!("imports:");
+    outln!("{}: {world}", safe(&file.display().to_string()));
+    outln!("blake3: {}", inspection.hash);
+    outln!("imports:");
     for import in &inspection.imports {
         let note = if import.provided {
             ""
         } else {
             "   <- not provided by toolhost"
         };
-        println!("  {}{note}", safe(&import.name));
+        outln!("  {}{note}", safe(&import.name));
     }
-    println!("exports:");
+    outln!("exports:");
     for export in &inspection.exports {
         let note = if used(export, inspection) {
             ""
         } else {
             "   <- no tools in it (the toolchain's own); not used"
         };
-        println!("  {}{note}", safe(export));
+        outln!("  {}{note}", safe(export));
     }
     match &inspection.tools {
         Ok(tools) => {
-            println!("tools:");
+            outln!("tools:");
             for tool in tools {
                 let name = tool.default_name.as_ref().unwrap_or(&tool.name);
                 let id = if *name == tool.name {
@@ -143,22 +143,22 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
                 } else {
                     format!(" (tool = \"{}\")", tool.name)
                 };
-                println!("  {}{}: {}", safe(name), safe(&id), safe(&tool.description));
-                println!("    arguments: {}", safe(&tool.input_schema));
+                outln!("  {}{}: {}", safe(name), safe(&id), safe(&tool.description));
+                outln!("    arguments: {}", safe(&tool.input_schema));
                 if let Some(output) = &tool.output {
-                    println!("    result: {}", safe(&output.schema));
+                    outln!("    result: {}", safe(&output.schema));
                 }
             }
         }
-        Err(error) => println!("error: {}", safe(&error.to_string())),
+        Err(error) => outln!("error: {}", safe(&error.to_string())),
     }
     print_offers(inspection);
     if let Some(ensemble) = ensemble {
-        println!(
+        outln!(
             "\nAn ensemble to start from (save it in the ensembles folder; the component's path \
              is relative to it):\n"
         );
-        print!("{}", safe(ensemble));
+        out!("{}", safe(ensemble));
     }
 }
 
@@ -166,12 +166,12 @@ fn print_text(file: &Path, inspection: &Inspection, ensemble: Option<&str>) {
 fn print_offers(inspection: &Inspection) {
     let offers = &inspection.offers;
     if !offers.prompts.is_empty() {
-        println!("prompts:");
+        outln!("prompts:");
         for prompt in &offers.prompts {
             let arguments: Vec<String> = (prompt.arguments.iter())
                 .map(|a| format!("{}{}", a.name, if a.required { "" } else { "?" }))
                 .collect();
-            println!(
+            outln!(
                 "  {}({}): {}",
                 safe(&prompt.name),
                 safe(&arguments.join(", ")),
@@ -180,7 +180,7 @@ fn print_offers(inspection: &Inspection) {
         }
     }
     if !offers.resources.is_empty() || !offers.templates.is_empty() {
-        println!("resources:");
+        outln!("resources:");
         let uris = (offers.resources.iter()).map(|r| (&r.uri, &r.name, &r.mime_type));
         let templates = (offers.templates.iter()).map(|t| (&t.uri_template, &t.name, &t.mime_type));
         for (uri, name, mime) in uris.chain(templates) {
@@ -188,7 +188,7 @@ fn print_offers(inspection: &Inspection) {
                 .as_deref()
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
-            println!("  {}: {}{}", safe(uri), safe(name), safe(&mime));
+            outln!("  {}: {}{}", safe(uri), safe(name), safe(&mime));
         }
     }
 }
@@ -251,10 +251,30 @@ fn relative_to(dir: &Path, file: &Path) -> String {
     path.display().to_string()
 }
 
+/// What a component that imports `wasi:config/store` gets in its ensemble: the ensemble's
+/// grant of settings, commented out, with placeholder keys (which keys a component reads is
+/// in its code, not in its imports).
+const SETTINGS_GRANT: &str = concat!(
+    "\n",
+    "# It reads settings through wasi:config/store: grant the ones its tools read (these keys\n",
+    "# are placeholders), and uncomment the `capabilities` line of each tool that reads them.\n",
+    "# [grants.config]\n",
+    "# api-base = \"https://api.example.org\"\n",
+    "# api-key = { env = \"API_KEY\" }   # a secret: from the host's environment, never this file\n",
+);
+/// What each tool of such a component asks for, commented out.
+const SETTINGS_ASKED: &str = "# capabilities = { config = [\"api-base\", \"api-key\"] }\n";
+
+/// Whether the component imports `wasi:config/store` (at either version the host links).
+fn reads_settings(inspection: &Inspection) -> bool {
+    (inspection.imports.iter()).any(|import| import.name.starts_with("wasi:config/store@"))
+}
+
 /// An ensemble file that offers every tool of the component, each as a flat invoker the
 /// operator can edit or delete; `None` when it offers no tools. The component is named by
 /// `component`, unpinned (a pin refuses every rebuild until it is updated), with the pin
-/// for a release in a comment.
+/// for a release in a comment; a component that reads settings gets their grant and each
+/// tool's `capabilities`, commented out.
 fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Option<String> {
     let tools = inspection.tools.as_ref().ok()?;
     let stem = file.file_stem()?.to_string_lossy().to_lowercase();
@@ -273,6 +293,10 @@ fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Optio
         quote(component),
         quote(&inspection.hash.to_string()),
     );
+    let settings = reads_settings(inspection);
+    if settings {
+        out.push_str(SETTINGS_GRANT);
+    }
     for tool in tools {
         let invoker = tool.default_name.as_ref().unwrap_or(&tool.name);
         out.push_str(&format!("\n[[invokers]]\nname = {}\n", quote(invoker)));
@@ -280,6 +304,9 @@ fn ensemble_text(file: &Path, component: &str, inspection: &Inspection) -> Optio
             out.push_str(&format!("tool = {}\n", quote(&tool.name)));
         }
         out.push_str(&format!("description = {}\n", quote(&tool.description)));
+        if settings {
+            out.push_str(SETTINGS_ASKED);
+        }
     }
     Some(out)
 }

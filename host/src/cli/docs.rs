@@ -42,7 +42,7 @@ pub(crate) fn run(file: &Path, wit: &Path, output: Option<&Path>) -> anyhow::Res
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&temporary);
         })?;
-    println!(
+    outln!(
         "{}: the doc comments of {} ({} bytes of package-docs)",
         target.display(),
         resolve.packages[package].name,

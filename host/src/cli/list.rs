@@ -85,7 +85,7 @@ pub(crate) async fn run(
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     let name_width = tools
@@ -100,9 +100,10 @@ pub(crate) async fn run(
         .max()
         .unwrap_or(8)
         .max(8);
-    println!(
+    outln!(
         "{:name_width$}  {:ensemble_width$}  ENABLED  COMPONENT     DESCRIPTION",
-        "TOOL", "ENSEMBLE"
+        "TOOL",
+        "ENSEMBLE"
     );
     for tool in &tools {
         let hash = tool.source_hash().to_string();
@@ -113,7 +114,7 @@ pub(crate) async fn run(
         } else {
             ""
         };
-        println!(
+        outln!(
             "{:name_width$}  {:ensemble_width$}  {:7}  {}  {}{cut}",
             tool.name(),
             tool.ensemble(),
@@ -128,7 +129,7 @@ pub(crate) async fn run(
     sources.sort();
     sources.dedup();
     for source in sources {
-        println!("from {}", safe(&source));
+        outln!("from {}", safe(&source));
     }
     print_offers(&prompts, &resources);
     Ok(ExitCode::SUCCESS)
@@ -150,9 +151,11 @@ fn print_offers(
             .max()
             .unwrap_or(6)
             .max(6);
-        println!(
+        outln!(
             "\n{:width$}  {:10}  {:24}  DESCRIPTION",
-            "PROMPT", "ENSEMBLE", "ARGUMENTS"
+            "PROMPT",
+            "ENSEMBLE",
+            "ARGUMENTS"
         );
         for prompt in prompts {
             let arguments: Vec<String> = prompt
@@ -160,7 +163,7 @@ fn print_offers(
                 .iter()
                 .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
                 .collect();
-            println!(
+            outln!(
                 "{:width$}  {:10}  {:24}  {}",
                 safe(prompt.name()),
                 prompt.ensemble(),
@@ -176,9 +179,9 @@ fn print_offers(
             .max()
             .unwrap_or(9)
             .max(9);
-        println!("\n{:width$}  {:10}  DIRECTORY", "RESOURCES", "ENSEMBLE");
+        outln!("\n{:width$}  {:10}  DIRECTORY", "RESOURCES", "ENSEMBLE");
         for set in resources {
-            println!(
+            outln!(
                 "{:width$}  {:10}  {}",
                 set.template(),
                 set.ensemble(),

@@ -79,11 +79,11 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
     let sign_in = SignIn::begin(&url, &oauth, &dir, &redirect)
         .await
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-    println!(
+    outln!(
         "Sign in to {url} for ensemble `{name}` at:\n\n  {}\n",
         sign_in.url()
     );
-    println!(
+    outln!(
         "(waiting up to {} minutes for the redirect to {redirect})",
         SIGN_IN_TIMEOUT.as_secs() / 60
     );
@@ -104,7 +104,7 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
     };
     answer(&mut browser, status, &said).await;
     finished.map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-    println!(
+    outln!(
         "Signed in: the tokens are kept in {} (readable by this user alone). A running \
          `toolhost serve` takes them at once (its watch sees them; with --no-watch, send it \
          SIGHUP).",
@@ -125,12 +125,12 @@ pub(crate) async fn logout(settings: &Settings, name: &str) -> anyhow::Result<Ex
         .await
         .context("cannot remove the tokens")?;
     match revoked {
-        sign_in::Revoked::NobodySignedIn => println!("Nobody was signed in to {url}."),
-        sign_in::Revoked::Revoked => println!(
+        sign_in::Revoked::NobodySignedIn => outln!("Nobody was signed in to {url}."),
+        sign_in::Revoked::Revoked => outln!(
             "Signed out of {url}: the sign-in is revoked at its authorization server, and its \
              tokens are gone from here."
         ),
-        sign_in::Revoked::ForgottenOnly(why) => println!(
+        sign_in::Revoked::ForgottenOnly(why) => outln!(
             "Signed out of {url}: its tokens are gone from here, but not revoked there ({why}); \
              they lapse when they expire."
         ),

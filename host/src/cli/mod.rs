@@ -7,8 +7,13 @@
 //! unusable cache directory, `chat` without a model or a key); 4 a shutdown (SIGTERM,
 //! SIGINT) had to cancel calls at its drain deadline; 128 + N a second signal N ended it at
 //! once (130 for SIGINT, 143 for SIGTERM). A first signal whose drain cancelled nothing
-//! exits 0. The table in docs/service.md says the same.
+//! exits 0. A command whose stdout is closed before it has printed everything (`| head -1`)
+//! ends quietly with 141, 128 + SIGPIPE ([`output`]). The table in docs/service.md says the
+//! same.
 
+// First: its macros are for every module below.
+#[macro_use]
+mod output;
 mod access;
 mod cache;
 mod call;
@@ -260,7 +265,18 @@ enum CacheCommand {
 
 /// Parses the command line, runs the command, and maps the outcome to an exit code.
 pub(crate) fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version (0) on stdout, a usage error (2) on stderr: as clap's own `exit`
+        // does, but a reader gone from `toolhost --help | head -1` ends as any command's.
+        Err(e) => {
+            let code = match e.print() {
+                Err(error) if output::reader_gone(&error) => output::READER_GONE,
+                _ => u8::try_from(e.exit_code()).unwrap_or(2),
+            };
+            return ExitCode::from(code);
+        }
+    };
     if let Command::CompileWorker {
         memory_mib,
         cpu_seconds,
@@ -299,6 +315,7 @@ pub(crate) fn main() -> ExitCode {
     // The work is done: tasks still running are dropped, and a thread blocked reading stdin
     // (an MCP client that keeps it open) must not keep the process alive.
     runtime.shutdown_background();
+    output::flush();
     code
 }
 

@@ -115,9 +115,9 @@ pub(crate) fn run(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
         Lang::Js => "JavaScript",
         Lang::C => "C",
     };
-    println!("wrote {} (a {language} plugin); then:", root.display());
-    println!("  cd {} && ./build.sh", root.display());
-    println!("  toolhost --ensembles ensembles call {tool} '{{\"name\": \"Ada\"}}'");
+    outln!("wrote {} (a {language} plugin); then:", root.display());
+    outln!("  cd {} && ./build.sh", root.display());
+    outln!("  toolhost --ensembles ensembles call {tool} '{{\"name\": \"Ada\"}}'");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn print_report(pulls: &[(Reference, Result<PullSummary, RegistryErro
             }
             Err(e) => format!("{reference}: cannot be resolved: {e}"),
         };
-        println!("{}", safe(&line));
+        outln!("{}", safe(&line));
     }
 }
 
@@ -93,7 +93,7 @@ pub(crate) async fn pull(
             let pulls = resolver.pulls();
             if !json {
                 for diagnostic in resolved.diagnostics() {
-                    println!("{}", safe(&diagnostic.to_string()));
+                    outln!("{}", safe(&diagnostic.to_string()));
                 }
             }
             pulls
@@ -101,10 +101,10 @@ pub(crate) async fn pull(
     };
     let failed = pulls.iter().filter(|(_, result)| result.is_err()).count();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report_json(&pulls))?);
+        outln!("{}", serde_json::to_string_pretty(&report_json(&pulls))?);
     } else {
         print_report(&pulls);
-        println!(
+        outln!(
             "{} reference(s): {} in the store, {failed} failed",
             pulls.len(),
             pulls.len() - failed
@@ -165,9 +165,9 @@ pub(crate) async fn push(
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&pushed)?);
+        outln!("{}", serde_json::to_string_pretty(&pushed)?);
     } else {
-        println!(
+        outln!(
             "pushed {} ({} bytes, component {}){}",
             pushed.reference,
             pushed.bytes,

@@ -42,14 +42,14 @@ pub(crate) async fn prompt(
             .map(|m| json!({"role": role(m.role), "content": as_mcp(&m.content)}))
             .collect();
         let report = json!({"prompt": name, "messages": messages});
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for message in &messages {
             let one = ToolResult {
                 content: vec![message.content.clone()],
                 structured: None,
             };
-            println!("[{}] {}", role(message.role), safe(&one.text()));
+            outln!("[{}] {}", role(message.role), safe(&one.text()));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -68,12 +68,12 @@ pub(crate) async fn read(settings: &Settings, uri: &str, json: bool) -> anyhow::
     if json {
         let contents: Vec<Value> = contents.iter().map(contents_json).collect();
         let report = json!({"uri": uri, "contents": contents});
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         for item in &contents {
             match &item.body {
-                Body::Text(text) => println!("{}", safe(text)),
-                Body::Blob(bytes) => println!(
+                Body::Text(text) => outln!("{}", safe(text)),
+                Body::Blob(bytes) => outln!(
                     "[{} bytes of {} at {}: --json gives them in base64]",
                     bytes.len(),
                     safe(&item.mime),

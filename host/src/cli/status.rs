@@ -164,12 +164,12 @@ pub(crate) fn publish(
 fn print_prepared(prepared: &PublishedPrepared) {
     let usage = &prepared.usage;
     if usage.max_instances == 0 {
-        println!(
+        outln!(
             "prepared instances: off ([host] max-prepared = 0, or max-concurrent-calls below 2)"
         );
         return;
     }
-    println!(
+    outln!(
         "prepared instances: {} of at most {}, {:.1} MiB of at most {} MiB; since start {} made, \
          {} used by calls, {} given up for calls, {} failed",
         usage.instances,
@@ -189,7 +189,7 @@ fn print_prepared(prepared: &PublishedPrepared) {
         let failed = (stock.failed.as_deref())
             .map(|e| format!("; not prepared: {}", safe(e)))
             .unwrap_or_default();
-        println!(
+        outln!(
             "  {} ready {} of {}{timed}{failed}",
             safe(&stock.component),
             stock.ready,
@@ -239,25 +239,27 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let status = &published.status;
     if json {
         let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit, "prepared": published.prepared, "shared": published.shared });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
             "running"
         } else {
             "not running (last status shown)"
         };
-        println!(
+        outln!(
             "host pid {} {state}; {} reload(s), last at {}",
-            published.pid, status.generation, status.reloaded_at
+            published.pid,
+            status.generation,
+            status.reloaded_at
         );
-        println!("ensembles from {}", published.ensembles_dir.display());
+        outln!("ensembles from {}", published.ensembles_dir.display());
         for ensemble in &status.ensembles {
             let components: Vec<&str> = ensemble
                 .components
                 .iter()
                 .map(|h| &h[..12.min(h.len())])
                 .collect();
-            println!(
+            outln!(
                 "  {:20} {:8} loaded {}  components {}  tools {}",
                 ensemble.name,
                 if ensemble.enabled {
@@ -270,11 +272,11 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 ensemble.tools.len()
             );
             for source in ensemble.sources.iter().filter(|s| s.starts_with("oci://")) {
-                println!("    from {}", safe(source));
+                outln!("    from {}", safe(source));
             }
         }
         for compile in &published.compiles {
-            println!(
+            outln!(
                 "compiling: {} ({:.0} s so far)",
                 compile.path.display(),
                 compile.seconds
@@ -294,7 +296,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                     super::terminal::safe(server)
                 ));
             }
-            println!(
+            outln!(
                 "loading: {} (waits for {}; its previous version, if any, serves)",
                 loading.file.display(),
                 waits.join(" and ")
@@ -302,8 +304,8 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         }
         for engine in &published.shared {
             match &engine.error {
-                None => println!("{}: answers (state shared by the fleet)", engine.engine),
-                Some(error) => println!(
+                None => outln!("{}: answers (state shared by the fleet)", engine.engine),
+                Some(error) => outln!(
                     "{}: does not answer ({}); {}",
                     engine.engine,
                     super::terminal::safe(error),
@@ -314,12 +316,12 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         if let Some(audit) = &published.audit {
             let health = &audit.health;
             match &health.error {
-                None => println!(
+                None => outln!(
                     "audit log {}: ok ({} lost)",
                     audit.path.display(),
                     health.lost
                 ),
-                Some(error) => println!(
+                Some(error) => outln!(
                     "audit log {}: cannot be written ({}); {} record(s) held, {} lost",
                     audit.path.display(),
                     super::terminal::safe(error),
@@ -328,7 +330,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
                 ),
             }
             if let Some(error) = &health.reopen_error {
-                println!(
+                outln!(
                     "audit log {}: the last reopen failed ({}); still writing to the file opened before ({} failed reopen(s))",
                     audit.path.display(),
                     super::terminal::safe(error),
@@ -341,7 +343,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         }
         let signing_in = status.refused.iter().filter(|r| r.needs_sign_in()).count();
         if signing_in > 0 {
-            println!(
+            outln!(
                 "needs sign-in: {signing_in} ensemble(s) import a server nobody has signed in \
                  to (or whose sign-in ended): `toolhost login ENSEMBLE` (their refusals follow)"
             );
@@ -352,9 +354,9 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             } else {
                 "not loaded"
             };
-            println!("refused: {} ({what})", refused.file.display());
+            outln!("refused: {} ({what})", refused.file.display());
             for error in &refused.errors {
-                println!("{}", super::terminal::safe(error));
+                outln!("{}", super::terminal::safe(error));
             }
         }
     }

@@ -23,6 +23,7 @@ mod dedup;
 mod drain;
 mod error;
 mod offers;
+mod record;
 mod session;
 pub mod watch;
 
@@ -43,7 +44,7 @@ use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolhost_audit::{self as audit, AuditLog, AuditRecord, OnAuditError};
+use toolhost_audit::{AuditLog, OnAuditError};
 use toolhost_config::DedupMode;
 use toolhost_contract::{CallerLink, ToolResult};
 use tracing::Instrument;
@@ -396,67 +397,6 @@ impl Host {
         };
         self.record(session, Some(&call.tool), Some(&call.arguments), &outcome);
         outcome
-    }
-
-    /// Counts the call in the metrics and appends its audit record.
-    fn record(
-        &self,
-        session: &Session,
-        tool: Option<&Tool>,
-        arguments: Option<&Value>,
-        outcome: &CallOutcome,
-    ) {
-        if let Some(metrics) = &self.metrics {
-            let kind = outcome.result.as_ref().err().map(|e| e.kind);
-            if let Some(caller) = session.caller()
-                && caller.identity.kind != toolhost_contract::IdentityKind::Local
-            {
-                metrics.identity_call(&caller.identity.name, kind.map_or("ok", ErrorKind::as_str));
-            }
-            metrics.call(
-                tool.map(|t| t.name.as_str()),
-                kind.map_or("ok", ErrorKind::as_str),
-                outcome.duration.as_secs_f64(),
-                outcome.deduplicated,
-                kind == Some(ErrorKind::InvalidArguments) && tool.is_some(),
-            );
-        }
-        let Some(log) = &self.audit else { return };
-        let (outcome_name, error, bytes, summary) = match &outcome.result {
-            Ok(result) => (
-                "ok".to_string(),
-                None,
-                result.bytes(),
-                audit::summarize_result(&result.text()),
-            ),
-            Err(e) => (
-                e.kind.as_str().to_string(),
-                Some(audit::cut_text(&audit::redact_text(&e.audit_message()))),
-                0,
-                String::new(),
-            ),
-        };
-        let (arguments, arguments_bytes) =
-            arguments.map_or((Value::Null, None), audit::record_arguments);
-        let record = AuditRecord {
-            time: audit::now_rfc3339(),
-            session: session.id.clone(),
-            identity: session.caller().map(|c| c.identity.clone()),
-            tool: audit::cut_text(&outcome.tool),
-            kind: None,
-            ensemble: tool.map(|t| t.ensemble.to_string()),
-            component: tool.map(|t| t.source_hash().to_string()),
-            arguments,
-            arguments_bytes,
-            outcome: outcome_name,
-            error,
-            duration_ms: outcome.duration.as_secs_f64() * 1000.0,
-            deduplicated: outcome.deduplicated,
-            result_bytes: bytes,
-            summary,
-        };
-        // A record the file refuses is held and written later; the log says so itself, once.
-        let _ = log.append(&record);
     }
 }
 

@@ -122,9 +122,10 @@ impl Host {
 
     fn audit_offer(&self, record: OfferRecord<'_>) {
         let Some(log) = self.audit_log() else { return };
-        let (arguments, arguments_bytes) = record
-            .arguments
-            .map_or((Value::Null, None), audit::record_arguments);
+        let (arguments, arguments_bytes) =
+            record.arguments.map_or((Value::Null, None), |arguments| {
+                audit::record_arguments(arguments, &audit::Withheld::default())
+            });
         let record = AuditRecord {
             time: audit::now_rfc3339(),
             session: record.session.id.clone(),
