@@ -9,6 +9,11 @@ use crate::REDACTED;
 use serde_json::Value;
 use std::borrow::Cow;
 
+/// The shortest value withheld: one of three characters or fewer guards nothing (it is
+/// guessed at once) and would blank every occurrence of common text (a `LANG` of `C`, a `TZ`
+/// of `UTC`) in every summary.
+pub const MIN_WITHHELD_BYTES: usize = 4;
+
 /// The values withheld from one call's record.
 #[derive(Debug, Default, Clone)]
 pub struct Withheld<'a> {
@@ -17,9 +22,11 @@ pub struct Withheld<'a> {
 }
 
 impl<'a> Withheld<'a> {
-    /// Withholds each of `values` (an empty one is nothing to withhold).
+    /// Withholds each of `values` of at least [`MIN_WITHHELD_BYTES`].
     pub fn new(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut values: Vec<&str> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        let mut values: Vec<&str> = (values.into_iter())
+            .filter(|v| v.len() >= MIN_WITHHELD_BYTES)
+            .collect();
         values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         values.dedup();
         Withheld { values }
@@ -78,6 +85,9 @@ mod tests {
         );
         assert!(matches!(withheld.text("nothing here"), Cow::Borrowed(_)));
         assert!(Withheld::new([""]).is_empty());
+        // A value too short to be a secret blanks nothing; a four-digit PIN is withheld.
+        assert!(Withheld::new(["C", "UTC"]).is_empty());
+        assert_eq!(Withheld::new(["4321"]).text("pin 4321"), "pin [redacted]");
     }
 
     #[test]
