@@ -240,3 +240,111 @@ fn the_modules_of_core_import_only_from_those_below_them() {
     }
     assert!(upward.is_empty(), "{}", upward.join("\n"));
 }
+
+/// The top-level modules of the crate at `src` and those each takes from (by `crate::name`
+/// anywhere in it, and `super::name` in its own top file), code only.
+fn module_edges(
+    src: &Path,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let module_of = |file: &Path| -> Option<(String, bool)> {
+        let relative = file.strip_prefix(src).ok()?;
+        let mut parts = relative.components();
+        let first = parts.next()?.as_os_str().to_str()?.to_string();
+        let rest: Vec<_> = parts.collect();
+        let top = rest.is_empty() || (rest.len() == 1 && rest[0].as_os_str() == "mod.rs");
+        let name = first.trim_end_matches(".rs").to_string();
+        (name != "lib" && name != "main").then_some((name, top))
+    };
+    let names: std::collections::BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| module_of(f))
+        .map(|(m, _)| m)
+        .collect();
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = names
+        .iter()
+        .map(|m| (m.clone(), Default::default()))
+        .collect();
+    for file in &files {
+        let Some((module, top)) = module_of(file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("read");
+        // Tests may reach anywhere: the `#[cfg(test)]` module at the end is not counted.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            let mut prefixes = vec!["crate::"];
+            if top {
+                prefixes.push("super::");
+            }
+            for prefix in prefixes {
+                for (at, _) in line.match_indices(prefix) {
+                    let rest = &line[at + prefix.len()..];
+                    // `crate::{a, b}` and `super::{a, b}` name several.
+                    let named: Vec<&str> = match rest.strip_prefix('{') {
+                        Some(list) => list
+                            .split('}')
+                            .next()
+                            .unwrap_or_default()
+                            .split(',')
+                            .collect(),
+                        None => vec![rest],
+                    };
+                    for name in named {
+                        let name = name
+                            .trim()
+                            .split(|c: char| !c.is_alphanumeric() && c != '_')
+                            .next()
+                            .unwrap_or_default();
+                        if name != module && names.contains(name) {
+                            edges
+                                .get_mut(&module)
+                                .expect("a module")
+                                .insert(name.into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// No crate has a circle of files: each crate's top-level modules import one another in one
+/// direction only, so that each reads from the bottom up.
+#[test]
+fn no_crate_has_a_circle_of_files() {
+    let mut circles = Vec::new();
+    for layer in LAYERS {
+        let edges = module_edges(&workspace().join("crates").join(layer).join("src"));
+        // A depth-first walk; a module met again on the path closes a circle.
+        fn walk(
+            module: &str,
+            edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut std::collections::BTreeSet<String>,
+            circles: &mut Vec<String>,
+        ) {
+            if let Some(at) = path.iter().position(|m| m == module) {
+                circles.push(format!("{} -> {module}", path[at..].join(" -> ")));
+                return;
+            }
+            if !done.insert(module.to_string()) {
+                return;
+            }
+            path.push(module.to_string());
+            for next in &edges[module] {
+                walk(next, edges, path, done, circles);
+            }
+            path.pop();
+        }
+        let mut done = std::collections::BTreeSet::new();
+        let mut found = Vec::new();
+        for module in edges.keys() {
+            walk(module, &edges, &mut Vec::new(), &mut done, &mut found);
+        }
+        circles.extend(found.into_iter().map(|circle| format!("{layer}: {circle}")));
+    }
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
+}

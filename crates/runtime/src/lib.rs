@@ -24,6 +24,7 @@ mod offers;
 mod outcome;
 mod prepared;
 pub mod sandbox;
+mod settings;
 mod state;
 pub mod talk;
 mod tools;
@@ -37,7 +38,7 @@ pub use compile::{
 };
 pub use engine::{PoolShare, engine_config, engine_config_with};
 pub use inspect::{Import, Inspection, World};
-pub use load::{CompileProgress, MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
+pub use load::CompileProgress;
 pub use offers::{
     MAX_OFFERED_BYTES, MAX_OFFERED_PROMPTS, MAX_OFFERED_RESOURCES, MAX_OFFERED_TEMPLATES,
     MAX_OFFERED_URI_BYTES, MAX_PROMPT_ARGUMENTS, OfferRequest, Offered, Offers, PromptArgument,
@@ -47,6 +48,7 @@ pub use outcome::LoadError;
 pub use prepared::{
     DROP_ABOVE, PREPARE_ABOVE, Preparation, PreparedLimits, PreparedUsage, Stock, StockState,
 };
+pub use tools::{MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 pub use typed::with_package_docs;
 
@@ -80,7 +82,7 @@ pub(crate) const MAX_RESOURCES_PER_CALL: usize = 1024;
 /// The most `describe()` may have wasmtime copy into the host: twice what the host keeps of a
 /// component, and the records of as many tools as it may describe.
 pub(crate) const DESCRIBE_FUEL: usize =
-    2 * load::MAX_DESCRIBED_BYTES + load::MAX_DESCRIBED_TOOLS * TOOL_SPEC_RECORD_BYTES;
+    2 * tools::MAX_DESCRIBED_BYTES + tools::MAX_DESCRIBED_TOOLS * TOOL_SPEC_RECORD_BYTES;
 /// `tool-spec` in the guest's memory: three strings of a pointer and a length each.
 const TOOL_SPEC_RECORD_BYTES: usize = 24;
 
@@ -242,7 +244,7 @@ impl Runtime {
             wasmtime_wasi_config::WasiConfig::from(&state.config)
         })
         .map_err(engine_error)?;
-        bindings::wasi_config_draft::link(&mut linker).map_err(engine_error)?;
+        settings::link(&mut linker).map_err(engine_error)?;
         Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
             state
         })

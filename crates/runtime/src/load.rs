@@ -20,6 +20,7 @@ use super::{
     typed,
 };
 use crate::sandbox::SandboxSpec;
+use crate::tools::{MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -32,11 +33,6 @@ use wasmtime::component::Component;
 const MAX_REMEMBERED_FAILURES: usize = 1024;
 /// Components loaded in the background and not yet bound by a reload, at most.
 const MAX_READY: usize = 64;
-/// The tools one component may describe, at most.
-pub const MAX_DESCRIBED_TOOLS: usize = 10_000;
-/// The bytes of names, descriptions and schemas one component may describe, at most: what the
-/// host keeps of a component for as long as it serves it.
-pub const MAX_DESCRIBED_BYTES: usize = 16 << 20;
 
 /// A compile in progress, for `status`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -30,7 +30,7 @@ pub(crate) struct CallState {
     /// What `wasi:config/store` answers (`0.2.0-rc.1`, by wasmtime-wasi-config): the settings
     /// the invoker was granted, nothing else.
     pub(crate) config: wasmtime_wasi_config::WasiConfigVariables,
-    /// The same settings, for `wasi:config/store@0.2.0-draft` (`bindings::wasi_config_draft`).
+    /// The same settings, for `wasi:config/store@0.2.0-draft` (`settings`).
     pub(crate) settings: std::collections::HashMap<String, String>,
 }
 

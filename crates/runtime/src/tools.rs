@@ -1,6 +1,12 @@
 //! What a component offers as tools: each tool's description as the host keeps it, and, for
 //! a tool with an output schema, where its structured result comes from.
 
+/// The tools one component may describe, at most.
+pub const MAX_DESCRIBED_TOOLS: usize = 10_000;
+/// The bytes of names, descriptions and schemas one component may describe, at most: what the
+/// host keeps of a component for as long as it serves it.
+pub const MAX_DESCRIBED_BYTES: usize = 16 << 20;
+
 /// One tool as a component offers it: what its `describe()` reports, or what the host made
 /// of a typed export.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! and tools' questions answered; a run started ([`super::chat_run`] streams it).
 //! docs/chat-api.md is their reference.
 
-use super::chat_run::{Resumed, start_run};
+use super::api_error::{ApiError, error};
+use super::chat_run::{Plan, Resumed, start_run};
 use super::runs::{Busy, Decision, Unanswered};
 use super::store::{Store, StoreError, Stored};
 use super::{ChatSettings, Web};
@@ -22,20 +23,6 @@ use toolhost_core::invoke::{CallPolicy, Caller};
 const MAX_MESSAGE: usize = 256 << 10;
 /// The longest title, taken from the first message.
 const TITLE_CHARS: usize = 80;
-
-/// An error answer: `{"error": message}` with its status.
-#[derive(Debug)]
-pub(super) struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
-    }
-}
-
-pub(super) fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
-    ApiError(status, message.into())
-}
 
 /// A chat request's body.
 #[derive(Debug, Deserialize)]
@@ -68,22 +55,6 @@ fn yes() -> bool {
 enum WireChoice {
     Word(String),
     Tool { tool: String },
-}
-
-/// What a run does, checked against `[chat]`.
-pub(super) struct Plan {
-    pub(super) message: String,
-    pub(super) options: AgentOptions,
-    pub(super) provider: toolhost_agent::provider::ProviderSettings,
-    pub(super) policy: CallPolicy,
-    /// Whom the run calls tools for (over `serve --http`, the guard's caller): the run's
-    /// model sees, and its calls reach, only what the caller may call.
-    pub(super) caller: Option<Caller>,
-    /// The turns the request's prompt and resources bring, before its message.
-    pub(super) turns: Conversation,
-    /// What the user event of the log says of them: the prompt's name, the resources' URIs,
-    /// and what was left out.
-    pub(super) brought: Value,
 }
 
 /// A JSON body; a bad one is a 400 naming the field by its path (`/max_iterations: ...`).

@@ -4,7 +4,6 @@
 //! `done` goes out last, once the conversation is saved.
 
 use super::Web;
-use super::api::Plan;
 use super::runs::{RunSlot, WebApprover, event_json};
 use super::sse::{self, EventStream, frame};
 use super::store::RunRecord;
@@ -16,6 +15,22 @@ use toolhost_agent::context;
 use toolhost_agent::provider::conversation::{Conversation, Message};
 use toolhost_agent::{Agent, ApprovalPolicy, Ending, Event, limits};
 use toolhost_config::draft::Role;
+
+/// What a run does, checked against `[chat]`.
+pub(super) struct Plan {
+    pub(super) message: String,
+    pub(super) options: toolhost_agent::AgentOptions,
+    pub(super) provider: toolhost_agent::provider::ProviderSettings,
+    pub(super) policy: toolhost_core::invoke::CallPolicy,
+    /// Whom the run calls tools for (over `serve --http`, the guard's caller): the run's
+    /// model sees, and its calls reach, only what the caller may call.
+    pub(super) caller: Option<toolhost_core::invoke::Caller>,
+    /// The turns the request's prompt and resources bring, before its message.
+    pub(super) turns: Conversation,
+    /// What the user event of the log says of them: the prompt's name, the resources' URIs,
+    /// and what was left out.
+    pub(super) brought: Value,
+}
 
 /// A run's log, as it is kept: text deltas joined into `text` events (in one growing
 /// string, so a model streaming in tiny pieces costs time linear in its text).

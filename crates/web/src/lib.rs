@@ -17,6 +17,7 @@
 //! page signs people in through `/auth/...` (host/src/cli/sign_in.rs) or takes a token.
 
 mod api;
+mod api_error;
 mod catalog;
 mod chat_run;
 mod offers;

@@ -4,7 +4,7 @@
 //! run starts with ([`bring`]), rendered and read as the conversation's session would.
 
 use super::Web;
-use super::api::{ApiError, error};
+use super::api_error::{ApiError, error};
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -1,31 +1,9 @@
 //! `wasi:config/store@0.2.0-draft` (`wit/wasi-config-0.2.0-draft`), which jco's components
-//! import; the same interface as the `0.2.0-rc.1` that wasmtime-wasi-config provides, answered
-//! from the same settings: those the call's invoker was granted, nothing else.
+//! import; the same interface as the `0.2.0-rc.1` that wasmtime-wasi-config provides. A call's
+//! answers are `crate::settings`'.
 
 wasmtime::component::bindgen!({
     path: "../../wit/wasi-config-0.2.0-draft",
     world: "imports",
     imports: { default: trappable },
 });
-
-use self::wasi::config::store::{Error, Host, add_to_linker};
-use crate::state::CallState;
-
-impl Host for CallState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, Error>> {
-        Ok(Ok(self.settings.get(&key).cloned()))
-    }
-
-    fn get_all(&mut self) -> wasmtime::Result<Result<Vec<(String, String)>, Error>> {
-        let mut all: Vec<(String, String)> = (self.settings.iter())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        all.sort();
-        Ok(Ok(all))
-    }
-}
-
-/// Links the interface, answered by each call's [`CallState`].
-pub(crate) fn link(linker: &mut wasmtime::component::Linker<CallState>) -> wasmtime::Result<()> {
-    add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(linker, |state| state)
-}

@@ -119,10 +119,10 @@ pub(super) fn exports(
             }
             _ => {}
         }
-        if found.len() > super::load::MAX_DESCRIBED_TOOLS {
+        if found.len() > crate::tools::MAX_DESCRIBED_TOOLS {
             return Err(format!(
                 "it exports more than {} functions, the most a component may offer as tools",
-                super::load::MAX_DESCRIBED_TOOLS
+                crate::tools::MAX_DESCRIBED_TOOLS
             ));
         }
     }
@@ -187,11 +187,11 @@ pub(super) fn exports(
                 + tool.input_schema.len()
                 + tool.output.as_ref().map_or(0, |o| o.schema.len()),
         );
-        if described > super::load::MAX_DESCRIBED_BYTES {
+        if described > crate::tools::MAX_DESCRIBED_BYTES {
             return Err(format!(
                 "its tools' names, descriptions and schemas take more than the {} MiB a \
                  component may describe",
-                super::load::MAX_DESCRIBED_BYTES >> 20
+                crate::tools::MAX_DESCRIBED_BYTES >> 20
             ));
         }
         let shape = tool.output.as_ref().map(|o| o.shape);
