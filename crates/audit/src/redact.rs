@@ -73,9 +73,11 @@ static SHAPES: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         (r"(?i)\b((?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}", "$1[redacted]"),
         // A password in a URL: scheme://user:password@host.
         (r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", "$1[redacted]@"),
-        // KEY=value or KEY: value where KEY names a secret (env files, config lines).
+        // KEY=value or KEY: value where KEY names a secret (env files, config lines); a
+        // value does not start with `:`, so that a path (`transport::auth::AuthClient`) is
+        // no key.
         (
-            r#"(?i)\b([A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&]+)"#,
+            r#"(?i)\b([A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&:][^\s,;&]*)"#,
             "$1[redacted]",
         ),
         // Well-known token formats.
@@ -180,5 +182,14 @@ mod tests {
         ] {
             assert!(redacted.contains(kept), "{kept} not in {redacted}");
         }
+    }
+
+    #[test]
+    fn a_path_through_a_module_named_auth_is_no_secret_and_auth_colon_a_value_is() {
+        let path =
+            "crashed: rmcp::transport::auth::AuthClient<reqwest::Client> error: Auth required";
+        assert_eq!(redact_text(path), path);
+        assert_eq!(redact_text("AUTH: s3cr3t-value"), "AUTH: [redacted]");
+        assert_eq!(redact_text("x_auth=abc"), "x_auth=[redacted]");
     }
 }

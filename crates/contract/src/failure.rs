@@ -30,6 +30,10 @@ pub enum RunError {
     /// An imported server that is not running, and could not be started or is in backoff.
     #[error("crashed: {message}")]
     ServerUnavailable { message: String },
+    /// An imported server that needs a person to sign in (`toolhost login`) before it
+    /// serves: no one is signed in, or its tokens were refused.
+    #[error("cannot be called: {message}")]
+    NeedsSignIn { message: String },
     #[error("{0}")]
     Tool(ToolFailure),
 }

@@ -14,12 +14,14 @@
 pub mod content;
 mod failure;
 mod identity;
+mod plain;
 pub mod talk;
 pub mod tls;
 
 pub use content::{Content, EmbeddedResource, Media, ResourceContents, ToolResult};
 pub use failure::{RunError, ToolFailure};
 pub use identity::{Identity, IdentityKind, OPERATOR_TOKEN};
+pub use plain::without_type_paths;
 pub use talk::{
     ANSWER_BYTES, Answer, AnswerRefused, AskError, CallerLink, ELICIT_SCHEMA_BYTES,
     ELICITATIONS_PER_CALL, ElicitAnswer, MESSAGE_BYTES, PROGRESS_PER_CALL, Progress, Role,

@@ -26,9 +26,11 @@
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
 //! the server itself can reach is up to the operator.
 //!
-//! Layers: `servers` over `server`, `offers` and `watcher`, over `talk`, `sign_in` and
-//! `oauth`, over `oauth_http` and `stderr`.
+//! Layers: `servers` over `connection` (a session over time: backoff, a sign-in followed),
+//! `server`, `offers` and `watcher`, over `talk`, `sign_in` and `oauth`, over `oauth_http`
+//! and `stderr`.
 
+mod connection;
 mod oauth;
 pub mod oauth_http;
 pub mod offers;
@@ -46,4 +48,10 @@ pub use toolhost_core::import::{
 };
 
 pub(crate) use server::{AbortOnDrop, alive, sign_in_target};
+
+/// A dependency's error as people and models read it: its text without the Rust type paths
+/// rmcp's transport errors carry.
+pub(crate) fn said(error: &impl std::fmt::Display) -> String {
+    toolhost_contract::without_type_paths(&error.to_string()).into_owned()
+}
 pub(crate) use watcher::Watcher;

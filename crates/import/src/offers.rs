@@ -56,7 +56,7 @@ impl McpImport {
                 let page = service
                     .list_prompts(Some(PaginatedRequestParams::default().with_cursor(cursor)))
                     .await
-                    .map_err(|e| format!("could not list its prompts: {e}"))?;
+                    .map_err(|e| format!("could not list its prompts: {}", crate::said(&e)))?;
                 prompts.extend(page.prompts);
                 if prompts.len() > MAX_PROMPTS {
                     return Err(format!(
@@ -89,7 +89,7 @@ impl McpImport {
         let answer = tokio::time::timeout(self.spec.startup_timeout, asked)
             .await
             .map_err(|_| format!("the server did not answer within {} ms", self.timeout_ms()))?
-            .map_err(|e| format!("the server failed it: {e}"))?;
+            .map_err(|e| format!("the server failed it: {}", crate::said(&e)))?;
         within(&answer.messages)?;
         Ok(answer)
     }
@@ -106,7 +106,7 @@ impl McpImport {
                 let page: rmcp::model::ListResourcesResult = service
                     .list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor)))
                     .await
-                    .map_err(|e| format!("could not list its resources: {e}"))?;
+                    .map_err(|e| format!("could not list its resources: {}", crate::said(&e)))?;
                 resources.extend(page.resources);
                 if resources.len() >= MAX_RESOURCES {
                     let cut = resources.len() > MAX_RESOURCES || page.next_cursor.is_some();
@@ -149,7 +149,7 @@ impl McpImport {
         let answer = tokio::time::timeout(self.spec.startup_timeout, asked)
             .await
             .map_err(|_| format!("the server did not answer within {} ms", self.timeout_ms()))?
-            .map_err(|e| format!("the server failed it: {e}"))?;
+            .map_err(|e| format!("the server failed it: {}", crate::said(&e)))?;
         within(&answer.contents)?;
         Ok(answer)
     }

@@ -303,8 +303,10 @@ pub(crate) fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli, logs)) {
         Ok(code) => code,
         Err(e) => {
-            // Diagnostics say `error:` themselves, each at its place.
+            // Diagnostics say `error:` themselves, each at its place; a dependency's type paths
+            // are no one's business.
             let text = format!("{e:#}");
+            let text = toolhost::contract::without_type_paths(&text);
             match text.strip_prefix('\n') {
                 Some(diagnostics) => logging::say(tracing::Level::ERROR, diagnostics.trim_end()),
                 None => logging::say(tracing::Level::ERROR, &format!("error: {text}")),
