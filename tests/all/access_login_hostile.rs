@@ -27,6 +27,8 @@ enum Wrong {
     RegisteredForOtherRedirects,
     EndlessToken,
     TokenForAnotherAudience,
+    /// A token answer whose `expires_in` is this JSON (not an integer in the usual range).
+    Lifetime(&'static str),
 }
 
 fn endless() -> Body {
@@ -198,6 +200,12 @@ async fn serve_switching(wrong: Wrong) -> Served {
                     "token_type": "Bearer",
                     "expires_in": 3600,
                 })),
+                Wrong::Lifetime(given) => json(serde_json::json!({
+                    "access_token": jwt_for(&format!("{base}/mcp")),
+                    "token_type": "Bearer",
+                    "expires_in": serde_json::from_str::<serde_json::Value>(given)
+                        .expect("JSON"),
+                })),
                 _ => json(serde_json::json!({
                     "access_token": jwt_for(&format!("{base}/mcp")),
                     "token_type": "Bearer",
@@ -297,6 +305,33 @@ async fn a_hostile_authorization_server_ends_a_sign_in_with_a_reason_and_nothing
     assert!(wrongly.is_empty(), "{}", wrongly.join("\n"));
 }
 
+/// An `expires_in` a provider sends negative, huge, with a fraction or as a string: the
+/// sign-in succeeds, the lifetime kept between a minute and a day (SECURITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokens_odd_lifetime_is_held_between_a_minute_and_a_day() {
+    for (given, held) in [
+        ("-100", 60),
+        ("1e30", 86_400),
+        ("3600.0", 3600),
+        ("\"3599\"", 3599),
+        ("null", 60),
+    ] {
+        let fixture = importing(&serve(Wrong::Lifetime(given)).await);
+        let (code, said) = login(&fixture).await;
+        assert_eq!(code, 0, "expires_in {given}: {said}");
+        let files = crate::access_login::kept_files(&fixture);
+        let tokens = (files.iter())
+            .find(|f| f.extension().is_some_and(|e| e == "json"))
+            .unwrap_or_else(|| panic!("expires_in {given}: nothing kept: {files:?}"));
+        let kept: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(tokens).expect("read")).expect("JSON");
+        assert_eq!(
+            kept["token_response"]["expires_in"], held,
+            "expires_in {given}: {kept}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_go_to_no_authorization_server_but_the_one_signed_in_at() {
     let server = serve_switching(Wrong::Nothing).await;
@@ -322,8 +357,8 @@ async fn tokens_go_to_no_authorization_server_but_the_one_signed_in_at() {
     let kept = crate::access_login::kept_files(&fixture);
     assert_eq!(
         kept.len(),
-        2,
-        "the tokens and their authorization server are kept: {kept:?}"
+        3,
+        "the tokens, their authorization server and the client registered are kept: {kept:?}"
     );
     *server.names.lock().expect("lock") = None;
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));

@@ -6,6 +6,7 @@ mod access_clients;
 mod access_import;
 mod access_login;
 mod access_login_hostile;
+mod access_login_serving;
 mod access_quota;
 mod access_sign_in;
 mod access_tokens;

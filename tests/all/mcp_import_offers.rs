@@ -46,6 +46,12 @@ async fn an_imported_servers_prompts_and_resources_are_passed_through() {
     crate::web_offers::add_offers(&inner);
     let outer = Fixture::new();
     outer.write("inner.toml", &import_ensemble(&inner, ""));
+    // `check` counts the server's prompt and the resources it passes on.
+    let mut check = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut check, &outer);
+    let checked = check.arg("check").output().expect("check");
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(said.contains("1 prompt(s), 1 resource set(s)"), "{said}");
     let updates = Updates::default();
     let client = updates
         .clone()

@@ -4,13 +4,15 @@
 //   node provider.mjs <path of oidc-provider's lib/index.js>
 //
 // Environment: RESOURCE (the resources tokens may be for, separated by spaces; the first is
-// the default), PORT (default 0: any), KID (the
+// the default), PORT (default 0: any), ACCESS_TTL (seconds an access token lasts, default
+// 600), KID (the
 // signing key's id, default k1; a provider started again with another kid has rotated its
 // key), REDIRECT (when set: a client `web` signs people in by authorization code with PKCE,
 // back to this redirect URI, through oidc-provider's own login and consent pages, where any
 // login and password will do), SIGN_IN (when set: clients register themselves, RFC 7591,
 // and sign people in through the same pages; a client that may refresh gets a refresh token,
-// and tokens can be revoked at /token/revocation). Prints `issuer <url>` once it listens. Clients (secret = id +
+// and tokens can be revoked at /token/revocation). Prints `issuer <url>` once it listens,
+// and `registered <client id>` for each client that registers itself. Clients (secret = id +
 // "-secret"): `tools` (tokens for 10 minutes), `reports` (`tools:calculate` only), `brief`
 // (tokens for 1 second), `web`, and
 // `eternal`, whose tokens are signed as any other's but expire at 2^63 s (a server must refuse
@@ -83,12 +85,16 @@ server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
             scope: 'tools:calculate tools:all',
             audience: indicator,
             accessTokenFormat: 'jwt',
-            accessTokenTTL: ctx.oidc.client?.clientId === 'brief' ? 1 : 600,
+            accessTokenTTL: ctx.oidc.client?.clientId === 'brief'
+              ? 1 : Number(process.env.ACCESS_TTL || 600),
             jwt: { sign: { alg: 'RS256' } },
           };
         },
       },
     },
+  });
+  provider.on('registration_create.success', (ctx, client) => {
+    console.log(`registered ${client.clientId}`);
   });
   server.on('request', provider.callback());
   console.log(`issuer ${issuer}`);

@@ -2,7 +2,8 @@
 //! started again after it dies, with a doubling backoff while starting fails), its tools and
 //! the calls made on it, as core's [`Backend`].
 
-use crate::watcher::{self, Watcher};
+use crate::Watcher;
+use crate::connection::Connection;
 use crate::{sign_in, talk};
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
@@ -20,9 +21,6 @@ use crate::stderr::forward_stderr;
 use tokio::sync::broadcast;
 use toolhost_config::draft::{McpSpec, McpTarget};
 
-/// The first wait after a failed start; it doubles with each further failure.
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The most bytes of tool names, descriptions and schemas taken from one server, however many
 /// pages it spreads them over: as much as one component may describe.
 pub const MAX_LISTED_BYTES: usize = toolhost_runtime::MAX_DESCRIBED_BYTES;
@@ -36,20 +34,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The live connection, or when to try again.
-#[derive(Default)]
-pub(crate) struct Connection {
-    pub(crate) service: Option<Arc<RunningService<RoleClient, Watcher>>>,
-    /// Over 2026-07-28, the `subscriptions/listen` stream that reports tool list changes.
-    pub(crate) _listening: Option<AbortOnDrop>,
-    /// Failed starts in a row.
-    pub(crate) failures: u32,
-    pub(crate) retry_at: Option<Instant>,
-    /// When the last start failed (a sign-in written after it ends the backoff).
-    pub(crate) failed_at: Option<std::time::SystemTime>,
-    pub(crate) last_error: Option<String>,
-}
-
 /// One imported MCP server.
 pub struct McpImport {
     pub(crate) spec: McpSpec,
@@ -57,6 +41,9 @@ pub struct McpImport {
     /// Where a person's sign-in left its tokens, for a server that needs one.
     pub(crate) sign_in_dir: Option<std::path::PathBuf>,
     pub(crate) connection: tokio::sync::Mutex<Connection>,
+    /// The token file of a person's sign-in as last looked at (its time and size; `None`
+    /// when absent), so that a session reads it again only when it changed.
+    pub(crate) sign_in_seen: Mutex<Option<crate::connection::FileStamp>>,
     /// True while a session is open (as last seen: set when one starts, cleared when one
     /// fails or is found closed).
     pub(crate) up: std::sync::atomic::AtomicBool,
@@ -111,81 +98,12 @@ impl McpImport {
         &self.spec
     }
 
+    /// An error of this server, for `reason` (a dependency's type paths taken out).
     pub(crate) fn error(&self, reason: impl Into<String>) -> McpError {
+        let reason: String = reason.into();
         McpError {
             server: self.spec.describe(),
-            reason: reason.into(),
-        }
-    }
-
-    /// The running session, started now if there is none (unless a failed start is still in
-    /// its backoff).
-    pub(crate) async fn session(
-        &self,
-    ) -> Result<Arc<RunningService<RoleClient, Watcher>>, McpError> {
-        let mut connection = self.connection.lock().await;
-        if let Some(service) = &connection.service {
-            if alive(service) {
-                return Ok(Arc::clone(service));
-            }
-            tracing::warn!(
-                "MCP server `{}` is gone; starting it again",
-                self.spec.describe()
-            );
-            connection.service = None;
-            self.up.store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-        if let Some(at) = connection.retry_at
-            && Instant::now() < at
-        {
-            let wait = at.saturating_duration_since(Instant::now());
-            return Err(self.error(format!(
-                "is unavailable ({}); the next try is in {} s",
-                connection
-                    .last_error
-                    .as_deref()
-                    .unwrap_or("it failed to start"),
-                wait.as_secs().max(1)
-            )));
-        }
-        match tokio::time::timeout(self.spec.startup_timeout, self.start()).await {
-            Ok(Ok((service, watcher))) => {
-                self.up.store(true, std::sync::atomic::Ordering::Relaxed);
-                // A new connection holds none of the old one's subscriptions.
-                (self
-                    .subscribed
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner))
-                .clear();
-                *self
-                    .listening
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-                let service = Arc::new(service);
-                *connection = Connection {
-                    _listening: watcher::listen_for_changes(&service, watcher),
-                    service: Some(Arc::clone(&service)),
-                    ..Connection::default()
-                };
-                Ok(service)
-            }
-            failed => {
-                let reason = match failed {
-                    Ok(Err(reason)) => reason,
-                    _ => format!(
-                        "did not start within {} ms",
-                        self.spec.startup_timeout.as_millis()
-                    ),
-                };
-                connection.failures += 1;
-                let backoff = FIRST_BACKOFF
-                    .saturating_mul(2u32.saturating_pow(connection.failures - 1))
-                    .min(MAX_BACKOFF);
-                connection.retry_at = Some(Instant::now() + backoff);
-                connection.failed_at = Some(std::time::SystemTime::now());
-                connection.last_error = Some(reason.clone());
-                Err(self.error(reason))
-            }
+            reason: toolhost_contract::without_type_paths(&reason).into_owned(),
         }
     }
 
@@ -193,7 +111,12 @@ impl McpImport {
     /// first, and the `initialize` handshake for a server that does not know it, or that
     /// answers it with only the handshake revisions (then on a new process or connection:
     /// a failed probe may leave the first one in any state).
-    async fn start(&self) -> Result<(RunningService<RoleClient, Watcher>, Watcher), String> {
+    /// For a server a person signs in to, `signed_in_as` is set to the client whose tokens
+    /// the session uses.
+    pub(crate) async fn start(
+        &self,
+        signed_in_as: &mut Option<String>,
+    ) -> Result<(RunningService<RoleClient, Watcher>, Watcher), String> {
         let watcher = Watcher {
             server: self.spec.describe(),
             changes: self.changes.clone(),
@@ -213,23 +136,30 @@ impl McpImport {
                 legacy_version: None,
             }
         };
-        let handshake =
-            |e: ClientInitializeError| format!("did not complete the MCP handshake: {e}");
-        let service = match self.connect(&watcher, auto).await? {
+        let handshake = |e: ClientInitializeError| {
+            format!("did not complete the MCP handshake: {}", crate::said(&e))
+        };
+        let service = match self.connect(&watcher, auto, signed_in_as).await? {
             Err(ClientInitializeError::NoCompatibleProtocolVersion {
                 server_supported, ..
             }) if server_supported.iter().any(ProtocolVersion::has_initialize) => {
-                let initialize = self.connect(&watcher, ClientLifecycleMode::Initialize);
+                let initialize =
+                    self.connect(&watcher, ClientLifecycleMode::Initialize, signed_in_as);
                 initialize.await?.map_err(handshake)
             }
             // A server that answers `server/discover` with something else than its result
             // (an older server that answers every method it does not know with `{}`) is
             // asked again with `initialize`; both answers are said if that fails too.
             Err(discover @ ClientInitializeError::ExpectedInitResult(_)) => {
-                let initialize = self.connect(&watcher, ClientLifecycleMode::Initialize);
-                initialize
-                    .await?
-                    .map_err(|e| format!("{} (and to server/discover: {discover})", handshake(e)))
+                let initialize =
+                    self.connect(&watcher, ClientLifecycleMode::Initialize, signed_in_as);
+                initialize.await?.map_err(|e| {
+                    format!(
+                        "{} (and to server/discover: {})",
+                        handshake(e),
+                        crate::said(&discover)
+                    )
+                })
             }
             Err(e) => match sign_in::insufficient_scope(&e) {
                 Some(required) => Err(format!(
@@ -249,6 +179,7 @@ impl McpImport {
         &self,
         watcher: &Watcher,
         lifecycle: ClientLifecycleMode,
+        signed_in_as: &mut Option<String>,
     ) -> Result<Result<RunningService<RoleClient, Watcher>, ClientInitializeError>, String> {
         match &self.spec.target {
             McpTarget::Command {
@@ -292,7 +223,8 @@ impl McpImport {
                 {
                     let dir = (self.sign_in_dir.as_deref())
                         .ok_or("needs sign-in, and this host keeps no tokens (no state folder)")?;
-                    let client = sign_in::client(url, credentials, dir).await?;
+                    let (client, client_id) = sign_in::client(url, credentials, dir).await?;
+                    *signed_in_as = Some(client_id);
                     let transport =
                         rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                     return Ok(watcher
@@ -379,6 +311,9 @@ impl McpImport {
             Ok(Ok(tools)) => tools,
             Ok(Err(too_much)) => return Err(self.error(too_much)),
             Err(e) => {
+                if let Some(why) = self.refused_sign_in(&service, &e).await {
+                    return Err(why);
+                }
                 self.forget(&service).await;
                 return Err(self.error(format!("could not list its tools: {e}")));
             }
@@ -413,9 +348,7 @@ impl McpImport {
         let service = tokio::time::timeout(timeout, self.session())
             .await
             .map_err(|_| RunError::Timeout { limit: timeout })?
-            .map_err(|e| RunError::ServerUnavailable {
-                message: e.to_string(),
-            })?;
+            .map_err(unavailable)?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Value::Object(map) = arguments {
             params = params.with_arguments(map.clone());
@@ -461,6 +394,9 @@ impl McpImport {
                 )));
             }
             Err(e) => {
+                if let Some(why) = self.refused_sign_in(&service, &e).await {
+                    return Err(unavailable(why));
+                }
                 if let Some(required) = sign_in::insufficient_scope(&e) {
                     // rmcp ends the session at a 403: the next call opens another.
                     self.forget(&service).await;
@@ -478,8 +414,9 @@ impl McpImport {
                     )));
                 }
                 return Err(crashed(format!(
-                    "MCP server `{}` failed the call: {e}",
-                    self.spec.describe()
+                    "MCP server `{}` failed the call: {}",
+                    self.spec.describe(),
+                    crate::said(&e)
                 )));
             }
         };
@@ -498,6 +435,19 @@ impl McpImport {
             });
         }
         Ok(result)
+    }
+}
+
+/// A call's error for a server that could not be used: "needs sign-in" where a person has to
+/// sign in, else a crash of the server.
+fn unavailable(error: McpError) -> RunError {
+    let message = error.to_string();
+    match error
+        .reason
+        .starts_with(toolhost_core::import::NEEDS_SIGN_IN)
+    {
+        true => RunError::NeedsSignIn { message },
+        false => RunError::ServerUnavailable { message },
     }
 }
 

@@ -3,11 +3,13 @@
 //! session or their failure's backoff, while the ensembles name them), and the broadcasts
 //! that tell the reloader a server's tools changed or its start ended.
 
-use crate::{McpImport, alive};
+use crate::McpImport;
+use crate::connection::Live;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 use tokio::sync::broadcast;
+use toolhost_core::import::NEEDS_SIGN_IN;
 use toolhost_core::import::{Background, ImportedServer, Importer, McpSpec};
 
 /// The MCP servers the catalogs of one host use, by their settings, so that a reload with
@@ -57,6 +59,7 @@ impl ImportedServers {
             hash,
             sign_in_dir: self.sign_in_dir.clone(),
             connection: tokio::sync::Mutex::default(),
+            sign_in_seen: std::sync::Mutex::default(),
             up: std::sync::atomic::AtomicBool::new(false),
             changes: self.changes.clone(),
             starting: std::sync::atomic::AtomicBool::new(false),
@@ -91,7 +94,7 @@ impl ImportedServers {
         }
         // A connection in use (a call starting the server inline): wait for that, then say
         // the start ended, as a start of our own would.
-        let Ok(connection) = server.connection.try_lock() else {
+        let Ok(mut connection) = server.connection.try_lock() else {
             if !server.starting.swap(true, Ordering::SeqCst) {
                 let waited = Arc::clone(server);
                 tokio::spawn(async move {
@@ -102,18 +105,17 @@ impl ImportedServers {
             }
             return Background::Starting;
         };
-        if (connection.service.as_ref()).is_some_and(|service| alive(service)) {
-            return Background::Running;
+        // Running as signed in; or ended now by a sign-out (said at once, with the tokens
+        // gone), or by another client's sign-in (started again below).
+        match server.live(&mut connection) {
+            Live::Running(_) => return Background::Running,
+            Live::SignedOut(why) => return Background::Failed(why),
+            Live::None => {}
         }
         // A sign-in since the failure (`toolhost login` wrote new tokens) ends its backoff.
-        let signed_in_since = connection.failed_at.is_some_and(|failed| {
-            let file = sign_in_file(&server.spec, server.sign_in_dir.as_deref());
-            let written = file.and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
-            written.is_some_and(|written| written > failed)
-        });
         if let Some(at) = connection.retry_at
             && Instant::now() < at
-            && !signed_in_since
+            && !server.signed_in_since_failure(&connection)
         {
             // Tried again when the backoff is over, by a reload of its own.
             if !server.retry_scheduled.swap(true, Ordering::SeqCst) {
@@ -124,14 +126,15 @@ impl ImportedServers {
                     let _ = waited.started.send(waited.spec.describe());
                 });
             }
-            return Background::Failed(server.error(format!(
-                "{}; the next try is in {} s",
-                connection
-                    .last_error
-                    .as_deref()
-                    .unwrap_or("failed to start"),
-                at.saturating_duration_since(Instant::now()).as_secs().max(1)
-            )));
+            let why = (connection.last_error.as_deref()).unwrap_or("failed to start");
+            // A sign-in's refusal says what to do, not when to try: trying will not help.
+            return Background::Failed(server.error(match why.starts_with(NEEDS_SIGN_IN) {
+                true => why.to_string(),
+                false => format!(
+                    "{why}; the next try is in {} s",
+                    at.saturating_duration_since(Instant::now()).as_secs().max(1)
+                ),
+            }));
         }
         drop(connection);
         if server.starting.swap(true, Ordering::SeqCst) {

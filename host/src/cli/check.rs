@@ -53,7 +53,10 @@ pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitC
         super::oci::print_report(&pulls);
         let enabled = catalog.tools().count();
         let loaded = catalog.ensembles().len();
-        let (prompts, resources) = (catalog.prompts().len(), catalog.resource_sets().len());
+        // A set of resources is an ensemble's `[[resources]]`, or what an imported server or a
+        // component passes on.
+        let resources = catalog.resource_sets().len() + catalog.passed_resources().len();
+        let prompts = catalog.prompts().len();
         outln!(
             "checked {}: {loaded} ensemble(s) loaded with {enabled} enabled tool(s), {prompts} \
              prompt(s), {resources} resource set(s); {} refused; {} error(s)",

@@ -69,9 +69,23 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
         .clone()
         .context("no folder to keep the tokens in: set XDG_STATE_HOME or HOME")?;
     let (url, oauth) = import_of(settings, name)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("cannot listen on a loopback port for the redirect")?;
+    // The port of the client an earlier sign-in registered, if it is free: that client may
+    // then sign in again (its redirect is registered with the port); else any port, and a
+    // new client.
+    let earlier = (sign_in::registered(&dir, &url))
+        .and_then(|client| url::Url::parse(&client.redirect_uri).ok()?.port());
+    let listener = match earlier {
+        Some(port) => tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .ok(),
+        None => None,
+    };
+    let listener = match listener {
+        Some(listener) => listener,
+        None => tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("cannot listen on a loopback port for the redirect")?,
+    };
     let redirect = format!(
         "http://127.0.0.1:{}/callback",
         listener.local_addr()?.port()
@@ -87,6 +101,9 @@ pub(crate) async fn login(settings: &Settings, name: &str) -> anyhow::Result<Exi
         "(waiting up to {} minutes for the redirect to {redirect})",
         SIGN_IN_TIMEOUT.as_secs() / 60
     );
+    if let Some(client) = sign_in.reused_client() {
+        outln!("(signing in with the client registered at the last sign-in, {client})");
+    }
     open_browser(sign_in.url());
     let state = url::Url::parse(sign_in.url())
         .ok()

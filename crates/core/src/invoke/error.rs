@@ -116,7 +116,9 @@ impl CallError {
             | RunError::TooManyResources { .. } => ErrorKind::ResourceLimit,
             RunError::Crashed { .. } | RunError::ServerUnavailable { .. } => ErrorKind::Crashed,
             RunError::CapabilityDenied { .. } => ErrorKind::CapabilityDenied,
-            RunError::SandboxUnavailable { .. } => ErrorKind::Unavailable,
+            RunError::SandboxUnavailable { .. } | RunError::NeedsSignIn { .. } => {
+                ErrorKind::Unavailable
+            }
             RunError::HostCapacity { .. } => ErrorKind::Busy,
             RunError::Tool(ToolFailure::InvalidArguments(_)) => ErrorKind::InvalidArguments,
             RunError::Tool(ToolFailure::Failed(_)) => ErrorKind::ToolError,

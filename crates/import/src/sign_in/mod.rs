@@ -24,7 +24,7 @@ mod store;
 
 pub use revoke::{Revoked, revoke};
 pub(crate) use step_up::{insufficient_scope, step_up};
-pub use store::{FileStore, forget, store_path};
+pub use store::{FileStore, Registered, forget, registered, store_path};
 
 use crate::oauth_http::{Guarded, Refusals};
 use rmcp::transport::auth::{
@@ -113,13 +113,53 @@ fn because(refusals: &Refusals) -> String {
         .map_or(String::new(), |why| format!(" ({why})"))
 }
 
-/// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`;
-/// "needs sign-in" when there are none or they cannot be renewed.
+/// Who is signed in to the server at `url` now, as its tokens in `dir` say: the client the
+/// sign-in was made with, or `None` when no one is (no tokens: never signed in, or signed
+/// out). A file that cannot be read is an error that says why.
+pub(crate) fn signed_in(dir: &Path, url: &str) -> Result<Option<String>, String> {
+    let stored = FileStore::new(store_path(dir, url)).read();
+    let stored =
+        stored.map_err(|e| toolhost_contract::without_type_paths(&e.to_string()).into_owned())?;
+    Ok(stored.map(|credentials| credentials.client_id))
+}
+
+/// The message of an import whose server refused its tokens (or their renewal was refused).
+pub(crate) fn refused_tokens() -> String {
+    needs_sign_in(
+        "the server asked for a sign-in again: its tokens were refused or could not be renewed",
+    )
+}
+
+/// Whether `error` is the server (or the client's renewal) asking for a sign-in: rmcp's
+/// `AuthRequired` from the transport, or an authorization error of its OAuth client.
+pub(crate) fn asks_for_sign_in(error: &rmcp::ServiceError) -> bool {
+    let text = error.to_string();
+    [
+        "Auth required",
+        "authorization required",
+        "refresh token was rejected",
+    ]
+    .iter()
+    .any(|said| text.contains(said))
+}
+
+/// The message of an import no one is signed in to any more (`toolhost logout` removed the
+/// tokens while it served).
+pub(crate) fn signed_out() -> String {
+    needs_sign_in("no one is signed in: the sign-in was ended")
+}
+
+/// The HTTP client of the import at `url`, with the tokens a person's sign-in left in `dir`
+/// (and the client they were issued to); "needs sign-in" when there are none or they cannot
+/// be renewed. Without tokens nothing is sent anywhere.
 pub(super) async fn client(
     url: &str,
     oauth: &McpOauth,
     dir: &Path,
-) -> Result<AuthClient<reqwest::Client>, String> {
+) -> Result<(AuthClient<reqwest::Client>, String), String> {
+    let Some(client_id) = signed_in(dir, url)? else {
+        return Err(needs_sign_in("no one has signed in"));
+    };
     let Found {
         mut manager,
         refusals,
@@ -169,7 +209,46 @@ pub(super) async fn client(
         .get_access_token()
         .await
         .map_err(|e| needs_sign_in(format!("{e}{}", because(&refusals))))?;
-    Ok(AuthClient::new(reqwest::Client::default(), manager))
+    Ok((
+        AuthClient::new(reqwest::Client::default(), manager),
+        client_id,
+    ))
+}
+
+/// Whether the authorization server still knows `client` (registered at an earlier sign-in):
+/// a refresh with a token that is no token, which takes nothing and tells an unknown client
+/// (`invalid_client`, RFC 6749 §5.2) from a known one (`invalid_grant`). Anything else (no
+/// answer, a refusal of the request) is taken as not known: a new client is registered.
+async fn still_registered(url: &str, client: &store::Registered) -> bool {
+    let Ok(guarded) = Guarded::new(url) else {
+        return false;
+    };
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("grant_type", "refresh_token")
+        .append_pair("refresh_token", "toolhost-asks-whether-its-client-is-known")
+        .append_pair("client_id", &client.client_id)
+        .finish();
+    let asked = http::Request::post(&client.server.token_endpoint)
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .header(http::header::ACCEPT, "application/json")
+        .body(body.into_bytes());
+    let Ok(asked) = asked else {
+        return false;
+    };
+    let Ok(answer) = in_time("asking for the registered client", async {
+        guarded.send(asked, false).await
+    })
+    .await
+    else {
+        return false;
+    };
+    let error = serde_json::from_slice::<serde_json::Value>(answer.body())
+        .ok()
+        .and_then(|body| body["error"].as_str().map(str::to_string));
+    answer.status().is_client_error() && error.is_some_and(|error| error != "invalid_client")
 }
 
 /// A sign-in under way: the URL to send the person to, and what checks and exchanges the
@@ -184,6 +263,11 @@ pub struct SignIn {
     server: store::Pinned,
     dir: PathBuf,
     resource: String,
+    redirect_uri: String,
+    /// The client registered at an earlier sign-in that this one signs in with.
+    reused: Option<String>,
+    /// Whether the client is registered by this sign-in (then kept for the next one).
+    registers: bool,
 }
 
 impl SignIn {
@@ -217,9 +301,25 @@ impl SignIn {
             true => request.with_initial_scope_selection(),
             false => request.with_scopes(scopes),
         };
+        // A client configured is used as it is; else the one an earlier sign-in registered,
+        // while the authorization server still knows it; else rmcp registers one.
+        let mut reused = None;
+        let configured = match &oauth.credential {
+            McpCredential::SignIn { metadata_url, .. } => metadata_url.is_some(),
+            _ => false,
+        };
         if let Some(id) = &oauth.client_id {
             request = request.with_preregistered_client(id.clone());
+        } else if !configured
+            && let Some(client) = store::registered(dir, url)
+            && client.redirect_uri == redirect_uri
+            && client.server == server
+            && still_registered(url, &client).await
+        {
+            request = request.with_preregistered_client(client.client_id.clone());
+            reused = Some(client.client_id);
         }
+        let registers = oauth.client_id.is_none() && !configured && reused.is_none();
         if let McpCredential::SignIn {
             client_secret,
             metadata_url,
@@ -273,12 +373,20 @@ impl SignIn {
             server,
             dir: dir.to_path_buf(),
             resource: url.to_string(),
+            redirect_uri: redirect_uri.to_string(),
+            reused,
+            registers,
         })
     }
 
     /// The authorization URL to open.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The client registered at an earlier sign-in that this one signs in with, if any.
+    pub fn reused_client(&self) -> Option<&str> {
+        self.reused.as_deref()
     }
 
     /// Checks the redirect the person came back with (`callback`, the whole URL: the state
@@ -303,6 +411,18 @@ impl SignIn {
             return Err(e);
         }
         let _ = std::fs::remove_file(&self.wanted);
+        // The client it registered, kept for the next sign-in (a failure to keep it costs
+        // only a registration then).
+        if self.registers
+            && let Ok(Some(client_id)) = signed_in(&dir, &resource)
+        {
+            let client = store::Registered {
+                client_id,
+                redirect_uri: self.redirect_uri.clone(),
+                server: self.server.clone(),
+            };
+            let _ = store::keep_registered(&dir, &resource, &client);
+        }
         Ok(())
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn wanted_path(dir: &Path, url: &str) -> PathBuf {
 /// would fall back to endpoints on the server itself) would otherwise have the refresh token
 /// sent to where it chose.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Pinned {
+pub struct Pinned {
     pub issuer: Option<String>,
     pub token_endpoint: String,
 }
@@ -216,6 +216,37 @@ pub(super) fn pinned(dir: &Path, url: &str) -> Option<Pinned> {
     serde_json::from_str(&text).ok()
 }
 
+/// The client a sign-in registered itself as (RFC 7591) at the authorization server pinned
+/// beside it, and the redirect URI it registered: kept for the next `toolhost login`, which
+/// signs in with it again (from the same loopback port) while the authorization server still
+/// knows it, instead of registering a client at every sign-in. A sign-out keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Registered {
+    pub client_id: String,
+    pub redirect_uri: String,
+    pub server: Pinned,
+}
+
+fn registered_path(dir: &Path, url: &str) -> PathBuf {
+    store_path(dir, url).with_extension("client")
+}
+
+/// The client the last sign-in to the server at `url` registered, if one was kept (read to
+/// 4 KiB).
+pub fn registered(dir: &Path, url: &str) -> Option<Registered> {
+    use std::io::Read;
+    let mut text = String::new();
+    let file = std::fs::File::open(registered_path(dir, url)).ok()?;
+    file.take(4 << 10).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Keeps `client` as the one registered for sign-ins to the server at `url`.
+pub(super) fn keep_registered(dir: &Path, url: &str, client: &Registered) -> std::io::Result<()> {
+    let text = serde_json::to_vec(client).map_err(std::io::Error::other)?;
+    write_private(&registered_path(dir, url), &text)
+}
+
 /// Makes the folder of `path` (and those above it) where missing, with mode 0700.
 fn private_folder_of(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -244,7 +275,8 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Forgets the tokens kept for the server at `url` (`toolhost logout`), and what is kept
-/// beside them: whether there were any.
+/// beside them but the client registered (a sign-out ends the sign-in, not the client):
+/// whether there were any.
 pub fn forget(dir: &Path, url: &str) -> std::io::Result<bool> {
     let _ = std::fs::remove_file(wanted_path(dir, url));
     let _ = std::fs::remove_file(store_path(dir, url).with_extension("lock"));
