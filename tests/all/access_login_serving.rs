@@ -1,9 +1,9 @@
-//! A sign-in that lasts while `serve` runs (issue #56): a `serve` running across a second
-//! `toolhost login` that registered another client follows it whole and keeps calling
-//! through the import past several expiries of its 15-second access tokens; a third login
-//! signs in with the client the second registered (nothing more registered at the
-//! provider); a `toolhost logout` makes the next call, `status`, `/readyz` and the audit
-//! record say "needs sign-in" at once, and a login again serves again.
+//! A sign-in that lasts while `serve` runs (issue #56): a second `toolhost login` signs in
+//! with the client the first registered (the provider has one registered client); a `serve`
+//! running across a third that registered another client follows it whole and keeps calling
+//! through the import past several expiries of its 15-second access tokens; a `toolhost
+//! logout` makes the next call, `status`, `/readyz` and the audit record say "needs sign-in"
+//! at once, and a login again serves again, with the client last registered.
 
 use crate::access::{Provider, free_port};
 use crate::access_login::{sign_in_as_ada, start_login, toolhost};
@@ -108,10 +108,27 @@ async fn a_second_login_and_a_logout_while_serving_are_followed_at_once() {
     assert!(during <= 4, "{during} reloads for one sign-in");
     assert_eq!(provider.registered().len(), 1);
 
-    // A second sign-in while serving that registers another client (the first one's record
-    // is gone, as when its loopback port is taken): the serve follows the new client whole,
-    // and past two expiries of the 15-second access tokens every call through it runs (it
-    // renews with the client its tokens were issued to).
+    // A second sign-in while serving signs in with the client the first registered: the
+    // provider has one registered client.
+    let said = login(&local, &provider.issuer).await;
+    assert!(
+        said.contains("signing in with the client registered at the last sign-in"),
+        "{said}"
+    );
+    assert_eq!(
+        provider.registered().len(),
+        1,
+        "{:?}",
+        provider.registered()
+    );
+    let (ran, answer) = call(&serving, 2).await;
+    assert!(ran, "{answer}");
+
+    // A third that registers another client (the first one's record is gone, as when its
+    // loopback port is taken): the serve follows the new client whole, and past two expiries
+    // of the 15-second access tokens every call through it runs (it renews with the client
+    // its tokens were issued to). toolhost holds a token's lifetime to a minute at least and
+    // rmcp renews 30 s ahead: the first renewal comes 30 s after the sign-in.
     let kept = crate::access_login::kept_files(&local);
     let registered = kept
         .iter()
@@ -121,31 +138,14 @@ async fn a_second_login_and_a_logout_while_serving_are_followed_at_once() {
     let said = login(&local, &provider.issuer).await;
     assert!(!said.contains("registered at the last sign-in"), "{said}");
     assert_eq!(provider.registered().len(), 2);
-    // (toolhost holds a token's lifetime to a minute at least, and rmcp renews 30 s ahead:
-    // the first renewal comes 30 s after the sign-in, the next ones every 30 s.)
     let started = Instant::now();
-    let mut n = 2;
+    let mut n = 3;
     while started.elapsed() < Duration::from_secs(45) {
         let (ran, answer) = call(&serving, n).await;
         assert!(ran, "after {:?}: {answer}", started.elapsed());
         n += 1;
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-
-    // A third, while serving: the client the second registered signs in again.
-    let said = login(&local, &provider.issuer).await;
-    assert!(
-        said.contains("signing in with the client registered at the last sign-in"),
-        "{said}"
-    );
-    assert_eq!(
-        provider.registered().len(),
-        2,
-        "{:?}",
-        provider.registered()
-    );
-    let (ran, answer) = call(&serving, 50).await;
-    assert!(ran, "{answer}");
 
     // `toolhost logout` while serving: the next call says so at once, and so do status and
     // /readyz; the call's audit record says it whole.
