@@ -10,7 +10,7 @@ use crate::mcp_revisions::modern_post;
 use crate::scripted::{Scripted, openai};
 use crate::web::{DEADLINE, base, chat, fixture, get, post_json};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use toolhost::agent::provider::conversation::Conversation;
@@ -21,12 +21,47 @@ pub(crate) struct PostgresServer {
     pub(crate) port: u16,
     dir: PathBuf,
     bin: PathBuf,
+    /// More `-c` settings of the server's (TLS).
+    options: String,
 }
 
 impl PostgresServer {
     /// `initdb` in a new directory under the system's temporary one (the `postgres` user
     /// must reach it: the test's own directories are the root's, 0700), then started.
     pub(crate) fn start() -> Self {
+        let server = Self::made();
+        server.restart();
+        server
+    }
+
+    /// A server that takes only TLS connections (`hostssl` alone in `pg_hba.conf`), with the
+    /// certificate and key at `cert` and `key` (copied for the `postgres` user).
+    pub(crate) fn start_with_tls(cert: &Path, key: &Path) -> Self {
+        let mut server = Self::made();
+        let (own_cert, own_key) = (server.dir.join("server.crt"), server.dir.join("server.key"));
+        std::fs::copy(cert, &own_cert).expect("copy the certificate");
+        std::fs::copy(key, &own_key).expect("copy the key");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&own_key, std::fs::Permissions::from_mode(0o600)).expect("0600");
+        server.as_postgres("chown", |c| {
+            c.args(["postgres:postgres"]).arg(&own_cert).arg(&own_key);
+        });
+        std::fs::write(
+            server.data().join("pg_hba.conf"),
+            "hostssl all all 127.0.0.1/32 trust\n",
+        )
+        .expect("pg_hba.conf");
+        server.options = format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            own_cert.display(),
+            own_key.display()
+        );
+        server.restart();
+        server
+    }
+
+    /// The data directory made (`initdb`), not started.
+    fn made() -> Self {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .ok()
             .and_then(|versions| {
@@ -44,7 +79,12 @@ impl PostgresServer {
             .port();
         let dir = std::env::temp_dir().join(format!("toolhost-pg-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("data dir");
-        let server = PostgresServer { port, dir, bin };
+        let server = PostgresServer {
+            port,
+            dir,
+            bin,
+            options: String::new(),
+        };
         server.as_postgres("chown", |c| {
             c.args(["-R", "postgres:postgres"]).arg(&server.dir);
         });
@@ -52,7 +92,6 @@ impl PostgresServer {
             c.args(["--auth=trust", "--username=toolhost", "--no-sync", "-D"])
                 .arg(server.data());
         });
-        server.restart();
         server
     }
 
@@ -83,9 +122,10 @@ impl PostgresServer {
     /// Starts it (again, on the same port, with what it had).
     pub(crate) fn restart(&self) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off{}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.options
         );
         self.as_postgres(&self.bin.join("pg_ctl").to_string_lossy(), |c| {
             c.args(["-w", "-t", "60", "-l"])
@@ -378,11 +418,11 @@ fn check_says_where_a_chat_database_url_is_wrong() {
         "{said}"
     );
     assert!(said.contains("toolhost.toml:4:12"), "{said}");
+    let (passed, said) = check("database = \"postgres://db/toolhost?sslmode=sometimes\"");
+    assert!(!passed && said.contains("sslmode `sometimes`"), "{said}");
+    assert!(said.contains("toolhost.toml:4:12"), "{said}");
     let (passed, said) = check("database = \"postgres://db/toolhost?sslmode=require\"");
-    assert!(
-        !passed && said.contains("TLS to PostgreSQL is not built in"),
-        "{said}"
-    );
+    assert!(passed, "{said}");
     let (passed, said) = check("database = \"mysql://db/toolhost\"");
     assert!(
         !passed && said.contains("is not a PostgreSQL URL"),

@@ -36,6 +36,7 @@ mod fleet_page;
 mod fleet_quotas;
 mod fleet_rounds;
 mod fleet_routes;
+mod fleet_tls;
 mod fuzzing;
 mod hostile;
 mod http_limits;

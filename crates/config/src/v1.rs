@@ -365,6 +365,18 @@ pub struct FleetSection {
     pub redis_env: Option<Spanned<EnvVarName>>,
     /// The longest a call waits on Redis before it is refused (default 500).
     pub redis_timeout_ms: Option<RedisTimeoutMs>,
+    /// For `rediss://`: the CA certificates (PEM, relative to this file) Redis's certificate
+    /// must chain to, instead of the system's roots.
+    #[schemars(with = "Option<String>")]
+    pub redis_ca_file: Option<Spanned<String>>,
+    /// For `rediss://` to a Redis that asks for a client certificate: the certificate chain
+    /// (PEM, relative to this file), with `redis-key-file`.
+    #[schemars(with = "Option<String>")]
+    pub redis_cert_file: Option<Spanned<String>>,
+    /// The private key (PEM, relative to this file) of `redis-cert-file`; its content is
+    /// never logged.
+    #[schemars(with = "Option<String>")]
+    pub redis_key_file: Option<Spanned<String>>,
     /// Where the other replicas reach this one, `http://host:port` (its `--http` address as
     /// they see it): with it, a request for a session, a task or a waiting call another
     /// replica holds is forwarded there. Needs `redis` (or `redis-env`).

@@ -38,6 +38,8 @@ pub struct Redis {
     timeout: Duration,
     /// Shown in errors instead of the URL.
     shown: String,
+    /// For `rediss://`: TLS, as the settings say.
+    tls: Option<Arc<rustls::ClientConfig>>,
     watch: Watch,
     link: Mutex<Link>,
     /// Held while a connection is made: one attempt at a time.
@@ -97,6 +99,7 @@ impl Redis {
             info: settings.url().into_connection_info().ok(),
             timeout: settings.timeout,
             shown: settings.shown(),
+            tls: settings.tls().cloned(),
             // Quotas ask it before a call runs: while it is down, calls under one are refused.
             watch: Watch::new(
                 "redis",
@@ -210,8 +213,9 @@ impl Redis {
         let mut attempt = Attempt {
             redis: self,
             why: Some(format!(
-                "Redis at {} did not finish a connection's handshake",
-                self.shown
+                "Redis at {} did not finish a connection's handshake within {} ms",
+                self.shown,
+                self.timeout.as_millis()
             )),
         };
         match self.connect().await {
@@ -238,9 +242,7 @@ impl Redis {
             return Err(cannot(&"the URL makes no client"));
         };
         // No timeout of the crate's: each request is bounded by the host's.
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(None);
+        let config = config_of();
         let number = self.made.fetch_add(1, Ordering::Relaxed);
         let (connection, refused) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
@@ -259,7 +261,25 @@ impl Redis {
                     .map_err(|e| cannot(&io_reason(&e)))?;
                 self.handshake(info, socket, config, number).await
             }
-            ConnectionAddr::TcpTls { .. } => Err("rediss:// (TLS) is not built in".to_string()),
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let Some(tls) = &self.tls else {
+                    return Err(cannot(&"its URL asks for TLS and none is set up"));
+                };
+                let socket = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| cannot(&io_reason(&e)))?;
+                let _ = socket.set_nodelay(true);
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| {
+                    cannot(&format!("`{host}` is no name to check a certificate for"))
+                })?;
+                // The handshake is bounded by the request's own timeout, as every wait here.
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
+                let stream = connector
+                    .connect(name, socket)
+                    .await
+                    .map_err(|e| cannot(&tls_reason(&e)))?;
+                self.handshake(info, stream, config, number).await
+            }
             _ => Err("the URL names a kind of address toolhost does not reach".to_string()),
         }
         .map_err(|why| cannot(&why))?;
@@ -358,6 +378,33 @@ impl Redis {
     pub(crate) fn health(&self) -> EngineHealth {
         self.watch.health()
     }
+}
+
+/// The crate's settings for a connection: no timeout of its own (each request is bounded by
+/// the host's).
+fn config_of() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+}
+
+/// Why a TLS handshake failed, said plainly (a certificate that does not verify, a server
+/// that is no TLS server).
+fn tls_reason(error: &std::io::Error) -> String {
+    let said = match error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(why)) => {
+            format!("its TLS certificate is refused ({why:?})")
+        }
+        Some(other) => format!("TLS failed: {other}"),
+        None if error.kind() == std::io::ErrorKind::InvalidData => {
+            "TLS failed: it does not answer as a TLS server".to_string()
+        }
+        None => format!("TLS failed: {}", io_reason(error)),
+    };
+    toolhost_contract::cut(&said, 200, |_| "...".into()).into_owned()
 }
 
 /// This host's wall clock, in milliseconds since 1970.

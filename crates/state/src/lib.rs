@@ -26,6 +26,8 @@ pub mod engine;
 pub mod postgres;
 pub mod quota;
 pub mod routes;
+mod sslmode;
+pub mod tls;
 pub mod watch;
 
 pub use postgres::PostgresSettings;
@@ -89,6 +91,8 @@ pub struct RedisSettings {
     url: String,
     /// The longest one step on the call path waits for Redis.
     pub timeout: Duration,
+    /// For `rediss://`: how the server is checked, and this host's certificate if it has one.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A Redis URL that cannot be used, and why.
@@ -97,12 +101,15 @@ pub struct RedisSettings {
 pub struct InvalidUrl(String);
 
 impl RedisSettings {
-    /// `url` checked: `redis://[user[:password]@]host[:port][/db]` or `redis+unix:///path`.
+    /// `url` checked: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS, the
+    /// server checked against the system's roots until [`Self::with_tls`] names others) or
+    /// `redis+unix:///path`.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, InvalidUrl> {
-        if url.starts_with("rediss://") {
+        let tls = url.starts_with("rediss://");
+        if tls && url.contains('#') {
             return Err(InvalidUrl(
-                "rediss:// (Redis over TLS) is not built in: reach Redis over a private \
-                 network or a TLS sidecar with redis://"
+                "a rediss:// URL with a fragment (`#insecure` turns the server's check off): \
+                 leave it out; name the CA its certificate chains to with `redis-ca-file`"
                     .into(),
             ));
         }
@@ -113,10 +120,34 @@ impl RedisSettings {
                 e.category()
             ))
         })?;
+        let tls = match tls {
+            true => Some(
+                tls::client_config(&tls::TlsFiles::default(), tls::Verify::Full)
+                    .map_err(InvalidUrl)?,
+            ),
+            false => None,
+        };
         Ok(RedisSettings {
             url: url.to_string(),
             timeout,
+            tls,
         })
+    }
+
+    /// The same Redis, its server checked against `files`' CA (else the system's roots) and
+    /// this host presenting `files`' certificate, if any: only for a `rediss://` URL.
+    pub fn with_tls(mut self, files: &tls::TlsFiles) -> Result<Self, InvalidUrl> {
+        if self.tls.is_none() {
+            return Err(InvalidUrl(
+                "TLS files are for a rediss:// URL; this one is reached in plain text".into(),
+            ));
+        }
+        self.tls = Some(tls::client_config(files, tls::Verify::Full).map_err(InvalidUrl)?);
+        Ok(self)
+    }
+
+    pub(crate) fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref()
     }
 
     /// The URL with any password replaced by `***`, as logs and `status` show it.
@@ -134,6 +165,7 @@ impl std::fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("url", &self.shown())
             .field("timeout", &self.timeout)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -338,6 +370,8 @@ mod tests {
             .to_string();
         assert!(!error.contains("hunter2"), "{error}");
         assert!(error.contains("redis://host:port/db"), "{error}");
-        assert!(RedisSettings::new("rediss://x/", DEFAULT_REDIS_TIMEOUT).is_err());
+        assert!(RedisSettings::new("rediss://x/#insecure", DEFAULT_REDIS_TIMEOUT).is_err());
+        let plain = RedisSettings::new("redis://x/", DEFAULT_REDIS_TIMEOUT).expect("plain");
+        assert!(plain.with_tls(&tls::TlsFiles::default()).is_err());
     }
 }

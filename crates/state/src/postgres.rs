@@ -35,12 +35,13 @@ pub struct PostgresSettings {
     /// As written (it may carry a password: never logged, see [`Self::shown`]).
     url: String,
     config: tokio_postgres::Config,
+    /// How a connection is made secure (libpq's `sslmode`), when it is.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl PostgresSettings {
     /// `url` checked: `postgres://[user[:password]@]host[:port]/database[?options]` (or
-    /// `postgresql://`). TLS is not built in: `sslmode=require` (or stricter) is refused
-    /// rather than quietly not met.
+    /// `postgresql://`), TLS as libpq's `sslmode` and its files say ([`crate::sslmode`]).
     pub fn new(url: &str) -> Result<Self, InvalidUrl> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(InvalidUrl(format!(
@@ -48,23 +49,15 @@ impl PostgresSettings {
                 shown(url)
             )));
         }
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+        let (without_tls, tls) = crate::sslmode::split(url)?;
+        let mut config: tokio_postgres::Config = without_tls.parse().map_err(|e| {
             InvalidUrl(format!(
                 "`{}` is not a PostgreSQL URL ({}): write postgres://user@host:port/database",
                 shown(url),
                 without_secrets(&e)
             ))
         })?;
-        if matches!(
-            config.get_ssl_mode(),
-            tokio_postgres::config::SslMode::Require
-        ) {
-            return Err(InvalidUrl(
-                "sslmode=require: TLS to PostgreSQL is not built in; reach it over a private \
-                 network or a TLS sidecar, and leave sslmode out"
-                    .into(),
-            ));
-        }
+        config.ssl_mode(tls.mode);
         if config.get_dbname().is_none() {
             return Err(InvalidUrl(format!(
                 "`{}` names no database: write postgres://user@host:port/database",
@@ -84,6 +77,7 @@ impl PostgresSettings {
         Ok(PostgresSettings {
             url: url.to_string(),
             config,
+            tls: tls.config,
         })
     }
 
@@ -115,13 +109,17 @@ pub struct Postgres {
 
 impl Postgres {
     pub(crate) fn new(settings: &PostgresSettings) -> Result<Arc<Self>, InvalidUrl> {
-        let manager = Manager::from_config(
-            settings.config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = || ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &settings.tls {
+            Some(tls) => Manager::from_config(
+                settings.config.clone(),
+                tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone()),
+                manager_config(),
+            ),
+            None => Manager::from_config(settings.config.clone(), NoTls, manager_config()),
+        };
         let pool = Pool::builder(manager)
             .max_size(MAX_CONNECTIONS)
             .runtime(Runtime::Tokio1)
@@ -301,7 +299,13 @@ pub fn without_secrets(error: &Error) -> String {
     let text = match error.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => {
-            let text = error.to_string();
+            // With its causes (a TLS handshake's says why the certificate was refused).
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
             // The driver's messages do not carry the URL; a source that did is cut at it.
             text.split("postgres")
                 .next()
@@ -338,10 +342,7 @@ mod tests {
         assert!(!crate::has_password("postgres://chat@db/toolhost"));
         for (url, says) in [
             ("mysql://db/x", "not a PostgreSQL URL"),
-            (
-                "postgres://db/x?sslmode=require",
-                "TLS to PostgreSQL is not built in",
-            ),
+            ("postgres://db/x?sslmode=sometimes", "sslmode `sometimes`"),
             ("postgres://a:b@db:notaport/x", "not a PostgreSQL URL"),
             ("postgres://db", "names no database"),
         ] {

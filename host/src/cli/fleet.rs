@@ -30,6 +30,26 @@ pub(super) fn check_fleet(
     .read(source, env, &mut unset, &mut errors, |url| {
         RedisSettings::new(url, timeout).map_err(|e| e.to_string())
     });
+    let redis = match (redis, redis_tls(fleet, source, &mut errors)) {
+        (Some(redis), Some((files, span))) => match redis.with_tls(&files) {
+            Ok(redis) => Some(redis),
+            Err(e) => {
+                errors.push(Diagnostic::new(source.at(span), e.to_string()));
+                None
+            }
+        },
+        (redis, None) => redis,
+        (None, Some((_, span))) => {
+            if fleet.redis.is_none() && fleet.redis_env.is_none() {
+                errors.push(Diagnostic::new(
+                    source.at(span),
+                    "the Redis TLS files need a Redis (`redis` or `redis-env`, rediss://)"
+                        .to_string(),
+                ));
+            }
+            None
+        }
+    };
     // A `database` is a SQLite file unless it is a URL.
     let postgres = Url {
         engine: "PostgreSQL",
@@ -93,6 +113,56 @@ pub(super) fn check_fleet(
         postgres,
         advertise,
     })
+}
+
+/// The TLS files `[fleet]` names for Redis (`redis-ca-file`, `redis-cert-file` with
+/// `redis-key-file`), read (64 KiB each at most, relative to `toolhost.toml`), and where the
+/// first is named; `None` when none is, or a mistake was pushed on `errors`.
+fn redis_tls(
+    fleet: &FleetSection,
+    source: &SourceFile,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<(toolhost::state::tls::TlsFiles, std::ops::Range<usize>)> {
+    let base = source.path.parent().unwrap_or(std::path::Path::new("."));
+    let mut failed = false;
+    let mut read = |named: Option<&toml::Spanned<String>>, what: &str| -> Option<Vec<u8>> {
+        let named = named?;
+        let path = base.join(named.get_ref());
+        match toolhost::config::read_limited(&path, 64 << 10) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                errors.push(Diagnostic::new(
+                    source.at(named.span()),
+                    format!("cannot read the {what} {}: {e}", path.display()),
+                ));
+                failed = true;
+                None
+            }
+        }
+    };
+    let ca = read(fleet.redis_ca_file.as_ref(), "CA file");
+    let cert = read(fleet.redis_cert_file.as_ref(), "client certificate");
+    let key = read(fleet.redis_key_file.as_ref(), "client key");
+    let named = [
+        &fleet.redis_ca_file,
+        &fleet.redis_cert_file,
+        &fleet.redis_key_file,
+    ];
+    let span = named.iter().find_map(|n| n.as_ref().map(|n| n.span()))?;
+    let one_without_other = match (&fleet.redis_cert_file, &fleet.redis_key_file) {
+        (Some(cert), None) => Some((cert.span(), "`redis-cert-file` needs `redis-key-file`")),
+        (None, Some(key)) => Some((key.span(), "`redis-key-file` needs `redis-cert-file`")),
+        _ => None,
+    };
+    if let Some((at, problem)) = one_without_other {
+        errors.push(Diagnostic::new(source.at(at), problem.to_string()));
+        failed = true;
+    }
+    if failed {
+        return None;
+    }
+    let client = cert.zip(key);
+    Some((toolhost::state::tls::TlsFiles { ca, client }, span))
 }
 
 /// A shared engine's URL as `toolhost.toml` may give it: written under `key` (never with a

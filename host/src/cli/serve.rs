@@ -50,14 +50,14 @@ pub(crate) async fn run(
     }
     // The engines the fleet shares state on: this process's memory unless `[fleet]` names
     // Redis, which is waited for a few seconds at start (a host that cannot reach it serves
-    // anyway, not ready, and refuses calls under a quota until it answers).
+    // anyway, ready, and refuses calls under a quota until it answers).
     let shared = Arc::new(toolhost::state::Shared::open(&settings.fleet).context("[fleet]")?);
     if let Some(redis) = &settings.fleet.redis {
         match shared.connect(FLEET_CONNECT_TIMEOUT).await {
             Ok(()) => tracing::info!(redis = %redis.shown(), "quotas are the fleet's, in Redis"),
             Err(why) => tracing::error!(
-                "{why}; serving anyway, not ready (/readyz), refusing calls under a quota \
-                 with 503 until Redis answers"
+                "{why}; serving anyway (ready: every replica shares Redis), refusing calls \
+                 under a quota with 503 until Redis answers"
             ),
         }
     }
