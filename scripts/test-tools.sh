@@ -6,7 +6,8 @@
 # componentize-js from npm); Selenium in the same virtualenv, which drives the web chat's
 # browser test; and Debian's logrotate and systemd (systemd-analyze), which the service tests
 # run, haproxy, the load balancer of the fleet test, redis-server and postgresql, the
-# engines a fleet shares its quotas and conversations on, and chromium with chromium-driver, the
+# engines a fleet shares its quotas and conversations on, openssl for their TLS tests' CA,
+# and chromium with chromium-driver, the
 # browser of the web chat's test, docker-registry (the CNCF distribution registry) and
 # htpasswd for the registry tests, when they are missing; wkg, the Bytecode Alliance's
 # registry client, built from crates.io into target/test-tools/wkg (the interop test);
@@ -66,6 +67,8 @@ command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
 # postgresql: the engine a fleet keeps its chat conversations in (tests/all/fleet_chat.rs).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+# openssl: the test CA and certificates of the engines reached over TLS (tests/all/fleet_tls.rs).
+command -v openssl >/dev/null || missing+=(openssl)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
