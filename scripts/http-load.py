@@ -29,6 +29,9 @@ audit log, and drives it for `--seconds` after a warm-up:
 - quota-redis: the same with `[fleet] redis` naming a `redis-server` this script starts on
   loopback (Debian's): what counting it in Redis, one script per call, costs (with
   `--redis-delay-ms`, through a proxy that puts Redis that many milliseconds away);
+- quota-rediss: quota-redis over TLS (`rediss://`, a redis-server on a TLS port alone, its
+  certificate from a CA this script makes with `openssl`, named by `redis-ca-file`): what
+  TLS to Redis adds (issue #58);
 - dedup-redis: sessionless with `dedup = "exact"`, a conversation named in `_meta` and
   `[fleet] redis`, every call's arguments new: each call asks the fleet's dedup (a miss,
   a claim) and stores its result for the fleet (off the call's path);
@@ -362,10 +365,17 @@ class Redis:
     each way (a Redis that far away; messages in flight are not held up by one another), so
     that a call's round trips to Redis show in its latency one by one."""
 
-    def __init__(self, work, delay_ms=0.0):
+    def __init__(self, work, delay_ms=0.0, tls=False):
         self.port = free_port()
+        self.ca = None
+        ports = ["--port", str(self.port)]
+        if tls:
+            self.ca, cert, key = test_certificates(work / "tls")
+            ports = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert),
+                     "--tls-key-file", str(key), "--tls-ca-cert-file", str(self.ca),
+                     "--tls-auth-clients", "no"]
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+            ["redis-server", "--bind", "127.0.0.1", *ports, "--save", "",
              "--appendonly", "no", "--dir", str(work)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
@@ -382,6 +392,23 @@ class Redis:
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=10)
+
+
+def test_certificates(folder):
+    """A CA and a certificate it signed for 127.0.0.1, made with `openssl` in `folder`: the
+    CA's, the certificate's and its key's paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=folder, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.crt", "-days", "2", "-subj", "/CN=load test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
+            "server.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")
+    return folder / "ca.crt", folder / "server.crt", folder / "server.key"
 
 
 def delaying_proxy(target, delay_s):
@@ -437,6 +464,9 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
         extra = QUOTA.replace("concurrent-calls = 10000\n", "")
     if cell.endswith("redis"):
         extra += f'\n[fleet]\nredis = "redis://127.0.0.1:{redis.port}/0"\n'
+    if cell.endswith("rediss"):
+        extra += (f'\n[fleet]\nredis = "rediss://127.0.0.1:{redis.port}/0"\n'
+                  f'redis-ca-file = "{redis.ca}"\n')
     server = Server(args, work, http_port=port, dedup=dedup,
                     oidc=provider if cell == "jwt" else None, record=record, extra=extra,
                     env={"LOAD_TOKEN": QUOTA_TOKEN})
@@ -588,6 +618,8 @@ def main():
         if any(c.startswith("fleet") for c in cells) and not shutil.which("haproxy"):
             sys.exit("haproxy is missing: apt-get install haproxy")
         redis = Redis(work, args.redis_delay_ms) if wants_redis else None
+        tls_redis = (Redis(work, tls=True) if any(c.endswith("rediss") for c in cells)
+                     else None)
         for _ in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")
@@ -602,10 +634,12 @@ def main():
                         elif cell in FLEET_CELLS:
                             measured(build, fleet_cell(args, work, cell, c, redis))
                         else:
+                            engine = tls_redis if cell.endswith("rediss") else redis
                             measured(build, http_cell(args, work, cell, c, provider, record,
-                                                      redis))
-        if redis:
-            redis.stop()
+                                                      engine))
+        for engine in (redis, tls_redis):
+            if engine:
+                engine.stop()
     # With --repeat, each figure is the median of its runs.
     rows = []
     for run in runs:
