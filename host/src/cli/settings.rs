@@ -85,10 +85,15 @@ impl Settings {
             Some(path) => {
                 let source =
                     SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
-                let file: HostFile = source.parse_all(FileKind::Host).map_err(|all| {
-                    let all: Vec<String> = all.iter().map(ToString::to_string).collect();
-                    anyhow::anyhow!("\n{}", all.join("\n"))
-                })?;
+                let parsed = source.parse_all::<HostFile>(FileKind::Host);
+                let file = match parsed.value {
+                    Some(file) if parsed.errors.is_empty() => file,
+                    _ => {
+                        let all = toolhost::config::in_file_order(parsed.errors, path);
+                        let all: Vec<String> = all.iter().map(ToString::to_string).collect();
+                        bail!("\n{}", all.join("\n"));
+                    }
+                };
                 if let (Some(_), Some(var)) = (&file.chat.base_url, &file.chat.base_url_env) {
                     let both = "write one of `base-url` and `base-url-env`, not both";
                     bail!("\n{}", Diagnostic::new(source.at(var.span()), both));

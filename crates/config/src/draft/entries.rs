@@ -101,10 +101,14 @@ pub fn entry_tables(
                 ));
                 return None;
             };
-            let parsed: InvokerFile = invoker_source
-                .parse_all(FileKind::Invoker)
-                .map_err(|d| errors.extend(d))
-                .ok()?;
+            let parsed = invoker_source.parse_all::<InvokerFile>(FileKind::Invoker);
+            let parsed = match parsed.value {
+                Some(file) if parsed.errors.is_empty() => file,
+                _ => {
+                    errors.extend(parsed.errors);
+                    return None;
+                }
+            };
             Some(InvokerTables {
                 offered: false,
                 source: Arc::new(invoker_source),

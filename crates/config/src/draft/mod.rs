@@ -174,7 +174,11 @@ pub fn read(
     check: CheckReference,
 ) -> Result<EnsembleDraft, Vec<Diagnostic>> {
     let source = Arc::new(SourceFile::read(file, FileKind::Ensemble).map_err(|d| vec![d])?);
-    let parsed: EnsembleFile = source.parse_all(FileKind::Ensemble)?;
+    let parsed = source.parse_all::<EnsembleFile>(FileKind::Ensemble);
+    let parsed = match parsed.value {
+        Some(file) if parsed.errors.is_empty() => file,
+        _ => return Err(parsed.errors),
+    };
     let EnsembleFile {
         ensemble: head,
         defaults,
