@@ -444,7 +444,8 @@ impl Resolver {
                 passed,
             }))
         } else {
-            Err(diagnostics)
+            // Each file's errors in the order they stand in it (its own file's first).
+            Err(toolhost_config::in_file_order(diagnostics, file))
         };
         Outcome {
             file: file.to_path_buf(),
