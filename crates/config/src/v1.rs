@@ -156,8 +156,10 @@ pub struct Defaults {
     pub prepared: Option<Prepared>,
     pub dedup: Option<DedupMode>,
     /// The capabilities of the tools the ensemble offers without `[[invokers]]` (every
-    /// export of its component), each within `[grants]`; written invokers name their own.
-    pub capabilities: Option<Capabilities>,
+    /// export of its component), each within `[grants]`; written invokers name their own
+    /// (an ensemble with invokers is warned that these give nothing).
+    #[schemars(with = "Option<Capabilities>")]
+    pub capabilities: Option<Spanned<Capabilities>>,
 }
 
 /// `[grants]`: the ceiling of what the ensemble's invokers may be given.

@@ -275,10 +275,31 @@ impl EnsembleDraft {
         Settings::merge(&Limits::default(), None, &self.context.defaults)
     }
 
-    /// Warnings for the grants no invoker drafted so far asks for (call it once every
-    /// invoker is drafted, [`EnsembleDraft::draft_offers`]'s too).
-    pub fn unused_grants(&self) -> Vec<Diagnostic> {
-        self.context.grants.unused()
+    /// Warnings for what the ensemble writes and gives nothing: the grants no invoker
+    /// drafted so far asks for (call it once every invoker is drafted,
+    /// [`EnsembleDraft::draft_offers`]'s too), and `[defaults] capabilities` where no tool is
+    /// offered without an invoker (written invokers name their own).
+    pub fn warnings(&self) -> Vec<Diagnostic> {
+        let mut warnings = self.context.grants.unused();
+        if let Some(capabilities) = &self.context.defaults.capabilities
+            && !self.imports_every_tool()
+        {
+            let listed = match self.context.lists_invokers {
+                true => "lists [[invokers]]",
+                false => "offers no tool without an invoker",
+            };
+            warnings.push(Diagnostic::new(
+                self.source.at(capabilities.span()),
+                format!(
+                    "ensemble `{}` {listed}, so its [defaults] capabilities give nothing: they \
+                     are those of the tools offered without invokers (every tool of its \
+                     component); an invoker is given only what its own [capabilities] name",
+                    self.name
+                ),
+            ));
+        }
+        warnings.sort_by_key(|w| (w.location.line, w.location.column));
+        warnings
     }
 
     /// Drafts one invoker per tool the server or component offers (by the names it offers
@@ -318,7 +339,8 @@ impl EnsembleDraft {
                             blake3: None,
                         },
                         limits: Limits::default(),
-                        capabilities: (self.context.defaults.capabilities.clone())
+                        capabilities: (self.context.defaults.capabilities.as_ref())
+                            .map(|c| c.get_ref().clone())
                             .unwrap_or_default(),
                         arguments: None,
                         offered: true,
@@ -575,6 +597,37 @@ mod tests {
         let spec = draft.mcp.as_ref().expect("an MCP draft");
         assert!(spec.spec.is_none(), "a server with errors is not started");
         assert_eq!(draft.invokers[0].errors.len(), 2);
+    }
+
+    #[test]
+    fn defaults_capabilities_beside_invokers_are_warned_of_at_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (head, defaults) = (
+            "schema-version = 1\n[ensemble]\nname = \"w\"\ncomponent = \"c.wasm\"\n",
+            "[defaults]\ncapabilities = { env = [\"TZ\"] }\n[grants]\nenv = [\"TZ\"]\n",
+        );
+        let invokers = "[[invokers]]\nname = \"a\"\ncapabilities = { env = [\"TZ\"] }\n";
+        let file = write(dir.path(), "w.toml", &format!("{head}{defaults}{invokers}"));
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
+        let [warning] = &draft.warnings()[..] else {
+            panic!("one warning: {:?}", draft.warnings())
+        };
+        assert_eq!(warning.position(), format!("{}:6:16", file.display()));
+        assert!(
+            warning
+                .message
+                .contains("lists [[invokers]], so its [defaults] capabilities give nothing")
+        );
+        // Without invokers they are the capabilities of every tool the component offers.
+        let file = write(dir.path(), "w.toml", &format!("{head}{defaults}"));
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
+        let warnings = draft.warnings();
+        assert!(
+            !warnings
+                .iter()
+                .any(|w| w.message.contains("capabilities give nothing")),
+            "{warnings:?}"
+        );
     }
 
     #[test]

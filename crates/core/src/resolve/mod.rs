@@ -431,7 +431,7 @@ impl Resolver {
                 _ => own.as_ref().and_then(|bound| bound.passed.as_ref()),
             };
             let (prompts, resources, passed) = offers::offers(&mut draft, &shared.name, passed);
-            let warnings = draft.unused_grants();
+            let warnings = draft.warnings();
             Ok(Arc::new(Ensemble {
                 warnings,
                 name: draft.name,
