@@ -5,6 +5,8 @@
 //! Every file starts with `schema-version`. [`parse`] first probes that one field, then
 //! deserializes with that version's types (today only [`v1`]); a later version adds a module
 //! and an upgrade step here, and the rest of the host keeps seeing one set of types.
+//! [`SourceFile::parse_all`] reads on past each value serde refuses (module `recover`), so
+//! that `check` says every error of a file in one run, in file order ([`in_file_order`]).
 
 // First: its macros (`bounded!`) serve the modules after it.
 #[macro_use]
