@@ -16,8 +16,9 @@ use toolhost::provider::sse::Decoder;
 use toolhost::resolve::compile_schema;
 use toolhost::sandbox::NetPattern;
 
-/// Descriptor parsing: any text as an ensemble, invoker or host file; every error renders
-/// with its file, line and column, and places anywhere in the text render too.
+/// Descriptor parsing: any text as an ensemble, invoker or host file, read to its first error
+/// and on past every refusal; every error renders with its file, line and column, and places
+/// anywhere in the text render too.
 pub fn descriptor(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -36,6 +37,16 @@ pub fn descriptor(data: &[u8]) {
         render(d);
     }
     let source = SourceFile::new(path.to_path_buf(), text.to_string());
+    // Read on past every refusal (`check`'s reading): never a panic, every error placed.
+    for errors in [
+        source.parse_all::<EnsembleFile>(FileKind::Ensemble).errors,
+        source.parse_all::<InvokerFile>(FileKind::Invoker).errors,
+        source.parse_all::<HostFile>(FileKind::Host).errors,
+    ] {
+        config::in_file_order(errors, path)
+            .into_iter()
+            .for_each(render);
+    }
     for at in [0, text.len() / 3, text.len() / 2, text.len()] {
         render(Diagnostic::new(source.at(at..at + 7), "here"));
     }

@@ -87,12 +87,12 @@ fn main() {
 }
 
 /// A macro that calls `$m!(<stage>, <case>)` for every golden case (a directory of
-/// `tests/ui/config` or `tests/ui/resolve`), so that each case is a test of its own in the one
+/// `tests/ui/config`, `tests/ui/resolve` or `tests/ui/host`), so that each case is a test of its own in the one
 /// test binary.
 fn ui_cases(ui: &Path) -> String {
     println!("cargo:rerun-if-changed={}", ui.display());
     let mut cases: Vec<(&str, String)> = Vec::new();
-    for stage in ["config", "resolve"] {
+    for stage in ["config", "resolve", "host"] {
         let dir = ui.join(stage);
         println!("cargo:rerun-if-changed={}", dir.display());
         for entry in std::fs::read_dir(&dir).expect("tests/ui/<stage> exists") {

@@ -8,6 +8,8 @@
 //! Here every case goes through the whole resolve. The cases of `config/` are the mistakes
 //! the configuration alone shows; `toolhost-config`'s own golden test (crates/config/tests)
 //! checks them against its drafts alone, with no engine built, and expects the same text.
+//! The cases of `host/` are a `toolhost.toml` each, and `expected.err` what `toolhost check`
+//! says of it on stderr (the host file is read by the CLI, before any ensemble).
 
 use crate::support::Fixture;
 use std::path::{Path, PathBuf};
@@ -58,7 +60,39 @@ async fn check_case(stage: &str, name: &str) {
     );
 }
 
+/// Runs `toolhost check` with the case's `toolhost.toml` and compares what it says with
+/// `expected.err`.
+fn check_host_case(name: &str) {
+    let case = ui_dir().join("host").join(name);
+    let fixture = Fixture::new();
+    copy_dir(&case, fixture.root());
+    let output = crate::cli::toolhost_with_stdin(&fixture, &["check"], None);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{name}: a bad host file stops the host"
+    );
+    let prefix = format!("{}/", fixture.root().display());
+    let actual = String::from_utf8_lossy(&output.stderr).replace(&prefix, "");
+    let expected_path = case.join("expected.err");
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&expected_path, &actual).expect("write expected.err");
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "{name} differs (BLESS=1 rewrites it):\n--- expected\n{expected}--- actual\n{actual}"
+    );
+}
+
 macro_rules! golden_case {
+    (host, $case:ident) => {
+        #[test]
+        fn $case() {
+            check_host_case(stringify!($case));
+        }
+    };
     ($stage:ident, $case:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $case() {

@@ -3,9 +3,11 @@
 //! `[[invokers]]` gets the settings `[defaults] capabilities` names from the ensemble's
 //! `[grants] config` (a value, or one taken from the host's environment) and nothing else;
 //! the same component without capabilities gets none; `list --json` names a setting from the
-//! environment by its variable, never its value; `check` says where a setting is not granted;
-//! `describe` offers the grant to paste, which works as pasted; a setting's value from the
-//! environment never reaches the audit record, though the tool returns it.
+//! environment by its variable, never its value; `check` says where a setting is not granted,
+//! and warns of grants no tool asks for and of `[defaults] capabilities` beside `[[invokers]]`
+//! (which name their own, so those give nothing); `describe` offers the grant to paste, which
+//! works as pasted; a setting's value from the environment never reaches the audit record,
+//! though the tool returns it.
 
 use crate::support::{Fixture, ok, session};
 use serde_json::{Value, json};
@@ -300,4 +302,32 @@ fn a_setting_from_the_environment_is_withheld_from_the_audit_record() {
         ]
     );
     assert_eq!(records[2]["arguments"], json!({"key": "[redacted]"}));
+}
+
+#[test]
+fn check_warns_that_defaults_capabilities_beside_invokers_give_nothing() {
+    let fixture = Fixture::new();
+    fixture.write_echo();
+    fixture.write(
+        "listing.toml",
+        "schema-version = 1\n\n[ensemble]\nname = \"listing\"\ncomponent = \"../echo.wasm\"\n\n\
+         [defaults]\ntimeout-ms = 5000\ncapabilities = { env = [\"TZ\"] }\n\n\
+         [grants]\nenv = [\"TZ\"]\n\n\
+         [[invokers]]\nname = \"echo2\"\ntool = \"echo\"\ncapabilities = { env = [\"TZ\"] }\n",
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    let output = command.arg("check").output().expect("check");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "a warning does not fail a check: {said}"
+    );
+    let what = "warning: ensemble `listing` lists [[invokers]], so its [defaults] capabilities \
+                give nothing";
+    let at = said.find(what).unwrap_or_else(|| panic!("{said}"));
+    let place = said[at..].lines().nth(1).unwrap_or_default();
+    assert!(place.contains("listing.toml:9:16"), "{place}\n{said}");
+    // The invoker asks for TZ itself: the grant is used, and not warned of.
+    assert!(!said.contains("which no tool asks for"), "{said}");
 }

@@ -166,6 +166,46 @@ impl Diagnostic {
     }
 }
 
+/// The most errors reported for one file; past them one more says how many were left out.
+pub const MAX_ERRORS_PER_FILE: usize = 100;
+
+/// `diagnostics` in file order: those of `first` (the file being checked) first, then each
+/// other file's in the order they first come, each file's by line and column; past
+/// [`MAX_ERRORS_PER_FILE`] for one file, one error says how many more it has. Those about a
+/// whole file (no line) come after its others, and are all said.
+pub fn in_file_order(diagnostics: Vec<Diagnostic>, first: &Path) -> Vec<Diagnostic> {
+    let mut files: Vec<(PathBuf, Vec<Diagnostic>)> = vec![(first.to_path_buf(), Vec::new())];
+    for diagnostic in diagnostics {
+        match files
+            .iter_mut()
+            .find(|(file, _)| *file == diagnostic.location.file)
+        {
+            Some((_, these)) => these.push(diagnostic),
+            None => files.push((diagnostic.location.file.clone(), vec![diagnostic])),
+        }
+    }
+    let mut ordered = Vec::new();
+    for (file, these) in files {
+        let (mut placed, whole): (Vec<_>, Vec<_>) =
+            these.into_iter().partition(|d| d.location.line.is_some());
+        placed.sort_by_key(|d| (d.location.line, d.location.column));
+        let more = placed.len().saturating_sub(MAX_ERRORS_PER_FILE);
+        placed.truncate(MAX_ERRORS_PER_FILE);
+        ordered.append(&mut placed);
+        if more > 0 {
+            ordered.push(Diagnostic::new(
+                Location::file(&file),
+                format!(
+                    "and {more} more error{} in this file, not shown: fix these first",
+                    if more == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        ordered.extend(whole);
+    }
+    ordered
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "error: {}", self.message)?;

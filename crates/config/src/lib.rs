@@ -5,6 +5,8 @@
 //! Every file starts with `schema-version`. [`parse`] first probes that one field, then
 //! deserializes with that version's types (today only [`v1`]); a later version adds a module
 //! and an upgrade step here, and the rest of the host keeps seeing one set of types.
+//! [`SourceFile::parse_all`] reads on past each value serde refuses (module `recover`), so
+//! that `check` says every error of a file in one run, in file order ([`in_file_order`]).
 
 // First: its macros (`bounded!`) serve the modules after it.
 #[macro_use]
@@ -16,6 +18,7 @@ pub mod draft;
 pub mod file_schemas;
 mod files;
 mod glob;
+mod recover;
 pub mod sandbox;
 pub mod schema;
 mod shape;
@@ -23,9 +26,10 @@ pub mod template;
 pub mod v1;
 
 pub use chat::{ProviderKind, ToolChoice};
-pub use diagnostic::{Diagnostic, Location, Note};
+pub use diagnostic::{Diagnostic, Location, MAX_ERRORS_PER_FILE, Note, in_file_order};
 pub use files::{PrivateDirError, Pruned, private_dir, read_limited, write_new};
 pub use glob::glob;
+pub use recover::{Refused, Segment};
 
 use diagnostic::LineIndex;
 pub use names::{
@@ -52,6 +56,15 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// The JSON Schema of its files, whose words explain what serde refuses.
+    fn schema(self) -> file_schemas::Kind {
+        match self {
+            FileKind::Ensemble => file_schemas::Kind::Ensemble,
+            FileKind::Invoker => file_schemas::Kind::Invoker,
+            FileKind::Host => file_schemas::Kind::Host,
+        }
+    }
+
     fn describe(self) -> &'static str {
         match self {
             FileKind::Ensemble => "an ensemble file",
@@ -105,36 +118,89 @@ impl SourceFile {
         parse(&self.path, &self.text, kind)
     }
 
-    /// [`SourceFile::parse`], with every mistake in the file's shape when serde refuses it
-    /// (serde stops at the first): unknown keys, wrong types, numbers out of range, values
-    /// not allowed, each at its place, in file order.
-    pub fn parse_all<T: DeserializeOwned>(&self, kind: FileKind) -> Result<T, Vec<Diagnostic>> {
-        check_version(&self.path, &self.text, kind).map_err(|d| vec![d])?;
-        toml::from_str(&self.text).map_err(|e| {
-            let first = Diagnostic::from_toml(&self.path, &self.text, &e);
-            let schema = match kind {
-                FileKind::Ensemble => file_schemas::Kind::Ensemble,
-                FileKind::Invoker => file_schemas::Kind::Invoker,
-                FileKind::Host => file_schemas::Kind::Host,
-            };
-            let shape = shape::errors(&self.path, &self.text, schema);
-            // serde's refusal says it best where it is (the host's own words for its
-            // settings, and its own checks, which the schema does not have), unless the
-            // schema knows the key that was meant; the schema finds the rest.
-            let at_first = |d: &Diagnostic| d.location.line == first.location.line;
-            // serde's "invalid type: string \"3000\", expected i64" names neither the key
-            // nor what it wants: the schema's message does.
-            let vague = first.message.starts_with("invalid type:");
-            let better = (shape.iter())
-                .find(|d| at_first(d) && (vague || d.message.contains("did you mean")));
-            let mut all: Vec<Diagnostic> = match better {
-                Some(better) => vec![better.clone()],
-                None => vec![first.clone()],
-            };
-            all.extend(shape.into_iter().filter(|d| !at_first(d)));
-            all.sort_by_key(|d| (d.location.line, d.location.column));
-            all
-        })
+    /// [`SourceFile::parse`], reading on past what serde refuses: every value it refuses is
+    /// an error at its place, left out, and the rest read again ([`recover`]). A syntax
+    /// error stops the reading (what follows it may be read wrongly): each is reported, one
+    /// per line, and nothing else. The errors come in file order.
+    pub fn parse_all<T: DeserializeOwned>(&self, kind: FileKind) -> Parsed<T> {
+        let (document, syntax) = toml::de::DeTable::parse_recoverable(&self.text);
+        if !syntax.is_empty() {
+            return Parsed::refused(self.syntax_errors(&syntax));
+        }
+        if let Err(diagnostic) = check_version(&self.path, &self.text, kind) {
+            return Parsed::refused(vec![diagnostic]);
+        }
+        let found = recover::deserialize::<T>(&self.text, document);
+        let mut errors = self.in_users_words(&found.errors, kind);
+        if !found.complete {
+            errors.push(Diagnostic::new(
+                Location::file(&self.path),
+                "toolhost stopped looking for errors in this file: it has too many to look for \
+                 them all (more may follow those said); fix these first",
+            ));
+        }
+        Parsed {
+            value: found.value,
+            errors,
+            refused: found.refused,
+        }
+    }
+
+    /// The syntax errors toml found, one per line. An unclosed array or inline table runs on
+    /// over the lines after it, whose errors are then its own: only the first is said.
+    fn syntax_errors(&self, errors: &[toml::de::Error]) -> Vec<Diagnostic> {
+        let mut all: Vec<Diagnostic> = (errors.iter())
+            .map(|e| {
+                let message = e.message().trim_end().to_string();
+                match e.span() {
+                    Some(span) => Diagnostic::new(self.at(span), message),
+                    None => Diagnostic::new(Location::file(&self.path), message),
+                }
+            })
+            .collect();
+        all.sort_by_key(|d| (d.location.line, d.location.column));
+        all.dedup_by_key(|d| d.location.line);
+        if errors.iter().any(|e| e.message().starts_with("unclosed")) {
+            all.truncate(1);
+        }
+        all
+    }
+
+    /// serde's refusals as diagnostics, in file order. serde's words stand where they are
+    /// clear (the host's own words for its settings, and its own checks, which the schema
+    /// does not have); where they are vague (`invalid type: string "3000", expected i64`
+    /// names neither the key nor what it wants) or the schema knows the key that was meant,
+    /// the schema's stand ([`shape`]).
+    fn in_users_words(
+        &self,
+        refusals: &[(Option<Range<usize>>, String)],
+        kind: FileKind,
+    ) -> Vec<Diagnostic> {
+        let shape = match refusals.is_empty() {
+            true => Vec::new(),
+            false => shape::errors(self, kind.schema()),
+        };
+        let mut all: Vec<Diagnostic> = (refusals.iter())
+            .map(|(span, message)| {
+                let serde = match span {
+                    Some(span) => Diagnostic::new(self.at(span.clone()), message.clone()),
+                    None => Diagnostic::new(Location::file(&self.path), message.clone()),
+                };
+                let vague = message.starts_with("invalid type:");
+                let line = serde.location.line;
+                let at = (serde.location.line, serde.location.column);
+                let better = (shape.iter())
+                    .filter(|d| vague || d.message.contains("did you mean"))
+                    .filter(|d| d.location.line == line)
+                    .min_by_key(|d| (d.location.line, d.location.column) != at);
+                match better {
+                    Some(better) => better.clone(),
+                    None => serde,
+                }
+            })
+            .collect();
+        all.sort_by_key(|d| (d.location.line, d.location.column));
+        all
     }
 
     /// A path written in this file, relative to the file, with `.` and `..` folded
@@ -164,6 +230,30 @@ impl SourceFile {
     pub fn at(&self, span: Range<usize>) -> Location {
         let lines = self.lines.get_or_init(|| LineIndex::new(&self.text));
         Location::indexed(&self.path, &self.text, lines, span)
+    }
+}
+
+/// A file read as far as it could be ([`SourceFile::parse_all`]): what was read, every error
+/// found on the way, and what was left out.
+#[derive(Debug)]
+pub struct Parsed<T> {
+    /// `None` when nothing could be read: a syntax error, no version, or an error that leaves
+    /// the file without what it must have (`[ensemble]` with its name, say).
+    pub value: Option<T>,
+    /// In file order.
+    pub errors: Vec<Diagnostic>,
+    /// What serde refused and what needed it, left out of `value`: the checks after parsing
+    /// pass over what depends on it.
+    pub refused: Refused,
+}
+
+impl<T> Parsed<T> {
+    fn refused(errors: Vec<Diagnostic>) -> Self {
+        Parsed {
+            value: None,
+            errors,
+            refused: Refused::default(),
+        }
     }
 }
 

@@ -1,27 +1,29 @@
-//! shape: every mistake in the shape of a file that serde refused, each at its place and in
-//! the file's order, so that one `check` shows them all: an unknown key (with the nearest
-//! valid one), a value of the wrong type (said in the user's words), a number out of its
-//! range, a value not among those allowed, a key that is missing. Found by the file's JSON
-//! Schema ([`crate::file_schemas`], generated from the types serde reads it into), placed by
-//! the spans of the TOML parse.
+//! shape: the mistakes in the shape of a file that serde refused, each at its place, in the
+//! user's words: an unknown key (with the nearest valid one), a value of the wrong type (said
+//! as the user wrote it), a number out of its range, a value not among those allowed, a key
+//! that is missing. Found by the file's JSON Schema ([`crate::file_schemas`], generated from
+//! the types serde reads it into), placed by the spans of the TOML parse; serde finds the
+//! errors ([`crate::recover`]), and these words replace its own where they say more.
 
-use crate::diagnostic::{Diagnostic, Location};
+use crate::SourceFile;
+use crate::diagnostic::Diagnostic;
 use crate::file_schemas::Kind;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{ValidationError, paths::LocationSegment};
 use serde_json::Value;
 use std::ops::Range;
-use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-/// Errors reported for one file at most: past them, the first ones are enough to go on.
-pub const MAX_SHAPE_ERRORS: usize = 50;
+/// The schema's errors explained for one file at most: four times the errors reported for
+/// it ([`crate::MAX_ERRORS_PER_FILE`]), as the schema does not find them in file order.
+pub const MAX_SHAPE_ERRORS: usize = 4 * crate::MAX_ERRORS_PER_FILE;
 
 /// Every shape error of `source` (the text of `file`, a file of `kind`), in file order; empty
 /// when the TOML does not parse (its syntax error is the one to fix first) or the schema
 /// finds nothing (the refusal was one of the host's own checks).
-pub(crate) fn errors(file: &Path, source: &str, kind: Kind) -> Vec<Diagnostic> {
+pub(crate) fn errors(file: &SourceFile, kind: Kind) -> Vec<Diagnostic> {
+    let source = file.text.as_str();
     let Ok(document) = DeTable::parse(source) else {
         return Vec::new();
     };
@@ -47,7 +49,7 @@ pub(crate) fn errors(file: &Path, source: &str, kind: Kind) -> Vec<Diagnostic> {
     found.dedup();
     found.truncate(MAX_SHAPE_ERRORS);
     (found.into_iter())
-        .map(|(span, message)| Diagnostic::new(Location::at(file, source, span), message))
+        .map(|(span, message)| Diagnostic::new(file.at(span), message))
         .collect()
 }
 
@@ -105,7 +107,8 @@ impl Place<'_, '_> {
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 let known = self.keys_at(&path);
-                for name in unexpected {
+                // Past the errors explained for a file, the rest are serde's words alone.
+                for name in unexpected.iter().take(MAX_SHAPE_ERRORS) {
                     let mut at = path.clone();
                     at.push(name.clone());
                     let span = self.span(&at, true).unwrap_or(value_span.clone());
@@ -212,7 +215,7 @@ fn lookup<'a, 'i>(
     segment: &str,
     key: bool,
 ) -> Option<(Range<usize>, &'a DeValue<'i>)> {
-    let (name, value) = table.iter().find(|(name, _)| name.get_ref() == segment)?;
+    let (name, value) = table.get_key_value(segment)?;
     let span = if key { name.span() } else { value.span() };
     Some((span, value.get_ref()))
 }
@@ -338,9 +341,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn messages(text: &str, kind: Kind) -> Vec<String> {
-        (errors(Path::new("f.toml"), text, kind).iter())
+        let file = SourceFile::new(PathBuf::from("f.toml"), text.to_string());
+        (errors(&file, kind).iter())
             .map(|d| {
                 let (line, column) = (d.location.line, d.location.column);
                 format!(

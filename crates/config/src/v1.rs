@@ -156,8 +156,10 @@ pub struct Defaults {
     pub prepared: Option<Prepared>,
     pub dedup: Option<DedupMode>,
     /// The capabilities of the tools the ensemble offers without `[[invokers]]` (every
-    /// export of its component), each within `[grants]`; written invokers name their own.
-    pub capabilities: Option<Capabilities>,
+    /// export of its component), each within `[grants]`; written invokers name their own
+    /// (an ensemble with invokers is warned that these give nothing).
+    #[schemars(with = "Option<Capabilities>")]
+    pub capabilities: Option<Spanned<Capabilities>>,
 }
 
 /// `[grants]`: the ceiling of what the ensemble's invokers may be given.
@@ -365,16 +367,13 @@ pub struct FleetSection {
     pub redis_env: Option<Spanned<EnvVarName>>,
     /// The longest a call waits on Redis before it is refused (default 500).
     pub redis_timeout_ms: Option<RedisTimeoutMs>,
-    /// For `rediss://`: the CA certificates (PEM, relative to this file) Redis's certificate
-    /// must chain to, instead of the system's roots.
+    /// `rediss://`: CA certificates (PEM file) for Redis's, instead of the system's roots.
     #[schemars(with = "Option<String>")]
     pub redis_ca_file: Option<Spanned<String>>,
-    /// For `rediss://` to a Redis that asks for a client certificate: the certificate chain
-    /// (PEM, relative to this file), with `redis-key-file`.
+    /// `rediss://`: this host's certificate chain (PEM file), with `redis-key-file`.
     #[schemars(with = "Option<String>")]
     pub redis_cert_file: Option<Spanned<String>>,
-    /// The private key (PEM, relative to this file) of `redis-cert-file`; its content is
-    /// never logged.
+    /// The private key (PEM file) of `redis-cert-file`; never logged.
     #[schemars(with = "Option<String>")]
     pub redis_key_file: Option<Spanned<String>>,
     /// Where the other replicas reach this one, `http://host:port` (its `--http` address as

@@ -3,7 +3,6 @@
 //! mistake at its file:line:col; a URL or an address may come from the environment, and a
 //! password only from there.
 
-use anyhow::bail;
 use toolhost::config::access::Unset;
 use toolhost::config::v1::{ChatSection, FleetSection};
 use toolhost::config::{Diagnostic, EnvVarName, SourceFile, written_or};
@@ -17,7 +16,7 @@ pub(super) fn check_fleet(
     source: &SourceFile,
     env: &dyn Fn(&str) -> Option<String>,
     mut unset: Unset<'_>,
-) -> anyhow::Result<toolhost::state::FleetSettings> {
+) -> Result<toolhost::state::FleetSettings, Vec<Diagnostic>> {
     use toolhost::state::{DEFAULT_REDIS_TIMEOUT, FleetSettings, PostgresSettings, RedisSettings};
     let timeout = written_or(fleet.redis_timeout_ms, DEFAULT_REDIS_TIMEOUT);
     let mut errors = Vec::new();
@@ -84,8 +83,7 @@ pub(super) fn check_fleet(
         }
     });
     if !errors.is_empty() {
-        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        bail!("\n{}", all.join("\n"));
+        return Err(errors);
     }
     // A Redis and no address: what one replica holds cannot be reached from another.
     let named_redis = (fleet.redis.as_ref().map(|r| r.span()))

@@ -22,6 +22,7 @@ mod check;
 mod describe;
 mod docs;
 mod fleet;
+mod host_file;
 mod list;
 mod logging;
 mod login;

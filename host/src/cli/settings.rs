@@ -7,20 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolhost::audit::{AuditLog, OnAuditError};
 use toolhost::catalog::LiveCatalog;
-use toolhost::config::access::{AccessSection, AccessSettings, Unset};
+use toolhost::config::access::{AccessSettings, Unset};
 use toolhost::config::v1::{ChatSection, HostFile};
 use toolhost::config::{Diagnostic, FileKind, SourceFile, written_or};
 use toolhost::import::ImportedServers;
 use toolhost::invoke::Host;
-use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings, TrustedKey};
+use toolhost::registry::{Credentials, Fetch, Registry, RegistrySettings};
 use toolhost::resolve::{Resolved, Resolver};
 use toolhost::runtime::{CompileSettings, Runtime, RuntimeSettings};
-
-/// The most linear memories the instance pool may hold (`max-concurrent-calls` times
-/// `memories-per-call`): each reserves 4 GiB of address space, and 20,000 (the most
-/// `max-concurrent-calls` allowed with the default 2 each) stays within the 128 TiB a
-/// process has.
-const MAX_POOL_MEMORIES: u64 = 20_000;
 
 /// Everything the commands need to build a host.
 #[derive(Debug)]
@@ -84,116 +78,16 @@ impl Settings {
         let mut unset = Vec::new();
         let (host, chat, registry, trust, base, access, fleet) = match &config_path {
             Some(path) => {
-                let source =
-                    SourceFile::read(path, FileKind::Host).map_err(|d| anyhow::anyhow!("{d}"))?;
-                let file: HostFile = source.parse_all(FileKind::Host).map_err(|all| {
-                    let all: Vec<String> = all.iter().map(ToString::to_string).collect();
-                    anyhow::anyhow!("\n{}", all.join("\n"))
-                })?;
-                if let (Some(_), Some(var)) = (&file.chat.base_url, &file.chat.base_url_env) {
-                    let both = "write one of `base-url` and `base-url-env`, not both";
-                    bail!("\n{}", Diagnostic::new(source.at(var.span()), both));
-                }
-                if let Some(key) = &file.chat.api_key {
-                    let diagnostic = Diagnostic::new(
-                        source.at(key.span()),
-                        "API keys are never read from toolhost.toml: put the key in an \
-                         environment variable and name it with `api-key-env`",
-                    );
-                    bail!("\n{diagnostic}");
-                }
-                if let Some(bad) = (file.registry.insecure.iter())
-                    .find(|r| r.get_ref().is_empty() || r.get_ref().contains(['/', ' ']))
-                {
-                    let diagnostic = Diagnostic::new(
-                        source.at(bad.span()),
-                        format!(
-                            "`{}` is not a registry: write it as host or host:port",
-                            bad.get_ref()
-                        ),
-                    );
-                    bail!("\n{diagnostic}");
-                }
-                let connections = written_or(
-                    file.host.max_http_connections,
-                    toolhost::http::DEFAULT_MAX_CONNECTIONS,
-                );
-                if let Some(streams) = &file.host.max_http_streams
-                    && streams.get_ref().get() as usize > connections / 2
-                {
-                    let diagnostic = Diagnostic::new(
-                        source.at(streams.span()),
-                        format!(
-                            "max-http-streams ({}) must be at most half of max-http-connections \
-                             ({connections}): streams that fill every connection leave none \
-                             for calls and probes",
-                            streams.get_ref().get()
-                        ),
-                    );
-                    bail!("\n{diagnostic}");
-                }
-                if let Some(memories) = &file.host.memories_per_call {
-                    let instances = written_or(
-                        file.host.max_concurrent_calls,
-                        RuntimeSettings::default().max_instances,
-                    );
-                    let pool = instances as u64 * memories.get_ref().get();
-                    if pool > MAX_POOL_MEMORIES {
-                        let diagnostic = Diagnostic::new(
-                            source.at(memories.span()),
-                            format!(
-                                "memories-per-call ({}) times max-concurrent-calls ({instances}) \
-                                 is {pool} memories; the pool holds at most {MAX_POOL_MEMORIES} \
-                                 (each reserves 4 GiB of address space)",
-                                memories.get_ref().get()
-                            ),
-                        );
-                        bail!("\n{diagnostic}");
-                    }
-                }
-                let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-                let trust = trusted_keys(&file.trust, &source, &base)?;
-                let (access, fleet) = if serving {
-                    let fleet = super::fleet::check_fleet(
-                        &file.fleet,
-                        &file.chat,
-                        &source,
-                        &env_var,
-                        Unset::Refuse,
-                    )?;
-                    (check_access(&file.access, &source, Unset::Refuse)?, fleet)
-                } else {
-                    let mut warnings = Vec::new();
-                    let fleet = super::fleet::check_fleet(
-                        &file.fleet,
-                        &file.chat,
-                        &source,
-                        &env_var,
-                        Unset::Warn(&mut warnings),
-                    );
-                    let access = check_access(&file.access, &source, Unset::Warn(&mut warnings));
-                    unset = warnings.iter().map(as_warning).collect();
-                    match (access, fleet) {
-                        (Ok(access), Ok(fleet)) => (access, fleet),
-                        // Every error (each message starts a line), then what is not set.
-                        (access, fleet) => {
-                            let errors: String = [access.err(), fleet.err()]
-                                .into_iter()
-                                .flatten()
-                                .map(|e| e.to_string())
-                                .collect();
-                            bail!("{errors}\n{}", unset.join("\n"))
-                        }
-                    }
-                };
+                let file = super::host_file::read(path, serving)?;
+                unset = file.unset;
                 (
                     file.host,
                     file.chat,
                     file.registry,
-                    trust,
-                    base,
-                    access,
-                    fleet,
+                    file.trust,
+                    file.base,
+                    file.access,
+                    file.fleet,
                 )
             }
             None => (
@@ -486,40 +380,6 @@ fn state_dir() -> Option<PathBuf> {
 /// gives a pod between SIGTERM and SIGKILL, and systemd's 90 s.
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The keys of `[trust]`, read (file:line when one cannot be), and whether every registry
-/// component must be signed by one of them.
-fn trusted_keys(
-    trust: &toolhost::config::v1::TrustSection,
-    source: &SourceFile,
-    base: &Path,
-) -> anyhow::Result<(Vec<TrustedKey>, bool)> {
-    let mut keys = Vec::with_capacity(trust.keys.len());
-    for key in &trust.keys {
-        let path = base.join(key.get_ref());
-        let read = toolhost::config::read_limited(&path, 64 * 1024)
-            .and_then(|pem| TrustedKey::from_pem(key.get_ref(), &pem));
-        match read {
-            Ok(trusted) => keys.push(trusted),
-            Err(e) => {
-                let diagnostic = Diagnostic::new(
-                    source.at(key.span()),
-                    format!("cannot use the key {}: {e}", path.display()),
-                );
-                bail!("\n{diagnostic}");
-            }
-        }
-    }
-    let required = trust.require_signatures.as_ref();
-    if let Some(required) = required.filter(|r| *r.get_ref() && keys.is_empty()) {
-        let diagnostic = Diagnostic::new(
-            source.at(required.span()),
-            "require-signatures needs the keys components are signed with: list them in `keys`",
-        );
-        bail!("\n{diagnostic}");
-    }
-    Ok((keys, required.is_some_and(|r| *r.get_ref())))
-}
-
 /// `[registry]`, the content store under the cache directory, and the credentials of the
 /// environment.
 fn registry_settings(
@@ -563,23 +423,8 @@ fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("toolhost"))
 }
 
-/// `[access]` checked, with every mistake at its file:line:col; a variable that is not set is
-/// what `unset` says.
-fn check_access(
-    section: &AccessSection,
-    source: &SourceFile,
-    unset: Unset<'_>,
-) -> anyhow::Result<AccessSettings> {
-    section
-        .check(source, &env_var, unset)
-        .map_err(|diagnostics| {
-            let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
-            anyhow::anyhow!("\n{}", all.join("\n"))
-        })
-}
-
 /// An environment variable's value, if it is set.
-fn env_var(name: &str) -> Option<String> {
+pub(super) fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
@@ -598,5 +443,8 @@ pub(crate) fn reread_access(path: &Path) -> anyhow::Result<AccessSettings> {
     let file: HostFile = source
         .parse(FileKind::Host)
         .map_err(|d| anyhow::anyhow!("\n{d}"))?;
-    check_access(&file.access, &source, Unset::Refuse)
+    super::host_file::check_access(&file.access, &source, Unset::Refuse).map_err(|diagnostics| {
+        let all: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!("\n{}", all.join("\n"))
+    })
 }

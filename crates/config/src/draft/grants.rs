@@ -1,9 +1,10 @@
 //! An ensemble's `[grants]` and the checks of each invoker's `[capabilities]` against them.
 //! No engine is needed: the result is the [`SandboxSpec`] a call of the invoker runs in.
 
+use super::refused::{self, RefusedGrants};
 use crate::sandbox::{ConfigVar, NetPattern, Preopen, SandboxSpec};
 use crate::v1::{self, Capabilities};
-use crate::{Access, Diagnostic, EnvVarName, Location, SourceFile};
+use crate::{Access, Diagnostic, EnvVarName, Location, Refused, SourceFile};
 use std::path::PathBuf;
 use std::sync::Arc;
 use toml::Spanned;
@@ -24,6 +25,8 @@ pub struct Grants {
     /// Where the grants some capability used are written (their spans' starts): the others
     /// are granted to no tool ([`Grants::unused`]).
     used: std::sync::Mutex<std::collections::HashSet<usize>>,
+    /// What the grants that were refused would have granted.
+    refused: RefusedGrants,
 }
 
 /// One setting of `[grants] config`: key, value, variable, where.
@@ -40,19 +43,24 @@ pub const MAX_CONFIG_KEY_BYTES: usize = 128;
 pub const MAX_CONFIG_VALUE_BYTES: usize = 64 << 10;
 
 impl Grants {
-    /// Checks `[grants]` of the ensemble `ensemble` in `source`; every bad grant is a
-    /// diagnostic, and the good ones still apply.
+    /// Checks `[grants]` of the ensemble `ensemble` in `source` (`refused`: what serde
+    /// refused in the file); every bad grant is a diagnostic, and the good ones still apply.
     pub fn resolve(
         source: &Arc<SourceFile>,
         ensemble: &str,
         grants: v1::Grants,
+        refused: &Refused,
         diagnostics: &mut Vec<Diagnostic>,
     ) -> Self {
+        let mut refused = RefusedGrants::of(refused);
         let mut network = Vec::new();
         for grant in grants.network {
             match NetPattern::parse(grant.get_ref()) {
                 Ok(pattern) => network.push((pattern, grant)),
-                Err(message) => diagnostics.push(Diagnostic::new(source.at(grant.span()), message)),
+                Err(message) => {
+                    refused.network(grant.get_ref());
+                    diagnostics.push(Diagnostic::new(source.at(grant.span()), message))
+                }
             }
         }
         let mut files = Vec::new();
@@ -62,17 +70,23 @@ impl Grants {
             let at = || source.at(grant.get_ref().host.span());
             match std::fs::canonicalize(&path) {
                 Ok(dir) if dir.is_dir() => files.push((dir, grant)),
-                Ok(_) => diagnostics.push(Diagnostic::new(
-                    at(),
-                    format!("granted host path {} is not a directory", path.display()),
-                )),
-                Err(e) => diagnostics.push(Diagnostic::new(
-                    at(),
-                    format!(
-                        "granted host directory {} cannot be used: {e}",
-                        path.display()
-                    ),
-                )),
+                Ok(_) => {
+                    refused.files(grant.get_ref().guest.as_str());
+                    diagnostics.push(Diagnostic::new(
+                        at(),
+                        format!("granted host path {} is not a directory", path.display()),
+                    ))
+                }
+                Err(e) => {
+                    refused.files(grant.get_ref().guest.as_str());
+                    diagnostics.push(Diagnostic::new(
+                        at(),
+                        format!(
+                            "granted host directory {} cannot be used: {e}",
+                            path.display()
+                        ),
+                    ))
+                }
             }
         }
         let config_first = grants
@@ -80,7 +94,7 @@ impl Grants {
             .values()
             .map(|v| v.span())
             .min_by_key(|r| r.start);
-        let config = config_grants(source, grants.config, diagnostics);
+        let config = config_grants(source, grants.config, &mut refused, diagnostics);
         Grants {
             source: Arc::clone(source),
             ensemble: ensemble.to_string(),
@@ -92,6 +106,7 @@ impl Grants {
             config,
             config_first,
             used: Default::default(),
+            refused,
         }
     }
 
@@ -193,8 +208,8 @@ impl Grants {
     }
 
     /// Whether `who` (an invoker, or the tools offered without one) gets `what` (sampling or
-    /// elicitation): it asks for it and the ensemble grants it. Asked for and not granted is a
-    /// diagnostic at the ask.
+    /// elicitation): it asks for it and the ensemble grants it. Asked for and not granted is
+    /// `None`, with a diagnostic at the ask (but where a refused grant meant to grant it).
     fn ask(
         &self,
         source: &SourceFile,
@@ -203,13 +218,16 @@ impl Grants {
         granted: &Option<Spanned<bool>>,
         what: &str,
         diagnostics: &mut Vec<Diagnostic>,
-    ) -> bool {
+    ) -> Option<bool> {
         let Some(wanted) = wanted.as_ref().filter(|w| *w.get_ref()) else {
-            return false;
+            return Some(false);
         };
         if let Some(granted) = granted.as_ref().filter(|g| *g.get_ref()) {
             self.use_grant(&granted.span());
-            return true;
+            return Some(true);
+        }
+        if self.refused.covers(what) {
+            return None;
         }
         let ensemble = &self.ensemble;
         diagnostics.push(self.not_granted(
@@ -223,12 +241,12 @@ impl Grants {
             &[],
             what,
         ));
-        false
+        None
     }
 
     /// The sandbox of `who` (`invoker `name``, or the tools offered without invokers; written
     /// in `source`) with `capabilities`, or `None` after a diagnostic for every capability the
-    /// ensemble does not grant.
+    /// ensemble does not grant (but those a refused grant may have meant: its error says it).
     pub fn sandbox(
         &self,
         source: &SourceFile,
@@ -237,6 +255,7 @@ impl Grants {
         diagnostics: &mut Vec<Diagnostic>,
     ) -> Option<SandboxSpec> {
         let before = diagnostics.len();
+        let mut quiet = false;
         let ensemble = self.ensemble.as_str();
         let mut spec = SandboxSpec::default();
         let mut network = Vec::new();
@@ -252,6 +271,10 @@ impl Grants {
                 self.use_grant(&granted.span());
             }
             if !self.network.iter().any(|(g, _)| g.covers(&pattern)) {
+                if self.refused.covers_network(wanted.get_ref()) {
+                    quiet = true;
+                    continue;
+                }
                 let granted: Vec<&str> = self
                     .network
                     .iter()
@@ -263,32 +286,35 @@ impl Grants {
                     format!("{who} asks for network access to {pattern}, which ensemble `{ensemble}` does not grant"),
                     self.network.first().map(|(_, g)| g.span()),
                     &granted,
-                    "network access",
+                    refused::NETWORK,
                 ));
                 continue;
             }
             network.push(pattern);
         }
         spec.network = network.into();
+        let sampling = self.ask(
+            source,
+            who,
+            &capabilities.sampling,
+            &self.sampling,
+            refused::SAMPLING,
+            diagnostics,
+        );
+        let elicitation = self.ask(
+            source,
+            who,
+            &capabilities.elicitation,
+            &self.elicitation,
+            refused::ELICITATION,
+            diagnostics,
+        );
+        quiet |= sampling.is_none() || elicitation.is_none();
         spec.talk = toolhost_contract::TalkGrants {
             log: capabilities.log.unwrap_or(true),
             progress: capabilities.progress.unwrap_or(true),
-            sampling: self.ask(
-                source,
-                who,
-                &capabilities.sampling,
-                &self.sampling,
-                "sampling",
-                diagnostics,
-            ),
-            elicitation: self.ask(
-                source,
-                who,
-                &capabilities.elicitation,
-                &self.elicitation,
-                "elicitation",
-                diagnostics,
-            ),
+            sampling: sampling.unwrap_or(false),
+            elicitation: elicitation.unwrap_or(false),
         };
         for capability in &capabilities.files {
             let wanted = capability.get_ref();
@@ -301,6 +327,10 @@ impl Grants {
                         .is_some_and(|rest| rest.starts_with('/'))
             });
             let Some((host_dir, grant)) = grant else {
+                if self.refused.covers_files(guest) {
+                    quiet = true;
+                    continue;
+                }
                 let granted: Vec<&str> = self
                     .files
                     .iter()
@@ -312,7 +342,7 @@ impl Grants {
                     format!("{who} asks for files at {guest}, which ensemble `{ensemble}` does not grant"),
                     self.files.first().map(|(_, g)| g.span()),
                     &granted,
-                    "directories",
+                    refused::FILES,
                 ));
                 continue;
             };
@@ -376,6 +406,10 @@ impl Grants {
                 self.use_grant(&granted.span());
             }
             if !self.env.iter().any(|g| g.get_ref().as_str() == wanted) {
+                if self.refused.covers_env(wanted) {
+                    quiet = true;
+                    continue;
+                }
                 let granted: Vec<&str> = self.env.iter().map(|g| g.get_ref().as_str()).collect();
                 diagnostics.push(self.not_granted(
                     source,
@@ -383,7 +417,7 @@ impl Grants {
                     format!("{who} asks for environment variable {wanted}, which ensemble `{ensemble}` does not grant"),
                     self.env.first().map(|g| g.span()),
                     &granted,
-                    "environment variables",
+                    refused::ENV,
                 ));
                 continue;
             }
@@ -395,6 +429,10 @@ impl Grants {
         for key in &capabilities.config {
             let wanted = key.get_ref();
             let Some((_, value, env, at)) = self.config.iter().find(|(k, ..)| k == wanted) else {
+                if self.refused.covers_config(wanted) {
+                    quiet = true;
+                    continue;
+                }
                 let granted: Vec<&str> = self.config.iter().map(|(k, ..)| k.as_str()).collect();
                 diagnostics.push(self.not_granted(
                     source,
@@ -402,7 +440,7 @@ impl Grants {
                     format!("{who} asks for the setting `{wanted}`, which ensemble `{ensemble}` does not grant"),
                     self.config_first.clone(),
                     &granted,
-                    "settings (`config`)",
+                    refused::CONFIG,
                 ));
                 continue;
             };
@@ -416,7 +454,7 @@ impl Grants {
                 });
             }
         }
-        (diagnostics.len() == before).then_some(spec)
+        (diagnostics.len() == before && !quiet).then_some(spec)
     }
 }
 
@@ -426,6 +464,7 @@ impl Grants {
 fn config_grants(
     source: &SourceFile,
     written: std::collections::BTreeMap<String, Spanned<toml::Value>>,
+    refused: &mut RefusedGrants,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Vec<ConfigGrant> {
     let mut config = Vec::new();
@@ -435,6 +474,7 @@ fn config_grants(
             && key.len() <= MAX_CONFIG_KEY_BYTES
             && (key.bytes()).all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
         if !good_key {
+            refused.config(&key);
             diagnostics.push(Diagnostic::new(
                 at,
                 format!(
@@ -444,6 +484,7 @@ fn config_grants(
             continue;
         }
         if config.len() == MAX_CONFIG_KEYS {
+            refused.kind(refused::CONFIG);
             diagnostics.push(Diagnostic::new(
                 at,
                 format!("an ensemble grants at most {MAX_CONFIG_KEYS} settings (`config`)"),
@@ -460,6 +501,7 @@ fn config_grants(
                 (std::env::var(var).ok(), Some(var.clone()))
             }
             _ => {
+                refused.config(&key);
                 diagnostics.push(Diagnostic::new(
                     at,
                     format!(
@@ -474,6 +516,7 @@ fn config_grants(
             .as_ref()
             .is_some_and(|v| v.len() > MAX_CONFIG_VALUE_BYTES)
         {
+            refused.config(&key);
             diagnostics.push(Diagnostic::new(
                 at,
                 format!(
@@ -513,7 +556,13 @@ mod tests {
         }
         let file: File = parse(&ensemble);
         let mut errors = Vec::new();
-        let grants = Grants::resolve(&ensemble, "web", file.grants, &mut errors);
+        let grants = Grants::resolve(
+            &ensemble,
+            "web",
+            file.grants,
+            &Refused::default(),
+            &mut errors,
+        );
         assert_eq!(errors.len(), 1, "the bad pattern: {errors:?}");
 
         let invoker = SourceFile::new(

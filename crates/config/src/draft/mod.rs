@@ -9,12 +9,17 @@
 //! `toolhost check` can say of a directory without an engine (the golden tests of
 //! `tests/ui/config` run against it alone).
 
+mod component;
+mod dir;
 mod entries;
 mod grants;
 mod mcp;
 mod offers;
+mod refused;
 mod settings;
 
+pub use component::ComponentRef;
+pub use dir::{check_dir, ensemble_files};
 pub use mcp::{McpCredential, McpOauth, McpSpec, McpTarget};
 pub use offers::{
     ArgumentDraft, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, MessageDraft, MessageKind,
@@ -29,11 +34,11 @@ pub use settings::{
 use crate::sandbox::SandboxSpec;
 use crate::schema::{Schema, SchemaCache, SchemaError};
 use crate::v1::{Defaults, EnsembleFile, InvokerSection, Limits};
-use crate::{Blake3Hex, Diagnostic, FileKind, Location, SourceFile, Span, ToolName};
+use crate::{Diagnostic, FileKind, Parsed, SourceFile, Span, ToolName, in_file_order};
 use entries::{InvokerTables, entry_tables};
 use grants::Grants;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use toml::Spanned;
 
@@ -72,6 +77,9 @@ struct Context {
     lists_invokers: bool,
     /// `require-signature` of `[ensemble]`, for the invokers' own components.
     require_signature: bool,
+    /// The ensemble's `component` was refused: an invoker without its own is not told it has
+    /// none.
+    component_refused: bool,
     check: CheckReference,
 }
 
@@ -80,51 +88,6 @@ pub struct McpDraft {
     /// `None` when the settings have an error (reported in the ensemble's errors).
     pub spec: Option<McpSpec>,
     pub at: Span,
-}
-
-/// The component an invoker runs on, as a descriptor names it.
-#[derive(Debug, Clone)]
-pub struct ComponentRef {
-    /// The file; for a registry reference, the reference as written (the key it is bound by).
-    pub path: PathBuf,
-    /// Where the path is written.
-    pub at: Span,
-    pub pin: Option<(Blake3Hex, Span)>,
-    /// The reference as written when the component is an `oci://` reference (checked when
-    /// drafted) rather than a file.
-    pub oci: Option<String>,
-    /// Its ensemble requires it to be signed by a trusted key.
-    pub require_signature: bool,
-}
-
-impl ComponentRef {
-    /// The component `path` names in `source` (a file, or an `oci://` reference), with the
-    /// `pin` beside it.
-    fn new(
-        source: &Arc<SourceFile>,
-        path: &Spanned<String>,
-        pin: Option<&Spanned<Blake3Hex>>,
-        require_signature: bool,
-        check: CheckReference,
-    ) -> Result<Self, Diagnostic> {
-        let text = path.get_ref();
-        let oci = if text.starts_with(REGISTRY_SCHEME) {
-            check(text).map_err(|e| Diagnostic::new(source.at(path.span()), e))?;
-            Some(text.clone())
-        } else {
-            None
-        };
-        Ok(ComponentRef {
-            path: match &oci {
-                Some(_) => PathBuf::from(text),
-                None => source.relative(text),
-            },
-            at: Span::new(source, path.span()),
-            pin: pin.map(|pin| (pin.get_ref().clone(), Span::new(source, pin.span()))),
-            oci,
-            require_signature,
-        })
-    }
 }
 
 /// One invoker, checked as far as it can be without its component.
@@ -167,14 +130,23 @@ pub const REGISTRY_SCHEME: &str = "oci://";
 
 /// Reads the ensemble file at `file` and everything it names, and checks what can be
 /// checked without binding (an `oci://` reference by `check`). A file that cannot be read is
-/// its only error; one that does not parse has every mistake in its shape.
+/// its only error; one with values serde refuses has each as an error, and the checks after
+/// parsing run on the rest, but for what depends on a refused value (which would only say
+/// that error again). `Err` when nothing of the file could be read.
 pub fn read(
     file: &Path,
     schemas: &SchemaCache,
     check: CheckReference,
 ) -> Result<EnsembleDraft, Vec<Diagnostic>> {
     let source = Arc::new(SourceFile::read(file, FileKind::Ensemble).map_err(|d| vec![d])?);
-    let parsed: EnsembleFile = source.parse_all(FileKind::Ensemble)?;
+    let Parsed {
+        value,
+        mut errors,
+        refused,
+    } = source.parse_all::<EnsembleFile>(FileKind::Ensemble);
+    let Some(parsed) = value else {
+        return Err(in_file_order(errors, &source.path));
+    };
     let EnsembleFile {
         ensemble: head,
         defaults,
@@ -185,16 +157,20 @@ pub fn read(
         ..
     } = parsed;
     let name = head.name.get_ref().to_string();
-    let mut errors = Vec::new();
     let mut tables = Vec::new();
-    let lists_invokers = !entries.is_empty();
+    let lists_invokers = !entries.is_empty() || refused.touches(&["invokers"]);
     for entry in entries {
-        if let Some(table) = entry_tables(&source, entry, &mut errors) {
+        if let Some(table) = entry_tables(&source, entry, &refused, &mut errors) {
             tables.push(table);
         }
     }
-    let grants = Grants::resolve(&source, &name, grants, &mut errors);
+    let grants = Grants::resolve(&source, &name, grants, &refused, &mut errors);
     let mcp = head.mcp.map(|section| {
+        if refused.touches(&["ensemble", "mcp"]) {
+            // What it lacks may be what was refused: its errors are those.
+            let at = Span::new(&source, section.span());
+            return McpDraft { spec: None, at };
+        }
         let has_component = head.component.as_ref().map(Spanned::span);
         let pin = head.blake3.as_ref().map(Spanned::span);
         mcp::draft(
@@ -208,9 +184,26 @@ pub fn read(
     });
     let prefix = head.prefix.as_ref().map(Spanned::get_ref);
     let offers_other = !(prompts.is_empty() && resources.is_empty());
+    // A prompt or resource set with a refused value is left out: its checks would speak of
+    // what it lacks.
+    let whole = |at: &std::ops::Range<usize>| refused.keys_under(at).is_empty();
+    let prompts = prompts.into_iter().filter(|p| whole(&p.span())).collect();
+    let resources = resources.into_iter().filter(|r| whole(&r.span())).collect();
     let prompts = offers::prompts(&source, prefix, prompts, &mut errors);
     let resources = offers::resources(&source, prefix, resources, &mut errors);
-    if !lists_invokers && mcp.is_none() && head.component.is_none() && !offers_other {
+    let offered: [&[&str]; 4] = [
+        &["ensemble", "component"],
+        &["ensemble", "mcp"],
+        &["prompts"],
+        &["resources"],
+    ];
+    let offers_refused = offered.iter().any(|path| refused.touches(path));
+    if !lists_invokers
+        && mcp.is_none()
+        && head.component.is_none()
+        && !offers_other
+        && !offers_refused
+    {
         errors.push(Diagnostic::new(
             source.at(head.name.span()),
             format!(
@@ -237,6 +230,7 @@ pub fn read(
         is_mcp: mcp.is_some(),
         lists_invokers,
         require_signature: head.require_signature,
+        component_refused: refused.touches(&["ensemble", "component"]),
         check,
     };
     let invokers = tables
@@ -281,10 +275,31 @@ impl EnsembleDraft {
         Settings::merge(&Limits::default(), None, &self.context.defaults)
     }
 
-    /// Warnings for the grants no invoker drafted so far asks for (call it once every
-    /// invoker is drafted, [`EnsembleDraft::draft_offers`]'s too).
-    pub fn unused_grants(&self) -> Vec<Diagnostic> {
-        self.context.grants.unused()
+    /// Warnings for what the ensemble writes and gives nothing: the grants no invoker
+    /// drafted so far asks for (call it once every invoker is drafted,
+    /// [`EnsembleDraft::draft_offers`]'s too), and `[defaults] capabilities` where no tool is
+    /// offered without an invoker (written invokers name their own).
+    pub fn warnings(&self) -> Vec<Diagnostic> {
+        let mut warnings = self.context.grants.unused();
+        if let Some(capabilities) = &self.context.defaults.capabilities
+            && !self.imports_every_tool()
+        {
+            let listed = match self.context.lists_invokers {
+                true => "lists [[invokers]]",
+                false => "offers no tool without an invoker",
+            };
+            warnings.push(Diagnostic::new(
+                self.source.at(capabilities.span()),
+                format!(
+                    "ensemble `{}` {listed}, so its [defaults] capabilities give nothing: they \
+                     are those of the tools offered without invokers (every tool of its \
+                     component); an invoker is given only what its own [capabilities] name",
+                    self.name
+                ),
+            ));
+        }
+        warnings.sort_by_key(|w| (w.location.line, w.location.column));
+        warnings
     }
 
     /// Drafts one invoker per tool the server or component offers (by the names it offers
@@ -324,10 +339,12 @@ impl EnsembleDraft {
                             blake3: None,
                         },
                         limits: Limits::default(),
-                        capabilities: (self.context.defaults.capabilities.clone())
+                        capabilities: (self.context.defaults.capabilities.as_ref())
+                            .map(|c| c.get_ref().clone())
                             .unwrap_or_default(),
                         arguments: None,
                         offered: true,
+                        component_refused: false,
                     };
                     self.invokers.push(self.context.invoker(tables, schemas));
                 }
@@ -377,6 +394,7 @@ impl Context {
             capabilities,
             arguments,
             offered,
+            component_refused,
         } = tables;
         let mut errors = Vec::new();
         let name = section.name.get_ref().as_str();
@@ -389,7 +407,7 @@ impl Context {
             }
             None
         } else {
-            self.component_of(&source, &section, &mut errors)
+            self.component_of(&source, &section, component_refused, &mut errors)
         };
         let arguments = arguments.and_then(|arguments| {
             let at = || source.at(arguments.span());
@@ -468,6 +486,7 @@ impl Context {
         &self,
         source: &Arc<SourceFile>,
         section: &InvokerSection,
+        own_refused: bool,
         errors: &mut Vec<Diagnostic>,
     ) -> Option<ComponentRef> {
         match (&section.component, &self.component) {
@@ -481,6 +500,8 @@ impl Context {
             .map_err(|e| errors.push(e))
             .ok(),
             (None, Some(component)) => Some(component.clone()),
+            // The component it meant was refused: that error says it.
+            (None, None) if own_refused || self.component_refused => None,
             (None, None) => {
                 errors.push(Diagnostic::new(
                     source.at(section.name.span()),
@@ -495,58 +516,12 @@ impl Context {
     }
 }
 
-/// The ensemble files of `dir`: every `*.toml` in it (not recursively: invoker files live in
-/// subdirectories and are reached through `source`), hidden ones left out, in file-name
-/// order; or why the directory cannot be read.
-pub fn ensemble_files(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
-    let unreadable = |e: std::io::Error| {
-        Diagnostic::new(
-            Location::file(dir),
-            format!("cannot read the ensembles directory: {e}"),
-        )
-    };
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
-        let path = entry.map_err(unreadable)?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        if !hidden && path.extension().is_some_and(|e| e == "toml") && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
-/// Every error the ensemble files of `dir` have that shows without an engine, in the order
-/// `toolhost check` prints them: each file's own, then each invoker's, then names defined
-/// twice. (Resolving adds what only the components can say.)
-pub fn check_dir(dir: &Path, check: CheckReference) -> Result<Vec<Diagnostic>, Diagnostic> {
-    let files = ensemble_files(dir)?;
-    let schemas = SchemaCache::default();
-    let mut errors = Vec::new();
-    for file in files {
-        match read(&file, &schemas, check) {
-            Ok(mut draft) => {
-                errors.append(&mut draft.errors);
-                for invoker in &mut draft.invokers {
-                    errors.append(&mut invoker.errors);
-                }
-                errors.extend(draft.duplicates());
-            }
-            Err(mut these) => errors.append(&mut these),
-        }
-    }
-    Ok(errors)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::DedupMode;
     use settings::DEFAULT_MEMORY_MIB;
+    use std::path::PathBuf;
     use std::time::Duration;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -622,6 +597,37 @@ mod tests {
         let spec = draft.mcp.as_ref().expect("an MCP draft");
         assert!(spec.spec.is_none(), "a server with errors is not started");
         assert_eq!(draft.invokers[0].errors.len(), 2);
+    }
+
+    #[test]
+    fn defaults_capabilities_beside_invokers_are_warned_of_at_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (head, defaults) = (
+            "schema-version = 1\n[ensemble]\nname = \"w\"\ncomponent = \"c.wasm\"\n",
+            "[defaults]\ncapabilities = { env = [\"TZ\"] }\n[grants]\nenv = [\"TZ\"]\n",
+        );
+        let invokers = "[[invokers]]\nname = \"a\"\ncapabilities = { env = [\"TZ\"] }\n";
+        let file = write(dir.path(), "w.toml", &format!("{head}{defaults}{invokers}"));
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
+        let [warning] = &draft.warnings()[..] else {
+            panic!("one warning: {:?}", draft.warnings())
+        };
+        assert_eq!(warning.position(), format!("{}:6:16", file.display()));
+        assert!(
+            warning
+                .message
+                .contains("lists [[invokers]], so its [defaults] capabilities give nothing")
+        );
+        // Without invokers they are the capabilities of every tool the component offers.
+        let file = write(dir.path(), "w.toml", &format!("{head}{defaults}"));
+        let draft = read(&file, &SchemaCache::default(), |_| Ok(())).expect("the file parses");
+        let warnings = draft.warnings();
+        assert!(
+            !warnings
+                .iter()
+                .any(|w| w.message.contains("capabilities give nothing")),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -444,7 +444,7 @@ impl Resolver {
                 _ => own.as_ref().and_then(|bound| bound.passed.as_ref()),
             };
             let (prompts, resources, passed) = offers::offers(&mut draft, &shared.name, passed);
-            let warnings = draft.unused_grants();
+            let warnings = draft.warnings();
             Ok(Arc::new(Ensemble {
                 warnings,
                 name: draft.name,
@@ -457,7 +457,8 @@ impl Resolver {
                 passed,
             }))
         } else {
-            Err(diagnostics)
+            // Each file's errors in the order they stand in it (its own file's first).
+            Err(toolhost_config::in_file_order(diagnostics, file))
         };
         Outcome {
             file: file.to_path_buf(),
