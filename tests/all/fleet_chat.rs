@@ -509,34 +509,47 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
     assert_eq!(sent.as_array().map(Vec::len), Some(3), "{sent}");
 
     // A client with a session (rmcp's, 2025-11-25): every request answers, on both replicas.
-    {
-        use rmcp::ServiceExt;
-        let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
-            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                balancer.url.clone(),
-            )
-            .auth_header("agent-secret"),
-        );
-        let client = crate::mcp::Client::default()
-            .serve(transport)
-            .await
-            .expect("an MCP session through round robin");
-        for _ in 0..6 {
-            let names = crate::mcp::tool_names(&client).await;
-            assert!(names.contains(&"calculate".to_string()), "{names:?}");
-        }
-        client.cancel().await.expect("close");
-    }
-
+    session_lists_calculate(&balancer.url, "agent-secret", 6).await;
     // 20 calls alternating replicas under 5 a minute: 5 run, the fleet's, not each one's.
+    assert_eq!(
+        calls_of_calculate_that_ran(&balancer.url, "agent-secret", 20).await,
+        5
+    );
+}
+
+/// A 2025-11-25 session (rmcp's client) through `url` as the bearer of `token`, whose
+/// `tools/list` lists `calculate` `times` times in a row (each may reach another replica).
+pub(crate) async fn session_lists_calculate(url: &str, token: &str, times: usize) {
+    use rmcp::ServiceExt;
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.to_string(),
+        )
+        .auth_header(token.to_string()),
+    );
+    let client = crate::mcp::Client::default()
+        .serve(transport)
+        .await
+        .expect("an MCP session through round robin");
+    for _ in 0..times {
+        let names = crate::mcp::tool_names(&client).await;
+        assert!(names.contains(&"calculate".to_string()), "{names:?}");
+    }
+    client.cancel().await.expect("close");
+}
+
+/// `calls` session-less calls of `calculate` through `url` as the bearer of `token`: how
+/// many ran (every other one is a `429`).
+pub(crate) async fn calls_of_calculate_that_ran(url: &str, token: &str, calls: usize) -> usize {
     let mut ran = 0;
-    for _ in 0..20 {
+    let auth = format!("Bearer {token}");
+    for _ in 0..calls {
         let (status, _, answer) = modern_post(
-            &balancer.url,
+            url,
             "tools/call",
             Some("calculate"),
             json!({"name": "calculate", "arguments": {"expression": "1 + 1"}}),
-            &[("authorization", "Bearer agent-secret")],
+            &[("authorization", &auth)],
         )
         .await;
         if crate::fleet_quotas::ran(status, &answer) {
@@ -545,7 +558,7 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
             assert_eq!(status, 429, "{answer}");
         }
     }
-    assert_eq!(ran, 5);
+    ran
 }
 
 /// A chat request with `message` by the bearer of the agents' token: its events.

@@ -277,41 +277,10 @@ async fn the_fleet_example_runs_on_redis_and_postgres_over_tls() {
     );
 
     // The quota held on Redis over TLS: 20 calls alternating replicas, 5 a minute, 5 run.
-    let mut ran = 0;
-    for _ in 0..20 {
-        let (status, _, answer) = crate::mcp_revisions::modern_post(
-            &balancer.url,
-            "tools/call",
-            Some("calculate"),
-            json!({"name": "calculate", "arguments": {"expression": "1 + 1"}}),
-            &[("authorization", "Bearer agent-secret")],
-        )
-        .await;
-        if crate::fleet_quotas::ran(status, &answer) {
-            ran += 1;
-        } else {
-            assert_eq!(status, 429, "{answer}");
-        }
-    }
-    assert_eq!(ran, 5);
-
+    let ran = crate::fleet_chat::calls_of_calculate_that_ran(&balancer.url, "agent-secret", 20);
+    assert_eq!(ran.await, 5);
     // A 2025-11-25 session routed between the replicas through Redis over TLS.
-    use rmcp::ServiceExt;
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
-        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-            balancer.url.clone(),
-        )
-        .auth_header("agent-secret"),
-    );
-    let client = crate::mcp::Client::default()
-        .serve(transport)
-        .await
-        .expect("a session through round robin");
-    for _ in 0..4 {
-        let names = crate::mcp::tool_names(&client).await;
-        assert!(names.contains(&"calculate".to_string()), "{names:?}");
-    }
-    client.cancel().await.expect("close");
+    crate::fleet_chat::session_lists_calculate(&balancer.url, "agent-secret", 4).await;
 }
 
 /// A replica whose `[fleet]` names `redis_url` (checked against `ca` as the system's roots),
