@@ -488,3 +488,53 @@ fn check_says_where_a_fleet_setting_is_wrong() {
         "{said}"
     );
 }
+
+/// A session opened on one replica of a fleet without `advertise`, asked of another: a 404
+/// that says another replica may hold it and what to set (rmcp's own says only "Session not
+/// found").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_another_replica_holds_without_advertise_is_a_404_that_says_what_to_set() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let redis = RedisServer::start(scratch.path());
+    let (fixture, config) = fleet_fixture(&format!("redis = \"{}\"", redis.url()), "");
+    let replicas: Vec<HttpServer> = (0..2)
+        .map(|_| HttpServer::start(&fixture, &["--config", &config, "--no-watch"], &ENV))
+        .collect();
+    let client = reqwest::Client::new();
+    let opened = client
+        .post(&replicas[0].url)
+        .bearer_auth("carol-token")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(opened.status().as_u16(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    let elsewhere = client
+        .post(&replicas[1].url)
+        .bearer_auth("carol-token")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(elsewhere.status().as_u16(), 404);
+    let said = elsewhere.text().await.expect("text");
+    assert!(
+        said.contains("another replica of the fleet may hold it") && said.contains("advertise"),
+        "{said}"
+    );
+}

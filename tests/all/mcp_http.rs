@@ -161,4 +161,9 @@ async fn ending_a_session_is_answered_204_and_the_session_is_gone() {
         .await
         .expect("POST");
     assert_eq!(after.status().as_u16(), 404);
+    let said = after.text().await.expect("text");
+    assert!(
+        said.contains("no such MCP session: it ended or the host restarted"),
+        "{said}"
+    );
 }
