@@ -509,7 +509,7 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
     assert_eq!(sent.as_array().map(Vec::len), Some(3), "{sent}");
 
     // A client with a session (rmcp's, 2025-11-25): every request answers, on both replicas.
-    session_lists_calculate(&balancer.url, "agent-secret", 6).await;
+    session_lists(&balancer.url, "agent-secret", "calculate", 6).await;
     // 20 calls alternating replicas under 5 a minute: 5 run, the fleet's, not each one's.
     assert_eq!(
         calls_of_calculate_that_ran(&balancer.url, "agent-secret", 20).await,
@@ -518,8 +518,8 @@ async fn the_fleet_example_runs_as_written_behind_a_round_robin_balancer() {
 }
 
 /// A 2025-11-25 session (rmcp's client) through `url` as the bearer of `token`, whose
-/// `tools/list` lists `calculate` `times` times in a row (each may reach another replica).
-pub(crate) async fn session_lists_calculate(url: &str, token: &str, times: usize) {
+/// `tools/list` lists `tool` `times` times in a row (each may reach another replica).
+pub(crate) async fn session_lists(url: &str, token: &str, tool: &str, times: usize) {
     use rmcp::ServiceExt;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
@@ -533,7 +533,7 @@ pub(crate) async fn session_lists_calculate(url: &str, token: &str, times: usize
         .expect("an MCP session through round robin");
     for _ in 0..times {
         let names = crate::mcp::tool_names(&client).await;
-        assert!(names.contains(&"calculate".to_string()), "{names:?}");
+        assert!(names.iter().any(|n| n == tool), "{names:?}");
     }
     client.cancel().await.expect("close");
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A `tools/call` of `tool` in the conversation `conversation`, by the bearer of `token`.
-async fn call_in(
+pub(crate) async fn call_in(
     url: String,
     token: &str,
     conversation: &str,
@@ -39,7 +39,7 @@ async fn call_in(
 
 /// The audit records of `tool` calls by `identity` (the replicas share the fixture's log):
 /// how many ran and how many were answered by dedup.
-fn runs_of(fixture: &Fixture, identity: &str, tool: &str) -> (usize, usize) {
+pub(crate) fn runs_of(fixture: &Fixture, identity: &str, tool: &str) -> (usize, usize) {
     let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
     let records: Vec<Value> = audit
         .lines()

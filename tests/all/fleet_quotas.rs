@@ -90,7 +90,7 @@ impl Drop for RedisServer {
 }
 
 /// A `tools/call` without a session by the bearer of `token`: the status and the answer.
-async fn call_as(url: &str, token: &str, tool: &str, arguments: Value) -> (u16, Value) {
+pub(crate) async fn call_as(url: &str, token: &str, tool: &str, arguments: Value) -> (u16, Value) {
     let auth = format!("Bearer {token}");
     let params = json!({"name": tool, "arguments": arguments});
     let (status, _, answer) = modern_post(
@@ -423,25 +423,26 @@ async fn the_running_calls_of_a_replica_killed_mid_call_are_given_back_within_th
     assert!(waited <= Duration::from_secs(17), "{waited:?}");
 }
 
+/// What `check` says of a `toolhost.toml` whose `[fleet]` is `fleet`, and whether it passed.
+pub(crate) fn check(fleet: &str) -> (bool, String) {
+    let (fixture, config) = fleet_fixture(fleet, "");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    for (var, value) in ENV {
+        command.env(var, value);
+    }
+    let output = command
+        .args(["--config", &config, "check"])
+        .env_remove("NOT_SET_ANYWHERE")
+        .output()
+        .expect("check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), format!("{stdout}{stderr}"))
+}
+
 #[test]
 fn check_says_where_a_fleet_setting_is_wrong() {
-    // What `check` says, and whether it passed.
-    let check = |fleet: &str| {
-        let (fixture, config) = fleet_fixture(fleet, "");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
-        crate::mcp::configure(&mut command, &fixture);
-        for (var, value) in ENV {
-            command.env(var, value);
-        }
-        let output = command
-            .args(["--config", &config, "check"])
-            .env_remove("NOT_SET_ANYWHERE")
-            .output()
-            .expect("check");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        (output.status.success(), format!("{stdout}{stderr}"))
-    };
     let run = |fleet: &str| {
         let (passed, said) = check(fleet);
         assert!(!passed, "{fleet}: {said}");

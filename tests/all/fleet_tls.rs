@@ -280,7 +280,7 @@ async fn the_fleet_example_runs_on_redis_and_postgres_over_tls() {
     let ran = crate::fleet_chat::calls_of_calculate_that_ran(&balancer.url, "agent-secret", 20);
     assert_eq!(ran.await, 5);
     // A 2025-11-25 session routed between the replicas through Redis over TLS.
-    crate::fleet_chat::session_lists_calculate(&balancer.url, "agent-secret", 4).await;
+    crate::fleet_chat::session_lists(&balancer.url, "agent-secret", "calculate", 4).await;
 }
 
 /// A replica whose `[fleet]` names `redis_url` (checked against `ca` as the system's roots),

@@ -30,6 +30,7 @@ mod conformance;
 mod dedup;
 mod fleet;
 mod fleet_chat;
+mod fleet_cluster;
 mod fleet_dedup;
 mod fleet_faults;
 mod fleet_page;

@@ -17,6 +17,7 @@ mod diagnostic;
 pub mod draft;
 pub mod file_schemas;
 mod files;
+pub mod fleet;
 mod glob;
 mod recover;
 pub mod sandbox;

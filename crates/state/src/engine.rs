@@ -1,24 +1,28 @@
-//! engine: the Redis a fleet shares, reached through one multiplexed connection that this
+//! engine: the Redis a fleet shares, reached through one multiplexed connection (for a Redis
+//! Cluster, the `redis` crate's cluster connection, which holds one per node) that this
 //! module makes again when it breaks. Every request is bounded by the host's
 //! `redis-timeout-ms`, counted when it fails, and marks the engine up or down for `/readyz`,
 //! `/metrics` and `status`; an error is kept without the URL's password.
 //!
-//! The connection is the `redis` crate's, over a socket made here and wrapped in
-//! [`Bounded`], which holds each reply to a bound before the crate buffers it (the crate sets
-//! none). A reply past the bound, a broken socket or a connection that stopped answering
-//! pings ends the connection; the next request makes a new one (one attempt at a time; after
-//! a failed one, requests fail at once for [`RETRY_AFTER`] instead of each trying again).
+//! Each connection is the `redis` crate's, over a socket made by [`crate::dial`] and held to
+//! the bounds of [`crate::bounded`] (the crate sets none). A reply past the bound, a broken
+//! socket or a connection that stopped answering pings ends the connection; the next request
+//! makes a new one (one attempt at a time; after a failed one, requests fail at once for
+//! [`RETRY_AFTER`] instead of each trying again).
 //!
 //! Redis's own clock decides what a script does with time (a quota's refill, a lease's
 //! expiry, a request's deadline). Each ping reads it (`TIME`), so that a request can carry
 //! the moment its caller stops waiting as Redis counts time ([`Redis::deadline`]): a script
 //! that reaches Redis after that (it was queued behind a stall) takes nothing.
 
-use crate::bounded::Bounded;
+use crate::cluster::Node;
+use crate::dial::{dial, without_url};
 use crate::watch::Watch;
 use crate::{EngineHealth, RedisSettings};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, ConnectionInfo, IntoConnectionInfo};
+use redis::{Pipeline, RedisFuture, Value};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,6 +39,8 @@ pub struct Redis {
     /// Where and how to connect; `None` only for a URL the crate cannot read, which
     /// [`RedisSettings::new`] already refused.
     info: Option<ConnectionInfo>,
+    /// For a cluster (`redis-cluster-env`): the client that finds its nodes from the seeds.
+    cluster: Option<redis::cluster::ClusterClient>,
     timeout: Duration,
     /// Shown in errors instead of the URL.
     shown: String,
@@ -65,9 +71,45 @@ struct Link {
     failed: Option<(Instant, String)>,
 }
 
+/// A connection to the fleet's Redis: one server's, or a cluster's (which holds one per node
+/// and routes each request by its keys' slot).
+#[derive(Clone)]
+pub enum Connection {
+    One(MultiplexedConnection),
+    Cluster(ClusterConnection<Node>),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::One(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::One(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::One(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Connected {
-    connection: MultiplexedConnection,
+    connection: Connection,
     number: u64,
     /// Why the stream refused a reply, once it did.
     refused: Arc<OnceLock<String>>,
@@ -95,8 +137,16 @@ pub struct Down(pub String);
 
 impl Redis {
     pub(crate) fn new(settings: &RedisSettings) -> Arc<Self> {
+        let cluster = settings.seeds().and_then(|seeds| {
+            crate::cluster::set_nodes(crate::cluster::NodeSettings {
+                tls: settings.tls().cloned(),
+                timeout: settings.timeout,
+            });
+            crate::cluster::client(seeds, settings.timeout).ok()
+        });
         Arc::new_cyclic(|this| Redis {
             info: settings.url().into_connection_info().ok(),
+            cluster,
             timeout: settings.timeout,
             shown: settings.shown(),
             tls: settings.tls().cloned(),
@@ -149,7 +199,7 @@ impl Redis {
     /// Runs `request` on the connection within the timeout, and notes how it went.
     pub(crate) async fn run<T, F, Fut>(&self, what: &str, request: F) -> Result<T, Down>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let answer = tokio::time::timeout(self.timeout, async {
@@ -233,88 +283,42 @@ impl Redis {
         }
     }
 
-    /// A new connection, its handshake (password, database) done.
+    /// A new connection, its handshake (password, database) done; for a cluster, the slot
+    /// map read from a seed and a connection to each node the requests reach.
     async fn connect(&self) -> Result<Connected, String> {
         let cannot = |detail: &dyn std::fmt::Display| {
             format!("Redis at {} cannot be reached: {detail}", self.shown)
         };
-        let Some(info) = &self.info else {
-            return Err(cannot(&"the URL makes no client"));
-        };
-        // No timeout of the crate's: each request is bounded by the host's.
-        let config = config_of();
         let number = self.made.fetch_add(1, Ordering::Relaxed);
-        let (connection, refused) = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let socket = tokio::net::TcpStream::connect((host.as_str(), *port))
-                    .await
-                    .map_err(|e| cannot(&io_reason(&e)))?;
-                // A call sends a script while another is unanswered (a quota's admission
-                // beside a dedup lookup, a result stored in the background); with Nagle's
-                // algorithm the second would wait for the first's answer: a round trip more.
-                let _ = socket.set_nodelay(true);
-                self.handshake(info, socket, config, number).await
-            }
-            ConnectionAddr::Unix(path) => {
-                let socket = tokio::net::UnixStream::connect(path)
-                    .await
-                    .map_err(|e| cannot(&io_reason(&e)))?;
-                self.handshake(info, socket, config, number).await
-            }
-            ConnectionAddr::TcpTls { host, port, .. } => {
-                let Some(tls) = &self.tls else {
-                    return Err(cannot(&"its URL asks for TLS and none is set up"));
-                };
-                let socket = tokio::net::TcpStream::connect((host.as_str(), *port))
-                    .await
-                    .map_err(|e| cannot(&io_reason(&e)))?;
-                let _ = socket.set_nodelay(true);
-                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| {
-                    cannot(&format!("`{host}` is no name to check a certificate for"))
-                })?;
-                // The handshake is bounded by the request's own timeout, as every wait here.
-                let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
-                let stream = connector
-                    .connect(name, socket)
-                    .await
-                    .map_err(|e| cannot(&tls_reason(&e)))?;
-                self.handshake(info, stream, config, number).await
-            }
-            _ => Err("the URL names a kind of address toolhost does not reach".to_string()),
-        }
-        .map_err(|why| cannot(&why))?;
+        let (connection, refused) = if let Some(cluster) = &self.cluster {
+            let connection = (cluster.get_async_generic_connection::<Node>().await)
+                .map_err(|e| cannot(&without_url(&e)))?;
+            // Each node's stream keeps its own refusal; the crate's error says which failed.
+            (Connection::Cluster(connection), Arc::default())
+        } else {
+            let Some(info) = &self.info else {
+                return Err(cannot(&"the URL makes no client"));
+            };
+            // No timeout of the crate's: each request is bounded by the host's.
+            let dialed = dial(info, self.tls.as_ref(), config_of())
+                .await
+                .map_err(|why| cannot(&why))?;
+            let this = self.this.clone();
+            let driver = dialed.driver;
+            tokio::spawn(async move {
+                driver.await;
+                if let Some(redis) = this.upgrade() {
+                    redis.forget(number);
+                }
+            });
+            (Connection::One(dialed.connection), dialed.refused)
+        };
         self.unanswered.store(0, Ordering::Relaxed);
         Ok(Connected {
             connection,
             number,
             refused,
         })
-    }
-
-    /// The crate's connection over `socket`, bounded, its handshake (password, database)
-    /// done; its task runs until the socket ends, and then the connection is forgotten.
-    async fn handshake<S>(
-        &self,
-        info: &ConnectionInfo,
-        socket: S,
-        config: AsyncConnectionConfig,
-        number: u64,
-    ) -> Result<(MultiplexedConnection, Arc<OnceLock<String>>), String>
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let stream = Bounded::new(socket);
-        let refused = stream.refusal();
-        let made = MultiplexedConnection::new_with_config(info.redis_settings(), stream, config);
-        let (connection, driver) = made.await.map_err(|e| without_url(&e))?;
-        let this = self.this.clone();
-        tokio::spawn(async move {
-            driver.await;
-            if let Some(redis) = this.upgrade() {
-                redis.forget(number);
-            }
-        });
-        Ok((connection, refused))
     }
 
     /// Ends the connection `number`, if it is still the current one.
@@ -350,7 +354,10 @@ impl Redis {
                     self.offset_known.store(true, Ordering::Relaxed);
                     (self.round_trip_us).store(round_trip.as_micros() as u64, Ordering::Relaxed);
                     self.unanswered.store(0, Ordering::Relaxed);
-                    return Ok(());
+                    return match self.cluster.is_some() {
+                        true => self.cluster_serves().await,
+                        false => Ok(()),
+                    };
                 }
                 Err(Down(why)) => {
                     if why.contains("did not answer")
@@ -371,6 +378,29 @@ impl Redis {
         }
     }
 
+    /// Whether the cluster serves every slot, as the node asked says (`CLUSTER INFO`): a
+    /// primary down and not yet replaced is said in `/readyz`'s body, `/metrics` and `status`.
+    async fn cluster_serves(&self) -> Result<(), String> {
+        let info = self
+            .run("say how the cluster is", |mut c| async move {
+                redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async::<String>(&mut c)
+                    .await
+            })
+            .await
+            .map_err(|Down(why)| why)?;
+        match crate::cluster::unhealthy(&info) {
+            Some(why) => Err(self.failed(format!("Redis at {}: {why}", self.shown)).0),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this is a Redis Cluster (a script's keys must then share a slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     fn failed(&self, why: String) -> Down {
         Down(self.watch.failed(why))
     }
@@ -388,50 +418,7 @@ fn config_of() -> AsyncConnectionConfig {
         .set_connection_timeout(None)
 }
 
-/// Why a TLS handshake failed, said plainly (a certificate that does not verify, a server
-/// that is no TLS server).
-fn tls_reason(error: &std::io::Error) -> String {
-    let said = match error
-        .get_ref()
-        .and_then(|e| e.downcast_ref::<rustls::Error>())
-    {
-        Some(rustls::Error::InvalidCertificate(why)) => {
-            format!("its TLS certificate is refused ({why:?})")
-        }
-        Some(other) => format!("TLS failed: {other}"),
-        None if error.kind() == std::io::ErrorKind::InvalidData => {
-            "TLS failed: it does not answer as a TLS server".to_string()
-        }
-        None => format!("TLS failed: {}", io_reason(error)),
-    };
-    toolhost_contract::cut(&said, 200, |_| "...".into()).into_owned()
-}
-
 /// This host's wall clock, in milliseconds since 1970.
 fn wall_ms() -> i64 {
     (SystemTime::now().duration_since(UNIX_EPOCH)).map_or(0, |d| d.as_millis() as i64)
-}
-
-/// Why a socket could not be made, without an address.
-fn io_reason(error: &std::io::Error) -> String {
-    match error.kind() {
-        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        std::io::ErrorKind::NotFound => "no such socket".into(),
-        _ => toolhost_contract::cut(&error.to_string(), 200, |_| "...".into()).into_owned(),
-    }
-}
-
-/// A Redis error as said to clients and logs: its kind and detail, never the URL it was
-/// reached by.
-fn without_url(error: &redis::RedisError) -> String {
-    let detail = error.detail().unwrap_or_default();
-    let kind = error.category();
-    let text = if error.is_io_error() || error.is_connection_refusal() {
-        "the connection failed".to_string()
-    } else if detail.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}: {detail}")
-    };
-    toolhost_contract::cut(&text, 200, |_| "...".into()).into_owned()
 }

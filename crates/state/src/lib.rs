@@ -17,11 +17,16 @@
 //! MCP sessions it holds ([`routes`]), so that the HTTP front forwards a request for what
 //! another replica holds to it.
 //!
+//! On a Redis Cluster (`redis-cluster-env`), the engine holds the `redis` crate's cluster
+//! client, its connection to each node made as the single Redis's is ([`cluster`]).
+//!
 //! Layers: `lib` (settings, [`Shared`]) over `quota`, `dedup` and `routes` over `engine` and
-//! `postgres`, over `bounded` and `watch`.
+//! `postgres`, over `cluster`, over `dial`, over `bounded` and `watch`.
 
 pub mod bounded;
+pub mod cluster;
 pub mod dedup;
+mod dial;
 pub mod engine;
 pub mod postgres;
 pub mod quota;
@@ -32,6 +37,7 @@ pub mod watch;
 
 pub use postgres::PostgresSettings;
 
+use redis::IntoConnectionInfo;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,7 +99,12 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// For `rediss://`: how the server is checked, and this host's certificate if it has one.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// For a Redis Cluster: every seed URL (`url` is the first).
+    seeds: Vec<String>,
 }
+
+/// The most seed URLs `redis-cluster-env` may name.
+pub const MAX_CLUSTER_SEEDS: usize = 64;
 
 /// A Redis URL that cannot be used, and why.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +142,69 @@ impl RedisSettings {
             url: url.to_string(),
             timeout,
             tls,
+            seeds: Vec::new(),
         })
+    }
+
+    /// A Redis Cluster, found from `seeds`: URLs separated by commas (at most
+    /// [`MAX_CLUSTER_SEEDS`]), all `redis://` or all `rediss://`, one user and password,
+    /// database 0 (a cluster has no other). The client finds every node from any one seed.
+    pub fn cluster(seeds: &str, timeout: Duration) -> Result<Self, InvalidUrl> {
+        let seeds: Vec<&str> = (seeds.split(',').map(str::trim))
+            .filter(|s| !s.is_empty())
+            .collect();
+        let Some(first) = seeds.first() else {
+            return Err(InvalidUrl(
+                "no seed URL: write redis://host:port,redis://host:port,... (any node of the \
+                 cluster; more than one in case one is down)"
+                    .into(),
+            ));
+        };
+        if seeds.len() > MAX_CLUSTER_SEEDS {
+            return Err(InvalidUrl(format!(
+                "{} seed URLs: at most {MAX_CLUSTER_SEEDS} (the client finds every node from \
+                 any one of them)",
+                seeds.len()
+            )));
+        }
+        let mut checked = Self::new(first, timeout)?;
+        for seed in &seeds {
+            if !seed.starts_with("redis://") && !seed.starts_with("rediss://") {
+                return Err(InvalidUrl(format!(
+                    "`{}`: a cluster's seeds are redis:// or rediss:// URLs",
+                    shown(seed)
+                )));
+            }
+            let one = Self::new(seed, timeout)?;
+            let db = seed
+                .into_connection_info()
+                .map_or(0, |i| i.redis_settings().db());
+            if db != 0 {
+                return Err(InvalidUrl(format!(
+                    "`{}` names database {db}: a Redis Cluster has only database 0",
+                    shown(seed)
+                )));
+            }
+            if one.tls.is_some() != checked.tls.is_some() {
+                return Err(InvalidUrl(
+                    "the seeds mix redis:// and rediss://: a cluster is reached one way".into(),
+                ));
+            }
+        }
+        let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+        cluster::client(&seeds, timeout).map_err(|e| {
+            InvalidUrl(format!(
+                "the seeds make no cluster client: {}",
+                e.detail().unwrap_or(e.category())
+            ))
+        })?;
+        checked.seeds = seeds;
+        Ok(checked)
+    }
+
+    /// A cluster's seed URLs (none for one Redis).
+    pub(crate) fn seeds(&self) -> Option<&[String]> {
+        (!self.seeds.is_empty()).then_some(self.seeds.as_slice())
     }
 
     /// The same Redis, its server checked against `files`' CA (else the system's roots) and
@@ -150,9 +223,16 @@ impl RedisSettings {
         self.tls.as_ref()
     }
 
-    /// The URL with any password replaced by `***`, as logs and `status` show it.
+    /// The URL (a cluster's seeds) with any password replaced by `***`, as logs and `status`
+    /// show it.
     pub fn shown(&self) -> String {
-        shown(&self.url)
+        match self.seeds() {
+            Some(seeds) => {
+                let shown: Vec<String> = seeds.iter().map(|s| shown(s)).collect();
+                format!("cluster {}", shown.join(","))
+            }
+            None => shown(&self.url),
+        }
     }
 
     pub(crate) fn url(&self) -> &str {
@@ -166,14 +246,16 @@ impl std::fmt::Debug for RedisSettings {
             .field("url", &self.shown())
             .field("timeout", &self.timeout)
             .field("tls", &self.tls.is_some())
+            .field("cluster", &self.seeds.len())
             .finish()
     }
 }
 
 /// Whether a Redis or PostgreSQL URL carries a password, in its user info or as a
 /// `password=` option (then it belongs in the environment, not in `toolhost.toml`).
+/// A cluster's seeds (URLs separated by commas) are each looked at.
 pub fn has_password(url: &str) -> bool {
-    authority(url).is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    (url.split(',')).any(|one| authority(one).is_some_and(|(userinfo, _)| userinfo.contains(':')))
         || url
             .split_once('?')
             .is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("password=")))
@@ -361,6 +443,8 @@ mod tests {
         assert!(!has_password("redis://app@redis/0"));
         assert!(!has_password("redis://redis:6379/0"));
         assert!(!has_password("redis://redis:6379/0?x=a@b:c"));
+        assert!(has_password("redis://a:7000,redis://app:s3cret@b:7001"));
+        assert!(!has_password("redis://a:7000,redis://app@b:7001"));
         let settings = RedisSettings::new("redis://app:s3cret@redis:6379/0", DEFAULT_REDIS_TIMEOUT)
             .expect("a URL");
         assert_eq!(settings.shown(), "redis://app:***@redis:6379/0");

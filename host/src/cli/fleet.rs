@@ -29,6 +29,28 @@ pub(super) fn check_fleet(
     .read(source, env, &mut unset, &mut errors, |url| {
         RedisSettings::new(url, timeout).map_err(|e| e.to_string())
     });
+    let cluster = Url {
+        engine: "Redis Cluster",
+        written: fleet.redis_cluster.as_ref(),
+        key: "redis-cluster",
+        var: fleet.redis_cluster_env.as_ref(),
+    }
+    .read(source, env, &mut unset, &mut errors, |seeds| {
+        RedisSettings::cluster(seeds, timeout).map_err(|e| e.to_string())
+    });
+    let one =
+        (fleet.redis.as_ref().map(|r| r.span())).or(fleet.redis_env.as_ref().map(|v| v.span()));
+    let many = (fleet.redis_cluster.as_ref().map(|r| r.span()))
+        .or(fleet.redis_cluster_env.as_ref().map(|v| v.span()));
+    if let (Some(_), Some(span)) = (&one, &many) {
+        errors.push(Diagnostic::new(
+            source.at(span.clone()),
+            "name one Redis (`redis`, `redis-env`) or a Redis Cluster (`redis-cluster`, \
+             `redis-cluster-env`), not both"
+                .to_string(),
+        ));
+    }
+    let redis = redis.or(cluster);
     let redis = match (redis, redis_tls(fleet, source, &mut errors)) {
         (Some(redis), Some((files, span))) => match redis.with_tls(&files) {
             Ok(redis) => Some(redis),
@@ -39,10 +61,11 @@ pub(super) fn check_fleet(
         },
         (redis, None) => redis,
         (None, Some((_, span))) => {
-            if fleet.redis.is_none() && fleet.redis_env.is_none() {
+            if !names_redis(fleet) {
                 errors.push(Diagnostic::new(
                     source.at(span),
-                    "the Redis TLS files need a Redis (`redis` or `redis-env`, rediss://)"
+                    "the Redis TLS files need a Redis (`redis`, `redis-env` or a cluster's \
+                     seeds, rediss://)"
                         .to_string(),
                 ));
             }
@@ -76,8 +99,11 @@ pub(super) fn check_fleet(
                 "`{address}` is not an address to advertise: write http://host:port, the \
                  address the other replicas reach this one's --http at"
             ))
-        } else if fleet.redis.is_none() && fleet.redis_env.is_none() {
-            Err("`advertise` needs a Redis (`redis` or `redis-env`) to say it in".to_string())
+        } else if !names_redis(fleet) {
+            Err(
+                "`advertise` needs a Redis (`redis`, `redis-env` or a cluster) to say it in"
+                    .to_string(),
+            )
         } else {
             Ok(address)
         }
@@ -86,9 +112,7 @@ pub(super) fn check_fleet(
         return Err(errors);
     }
     // A Redis and no address: what one replica holds cannot be reached from another.
-    let named_redis = (fleet.redis.as_ref().map(|r| r.span()))
-        .or_else(|| fleet.redis_env.as_ref().map(|v| v.span()));
-    if let Some(span) = named_redis
+    if let Some(span) = one.or(many)
         && fleet.advertise.is_none()
         && fleet.advertise_env.is_none()
     {
@@ -111,6 +135,14 @@ pub(super) fn check_fleet(
         postgres,
         advertise,
     })
+}
+
+/// Whether `[fleet]` names a Redis: one, or a cluster's seeds.
+fn names_redis(fleet: &FleetSection) -> bool {
+    fleet.redis.is_some()
+        || fleet.redis_env.is_some()
+        || fleet.redis_cluster.is_some()
+        || fleet.redis_cluster_env.is_some()
 }
 
 /// The TLS files `[fleet]` names for Redis (`redis-ca-file`, `redis-cert-file` with

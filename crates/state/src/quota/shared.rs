@@ -271,7 +271,21 @@ impl SharedQuotas {
         let leases: Vec<(String, [u8; 32])> = (self.lock_live().iter())
             .map(|(member, key)| (member.clone(), *key))
             .collect();
-        for chunk in leases.chunks(RENEW_CHUNK) {
+        // A cluster runs a script's keys on one node: each chunk holds one slot's leases.
+        let by_slot: Vec<Vec<(String, [u8; 32])>> = if self.redis.is_cluster() {
+            let mut slots: HashMap<_, Vec<_>> = HashMap::new();
+            for lease in leases {
+                (slots
+                    .entry(crate::cluster::slot(&keys(&lease.1).1))
+                    .or_default())
+                .push(lease);
+            }
+            slots.into_values().collect()
+        } else {
+            vec![leases]
+        };
+        let chunks = (by_slot.iter()).flat_map(|same| same.chunks(RENEW_CHUNK));
+        for chunk in chunks {
             let script = &self.renew;
             let renewed = self
                 .redis
