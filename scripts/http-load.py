@@ -32,6 +32,9 @@ audit log, and drives it for `--seconds` after a warm-up:
 - quota-rediss: quota-redis over TLS (`rediss://`, a redis-server on a TLS port alone, its
   certificate from a CA this script makes with `openssl`, named by `redis-ca-file`): what
   TLS to Redis adds (issue #58);
+- quota-cluster: quota-redis on a Redis Cluster of three primaries (`redis-cluster`, made by
+  `redis-cli --cluster create`): what the cluster client costs, and that a call still takes
+  one round trip (issue #58);
 - dedup-redis: sessionless with `dedup = "exact"`, a conversation named in `_meta` and
   `[fleet] redis`, every call's arguments new: each call asks the fleet's dedup (a miss,
   a claim) and stores its result for the fleet (off the call's path);
@@ -45,6 +48,12 @@ audit log, and drives it for `--seconds` after a warm-up:
   so that each is forwarded to the one that does (server CPU: both replicas');
 - fleet-1, fleet-3: sessionless through haproxy (Debian's, round robin) in front of one
   replica and of three (server CPU: every replica's; haproxy's is not counted).
+
+For every cell on Redis, a second table says what Redis did per call (issue #58): each
+command Redis counted (`INFO commandstats`, every node's; a script's own `redis.call`s are
+counted under their names, so `evalsha` is the round trips scripts took) and the CPU the
+redis-server processes took per call, from which the calls/s at which one Redis core is the
+limit follows (`1 / CPU per call`).
 
 Cells other than stdio run at each of `--connections` (wrk, one thread). Reported: calls/s,
 p50 and p99 (wrk's), the server's CPU per call (utime + stime from /proc over the run,
@@ -387,11 +396,77 @@ class Redis:
         else:
             sys.exit("redis-server did not start")
         if delay_ms:
+            self.direct = self.port
             self.port = delaying_proxy(self.port, delay_ms / 2000)
+
+        self.nodes = [(self.process.pid, self.server_port(), tls)]
+
+    def server_port(self):
+        return self.port if not hasattr(self, "direct") else self.direct
 
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=10)
+
+
+class RedisCluster:
+    """Three redis-server primaries on loopback made a cluster by `redis-cli --cluster
+    create` (no replicas), nothing saved; stopped by `stop`."""
+
+    def __init__(self, work, primaries=3):
+        folder = work / "cluster"
+        folder.mkdir(exist_ok=True)
+        self.processes, ports = [], []
+        for _ in range(primaries):
+            port, bus = free_port(), free_port()
+            self.processes.append(subprocess.Popen(
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--cluster-enabled",
+                 "yes", "--cluster-port", str(bus), "--cluster-config-file",
+                 str(folder / f"nodes-{port}.conf"), "--save", "", "--appendonly", "no",
+                 "--dir", str(folder)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            ports.append(port)
+        for port in ports:
+            deadline = time.time() + 10
+            while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+                if time.time() > deadline:
+                    sys.exit("redis-server did not start")
+                time.sleep(0.05)
+        subprocess.run(["redis-cli", "--cluster", "create",
+                        *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not all(b"cluster_state:ok" in subprocess.run(
+                ["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True).stdout
+                for p in ports):
+            if time.time() > deadline:
+                sys.exit("the cluster never said ok")
+            time.sleep(0.1)
+        self.seeds = ",".join(f"redis://127.0.0.1:{p}" for p in ports)
+        self.nodes = [(process.pid, port, False)
+                      for process, port in zip(self.processes, ports)]
+
+    def stop(self):
+        for process in self.processes:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def commandstats(engine):
+    """Every command each node of `engine` counted so far: {name: calls}."""
+    counted = {}
+    for _, port, tls in engine.nodes:
+        command = ["redis-cli", "-p", str(port)]
+        if tls:
+            command += ["--tls", "--cacert", str(engine.ca)]
+        out = subprocess.run(command + ["info", "commandstats"], capture_output=True,
+                             text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("cmdstat_"):
+                name, fields = line[len("cmdstat_"):].split(":", 1)
+                calls = int(fields.split(",")[0].split("=")[1])
+                counted[name] = counted.get(name, 0) + calls
+    return counted
 
 
 def test_certificates(folder):
@@ -464,6 +539,8 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
         extra = QUOTA.replace("concurrent-calls = 10000\n", "")
     if cell.endswith("redis"):
         extra += f'\n[fleet]\nredis = "redis://127.0.0.1:{redis.port}/0"\n'
+    if cell.endswith("cluster"):
+        extra += f'\n[fleet]\nredis-cluster = "{redis.seeds}"\n'
     if cell.endswith("rediss"):
         extra += (f'\n[fleet]\nredis = "rediss://127.0.0.1:{redis.port}/0"\n'
                   f'redis-ca-file = "{redis.ca}"\n')
@@ -484,15 +561,21 @@ def http_cell(args, work, cell, connections, provider, record=None, redis=None):
             env["MCP_CONVERSATION"] = hashlib.sha256(os.urandom(16)).hexdigest()[:32]
         if cell == "dedup":
             env["MCP_SAME_ARGUMENTS"] = "1"
-        return wrk_cell(args, cell, server.url, connections, env, [server.pid])
+        return wrk_cell(args, cell, server.url, connections, env, [server.pid], redis)
     finally:
         server.stop()
 
 
-def wrk_cell(args, cell, url, connections, env, pids):
-    """wrk against `url` after a warm-up, the servers `pids` measured over the run."""
+def wrk_cell(args, cell, url, connections, env, pids, engine=None):
+    """wrk against `url` after a warm-up, the servers `pids` (and the Redis `engine` the cell
+    is on, if any) measured over the run."""
     # Warm-up: the connections open, the caches fill.
     run_wrk(argparse.Namespace(seconds=2), url, connections, env)
+    on_redis = engine is not None and ("redis" in cell or "cluster" in cell
+                                       or cell in FLEET_CELLS)
+    if on_redis:
+        commands_before = commandstats(engine)
+        redis_before = sum(cpu_seconds(pid) for pid, _, _ in engine.nodes)
     before = sum(cpu_seconds(pid) for pid in pids)
     user_before = sum(cpu_seconds(pid, user_only=True) for pid in pids)
     switched = sum(switches(pid) for pid in pids)
@@ -500,9 +583,18 @@ def wrk_cell(args, cell, url, connections, env, pids):
     cpu = sum(cpu_seconds(pid) for pid in pids) - before
     user = sum(cpu_seconds(pid, user_only=True) for pid in pids) - user_before
     switched = sum(switches(pid) for pid in pids) - switched
+    redis = {}
+    if on_redis:
+        redis_cpu = sum(cpu_seconds(pid) for pid, _, _ in engine.nodes) - redis_before
+        counted = commandstats(engine)
+        redis["redis_us_per_call"] = redis_cpu / max(requests, 1) * 1e6
+        redis["redis_commands_per_call"] = {
+            name: (calls - commands_before.get(name, 0)) / max(requests, 1)
+            for name, calls in sorted(counted.items())
+            if calls - commands_before.get(name, 0) > 0}
     if errors:
         print(f"{cell} at {connections}: {errors} answers were not 2xx\n{out}", file=sys.stderr)
-    return {"cell": cell, "connections": connections, "calls": requests,
+    return {**redis, "cell": cell, "connections": connections, "calls": requests,
             "calls_per_s": requests / args.seconds, "p50_ms": p50, "p99_ms": p99,
             "server_us_per_call": cpu / max(requests, 1) * 1e6,
             "user_us_per_call": user / max(requests, 1) * 1e6,
@@ -557,7 +649,8 @@ def fleet_cell(args, work, cell, connections, redis):
             balancer = Haproxy(work, [server.url for server in servers])
             url = balancer.url
             wait_ready(url, {})
-        return wrk_cell(args, cell, url, connections, env, [server.pid for server in servers])
+        return wrk_cell(args, cell, url, connections, env, [server.pid for server in servers],
+                        redis)
     finally:
         for server in servers:
             server.stop()
@@ -620,6 +713,8 @@ def main():
         redis = Redis(work, args.redis_delay_ms) if wants_redis else None
         tls_redis = (Redis(work, tls=True) if any(c.endswith("rediss") for c in cells)
                      else None)
+        cluster = (RedisCluster(work) if any(c.endswith("cluster") for c in cells)
+                   else None)
         for _ in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")
@@ -634,10 +729,11 @@ def main():
                         elif cell in FLEET_CELLS:
                             measured(build, fleet_cell(args, work, cell, c, redis))
                         else:
-                            engine = tls_redis if cell.endswith("rediss") else redis
+                            engine = (tls_redis if cell.endswith("rediss")
+                                      else cluster if cell.endswith("cluster") else redis)
                             measured(build, http_cell(args, work, cell, c, provider, record,
                                                       engine))
-        for engine in (redis, tls_redis):
+        for engine in (redis, tls_redis, cluster):
             if engine:
                 engine.stop()
     # With --repeat, each figure is the median of its runs.
@@ -680,6 +776,20 @@ def main():
               f"{r['p50_ms'] * 1000:.0f} µs | {r['p99_ms'] * 1000:.0f} µs | "
               f"{r['server_us_per_call']:.0f} µs | {ratio} | {versus} | {in_user} | "
               f"{r['switches_per_call']:.1f} | {share} |")
+    on_redis = [r for r in rows if "redis_us_per_call" in r]
+    if on_redis:
+        print("\n| build | cell | connections | Redis CPU per call | calls/s one Redis core "
+              "answers | commands per call (INFO commandstats) |")
+        print("|---|---|---|---|---|---|")
+        for r in on_redis:
+            same = [o for o in runs if (o["build"], o["cell"], o["connections"])
+                    == (r["build"], r["cell"], r["connections"])]
+            us = sorted(o["redis_us_per_call"] for o in same)[len(same) // 2]
+            commands = ", ".join(f"{name} {n:.2f}"
+                                 for name, n in r["redis_commands_per_call"].items()
+                                 if n >= 0.01)
+            print(f"| {r['build']} | {r['cell']} | {r['connections']} | {us:.1f} µs | "
+                  f"{1e6 / max(us, 0.001):,.0f} | {commands} |")
     if args.json:
         args.json.write_text(json.dumps({"medians": rows, "runs": runs}, indent=2))
 

@@ -19,10 +19,10 @@ use toolhost::web::{Store, StoreError, StoreLimits};
 /// A PostgreSQL of the test's own, stopped (immediately: nothing flushed) when dropped.
 pub(crate) struct PostgresServer {
     pub(crate) port: u16,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     bin: PathBuf,
     /// More `-c` settings of the server's (TLS).
-    options: String,
+    pub(crate) options: String,
 }
 
 impl PostgresServer {
@@ -181,7 +181,11 @@ fn run_as_postgres(
 
 /// Two replicas of one fixture whose chat keeps its conversations in `postgres`, asking
 /// `model`; `chat` is more of `[chat]`.
-fn replicas(model: &Scripted, postgres: &PostgresServer, chat: &str) -> (HttpServer, HttpServer) {
+pub(crate) fn replicas(
+    model: &Scripted,
+    postgres: &PostgresServer,
+    chat: &str,
+) -> (HttpServer, HttpServer) {
     let fixture = fixture(
         &model.base_url,
         &format!("database-env = \"TOOLHOST_DATABASE_URL\"\n{chat}"),
@@ -199,7 +203,7 @@ fn replicas(model: &Scripted, postgres: &PostgresServer, chat: &str) -> (HttpSer
     (one, two)
 }
 
-fn api(server: &HttpServer) -> String {
+pub(crate) fn api(server: &HttpServer) -> String {
     format!("{}/api/conversations", base(server))
 }
 

@@ -29,6 +29,7 @@ mod config_golden;
 mod conformance;
 mod dedup;
 mod fleet;
+mod fleet_capacity;
 mod fleet_chat;
 mod fleet_cluster;
 mod fleet_dedup;
