@@ -3,9 +3,11 @@
 //! haproxy round robin hold a quota exactly (5 a minute, 2 at once), share a conversation's
 //! result, route a 2025-11-25 session; and when the primary holding an identity's quota is
 //! killed mid-run, that identity's calls are refused with `503` and `Retry-After` until its
-//! replica is promoted, `/readyz` stays `200` and says why, and then they run again.
+//! replica is promoted, `/readyz` stays `200` and says why, and then they run again. The
+//! same on a cluster reached over TLS alone.
 
 use crate::fleet::Haproxy;
+use crate::fleet_tls::Certificates;
 use crate::mcp::HttpServer;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -13,21 +15,38 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A Redis Cluster on loopback: `primaries` primaries with a replica each, every node's
-/// client and bus port free ones; killed when dropped.
+/// A Redis Cluster on loopback: `primaries` primaries with `replicas` replicas each, every
+/// node's client and bus port free ones, on TLS alone (clients and bus) with `tls`; killed
+/// when dropped.
 struct RedisCluster {
     nodes: Vec<(u16, Option<Child>)>,
+    /// The CA its certificates chain to, when it speaks TLS.
+    ca: Option<PathBuf>,
 }
 
 impl RedisCluster {
-    fn start(root: &Path, primaries: usize) -> Self {
+    fn start(root: &Path, primaries: usize, replicas: usize, tls: Option<&Certificates>) -> Self {
         let dir = root.join("cluster");
         std::fs::create_dir_all(&dir).expect("cluster dir");
         let mut nodes = Vec::new();
-        for _ in 0..primaries * 2 {
+        for _ in 0..primaries * (1 + replicas) {
             let (port, bus) = (crate::access::free_port(), crate::access::free_port());
-            let child = Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            let mut command = Command::new("redis-server");
+            command.args(["--bind", "127.0.0.1"]);
+            match tls {
+                Some(tls) => {
+                    command.args(["--port", "0", "--tls-port", &port.to_string()]);
+                    command.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    command.arg("--tls-cert-file").arg(&tls.server_cert);
+                    command.arg("--tls-key-file").arg(&tls.server_key);
+                    command.arg("--tls-ca-cert-file").arg(&tls.ca);
+                    command.args(["--tls-auth-clients", "no"]);
+                }
+                None => {
+                    command.args(["--port", &port.to_string()]);
+                }
+            }
+            let child = command
                 .args([
                     "--cluster-enabled",
                     "yes",
@@ -45,7 +64,10 @@ impl RedisCluster {
                 .expect("redis-server starts (./scripts/test-tools.sh installs it)");
             nodes.push((port, Some(child)));
         }
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster {
+            nodes,
+            ca: tls.map(|tls| tls.ca.clone()),
+        };
         for (port, _) in &cluster.nodes {
             let deadline = Instant::now() + Duration::from_secs(10);
             while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
@@ -56,10 +78,11 @@ impl RedisCluster {
         let hosts: Vec<String> = (cluster.nodes.iter())
             .map(|(port, _)| format!("127.0.0.1:{port}"))
             .collect();
-        let made = Command::new("redis-cli")
+        let made = cluster
+            .redis_cli()
             .args(["--cluster", "create"])
             .args(&hosts)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli");
         assert!(
@@ -73,14 +96,25 @@ impl RedisCluster {
 
     /// Two seeds, as an operator would write them.
     fn seeds(&self) -> String {
+        let scheme = if self.ca.is_some() { "rediss" } else { "redis" };
         let seeds: Vec<String> = (self.nodes[..2].iter())
-            .map(|(port, _)| format!("redis://127.0.0.1:{port}"))
+            .map(|(port, _)| format!("{scheme}://127.0.0.1:{port}"))
             .collect();
         seeds.join(",")
     }
 
-    fn cli(port: u16, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
+    /// `redis-cli`, over TLS when the cluster speaks it.
+    fn redis_cli(&self) -> Command {
+        let mut command = Command::new("redis-cli");
+        if let Some(ca) = &self.ca {
+            command.arg("--tls").arg("--cacert").arg(ca);
+        }
+        command
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let output = self
+            .redis_cli()
             .args(["-p", &port.to_string()])
             .args(args)
             .output()
@@ -92,8 +126,10 @@ impl RedisCluster {
     fn until_ok(&self, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            let ok = (self.live())
-                .all(|port| Self::cli(port, &["cluster", "info"]).contains("cluster_state:ok"));
+            let ok = (self.live()).all(|port| {
+                self.cli(port, &["cluster", "info"])
+                    .contains("cluster_state:ok")
+            });
             if ok {
                 return;
             }
@@ -110,10 +146,10 @@ impl RedisCluster {
     fn keys(&self) -> Vec<(String, u16)> {
         let mut keys = Vec::new();
         for port in self.live() {
-            if !Self::cli(port, &["role"]).starts_with("master") {
+            if !self.cli(port, &["role"]).starts_with("master") {
                 continue;
             }
-            let found = Self::cli(port, &["--scan", "--pattern", "toolhost:*"]);
+            let found = self.cli(port, &["--scan", "--pattern", "toolhost:*"]);
             keys.extend(found.lines().map(|key| (key.to_string(), port)));
         }
         keys
@@ -141,14 +177,20 @@ impl Drop for RedisCluster {
     }
 }
 
-/// Two replicas of a host with `echo` and `sleep` on `cluster`, advertising each other; ann
+/// Two replicas of a host with `echo` and `sleep` on `cluster` (`fleet`: more of `[fleet]`),
+/// advertising each other; ann
 /// may make 5 calls a minute, bob 2 at once, erin 100,000 a minute; carol has no quota.
-fn replicas(fixture: &crate::support::Fixture, cluster: &RedisCluster) -> Vec<HttpServer> {
+fn replicas(
+    fixture: &crate::support::Fixture,
+    cluster: &RedisCluster,
+    fleet: &str,
+) -> Vec<HttpServer> {
     fixture.write_echo();
     fixture.write_slow(60000);
     let config: PathBuf = fixture.write_host_file(
         "fleet",
-        "redis-cluster-env = \"TOOLHOST_REDIS_CLUSTER\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"\n\n\
+        &format!(
+            "redis-cluster-env = \"TOOLHOST_REDIS_CLUSTER\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"\n{fleet}\n\
          [[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
          [[access.tokens]]\nname = \"bob\"\nenv = \"BOB\"\n\n\
          [[access.tokens]]\nname = \"carol\"\nenv = \"CAROL\"\n\n\
@@ -156,6 +198,7 @@ fn replicas(fixture: &crate::support::Fixture, cluster: &RedisCluster) -> Vec<Ht
          [[access.quotas]]\nidentities = [\"ann\"]\ncalls-per-minute = 5\n\n\
          [[access.quotas]]\nidentities = [\"bob\"]\nconcurrent-calls = 2\n\n\
          [[access.quotas]]\nidentities = [\"erin\"]\ncalls-per-minute = 100000\n",
+        ),
     );
     let seeds = cluster.seeds();
     let env = [
@@ -173,8 +216,8 @@ fn replicas(fixture: &crate::support::Fixture, cluster: &RedisCluster) -> Vec<Ht
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_cluster_holds_the_fleets_state_and_a_primary_failing_over_costs_only_its_calls() {
     let fixture = crate::support::Fixture::new();
-    let mut cluster = RedisCluster::start(fixture.root(), 3);
-    let replicas = replicas(&fixture, &cluster);
+    let mut cluster = RedisCluster::start(fixture.root(), 3, 1, None);
+    let replicas = replicas(&fixture, &cluster, "");
     let balancer = Haproxy::over(fixture.root(), &replicas);
     balancer.wait_passing(Duration::from_secs(60)).await;
     let url = |n: usize| replicas[n % 2].url.clone();
@@ -265,6 +308,33 @@ async fn a_redis_cluster_holds_the_fleets_state_and_a_primary_failing_over_costs
     let (status, answer) =
         crate::fleet_quotas::call_as(&url(1), "ann-token", "echo", json!({"after": 1})).await;
     assert_eq!(status, 429, "ann's 5 calls are still counted: {answer}");
+}
+
+/// The same cluster on TLS alone (`tls-port`, `tls-cluster`), its certificates from a test
+/// CA named by `redis-ca-file`: seeds `rediss://`, the slot map's nodes reached over TLS,
+/// and ann's quota exact across the replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_over_tls_holds_a_quota_across_replicas() {
+    let fixture = crate::support::Fixture::new();
+    let certificates = Certificates::make(&fixture.root().join("certs"));
+    let cluster = RedisCluster::start(fixture.root(), 3, 0, Some(&certificates));
+    let ca = format!("redis-ca-file = \"{}\"", certificates.ca.display());
+    let replicas = replicas(&fixture, &cluster, &ca);
+    let mut ran = 0;
+    for n in 0..8 {
+        let url = &replicas[n % 2].url;
+        let (status, answer) =
+            crate::fleet_quotas::call_as(url, "ann-token", "echo", json!({"n": n})).await;
+        assert!(status == 200 || status == 429, "{status} {answer}");
+        ran += usize::from(crate::fleet_quotas::ran(status, &answer));
+    }
+    assert_eq!(ran, 5);
+    let keys = cluster.keys();
+    assert!(
+        keys.iter()
+            .any(|(key, _)| key.starts_with("toolhost:quota:")),
+        "{keys:?}"
+    );
 }
 
 #[test]

@@ -17,12 +17,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A CA and what it signed, as PEM files in a folder of the test's.
-struct Certificates {
-    ca: PathBuf,
+pub(crate) struct Certificates {
+    pub(crate) ca: PathBuf,
     /// Another CA, which signed nothing the servers use.
     other_ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
     /// The server's key certified for a day in 2020.
     expired_cert: PathBuf,
 }
@@ -42,7 +42,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl Certificates {
     /// Makes them in `dir`: the server's certificate for 127.0.0.1 and localhost.
-    fn make(dir: &Path) -> Self {
+    pub(crate) fn make(dir: &Path) -> Self {
         std::fs::create_dir_all(dir).expect("dir");
         for ca in ["ca", "other-ca"] {
             openssl(
