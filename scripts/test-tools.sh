@@ -59,6 +59,12 @@ if [ "$("$dir/venv/bin/python" -c 'import selenium; print(selenium.__version__)'
     "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$selenium"
 fi
 
+# The test OTLP collector decodes what it receives with the official protobuf definitions.
+otelproto=1.45.2
+if [ "$("$dir/venv/bin/python" -c 'from importlib.metadata import version; print(version("opentelemetry-proto"))' 2>/dev/null)" != "$otelproto" ]; then
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "opentelemetry-proto==$otelproto"
+fi
+
 missing=()
 command -v logrotate >/dev/null || [ -x /usr/sbin/logrotate ] || missing+=(logrotate)
 command -v systemd-analyze >/dev/null || missing+=(systemd)

@@ -76,7 +76,7 @@ pub use toolhost_config as config;
 pub use toolhost_contract as contract;
 pub use toolhost_contract::tls;
 pub use toolhost_core::{
-    backend, catalog, content, invoke, metrics, prompts, reload, resolve, resources,
+    backend, catalog, content, invoke, metrics, prompts, reload, resolve, resources, trace,
 };
 pub use toolhost_http as http;
 pub use toolhost_import as import;

@@ -122,7 +122,7 @@ async fn a_chat_turn_on_postgres_takes_a_bounded_number_of_statements() {
         openai::text("Two."),
         openai::text("Three."),
     ]);
-    let (one, _two) = crate::fleet_chat::replicas(&model, &postgres, "");
+    let [one, _two] = crate::fleet_chat::replicas(&model, &postgres, "");
     let log = postgres.dir.join("log");
     let statements = || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();

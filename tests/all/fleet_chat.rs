@@ -181,26 +181,17 @@ fn run_as_postgres(
 
 /// Two replicas of one fixture whose chat keeps its conversations in `postgres`, asking
 /// `model`; `chat` is more of `[chat]`.
-pub(crate) fn replicas(
-    model: &Scripted,
-    postgres: &PostgresServer,
-    chat: &str,
-) -> (HttpServer, HttpServer) {
-    let fixture = fixture(
-        &model.base_url,
-        &format!("database-env = \"TOOLHOST_DATABASE_URL\"\n{chat}"),
-    );
+pub(crate) fn replicas(model: &Scripted, db: &PostgresServer, chat: &str) -> [HttpServer; 2] {
+    let chat = format!("database-env = \"TOOLHOST_DATABASE_URL\"\n{chat}");
+    let fixture = fixture(&model.base_url, &chat);
     let config = fixture.root().join("toolhost.toml");
     let args = ["--config", config.to_str().expect("path")];
-    let env = [
-        ("SCRIPTED_KEY", "k"),
-        ("TOOLHOST_DATABASE_URL", &postgres.url()),
-    ];
+    let env = [("SCRIPTED_KEY", "k"), ("TOOLHOST_DATABASE_URL", &db.url())];
     let one = HttpServer::start(&fixture, &args, &env);
     let two = HttpServer::start(&fixture, &args, &env);
     // The fixture's directory lives as long as the servers need it.
     std::mem::forget(fixture);
-    (one, two)
+    [one, two]
 }
 
 pub(crate) fn api(server: &HttpServer) -> String {
@@ -227,7 +218,7 @@ async fn a_conversation_started_on_one_replica_goes_on_and_is_deleted_on_another
         openai::text("It is 42."),
         openai::text("Still 42."),
     ]);
-    let (one, two) = replicas(&model, &postgres, "");
+    let [one, two] = replicas(&model, &postgres, "");
     let events = chat(&api(&one), json!({"message": "What is 40 + 2?"}))
         .await
         .rest()
@@ -274,7 +265,7 @@ async fn the_conversation_cap_holds_for_the_fleet_and_a_stopped_postgres_is_a_50
         openai::text("two"),
         openai::text("three"),
     ]);
-    let (one, two) = replicas(&model, &postgres, "max-conversations = 2");
+    let [one, two] = replicas(&model, &postgres, "max-conversations = 2");
     for server in [&one, &two] {
         let events = chat(&api(server), json!({"message": "hi"}))
             .await

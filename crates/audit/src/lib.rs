@@ -56,6 +56,12 @@ pub struct AuditRecord {
     pub deduplicated: bool,
     pub result_bytes: usize,
     pub summary: String,
+    /// The trace the call was part of (W3C ids, 32 and 16 hex digits), when traces are
+    /// exported (docs/traces.md): what finds its spans in the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 /// `arguments`, redacted and without the `withheld` values, or the start of them and their

@@ -19,6 +19,8 @@
 //!           what every kind shares (a tool's version, the admission gate, the URI bound)
 //! content   a tool's result to and from MCP's content blocks
 //! metrics   calls by tool and outcome, durations, dedup hits, validation failures; gauges
+//! trace     the spans a request makes and the W3C trace context it carries in (exported by
+//!           the host's telemetry when an OTLP endpoint is set)
 //! ```
 //!
 //! Imports point down this list. Below the core: the runtime (the engine and the sandbox),
@@ -36,3 +38,4 @@ pub mod prompts;
 pub mod reload;
 pub mod resolve;
 pub mod resources;
+pub mod trace;

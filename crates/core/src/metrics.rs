@@ -63,6 +63,8 @@ pub struct Metrics {
     pub shared_engine_up: IntGaugeVec,
     /// Set at each scrape, by engine: its requests that failed or timed out since start.
     pub shared_engine_failures: IntGaugeVec,
+    /// Spans the trace exporter had no room for (its queue full), since start.
+    pub trace_spans_dropped: IntGauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -157,7 +159,13 @@ impl Metrics {
             &["engine"],
         )?;
         registry.register(Box::new(shared_engine_failures.clone()))?;
+        let trace_spans_dropped = IntGauge::new(
+            "toolhost_trace_spans_dropped",
+            "Spans the OTLP exporter had no room for since start (its queue full: a collector down or slow); 0 without an exporter.",
+        )?;
+        registry.register(Box::new(trace_spans_dropped.clone()))?;
         Ok(Metrics {
+            trace_spans_dropped,
             shared_engine_up,
             shared_engine_failures,
             prepared_outcomes,

@@ -145,6 +145,7 @@ impl Guard {
             Some((identity, tool)) => (Some(identity), tool),
             None => (None, path.to_string()),
         };
+        let (trace_id, span_id) = toolhost_core::trace::current_ids().unzip();
         let record = toolhost_audit::AuditRecord {
             time: toolhost_audit::now_rfc3339(),
             session: "http".into(),
@@ -161,6 +162,8 @@ impl Guard {
             deduplicated: false,
             result_bytes: 0,
             summary: String::new(),
+            trace_id,
+            span_id,
         };
         let _ = log.append(&record);
     }

@@ -88,6 +88,7 @@ impl Scrape {
                 .set(i64::from(engine.up));
             (metrics.shared_engine_failures.with_label_values(&labels)).set(engine.failures as i64);
         }
+        (metrics.trace_spans_dropped).set(toolhost_core::trace::dropped_spans() as i64);
         metrics.render()
     }
 }

@@ -18,14 +18,32 @@ use tokio_util::sync::CancellationToken;
 use toolhost_contract::CallerLink;
 use toolhost_core::content;
 use toolhost_core::invoke::{Admitted, Call, Host, Session};
+use tracing::Instrument;
 
-/// Runs the `tools/call` of `context` on `server`.
+/// Runs the `tools/call` of `context` on `server`, in its server span (`tools/call <tool>`,
+/// the MCP semantic conventions' attributes; its parent the trace context the request
+/// carries, [`toolhost_core::trace`]).
 pub(crate) async fn call_tool(
     server: &McpServer,
     request: CallToolRequestParams,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, ErrorData> {
+    let span = crate::traced::server_span("tools/call", Some(&request.name), &context);
+    let answer = serve(server, request, context)
+        .instrument(span.clone())
+        .await;
+    crate::traced::ended(&span, &answer);
+    answer
+}
+
+/// [`call_tool`], in its span.
+async fn serve(
+    server: &McpServer,
+    request: CallToolRequestParams,
+    context: RequestContext<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
     let session = server.session_for(&context)?;
+    crate::traced::caller(&session);
     // The quota's admission the guard gave this request, if any (a request without a session).
     let admitted = (context.extensions.get::<http::request::Parts>())
         .and_then(|request| request.extensions.get::<Admitted>())
@@ -67,14 +85,17 @@ pub(crate) async fn call_tool(
     }
     // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
     // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
-    let mut running = tokio::spawn(call(
-        server.host.clone(),
-        session,
-        request,
-        cancel.clone(),
-        link,
-        admitted,
-    ));
+    let mut running = tokio::spawn(
+        call(
+            server.host.clone(),
+            session,
+            request,
+            cancel.clone(),
+            link,
+            admitted,
+        )
+        .in_current_span(),
+    );
     if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
         return joined(result).map(Into::into);
     }

@@ -10,7 +10,7 @@
 //! `notifications/message` (see [`log`]). A tool's progress, sampling and elicitation go back
 //! to the request that called it ([`talk`]); at 2026-07-28 a call that asks does so in rounds
 //! of `input_required` answers and follow-up requests ([`rounds`]). How one `tools/call` runs
-//! is [`calls`].
+//! is [`calls`], in a server span that continues the caller's trace ([`traced`]).
 //!
 //! Beside the tools, the ensembles' prompts ([`prompts`]: `prompts/list`, `prompts/get`,
 //! completion of their arguments) and resources ([`resources`]: `resources/list`,
@@ -40,6 +40,7 @@ mod streams;
 pub mod talk;
 pub mod tasks;
 pub mod tools;
+mod traced;
 mod twins;
 
 use log::{LogRelay, relay_logs};

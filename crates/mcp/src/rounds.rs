@@ -213,11 +213,13 @@ impl Rounds {
             result = &mut call => return Ok(result.into()),
             event = running.events.recv() => event,
         };
-        tokio::spawn(async move {
+        // In the request's span still: the call's spans stay in its trace.
+        let moved = async move {
             let result = call.await;
             // Nobody drives a call whose follow-up never came: its result goes nowhere.
             let _ = events.send(Event::Done(result)).await;
-        });
+        };
+        tokio::spawn(tracing::Instrument::in_current_span(moved));
         self.drive(running, first).await
     }
 

@@ -4,7 +4,8 @@
 //!
 //! A JSON line has `time` (RFC 3339, UTC), `level`, `target` and `message`, the event's own
 //! fields, and the fields of the spans it happened in: `session`, `tool` and `ensemble` for
-//! anything logged during a call, `invoker` and `session` on a plugin's own lines.
+//! anything logged during a call, `invoker` and `session` on a plugin's own lines; and, in a
+//! traced request (docs/traces.md), its `trace_id` and `span_id`.
 //!
 //! What the commands themselves write on stderr (the address `serve` listens on, a compile
 //! still running, a refused ensemble, the last error) goes through [`say`], so that in JSON
@@ -78,23 +79,35 @@ fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
-/// Installs the stderr logger and returns the relay for MCP sessions.
-pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
+/// Installs the stderr logger (and, with `tracer`, the spans it exports) and returns the
+/// relay for MCP sessions.
+pub(crate) fn init(
+    verbose: u8,
+    format: LogFormat,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
+) -> LogRelay {
     use tracing_subscriber::util::SubscriberInitExt;
     let _ = FORMAT.set(format);
     let relay = LogRelay::default();
-    subscriber(verbose, format, &relay).init();
+    subscriber(verbose, format, &relay, tracer).init();
+    tracing::dispatcher::get_default(|dispatch| {
+        let _ = DISPATCH.set(dispatch.downgrade());
+    });
     relay
 }
 
-/// The logger of `init`: stderr's lines at `verbose` in `format`, and `relay`.
+/// The logger of `init`: stderr's lines at `verbose` in `format`, `relay`, and the spans of
+/// [`toolhost::trace::TARGET`] for `tracer` when there is one (no layer takes them
+/// otherwise, so they cost nothing).
 fn subscriber(
     verbose: u8,
     format: LogFormat,
     relay: &LogRelay,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
 ) -> impl Subscriber + Send + Sync + 'static {
     use tracing_subscriber::layer::SubscriberExt;
     let default = default_filter(verbose);
+    let traced = tracer.is_some();
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
@@ -111,15 +124,17 @@ fn subscriber(
             None,
         ),
         // The `call` span always: its fields go on every line logged during a call, whatever
-        // the level of the line.
+        // the level of the line. When traces are exported, their spans too (only their ids
+        // are written: a line inside one names its trace); otherwise they stay disabled.
         LogFormat::Json => (
             None,
             Some(
                 JsonLines.with_filter(
-                    filter().or(tracing_subscriber::filter::filter_fn(|metadata| {
+                    filter().or(tracing_subscriber::filter::filter_fn(move |metadata| {
                         metadata.is_span()
-                            && metadata.name() == "call"
-                            && metadata.target() == "toolhost_core::invoke"
+                            && ((metadata.name() == "call"
+                                && metadata.target() == "toolhost_core::invoke")
+                                || (traced && metadata.target() == toolhost::trace::TARGET))
                     })
                     .with_max_level_hint(LevelFilter::INFO)),
                 ),
@@ -139,14 +154,48 @@ fn subscriber(
         })
         .with_max_level_hint(LevelFilter::INFO),
     );
+    let traced = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(
+                tracing_subscriber::filter::filter_fn(|metadata| {
+                    metadata.is_span() && metadata.target() == toolhost::trace::TARGET
+                })
+                .with_max_level_hint(LevelFilter::INFO),
+            )
+    });
     tracing_subscriber::registry()
         .with(text)
         .with(json)
         .with(relayed)
+        .with(traced)
+}
+
+impl JsonLines {
+    /// The trace and span ids of the innermost traced span `event` happened in, if any
+    /// (no extensions are held while the exporter's layer is asked).
+    fn ids<S>(&self, event: &Event<'_>, context: &Context<'_, S>) -> Option<(String, String)>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        use opentelemetry::trace::TraceContextExt;
+        let dispatch = DISPATCH.get()?.upgrade()?;
+        let traced = (context.event_scope(event)?)
+            .find(|span| span.metadata().target() == toolhost::trace::TARGET)?;
+        let otel = tracing_opentelemetry::get_otel_context(&traced.id(), &dispatch)?;
+        let span = otel.span();
+        let ids = span.span_context();
+        (ids.is_valid()).then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
+    }
 }
 
 /// Writes each event as one JSON object on one line of stderr.
 struct JsonLines;
+
+/// The process's subscriber, once installed: where [`JsonLines`] looks up a traced span's
+/// ids (a layer cannot ask for the current dispatcher while it handles an event).
+static DISPATCH: std::sync::OnceLock<tracing::dispatcher::WeakDispatch> =
+    std::sync::OnceLock::new();
 
 /// A span's or an event's fields, as JSON.
 #[derive(Default)]
@@ -187,6 +236,10 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
+        // A traced span's attributes are the trace's, not the log line's.
+        if attributes.metadata().target() == toolhost::trace::TARGET {
+            return;
+        }
         let mut fields = Fields::default();
         attributes.record(&mut fields);
         if let Some(span) = context.span(id) {
@@ -220,6 +273,11 @@ where
         event.record(&mut fields);
         line.extend(fields.0);
         line.entry("message").or_insert_with(|| "".into());
+        // Inside a traced request: the ids that find its trace (the innermost traced span's).
+        if let Some((trace_id, span_id)) = self.ids(event, &context) {
+            line.insert("trace_id".into(), trace_id.into());
+            line.insert("span_id".into(), span_id.into());
+        }
         let Ok(mut bytes) = serde_json::to_vec(&Value::Object(line)) else {
             return;
         };
@@ -237,8 +295,9 @@ mod tests {
     fn the_logger_takes_no_record_more_verbose_than_its_filters_show() {
         // Its most verbose level is what `log` records are let through at (wasmtime writes
         // debug records at every instantiation): info unless a -v asks for more.
-        let hint =
-            |verbose, format| subscriber(verbose, format, &LogRelay::default()).max_level_hint();
+        let hint = |verbose, format| {
+            subscriber(verbose, format, &LogRelay::default(), None).max_level_hint()
+        };
         for format in [LogFormat::Text, LogFormat::Json] {
             assert_eq!(hint(0, format), Some(LevelFilter::INFO), "{format:?}");
             assert_eq!(hint(1, format), Some(LevelFilter::INFO), "{format:?}");

@@ -34,6 +34,7 @@ mod serve;
 mod service;
 mod settings;
 mod status;
+mod telemetry;
 mod terminal;
 
 use clap::{Parser, Subcommand};
@@ -287,7 +288,17 @@ pub(crate) fn main() -> ExitCode {
         let code = toolhost::runtime::worker_main(memory_mib, cpu_seconds);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
-    let logs = logging::init(cli.verbose, cli.log_format);
+    // Traces, if the environment names a collector: made before the async runtime (the
+    // exporter's blocking client has a runtime of its own) and flushed when dropped, last.
+    let telemetry = match telemetry::from_env() {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            logging::say(tracing::Level::ERROR, &format!("error: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let tracer = telemetry.as_ref().map(|t| t.tracer.clone());
+    let logs = logging::init(cli.verbose, cli.log_format, tracer);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -319,6 +330,7 @@ pub(crate) fn main() -> ExitCode {
     // (an MCP client that keeps it open) must not keep the process alive.
     runtime.shutdown_background();
     output::flush();
+    drop(telemetry);
     code
 }
 

@@ -234,6 +234,8 @@ impl Host {
         arguments: impl Into<Arguments>,
     ) -> Result<PreparedCall, CallOutcome> {
         let started = Instant::now();
+        // Looking the tool up, its access rules and its arguments' schema: one span.
+        let _traced = tracing::info_span!(target: crate::trace::TARGET, "validate").entered();
         let catalog = self.catalog.snapshot();
         let failed = |found: Option<&Arc<Tool>>, arguments: Option<&Value>, error| {
             let outcome = CallOutcome {
@@ -338,12 +340,39 @@ impl Host {
             tool = %call.tool.name,
             ensemble = %call.tool.ensemble
         );
+        // Traced: the quota's admission, the run on the backend, and whether dedup answered;
+        // made inside the call's span, so that a line logged in one has the call's fields.
+        let (admission, run, traced) = span.in_scope(|| {
+            let admission = admission.instrument(tracing::info_span!(
+                target: crate::trace::TARGET,
+                "quota"
+            ));
+            let run = run.instrument(tracing::info_span!(
+                target: crate::trace::TARGET,
+                "run",
+                otel.name = %format!("run {}", call.tool.name),
+                gen_ai.tool.name = %call.tool.name,
+                toolhost.ensemble = %call.tool.ensemble,
+                toolhost.component = %call.tool.source_hash(),
+            ));
+            let traced = tracing::info_span!(
+                target: crate::trace::TARGET,
+                "dedup",
+                toolhost.deduplicated = tracing::field::Empty,
+            );
+            (admission, run, traced)
+        });
         let ran = match call.key {
             Some(key) => {
                 let hold = call.tool.policy.limits.timeout;
-                (session.dedup().run(key, hold, admission, run))
+                let ran = (session.dedup().run(key, hold, admission, run))
+                    .instrument(traced.clone())
                     .instrument(span)
-                    .await
+                    .await;
+                if let Ok((_, _, deduplicated)) = &ran {
+                    traced.record("toolhost.deduplicated", *deduplicated);
+                }
+                ran
             }
             None => match admission.await {
                 Ok(quota) => Ok((quota, run.instrument(span).await, false)),

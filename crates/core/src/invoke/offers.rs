@@ -126,6 +126,7 @@ impl Host {
             record.arguments.map_or((Value::Null, None), |arguments| {
                 audit::record_arguments(arguments, &audit::Withheld::default())
             });
+        let (trace_id, span_id) = crate::trace::current_ids().unzip();
         let record = AuditRecord {
             time: audit::now_rfc3339(),
             session: record.session.id.clone(),
@@ -148,6 +149,8 @@ impl Host {
             deduplicated: false,
             result_bytes: record.bytes,
             summary: String::new(),
+            trace_id,
+            span_id,
         };
         // A record the file refuses is held and written later; the log says so itself, once.
         let _ = log.append(&record);

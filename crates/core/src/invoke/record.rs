@@ -49,6 +49,7 @@ impl Host {
         let (arguments, arguments_bytes) = arguments.map_or((Value::Null, None), |arguments| {
             audit::record_arguments(arguments, &withheld)
         });
+        let (trace_id, span_id) = crate::trace::current_ids().unzip();
         let record = AuditRecord {
             time: audit::now_rfc3339(),
             session: session.id.clone(),
@@ -65,6 +66,8 @@ impl Host {
             deduplicated: outcome.deduplicated,
             result_bytes: bytes,
             summary,
+            trace_id,
+            span_id,
         };
         // A record the file refuses is held and written later; the log says so itself, once.
         let _ = log.append(&record);

@@ -1,0 +1,81 @@
+//! traced: the server span of an MCP request, as OpenTelemetry's MCP semantic conventions
+//! name it (`{mcp.method.name} {target}`, kind server; `mcp.method.name`, `gen_ai.tool.name`,
+//! `jsonrpc.request.id`, `mcp.protocol.version`, `mcp.session.id`, `network.transport`;
+//! `error.type`, `tool_error` for a result with `isError`). Its parent is the trace context
+//! the request carries (`_meta`, else the HTTP headers: [`toolhost_core::trace`]). A disabled
+//! span (no exporter) costs a filter check.
+
+use rmcp::RoleServer;
+use rmcp::model::CallToolResponse;
+use rmcp::service::RequestContext;
+use toolhost_core::invoke::Session;
+use toolhost_core::trace::{Carrier, TARGET, continue_trace};
+use tracing::field::Empty;
+
+/// The server span of the request of `context`, for `method` on `target` (a tool's name).
+pub(crate) fn server_span(
+    method: &'static str,
+    target: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let parts = context.extensions.get::<http::request::Parts>();
+    let span = tracing::info_span!(
+        target: TARGET,
+        "mcp.server",
+        otel.name = %match target {
+            Some(target) => format!("{method} {target}"),
+            None => method.to_string(),
+        },
+        otel.kind = "server",
+        otel.status_code = Empty,
+        mcp.method.name = method,
+        gen_ai.tool.name = target,
+        gen_ai.operation.name = "execute_tool",
+        jsonrpc.request.id = %context.id,
+        mcp.protocol.version = context.protocol_version().as_ref().map(|v| v.as_str()),
+        mcp.session.id = (parts.and_then(|p| p.headers.get("mcp-session-id")))
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= 256),
+        network.transport = if parts.is_some() { "tcp" } else { "pipe" },
+        network.protocol.name = parts.map(|_| "http"),
+        error.type = Empty,
+        toolhost.identity.kind = Empty,
+        toolhost.identity.name = Empty,
+    );
+    let meta = Some(&**context.meta);
+    let headers = parts.map(|p| &p.headers);
+    continue_trace(&span, &Carrier { meta, headers });
+    span
+}
+
+/// Notes on the current span who called: the identity's kind and name, no more.
+pub(crate) fn caller(session: &Session) {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(caller) = session.caller() {
+        let kind = serde_json::to_value(caller.identity.kind).unwrap_or_default();
+        span.record("toolhost.identity.kind", kind.as_str().unwrap_or_default());
+        span.record("toolhost.identity.name", caller.identity.name.as_str());
+    }
+}
+
+/// Notes how the request ended: `tool_error` for a result with `isError`, the JSON-RPC
+/// error's code for an error.
+pub(crate) fn ended(span: &tracing::Span, answer: &Result<CallToolResponse, rmcp::ErrorData>) {
+    if span.is_disabled() {
+        return;
+    }
+    let error = match answer {
+        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+            Some("tool_error".to_string())
+        }
+        Ok(_) => None,
+        Err(error) => Some(error.code.0.to_string()),
+    };
+    if let Some(error) = error {
+        span.record("error.type", error.as_str());
+        span.record("otel.status_code", "ERROR");
+    }
+}

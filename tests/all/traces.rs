@@ -1,0 +1,310 @@
+//! Traces (issue #57) through a test OTLP/HTTP receiver that decodes what it gets with the
+//! official protobuf definitions (`tests/clients/otlp_collector.py`, `opentelemetry-proto`):
+//! a `tools/call` carrying a W3C `traceparent` (in `_meta`, or as the HTTP header) is a
+//! server span of that trace, named `tools/call <tool>` with the MCP conventions' attributes,
+//! its children the call's steps, its ids in the audit record and the JSON log; over stdio
+//! too. A failing tool is `error.type = tool_error`. A `traceparent` of 10 KB, a `baggage` of
+//! 10,000 members and a `traceparent` that is no string are ignored. A collector that hangs
+//! costs no call anything, and the spans it has no room for are counted on `/metrics`.
+
+use crate::mcp::HttpServer;
+use crate::mcp_revisions::modern_post;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+const REJECTED: &str = "99990000999900009999000099990000";
+
+fn traceparent(trace: &str, parent: &str) -> String {
+    format!("00-{trace}-{parent}-01")
+}
+
+/// The test receiver on a free loopback port, writing spans to its file; killed when dropped.
+struct Collector {
+    child: Child,
+    port: u16,
+    spans: PathBuf,
+}
+
+impl Collector {
+    fn start(dir: &Path, mode: &str) -> Self {
+        let spans = dir.join(format!("spans-{mode}.jsonl"));
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/otlp_collector.py");
+        let mut child = Command::new(crate::mcp_list::test_tools().join("venv/bin/python"))
+            .arg(script)
+            .arg(&spans)
+            .args(["--mode", mode])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the test collector (./scripts/test-tools.sh installs opentelemetry-proto)");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("listening");
+        let port = (line.trim().strip_prefix("listening "))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("collector said {line:?}"));
+        Collector { child, port, spans }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The spans received so far.
+    fn spans(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.spans).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits until a span named `name` of `trace` arrived; all the spans of that trace.
+    async fn until(&self, trace: &str, name: &str) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let spans: Vec<Value> = (self.spans().into_iter())
+                .filter(|s| s["trace_id"] == trace)
+                .collect();
+            if spans.iter().any(|s| s["name"] == name) {
+                // Its children are sent in the same batch or before it (they end first).
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no span {name} of trace {trace}: {:#?}",
+                self.spans()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The environment of a host exporting to `collector`, a batch sent every 100 ms.
+fn exporting(collector: &Collector) -> Vec<(String, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), collector.endpoint()),
+        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+    ]
+}
+
+fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// A `tools/call` of `tool` at 2026-07-28 with `meta` in its `_meta` and `headers`.
+async fn call(url: &str, tool: &str, meta: Value, headers: &[(&str, &str)]) -> Value {
+    let params = json!({"name": tool, "arguments": {"text": "hi"}, "_meta": meta});
+    let (status, _, answer) = modern_post(url, "tools/call", Some(tool), params, headers).await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+fn one<'a>(spans: &'a [Value], name: &str) -> &'a Value {
+    (spans.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no span {name}: {spans:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_carrying_a_traceparent_is_a_server_span_of_that_trace_with_its_steps() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let env = exporting(&collector);
+    let server = HttpServer::start(&fixture, &[], &pairs(&env));
+
+    // In `_meta` (SEP-414).
+    let meta = json!({"traceparent": traceparent(TRACE, PARENT), "tracestate": "k=v"});
+    let answer = call(&server.url, "echo", meta, &[]).await;
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let spans = collector.until(TRACE, "tools/call echo").await;
+    let server_span = one(&spans, "tools/call echo");
+    assert_eq!(server_span["parent_span_id"], PARENT, "{server_span}");
+    assert_eq!(server_span["kind"], 2, "SPAN_KIND_SERVER: {server_span}");
+    assert_eq!(server_span["service"], "toolhost");
+    let attributes = &server_span["attributes"];
+    assert_eq!(attributes["mcp.method.name"], "tools/call");
+    assert_eq!(attributes["gen_ai.tool.name"], "echo");
+    assert_eq!(attributes["network.transport"], "tcp");
+    assert_eq!(attributes["mcp.protocol.version"], "2026-07-28");
+    assert_eq!(attributes["jsonrpc.request.id"], "7");
+    assert!(attributes.get("error.type").is_none(), "{attributes}");
+    // Its steps, under it: validation, then the run on the backend.
+    let server_id = server_span["span_id"].as_str().expect("id");
+    for step in ["validate", "run echo"] {
+        let child = one(&spans, step);
+        assert_eq!(child["parent_span_id"], server_id, "{step}: {child}");
+    }
+    // The call's audit record names the trace.
+    let audit = std::fs::read_to_string(fixture.root().join("audit.jsonl")).expect("audit");
+    let record: Value =
+        serde_json::from_str(audit.lines().last().expect("a record")).expect("json");
+    assert_eq!(record["trace_id"], TRACE, "{record}");
+    assert_eq!(
+        record["span_id"].as_str().map(str::len),
+        Some(16),
+        "{record}"
+    );
+
+    // As the HTTP header, and a failing tool: `error.type = tool_error`.
+    let other = "0af7651916cd43dd8448eb211c80319c";
+    let header = traceparent(other, "b7ad6b7169203331");
+    let answer = call(
+        &server.url,
+        "no-such-tool",
+        json!({}),
+        &[("traceparent", &header)],
+    )
+    .await;
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    let spans = collector.until(other, "tools/call no-such-tool").await;
+    let failed = one(&spans, "tools/call no-such-tool");
+    assert_eq!(failed["parent_span_id"], "b7ad6b7169203331");
+    assert_eq!(failed["attributes"]["error.type"], "tool_error", "{failed}");
+
+    // Hostile values are ignored: the call runs, in a trace of its own.
+    for meta in [
+        json!({"traceparent": format!("00-{}-{PARENT}-01", "a".repeat(10_000))}),
+        json!({"traceparent": 12, "baggage": "k=v,".repeat(10_000)}),
+        json!({"traceparent": "00-zz-yy-01"}),
+    ] {
+        let answer = call(&server.url, "echo", meta, &[]).await;
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (collector.spans().iter())
+        .filter(|s| s["name"] == "tools/call echo" && s["parent_span_id"] == "")
+        .count()
+        < 3
+    {
+        assert!(Instant::now() < deadline, "{:#?}", collector.spans());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The JSON log's lines inside a traced call carry its ids.
+    let logged = server.stderr();
+    assert!(!logged.contains("panicked"), "{logged}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_stdio_continues_the_trace_its_meta_names() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write(
+        "echo.toml",
+        &crate::support::ensemble(
+            "echo",
+            "echo",
+            "[[invokers]]\ninvoker = { name = \"echo\" }\n\n[[invokers]]\ninvoker = { name = \"reject\" }\n",
+        ),
+    );
+    let collector = Collector::start(fixture.root(), "ok");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    crate::mcp::configure(&mut command, &fixture);
+    for (key, value) in exporting(&collector) {
+        command.env(key, value);
+    }
+    let log = std::fs::File::create(fixture.root().join("stderr.jsonl")).expect("log");
+    let mut child = command
+        .args(["--log-format", "json", "-v", "serve"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let trace = "11112222333344445555666677778888";
+    let messages = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"text": "hi"},
+            "_meta": {"traceparent": traceparent(trace, PARENT)}}}),
+        // A tool that logs, then refuses: its log line carries the trace's ids.
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "reject", "arguments": {},
+            "_meta": {"traceparent": traceparent(REJECTED, PARENT)}}}),
+    ];
+    for message in &messages {
+        writeln!(stdin, "{message}").expect("write");
+    }
+    let mut answered = 0;
+    while answered < 3 {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "serve ended"
+        );
+        if serde_json::from_str::<Value>(&line).is_ok_and(|m| m.get("id").is_some()) {
+            answered += 1;
+        }
+    }
+    let spans = collector.until(trace, "tools/call echo").await;
+    let server_span = one(&spans, "tools/call echo");
+    assert_eq!(server_span["parent_span_id"], PARENT);
+    assert_eq!(server_span["attributes"]["network.transport"], "pipe");
+    assert_eq!(
+        server_span["attributes"]["mcp.protocol.version"],
+        "2025-11-25"
+    );
+    let spans = collector.until(REJECTED, "tools/call reject").await;
+    let rejected = one(&spans, "tools/call reject");
+    assert_eq!(
+        rejected["attributes"]["error.type"], "tool_error",
+        "{rejected}"
+    );
+    drop(stdin);
+    let _ = child.wait();
+    // The plugin's own log line, written during the call, names the call's trace and span.
+    let log = std::fs::read_to_string(fixture.root().join("stderr.jsonl")).expect("log");
+    let line: Value = (log.lines())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "reject was called")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(line["trace_id"], REJECTED, "{line}");
+    let run = one(&spans, "run reject");
+    assert_eq!(line["span_id"], run["span_id"], "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_hangs_costs_no_call_anything_and_dropped_spans_are_counted() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "hang");
+    let mut env = exporting(&collector);
+    env.push(("OTEL_BSP_MAX_QUEUE_SIZE".into(), "8".into()));
+    env.push(("OTEL_EXPORTER_OTLP_TIMEOUT".into(), "60000".into()));
+    let server = HttpServer::start(&fixture, &[], &pairs(&env));
+    for n in 0..40 {
+        let meta = json!({"traceparent": traceparent(TRACE, PARENT), "n": n});
+        let answer = call(&server.url, "echo", meta, &[]).await;
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    }
+    let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let dropped: f64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("toolhost_trace_spans_dropped "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    // 40 calls of 3 spans each, 8 queued and one batch held by the hanging export at most.
+    assert!(dropped >= 40.0, "{dropped} dropped");
+}

@@ -1,0 +1,67 @@
+"""A test OTLP/HTTP receiver (issue #57): decodes each `POST /v1/traces` with the official
+protobuf definitions (`opentelemetry-proto` from PyPI) and appends one JSON line per span to
+the file named by its first argument. Prints `listening <port>` once it listens on loopback.
+
+    otlp_collector.py SPANS.jsonl [--mode ok|hang|garbage]
+
+`hang` accepts each request and never answers; `garbage` answers 200 with bytes that are no
+protobuf message. Each span's line: trace_id, span_id, parent_span_id (hex), name, kind, and
+its attributes as a flat object; the resource's `service.name` as `service`.
+"""
+
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+SPANS, MODE = sys.argv[1], (sys.argv[3] if len(sys.argv) > 3 else "ok")
+
+
+def value_of(any_value):
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+class Receiver(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        if MODE == "hang":
+            time.sleep(3600)
+            return
+        if MODE == "garbage":
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"\xff\x00 no protobuf")
+            return
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        with open(SPANS, "a") as out:
+            for resource_spans in request.resource_spans:
+                resource = {a.key: value_of(a.value) for a in resource_spans.resource.attributes}
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        out.write(json.dumps({
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex(),
+                            "name": span.name,
+                            "kind": span.kind,
+                            "attributes": {a.key: value_of(a.value) for a in span.attributes},
+                            "service": resource.get("service.name"),
+                        }) + "\n")
+        answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+print(f"listening {server.server_address[1]}", flush=True)
+server.serve_forever()
