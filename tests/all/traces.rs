@@ -308,3 +308,63 @@ async fn a_collector_that_hangs_costs_no_call_anything_and_dropped_spans_are_cou
     // 40 calls of 3 spans each, 8 queued and one batch held by the hanging export at most.
     assert!(dropped >= 40.0, "{dropped} dropped");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_through_an_imported_server_is_one_trace_across_both_hosts() {
+    let inner = crate::support::Fixture::new();
+    inner.write_echo();
+    let collector = Collector::start(inner.root(), "ok");
+    let mut env = exporting(&collector);
+    env.push(("OTEL_SERVICE_NAME".into(), "inner".into()));
+    let inner_server = HttpServer::start(&inner, &[], &pairs(&env));
+    let outer = crate::support::Fixture::new();
+    outer.write_mcp_import("remote", &format!("url = {:?}", inner_server.url));
+    env.pop();
+    env.push(("OTEL_SERVICE_NAME".into(), "outer".into()));
+    let outer_server = HttpServer::start(&outer, &[], &pairs(&env));
+    // The import starts in the background: until it has, `echo` is not there yet.
+    let trace = "abcdef0123456789abcdef0123456789";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let meta = json!({"traceparent": traceparent(trace, PARENT)});
+        let answer = call(&outer_server.url, "echo", meta, &[]).await;
+        if answer["result"]["isError"] == json!(false) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // outer's server span -> its run -> its client span -> inner's server span, one trace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans: Vec<Value> = (collector.spans().into_iter())
+            .filter(|s| s["trace_id"] == trace)
+            .collect();
+        let child_of = |parent: &Value, name: &str, service: &str| {
+            (spans.iter())
+                .find(|s| {
+                    s["parent_span_id"] == parent["span_id"]
+                        && s["name"] == name
+                        && s["service"] == service
+                })
+                .cloned()
+        };
+        let run = (spans.iter()).find(|s| s["name"] == "run echo" && s["service"] == "outer");
+        let server =
+            run.and_then(|run| (spans.iter()).find(|s| s["span_id"] == run["parent_span_id"]));
+        let client = run.and_then(|run| child_of(run, "tools/call echo", "outer"));
+        let inner = (client.as_ref()).and_then(|c| child_of(c, "tools/call echo", "inner"));
+        if let (Some(server), Some(client), Some(inner)) = (server, client, inner) {
+            // SPAN_KIND_SERVER = 2, SPAN_KIND_CLIENT = 3.
+            assert_eq!(
+                (server["kind"].as_u64(), &server["parent_span_id"]),
+                (Some(2), &json!(PARENT))
+            );
+            assert_eq!(client["kind"], 3, "{client}");
+            assert_eq!(inner["kind"], 2, "{inner}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{spans:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -353,6 +353,18 @@ impl McpImport {
         if let Value::Object(map) = arguments {
             params = params.with_arguments(map.clone());
         }
+        // The call's trace goes on in the imported server: a client span, its context in the
+        // request's `_meta` (SEP-414).
+        let traced = tracing::info_span!(
+            target: toolhost_core::trace::TARGET,
+            "mcp.client",
+            otel.name = %format!("tools/call {tool}"),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = tool,
+            gen_ai.operation.name = "execute_tool",
+        );
+        params.meta = (traced.in_scope(toolhost_core::trace::injected)).map(Into::into);
         let left = timeout.saturating_sub(started.elapsed());
         // Sent with its handle, to learn the progress token rmcp gives the request; dropping
         // the wait (a timeout, a cancelled call) sends the server `notifications/cancelled`.
@@ -382,7 +394,7 @@ impl McpImport {
             }
         };
         let answer: Result<CallToolResponse, rmcp::ServiceError> =
-            tokio::time::timeout(left, asked)
+            tokio::time::timeout(left, tracing::Instrument::instrument(asked, traced))
                 .await
                 .map_err(|_| RunError::Timeout { limit: timeout })?;
         let result = match answer {
