@@ -368,3 +368,58 @@ async fn a_call_through_an_imported_server_is_one_trace_across_both_hosts() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_turn_is_one_trace_from_the_api_request_through_the_model_to_the_tool() {
+    use crate::scripted::{Scripted, openai};
+    let model = Scripted::start(vec![
+        openai::stream(
+            "Computing.",
+            &[("c1", "calculate", r#"{"expression": "40 + 2"}"#)],
+        ),
+        openai::text("It is 42."),
+    ]);
+    let fixture = crate::web::fixture(&model.base_url, "");
+    let collector = Collector::start(fixture.root(), "ok");
+    let mut env = exporting(&collector);
+    env.push(("SCRIPTED_KEY".into(), "k".into()));
+    let config = fixture.root().join("toolhost.toml");
+    let args = ["--config", config.to_str().expect("path")];
+    let server = HttpServer::start(&fixture, &args, &pairs(&env));
+    let trace = "0123456789abcdef0123456789abcdef";
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/conversations", crate::web::base(&server)))
+        .header("traceparent", traceparent(trace, PARENT))
+        .json(&json!({"message": "What is 40 + 2?"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 200);
+    let events = crate::web::Events::of(response).rest().await;
+    assert_eq!(
+        events.last().expect("done")["text"],
+        "It is 42.",
+        "{events:#?}"
+    );
+    // The model was asked within the trace.
+    for request in model.requests() {
+        let header = request.header("traceparent").unwrap_or_default();
+        assert!(header.contains(trace), "{header:?}");
+    }
+    let spans = collector.until(trace, "POST /api/conversations").await;
+    let server_span = one(&spans, "POST /api/conversations");
+    assert_eq!(server_span["parent_span_id"], PARENT);
+    let agent = one(&spans, "invoke_agent toolhost");
+    assert_eq!(agent["parent_span_id"], server_span["span_id"]);
+    let model_calls: Vec<&Value> = (spans.iter())
+        .filter(|s| s["name"] == "chat scripted-model")
+        .collect();
+    assert_eq!(model_calls.len(), 2, "{spans:#?}");
+    for call in &model_calls {
+        assert_eq!(call["parent_span_id"], agent["span_id"], "{call}");
+        assert_eq!(call["kind"], 3, "SPAN_KIND_CLIENT: {call}");
+        assert_eq!(call["attributes"]["gen_ai.request.model"], "scripted-model");
+    }
+    let run = one(&spans, "run calculate");
+    assert_eq!(run["parent_span_id"], agent["span_id"], "{run}");
+}

@@ -171,6 +171,29 @@ impl Agent {
         events: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<RunOutcome, AgentError> {
+        // One trace per run: its model calls and its tools' calls under one span.
+        let traced = tracing::info_span!(
+            target: toolhost_core::trace::TARGET,
+            "invoke_agent",
+            otel.name = "invoke_agent toolhost",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.provider.name = self.provider.name(),
+        );
+        tracing::Instrument::instrument(
+            self.run_traced(conversation, session, events, cancel),
+            traced,
+        )
+        .await
+    }
+
+    /// [`Agent::run_until`], in its span.
+    async fn run_traced(
+        &self,
+        conversation: &mut Conversation,
+        session: &Arc<Session>,
+        events: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<RunOutcome, AgentError> {
         let limits = self.options.limits;
         let mut usage = Usage::default();
         let mut iterations = 0;
@@ -319,7 +342,37 @@ impl Agent {
         let attempts = policy.attempts.max(1);
         let mut attempt = 1;
         loop {
-            match self.provider.complete(request, &on_text).await {
+            // A GenAI client span per model call (never the prompt or the completion).
+            let model = self.provider.model();
+            let traced = tracing::info_span!(
+                target: toolhost_core::trace::TARGET,
+                "gen_ai.client",
+                otel.name = %format!("chat {model}").trim_end(),
+                otel.kind = "client",
+                gen_ai.operation.name = "chat",
+                gen_ai.provider.name = self.provider.name(),
+                gen_ai.request.model = model,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            );
+            let answer = tracing::Instrument::instrument(
+                self.provider.complete(request, &on_text),
+                traced.clone(),
+            )
+            .await;
+            match &answer {
+                Ok(turn) => {
+                    if let Some(usage) = turn.usage {
+                        traced.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                        traced.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                    }
+                }
+                Err(e) => {
+                    traced.record("error.type", e.kind().as_str());
+                }
+            }
+            match answer {
                 Err(e @ ProviderError::CutShort { .. }) if attempt < attempts => {
                     let delay = policy.delay(attempt, None);
                     tracing::warn!("{e}; asking again in {} ms", delay.as_millis());
@@ -428,7 +481,8 @@ impl Agent {
                         tool: prepared.tool().name().to_string(),
                         call_id: calls[index].id.clone(),
                     });
-                    running.spawn(async move {
+                    // In the run's span: the call's spans stay in its trace.
+                    let call = async move {
                         // The semaphore is never closed; without a permit the call still runs.
                         let _permit = limit.acquire_owned().await.ok();
                         let attached = Attached::default()
@@ -436,7 +490,8 @@ impl Agent {
                             .linked(&link);
                         let outcome = host.run(&session, prepared, attached).await;
                         (index, outcome)
-                    });
+                    };
+                    running.spawn(tracing::Instrument::in_current_span(call));
                 }
             }
         }

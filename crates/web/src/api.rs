@@ -416,9 +416,30 @@ pub(super) async fn answer(
     }
 }
 
+/// The server span of a chat request whose run starts (`route`, the path's template: no
+/// conversation id in a span's name), continuing the trace its `traceparent` header names.
+fn traced(route: &'static str, headers: &axum::http::HeaderMap) -> tracing::Span {
+    use toolhost_core::trace::{Carrier, TARGET, continue_trace};
+    let span = tracing::info_span!(
+        target: TARGET,
+        "chat.server",
+        otel.name = route,
+        otel.kind = "server",
+        http.request.method = "POST",
+        http.route = &route[5..],
+    );
+    let carrier = Carrier {
+        meta: None,
+        headers: Some(headers),
+    };
+    continue_trace(&span, &carrier);
+    span
+}
+
 pub(super) async fn start_conversation(
     State(web): State<Arc<Web>>,
     caller: Option<Extension<Caller>>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = from_json(&body)?;
@@ -448,13 +469,15 @@ pub(super) async fn start_conversation(
         allowed_tools: Vec::new(),
         log_bytes: 0,
     };
-    Ok(start_run(web, slot, from, plan, Some(first)))
+    let traced = traced("POST /api/conversations", &headers);
+    Ok(start_run(web, slot, from, plan, Some(first), traced))
 }
 
 pub(super) async fn continue_conversation(
     State(web): State<Arc<Web>>,
     Path(id): Path<String>,
     caller: Option<Extension<Caller>>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let id = conversation_id(id)?;
@@ -508,7 +531,8 @@ pub(super) async fn continue_conversation(
         allowed_tools: stored.allowed_tools,
         log_bytes: log_bytes as usize,
     };
-    Ok(start_run(web, slot, from, plan, None))
+    let traced = traced("POST /api/conversations/{id}/messages", &headers);
+    Ok(start_run(web, slot, from, plan, None, traced))
 }
 
 /// The refusal of a conversation that cannot go on: `what` (its messages, or its log) holds

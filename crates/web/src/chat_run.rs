@@ -127,14 +127,15 @@ impl Log {
     }
 }
 
-/// Starts the run in a task of its own and answers its event stream. The run is cancelled
-/// when the stream is dropped (the client went away).
+/// Starts the run in a task of its own, in the request's span `traced`, and answers its
+/// event stream. The run is cancelled when the stream is dropped (the client went away).
 pub(super) fn start_run(
     web: Arc<Web>,
     slot: RunSlot,
     from: Resumed,
     plan: Plan,
     first: Option<Value>,
+    traced: tracing::Span,
 ) -> Response {
     // A client that leaves MAX_UNREAD bytes of events unread ends its run, as one that went
     // away does.
@@ -143,7 +144,10 @@ pub(super) fn start_run(
         sender.send(frame(first));
     }
     let stream = EventStream::new(frames, Some(slot.cancel.clone()));
-    tokio::spawn(run(web, slot, from, plan, sender));
+    tokio::spawn(tracing::Instrument::instrument(
+        run(web, slot, from, plan, sender),
+        traced,
+    ));
     stream.response()
 }
 

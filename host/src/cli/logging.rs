@@ -157,6 +157,9 @@ fn subscriber(
     let traced = tracer.map(|tracer| {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
+            // A span says what it did, not which thread or line of ours it ran on.
+            .with_threads(false)
+            .with_location(false)
             .with_filter(
                 tracing_subscriber::filter::filter_fn(|metadata| {
                     metadata.is_span() && metadata.target() == toolhost::trace::TARGET

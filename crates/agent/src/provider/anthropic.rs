@@ -46,6 +46,10 @@ impl Anthropic {
 }
 
 impl Provider for Anthropic {
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

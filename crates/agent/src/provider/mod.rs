@@ -87,6 +87,12 @@ pub trait Provider: Send + Sync {
         RetryPolicy::default()
     }
 
+    /// The model asked for (`gen_ai.request.model` of its traced calls); empty when it has
+    /// no name.
+    fn model(&self) -> &str {
+        ""
+    }
+
     /// Runs one model call; streamed text goes to `on_text` as it arrives.
     fn complete<'a>(
         &'a self,
@@ -132,6 +138,21 @@ pub enum ProviderError {
     },
     #[error("{0}")]
     Setup(String),
+}
+
+impl ProviderError {
+    /// What kind of failure it was, as a trace's `error.type` says it: the HTTP status, or
+    /// `unreachable`, `protocol`, `cut_short`, `api`, `setup`.
+    pub fn kind(&self) -> String {
+        match self {
+            ProviderError::Status { status, .. } => status.to_string(),
+            ProviderError::Unreachable { .. } => "unreachable".into(),
+            ProviderError::Protocol { .. } => "protocol".into(),
+            ProviderError::CutShort { .. } => "cut_short".into(),
+            ProviderError::Api { .. } => "api".into(),
+            ProviderError::Setup(_) => "setup".into(),
+        }
+    }
 }
 
 /// Everything needed to talk to one provider.
@@ -292,6 +313,12 @@ impl Transport {
                 .body(bytes.clone());
             for (name, value) in headers {
                 request = request.header(*name, *value);
+            }
+            // The run's trace goes on at the model's server, if it reads W3C headers.
+            for (name, value) in toolhost_core::trace::injected().unwrap_or_default() {
+                if let Some(value) = value.as_str() {
+                    request = request.header(name, value);
+                }
             }
             let (retry_after, failure) = match request.send().await {
                 Ok(response) if response.status().is_success() => return Ok(response),

@@ -92,6 +92,10 @@ impl Provider for OpenAi {
         NAME
     }
 
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn retry(&self) -> super::RetryPolicy {
         self.settings.retry
     }

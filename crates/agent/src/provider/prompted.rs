@@ -39,6 +39,10 @@ impl Provider for Prompted {
         self.inner.retry()
     }
 
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
     fn complete<'a>(
         &'a self,
         request: ModelRequest<'a>,
