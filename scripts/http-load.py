@@ -7,7 +7,7 @@ outside the process (issue #44).
                          [--echo PATH] [--perf OUT.data] [--json OUT.json]
                          [--host-line 'keep-resident-mib = 1' ...] [--repeat N]
                          [--stdio-connections 1,16] [--vs OTHER_TOOLHOST]
-                         [--redis-delay-ms MS]
+                         [--redis-delay-ms MS] [--otel SAMPLER[:ARG]]
 
 Each cell serves the `echo` test component (tests/plugins/echo, built for wasm32-wasip2 by
 `cargo build --release --target wasm32-wasip2 --manifest-path tests/plugins/Cargo.toml
@@ -199,7 +199,7 @@ class Server:
         self.stderr = open(work / "stderr", "w")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, cwd=work,
-                                        env={**os.environ, **(env or {})})
+                                        env={**os.environ, **OTEL_ENV, **(env or {})})
         self.pid = self.process.pid
         if record:
             # perf's child is the server.
@@ -526,6 +526,31 @@ def delaying_proxy(target, delay_s):
     return port[0]
 
 
+# With --otel: every server exports its spans to a sink of this script's (issue #57).
+OTEL_ENV = {}
+
+
+def otlp_sink():
+    """An OTLP/HTTP endpoint on loopback that takes every export and answers 200 with an
+    empty message, in a thread of its own; returns its URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 QUOTA_TOKEN = "load-test-token"
 QUOTA = ('\n[[access.tokens]]\nname = "load"\nenv = "LOAD_TOKEN"\n\n'
          '[[access.quotas]]\ncalls-per-minute = 1000000\nconcurrent-calls = 10000\n')
@@ -679,6 +704,9 @@ def main():
     parser.add_argument("--json", type=Path)
     parser.add_argument("--redis-delay-ms", type=float, default=0.0,
                         help="reach Redis through a proxy adding this round-trip time")
+    parser.add_argument("--otel", default=None, metavar="SAMPLER",
+                        help="export every server's spans to a sink (issue #57) with this "
+                             "OTEL_TRACES_SAMPLER (always_on, or parentbased_traceidratio:0.01)")
     parser.add_argument("--host-line", action="append", default=[],
                         help="a line added to [host] of the served toolhost.toml")
     args = parser.parse_args()
@@ -691,6 +719,12 @@ def main():
             sys.exit(f"{needed} is missing: {hint}")
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: apt-get install wrk")
+    if args.otel:
+        sampler, _, ratio = args.otel.partition(":")
+        OTEL_ENV.update({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_sink(),
+                         "OTEL_TRACES_SAMPLER": sampler})
+        if ratio:
+            OTEL_ENV["OTEL_TRACES_SAMPLER_ARG"] = ratio
     cells = args.cells.split(",")
     args.stdio_connections = [int(c) for c in args.stdio_connections.split(",")]
     connections = [int(c) for c in args.connections.split(",")]
