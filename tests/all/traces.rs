@@ -423,3 +423,68 @@ async fn a_chat_turn_is_one_trace_from_the_api_request_through_the_model_to_the_
     let run = one(&spans, "run calculate");
     assert_eq!(run["parent_span_id"], agent["span_id"], "{run}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_components_outgoing_request_carries_the_calls_trace() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A loopback server that keeps the head of each request it gets.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let kept = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buffer = vec![0u8; 16 << 10];
+            let read = socket.read(&mut buffer).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buffer[..read]).into_owned();
+            kept.lock().expect("heads").push(head);
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                .await;
+        }
+    });
+    let fixture = crate::support::Fixture::new();
+    let grant = format!("127.0.0.1:{port}");
+    fixture.write(
+        "web.toml",
+        &crate::support::ensemble(
+            "web",
+            "fetch",
+            &format!(
+                "[defaults]\ndedup = \"off\"\n\n[grants]\nnetwork = [{grant:?}]\n\n\
+                 [[invokers]]\ninvoker = {{ name = \"fetch\" }}\n\
+                 capabilities = {{ network = [{grant:?}] }}\n"
+            ),
+        ),
+    );
+    let collector = Collector::start(fixture.root(), "ok");
+    let server = HttpServer::start(&fixture, &[], &pairs(&exporting(&collector)));
+    let trace = "fedcba9876543210fedcba9876543210";
+    let params = json!({
+        "name": "fetch",
+        "arguments": {"url": format!("http://127.0.0.1:{port}/hello")},
+        "_meta": {"traceparent": traceparent(trace, PARENT)},
+    });
+    let (status, _, answer) =
+        modern_post(&server.url, "tools/call", Some("fetch"), params, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let spans = collector.until(trace, "tools/call fetch").await;
+    let run = one(&spans, "run fetch");
+    let head = heads
+        .lock()
+        .expect("heads")
+        .first()
+        .cloned()
+        .expect("a request");
+    let sent = (head.lines())
+        .find_map(|l| l.strip_prefix("traceparent: "))
+        .unwrap_or_else(|| panic!("{head}"));
+    // The request's parent is the run's span: the server's own spans join the call's trace.
+    assert_eq!(
+        sent.trim(),
+        traceparent(trace, run["span_id"].as_str().expect("id"))
+    );
+}

@@ -87,32 +87,7 @@ pub fn continue_trace(span: &tracing::Span, carrier: &Carrier<'_>) {
     let _ = span.set_parent(parent);
 }
 
-/// The current span's trace context as W3C fields (`traceparent`, and `tracestate` and
-/// `baggage` when there are any), for a request this one makes (an imported server's
-/// `_meta`); `None` when nothing is traced.
-pub fn injected() -> Option<serde_json::Map<String, serde_json::Value>> {
-    let span = tracing::Span::current();
-    if span.is_disabled() {
-        return None;
-    }
-    let context = span.context();
-    let mut fields = Fields::default();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut fields)
-    });
-    (!fields.0.is_empty()).then_some(fields.0)
-}
-
-/// What a propagator writes, as JSON fields.
-#[derive(Default)]
-struct Fields(serde_json::Map<String, serde_json::Value>);
-
-impl opentelemetry::propagation::Injector for Fields {
-    fn set(&mut self, key: &str, value: String) {
-        self.0
-            .insert(key.to_string(), serde_json::Value::String(value));
-    }
-}
+pub use toolhost_runtime::trace::injected;
 
 /// The trace and span ids of the current span, as W3C writes them (32 and 16 hex digits),
 /// when it is traced: for audit records and log lines.

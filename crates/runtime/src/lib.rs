@@ -28,6 +28,7 @@ mod settings;
 mod state;
 pub mod talk;
 mod tools;
+pub mod trace;
 mod typed;
 mod world;
 

@@ -356,6 +356,17 @@ impl WasiHttpHooks for NetworkGuard {
         fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Box<dyn Future<Output = Result<Sent, Error>> + Send> {
         drop(fut);
+        // The call's trace goes on at the server (sent only where the grant allows: `send`
+        // refuses any other host before a byte goes out).
+        let mut request = request;
+        for (name, value) in crate::trace::injected().unwrap_or_default() {
+            let value = value
+                .as_str()
+                .and_then(|v| http::HeaderValue::from_str(v).ok());
+            if let (Ok(name), Some(value)) = (http::HeaderName::try_from(name), value) {
+                request.headers_mut().insert(name, value);
+            }
+        }
         Box::new(self.clone().send(request, options))
     }
 }
