@@ -488,3 +488,75 @@ async fn a_components_outgoing_request_carries_the_calls_trace() {
         traceparent(trace, run["span_id"].as_str().expect("id"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_forwarded_to_the_replica_holding_its_session_stays_in_its_trace() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let redis = crate::fleet_quotas::RedisServer::start(fixture.root());
+    let config = fixture.write_host_file(
+        "fleet",
+        &format!(
+            "redis = \"{}\"\nadvertise-env = \"TOOLHOST_ADVERTISE\"",
+            redis.url()
+        ),
+    );
+    let env = exporting(&collector);
+    let replicas: Vec<HttpServer> = (0..2)
+        .map(|_| crate::fleet_routes::advertising(&fixture, &config, &pairs(&env)))
+        .collect();
+    let client = reqwest::Client::new();
+    let post = |url: &str, session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        request.send()
+    };
+    // A session opened on the first replica...
+    let opened = post(
+        &replicas[0].url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await
+    .expect("initialize");
+    assert_eq!(opened.status().as_u16(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let sent = post(&replicas[0].url, Some(&session), initialized)
+        .await
+        .expect("initialized");
+    assert!(sent.status().is_success(), "{}", sent.status());
+    // ...and its call sent to the second, which forwards it to the first.
+    let trace = "5555aaaa5555aaaa5555aaaa5555aaaa";
+    let called = post(
+        &replicas[1].url,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"via": "the other replica"},
+            "_meta": {"traceparent": traceparent(trace, PARENT)}}}),
+    )
+    .await
+    .expect("tools/call");
+    assert_eq!(called.status().as_u16(), 200);
+    let text = called.text().await.expect("text");
+    assert!(text.contains("the other replica"), "{text}");
+    // The replica that holds the session served it, in the caller's trace.
+    let spans = collector.until(trace, "tools/call echo").await;
+    let served = one(&spans, "tools/call echo");
+    assert_eq!(served["parent_span_id"], PARENT);
+    assert_eq!(served["attributes"]["mcp.session.id"], session.as_str());
+}
