@@ -502,25 +502,7 @@ async fn a_session_another_replica_holds_without_advertise_is_a_404_that_says_wh
         .map(|_| HttpServer::start(&fixture, &["--config", &config, "--no-watch"], &ENV))
         .collect();
     let client = reqwest::Client::new();
-    let opened = client
-        .post(&replicas[0].url)
-        .bearer_auth("carol-token")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"}}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .expect("initialize");
-    assert_eq!(opened.status().as_u16(), 200);
-    let session = opened.headers()["mcp-session-id"]
-        .to_str()
-        .expect("ascii")
-        .to_string();
+    let session = crate::mcp_http::open_session(&replicas[0].url, Some("carol-token")).await;
     let elsewhere = client
         .post(&replicas[1].url)
         .bearer_auth("carol-token")

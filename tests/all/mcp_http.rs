@@ -116,12 +116,11 @@ fn serve_stops_cleanly_on_sigterm() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ending_a_session_is_answered_204_and_the_session_is_gone() {
-    let server = HttpServer::start(&fixture(), &[], &[]);
-    let client = reqwest::Client::new();
-    let opened = client
-        .post(&server.url)
+/// A 2025-11-25 session opened at `url` by a raw `initialize` (as the bearer of `token`, if
+/// any): its `Mcp-Session-Id`.
+pub(crate) async fn open_session(url: &str, token: Option<&str>) -> String {
+    let mut request = reqwest::Client::new()
+        .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .body(
@@ -129,15 +128,23 @@ async fn ending_a_session_is_answered_204_and_the_session_is_gone() {
                 "protocolVersion": "2025-11-25", "capabilities": {},
                 "clientInfo": {"name": "raw", "version": "1"}}})
             .to_string(),
-        )
-        .send()
-        .await
-        .expect("initialize");
+        );
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let opened = request.send().await.expect("initialize");
     assert_eq!(opened.status().as_u16(), 200);
-    let session = opened.headers()["mcp-session-id"]
+    opened.headers()["mcp-session-id"]
         .to_str()
         .expect("ascii")
-        .to_string();
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_is_answered_204_and_the_session_is_gone() {
+    let server = HttpServer::start(&fixture(), &[], &[]);
+    let client = reqwest::Client::new();
+    let session = open_session(&server.url, None).await;
     let end = || {
         client
             .delete(&server.url)

@@ -521,20 +521,7 @@ async fn a_request_forwarded_to_the_replica_holding_its_session_stays_in_its_tra
         request.send()
     };
     // A session opened on the first replica...
-    let opened = post(
-        &replicas[0].url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}}),
-    )
-    .await
-    .expect("initialize");
-    assert_eq!(opened.status().as_u16(), 200);
-    let session = opened.headers()["mcp-session-id"]
-        .to_str()
-        .expect("ascii")
-        .to_string();
+    let session = crate::mcp_http::open_session(&replicas[0].url, None).await;
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let sent = post(&replicas[0].url, Some(&session), initialized)
         .await
