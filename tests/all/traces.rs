@@ -547,3 +547,46 @@ async fn a_request_forwarded_to_the_replica_holding_its_session_stays_in_its_tra
     assert_eq!(served["parent_span_id"], PARENT);
     assert_eq!(served["attributes"]["mcp.session.id"], session.as_str());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_measured_as_the_mcp_conventions_say_labelled_only_by_known_tools() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let mut env = exporting(&collector);
+    env.push(("OTEL_METRIC_EXPORT_INTERVAL".into(), "200".into()));
+    let server = HttpServer::start(&fixture, &[], &pairs(&env));
+    for _ in 0..3 {
+        call(&server.url, "echo", json!({}), &[]).await;
+    }
+    // A name a client made up is no label: measured, but by its error alone.
+    call(&server.url, "made-up-name-1234", json!({}), &[]).await;
+    let metrics = collector.spans.with_extension("jsonl.metrics");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&metrics).unwrap_or_default();
+        let points: Vec<Value> = (text.lines())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|p| p["name"] == "mcp.server.operation.duration")
+            .collect();
+        let echo = points.iter().rev().find(|p| {
+            p["attributes"]["gen_ai.tool.name"] == "echo"
+                && p["attributes"].get("error.type").is_none()
+        });
+        let refused = (points.iter().rev()).find(|p| p["attributes"]["error.type"] == "tool_error");
+        // Cumulative: the last export after the calls counts all three.
+        if let (Some(echo), Some(refused)) = (echo, refused)
+            && echo["count"] == 3
+        {
+            assert_eq!(echo["attributes"]["mcp.method.name"], "tools/call");
+            assert!(
+                refused["attributes"].get("gen_ai.tool.name").is_none(),
+                "{refused}"
+            );
+            assert!(!text.contains("made-up-name"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -6,7 +6,9 @@ the file named by its first argument. Prints `listening <port>` once it listens 
 
 `hang` accepts each request and never answers; `garbage` answers 200 with bytes that are no
 protobuf message. Each span's line: trace_id, span_id, parent_span_id (hex), name, kind, and
-its attributes as a flat object; the resource's `service.name` as `service`.
+its attributes as a flat object; the resource's `service.name` as `service`. Metrics
+(`POST /v1/metrics`) go to SPANS with `.metrics` added: a line per histogram data point,
+with the metric's name, the point's attributes, count and sum.
 """
 
 import json
@@ -14,6 +16,7 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 SPANS, MODE = sys.argv[1], (sys.argv[3] if len(sys.argv) > 3 else "ok")
@@ -37,6 +40,9 @@ class Receiver(BaseHTTPRequestHandler):
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"\xff\x00 no protobuf")
+            return
+        if self.path == "/v1/metrics":
+            self.metrics(body)
             return
         request = trace_service_pb2.ExportTraceServiceRequest()
         request.ParseFromString(body)
@@ -62,6 +68,29 @@ class Receiver(BaseHTTPRequestHandler):
         self.wfile.write(answer)
 
 
+def metrics(self, body):
+    request = metrics_service_pb2.ExportMetricsServiceRequest()
+    request.ParseFromString(body)
+    with open(SPANS + ".metrics", "a") as out:
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    for point in metric.histogram.data_points:
+                        out.write(json.dumps({
+                            "name": metric.name,
+                            "attributes": {a.key: value_of(a.value) for a in point.attributes},
+                            "count": point.count,
+                            "sum": point.sum,
+                        }) + "\n")
+    answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+    self.send_response(200)
+    self.send_header("content-type", "application/x-protobuf")
+    self.send_header("content-length", str(len(answer)))
+    self.end_headers()
+    self.wfile.write(answer)
+
+
+Receiver.metrics = metrics
 server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
 print(f"listening {server.server_address[1]}", flush=True)
 server.serve_forever()

@@ -29,6 +29,64 @@ pub const MAX_TRACESTATE: usize = 512;
 /// The longest `baggage` read (W3C: 8,192 bytes, 180 members).
 pub const MAX_BAGGAGE: usize = 8192;
 
+/// Whether OTLP metrics are exported: set once by the host's telemetry. Until then no
+/// measurement is made (not even the no-op meter's).
+pub static METRICS_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `mcp.server.operation.duration` and `mcp.client.operation.duration` (seconds), as the MCP
+/// semantic conventions name them, made once the meter provider is set.
+struct Durations {
+    server: opentelemetry::metrics::Histogram<f64>,
+    client: opentelemetry::metrics::Histogram<f64>,
+}
+
+fn durations() -> &'static Durations {
+    static DURATIONS: std::sync::OnceLock<Durations> = std::sync::OnceLock::new();
+    DURATIONS.get_or_init(|| {
+        let meter = opentelemetry::global::meter("toolhost");
+        Durations {
+            server: meter
+                .f64_histogram("mcp.server.operation.duration")
+                .with_unit("s")
+                .with_description("Duration of an MCP request as the server saw it.")
+                .build(),
+            client: meter
+                .f64_histogram("mcp.client.operation.duration")
+                .with_unit("s")
+                .with_description("Duration of an MCP request to an imported server.")
+                .build(),
+        }
+    })
+}
+
+/// One MCP operation measured: `method`, the tool (only a tool of the catalog: a name a
+/// client made up is not a label), and its error type if it failed. Nothing when metrics are
+/// not exported.
+pub fn measured(
+    server: bool,
+    seconds: f64,
+    method: &'static str,
+    tool: Option<&str>,
+    error: Option<&str>,
+) {
+    if !METRICS_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    use opentelemetry::KeyValue;
+    let mut labels = vec![KeyValue::new("mcp.method.name", method)];
+    if let Some(tool) = tool {
+        labels.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+    }
+    if let Some(error) = error {
+        labels.push(KeyValue::new("error.type", error.to_string()));
+    }
+    let histogram = match server {
+        true => &durations().server,
+        false => &durations().client,
+    };
+    histogram.record(seconds, &labels);
+}
+
 /// Spans the exporter had no room for (its queue full: a collector down or slow), counted by
 /// the host's telemetry and shown on `/metrics`.
 pub static DROPPED_SPANS: AtomicU64 = AtomicU64::new(0);

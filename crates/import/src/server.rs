@@ -393,10 +393,20 @@ impl McpImport {
                 )),
             }
         };
+        let sent = Instant::now();
         let answer: Result<CallToolResponse, rmcp::ServiceError> =
             tokio::time::timeout(left, tracing::Instrument::instrument(asked, traced))
                 .await
                 .map_err(|_| RunError::Timeout { limit: timeout })?;
+        let failed = match &answer {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                Some("tool_error")
+            }
+            Ok(_) => None,
+            Err(_) => Some("transport_error"),
+        };
+        let seconds = sent.elapsed().as_secs_f64();
+        toolhost_core::trace::measured(false, seconds, "tools/call", Some(tool), failed);
         let result = match answer {
             Ok(CallToolResponse::Complete(result)) => result,
             Ok(_) => {

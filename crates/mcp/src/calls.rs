@@ -28,11 +28,19 @@ pub(crate) async fn call_tool(
     request: CallToolRequestParams,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, ErrorData> {
+    let started = std::time::Instant::now();
     let span = crate::traced::server_span("tools/call", Some(&request.name), &context);
+    // Measured by its tool only if the catalog has it: a made-up name is no label.
+    let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
+    let known = measuring
+        .then(|| {
+            (server.host.catalog().snapshot().get(&request.name)).map(|t| t.name().to_string())
+        })
+        .flatten();
     let answer = serve(server, request, context)
         .instrument(span.clone())
         .await;
-    crate::traced::ended(&span, &answer);
+    crate::traced::ended(&span, &answer, started, known.as_deref());
     answer
 }
 

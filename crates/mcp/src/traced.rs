@@ -62,9 +62,16 @@ pub(crate) fn caller(session: &Session) {
 }
 
 /// Notes how the request ended: `tool_error` for a result with `isError`, the JSON-RPC
-/// error's code for an error.
-pub(crate) fn ended(span: &tracing::Span, answer: &Result<CallToolResponse, rmcp::ErrorData>) {
-    if span.is_disabled() {
+/// error's code for an error; and measures it (`mcp.server.operation.duration`, the tool
+/// named only when `known`).
+pub(crate) fn ended(
+    span: &tracing::Span,
+    answer: &Result<CallToolResponse, rmcp::ErrorData>,
+    started: std::time::Instant,
+    tool: Option<&str>,
+) {
+    let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
+    if span.is_disabled() && !measuring {
         return;
     }
     let error = match answer {
@@ -74,8 +81,10 @@ pub(crate) fn ended(span: &tracing::Span, answer: &Result<CallToolResponse, rmcp
         Ok(_) => None,
         Err(error) => Some(error.code.0.to_string()),
     };
-    if let Some(error) = error {
+    if let Some(error) = &error {
         span.record("error.type", error.as_str());
         span.record("otel.status_code", "ERROR");
     }
+    let seconds = started.elapsed().as_secs_f64();
+    toolhost_core::trace::measured(true, seconds, "tools/call", tool, error.as_deref());
 }

@@ -112,24 +112,25 @@ fn subscriber(
         tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
     };
-    let (text, json) = match format {
-        LogFormat::Text => (
-            Some(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(std::io::stderr().is_terminal())
-                    .with_target(false)
-                    .with_filter(filter()),
-            ),
-            None,
+    // The layers present, and no other: an absent layer (`Option::None`) among layers with
+    // filters of their own would enable every span callsite, so that each span of a call
+    // (the traced ones included, with nothing to export them) would be made and dropped.
+    let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> = Vec::new();
+    match format {
+        LogFormat::Text => layers.push(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false)
+                .with_filter(filter())
+                .boxed(),
         ),
         // The `call` span always: its fields go on every line logged during a call, whatever
         // the level of the line. When traces are exported, their spans too (only their ids
         // are written: a line inside one names its trace); otherwise they stay disabled.
-        LogFormat::Json => (
-            None,
-            Some(
-                JsonLines.with_filter(
+        LogFormat::Json => layers.push(
+            JsonLines
+                .with_filter(
                     filter().or(tracing_subscriber::filter::filter_fn(move |metadata| {
                         metadata.is_span()
                             && ((metadata.name() == "call"
@@ -137,41 +138,45 @@ fn subscriber(
                                 || (traced && metadata.target() == toolhost::trace::TARGET))
                     })
                     .with_max_level_hint(LevelFilter::INFO)),
-                ),
-            ),
+                )
+                .boxed(),
         ),
-    };
+    }
+    if let Some(tracer) = tracer {
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                // A span says what it did, not which thread or line of ours it ran on.
+                .with_threads(false)
+                .with_location(false)
+                .with_filter(
+                    tracing_subscriber::filter::filter_fn(|metadata| {
+                        metadata.is_span() && metadata.target() == toolhost::trace::TARGET
+                    })
+                    .with_max_level_hint(LevelFilter::INFO),
+                )
+                .boxed(),
+        );
+    }
     // The relay sees host and plugin events down to info, and no other crate's; each session
     // filters further. No spans: it does not read them, and a call's span then costs nothing
     // unless a log line shows it. The filters say the most verbose level they take: without
     // it every crate's `log` records at any level (wasmtime's debug lines at each
     // instantiation) would be turned into events only to be filtered out.
-    let relayed = relay.clone().with_filter(
-        tracing_subscriber::filter::filter_fn(|metadata| {
-            metadata.is_event()
-                && *metadata.level() <= tracing::Level::INFO
-                && toolhost::mcp::log::relayed(metadata.target())
-        })
-        .with_max_level_hint(LevelFilter::INFO),
-    );
-    let traced = tracer.map(|tracer| {
-        tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            // A span says what it did, not which thread or line of ours it ran on.
-            .with_threads(false)
-            .with_location(false)
+    layers.push(
+        relay
+            .clone()
             .with_filter(
                 tracing_subscriber::filter::filter_fn(|metadata| {
-                    metadata.is_span() && metadata.target() == toolhost::trace::TARGET
+                    metadata.is_event()
+                        && *metadata.level() <= tracing::Level::INFO
+                        && toolhost::mcp::log::relayed(metadata.target())
                 })
                 .with_max_level_hint(LevelFilter::INFO),
             )
-    });
-    tracing_subscriber::registry()
-        .with(text)
-        .with(json)
-        .with(relayed)
-        .with(traced)
+            .boxed(),
+    );
+    tracing_subscriber::registry().with(layers)
 }
 
 impl JsonLines {
@@ -305,6 +310,21 @@ mod tests {
             assert_eq!(hint(0, format), Some(LevelFilter::INFO), "{format:?}");
             assert_eq!(hint(1, format), Some(LevelFilter::INFO), "{format:?}");
             assert_eq!(hint(2, format), Some(LevelFilter::DEBUG), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn without_an_exporter_a_traced_span_is_never_made() {
+        // What a call costs when traces are off: its spans are disabled callsites, never
+        // entries of the registry (a `None` layer in the wrong place enabled them all).
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let logger = subscriber(0, format, &LogRelay::default(), None);
+            tracing::subscriber::with_default(logger, || {
+                let span = tracing::info_span!(target: toolhost::trace::TARGET, "tools/call");
+                assert!(span.is_disabled(), "{format:?}");
+                let other = tracing::info_span!(target: "another_crate", "request");
+                assert!(other.is_disabled(), "{format:?}");
+            });
         }
     }
 }

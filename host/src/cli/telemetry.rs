@@ -15,6 +15,10 @@
 //! `/metrics`), so a collector that is down, slow or answers garbage holds at most that many
 //! spans and never slows a call: spans are handed to the processor's own thread, which
 //! alone waits on the collector (each export within `OTEL_EXPORTER_OTLP_TIMEOUT`, 10 s).
+//!
+//! Metrics go the same way ([`meters`]): the MCP conventions' operation durations, by method,
+//! tool and error type (labels bounded by the catalog), exported periodically beside the
+//! Prometheus `/metrics`.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -26,9 +30,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use toolhost::trace::DROPPED_SPANS;
 
-/// The tracer of a process that exports, and the provider to flush when it ends.
+/// The tracer of a process that exports, and the providers to flush when it ends.
 pub(crate) struct Telemetry {
     provider: SdkTracerProvider,
+    meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
     pub(crate) tracer: opentelemetry_sdk::trace::Tracer,
 }
 
@@ -36,6 +41,9 @@ impl Drop for Telemetry {
     /// What is queued is sent, within the processor's own timeout.
     fn drop(&mut self) {
         let _ = self.provider.shutdown_with_timeout(Duration::from_secs(5));
+        if let Some(meters) = &self.meters {
+            let _ = meters.shutdown_with_timeout(Duration::from_secs(5));
+        }
     }
 }
 
@@ -86,10 +94,12 @@ pub(crate) fn from_env() -> Result<Option<Telemetry>, String> {
     if var("OTEL_SERVICE_NAME").is_none() && !resource_names_service() {
         resource = resource.with_service_name("toolhost");
     }
+    let resource = resource.build();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
-        .with_resource(resource.build())
+        .with_resource(resource.clone())
         .build();
+    let meters = meters(resource)?;
     opentelemetry::global::set_text_map_propagator(
         opentelemetry::propagation::TextMapCompositePropagator::new(vec![
             Box::new(opentelemetry_sdk::propagation::TraceContextPropagator::new()),
@@ -97,7 +107,35 @@ pub(crate) fn from_env() -> Result<Option<Telemetry>, String> {
         ]),
     );
     let tracer = provider.tracer("toolhost");
-    Ok(Some(Telemetry { provider, tracer }))
+    Ok(Some(Telemetry {
+        provider,
+        meters,
+        tracer,
+    }))
+}
+
+/// The MCP conventions' metrics (`mcp.server.operation.duration`,
+/// `mcp.client.operation.duration`) over OTLP, every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by
+/// default), unless `OTEL_METRICS_EXPORTER` is `none`. `/metrics` (Prometheus) is there
+/// either way.
+fn meters(
+    resource: opentelemetry_sdk::Resource,
+) -> Result<Option<opentelemetry_sdk::metrics::SdkMeterProvider>, String> {
+    if var("OTEL_METRICS_EXPORTER").is_some_and(|v| v == "none") {
+        return Ok(None);
+    }
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .build()
+        .map_err(|e| format!("the OTLP metric exporter cannot be made: {e}"))?;
+    let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
+    let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(resource)
+        .build();
+    opentelemetry::global::set_meter_provider(meters.clone());
+    (toolhost::trace::METRICS_ON).store(true, Ordering::Relaxed);
+    Ok(Some(meters))
 }
 
 /// Whether `OTEL_RESOURCE_ATTRIBUTES` names the service itself.
