@@ -179,7 +179,8 @@ impl Drop for RedisCluster {
 
 /// Two replicas of a host with `echo` and `sleep` on `cluster` (`fleet`: more of `[fleet]`),
 /// advertising each other; ann
-/// may make 5 calls a minute, bob 2 at once, erin 100,000 a minute; carol has no quota.
+/// may make 5 calls a minute, bob 2 at once, kim 1 a minute, erin 100,000 a minute; carol
+/// has no quota.
 fn replicas(
     fixture: &crate::support::Fixture,
     cluster: &RedisCluster,
@@ -194,9 +195,11 @@ fn replicas(
          [[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
          [[access.tokens]]\nname = \"bob\"\nenv = \"BOB\"\n\n\
          [[access.tokens]]\nname = \"carol\"\nenv = \"CAROL\"\n\n\
+         [[access.tokens]]\nname = \"kim\"\nenv = \"KIM\"\n\n\
          [[access.tokens]]\nname = \"erin\"\nenv = \"ERIN\"\n\n\
          [[access.quotas]]\nidentities = [\"ann\"]\ncalls-per-minute = 5\n\n\
          [[access.quotas]]\nidentities = [\"bob\"]\nconcurrent-calls = 2\n\n\
+         [[access.quotas]]\nidentities = [\"kim\"]\ncalls-per-minute = 1\n\n\
          [[access.quotas]]\nidentities = [\"erin\"]\ncalls-per-minute = 100000\n",
         ),
     );
@@ -206,6 +209,7 @@ fn replicas(
         ("ANN", "ann-token"),
         ("BOB", "bob-token"),
         ("CAROL", "carol-token"),
+        ("KIM", "kim-token"),
         ("ERIN", "erin-token"),
     ];
     (0..2)
@@ -265,14 +269,28 @@ async fn a_redis_cluster_holds_the_fleets_state_and_a_primary_failing_over_costs
     // A 2025-11-25 session routed between the replicas.
     crate::fleet_chat::session_lists(&balancer.url, "carol-token", "echo", 4).await;
 
-    // Erin's quota lives on one primary: kill it mid-run.
+    // Kim spends her one call a minute (a bucket that refills in 60 s, not ann's 12 s, so
+    // that the failover below cannot outlast it; her name hashes to another primary than
+    // erin's, which ann's does not); erin's quota lives on one primary: kill it mid-run.
+    let new_quota_key = |cluster: &RedisCluster, before: &BTreeSet<(String, u16)>| {
+        (cluster.keys().into_iter())
+            .find(|key| !before.contains(key) && key.0.starts_with("toolhost:quota:"))
+            .expect("a new bucket")
+    };
+    let before: BTreeSet<(String, u16)> = cluster.keys().into_iter().collect();
+    let (status, answer) =
+        crate::fleet_quotas::call_as(&url(0), "kim-token", "echo", json!({"n": 0})).await;
+    assert!(crate::fleet_quotas::ran(status, &answer), "{answer}");
+    let kims = new_quota_key(&cluster, &before);
     let before: BTreeSet<(String, u16)> = cluster.keys().into_iter().collect();
     let (status, answer) =
         crate::fleet_quotas::call_as(&url(0), "erin-token", "echo", json!({"n": 0})).await;
     assert!(crate::fleet_quotas::ran(status, &answer), "{answer}");
-    let (_, primary) = (cluster.keys().into_iter())
-        .find(|key| !before.contains(key) && key.0.starts_with("toolhost:quota:"))
-        .expect("erin's bucket");
+    let (_, primary) = new_quota_key(&cluster, &before);
+    assert_ne!(
+        kims.1, primary,
+        "kim's bucket is on another primary than erin's"
+    );
     cluster.kill(primary);
 
     // Her calls are refused (503, Retry-After) until the node's replica is promoted, then
@@ -303,11 +321,11 @@ async fn a_redis_cluster_holds_the_fleets_state_and_a_primary_failing_over_costs
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(said_on_readyz, "/readyz never said Redis failed");
-    // Ann's and bob's keys on the other primaries were never touched.
+    // Kim's bucket on another primary was never touched.
     cluster.until_ok(Duration::from_secs(30));
     let (status, answer) =
-        crate::fleet_quotas::call_as(&url(1), "ann-token", "echo", json!({"after": 1})).await;
-    assert_eq!(status, 429, "ann's 5 calls are still counted: {answer}");
+        crate::fleet_quotas::call_as(&url(1), "kim-token", "echo", json!({"after": 1})).await;
+    assert_eq!(status, 429, "kim's call is still counted: {answer}");
 }
 
 /// The same cluster on TLS alone (`tls-port`, `tls-cluster`), its certificates from a test
