@@ -87,6 +87,7 @@ mod talk_asking;
 mod talk_chat;
 mod talk_rounds;
 mod traces;
+mod traces_export;
 mod typed;
 mod wasi_config;
 mod web;

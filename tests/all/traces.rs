@@ -15,23 +15,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-const PARENT: &str = "00f067aa0ba902b7";
+pub(crate) const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub(crate) const PARENT: &str = "00f067aa0ba902b7";
 const REJECTED: &str = "99990000999900009999000099990000";
 
-fn traceparent(trace: &str, parent: &str) -> String {
+pub(crate) fn traceparent(trace: &str, parent: &str) -> String {
     format!("00-{trace}-{parent}-01")
 }
 
 /// The test receiver on a free loopback port, writing spans to its file; killed when dropped.
-struct Collector {
+pub(crate) struct Collector {
     child: Child,
     port: u16,
-    spans: PathBuf,
+    pub(crate) spans: PathBuf,
 }
 
 impl Collector {
-    fn start(dir: &Path, mode: &str) -> Self {
+    pub(crate) fn start(dir: &Path, mode: &str) -> Self {
         let spans = dir.join(format!("spans-{mode}.jsonl"));
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/otlp_collector.py");
@@ -54,12 +54,12 @@ impl Collector {
         Collector { child, port, spans }
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The spans received so far.
-    fn spans(&self) -> Vec<Value> {
+    pub(crate) fn spans(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.spans).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -67,7 +67,7 @@ impl Collector {
     }
 
     /// Waits until a span named `name` of `trace` arrived; all the spans of that trace.
-    async fn until(&self, trace: &str, name: &str) -> Vec<Value> {
+    pub(crate) async fn until(&self, trace: &str, name: &str) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let spans: Vec<Value> = (self.spans().into_iter())
@@ -102,12 +102,12 @@ fn exporting(collector: &Collector) -> Vec<(String, String)> {
     ]
 }
 
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(crate) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
 /// A `tools/call` of `tool` at 2026-07-28 with `meta` in its `_meta` and `headers`.
-async fn call(url: &str, tool: &str, meta: Value, headers: &[(&str, &str)]) -> Value {
+pub(crate) async fn call(url: &str, tool: &str, meta: Value, headers: &[(&str, &str)]) -> Value {
     let params = json!({"name": tool, "arguments": {"text": "hi"}, "_meta": meta});
     let (status, _, answer) = modern_post(url, "tools/call", Some(tool), params, headers).await;
     assert_eq!(status, 200, "{answer}");
@@ -490,7 +490,7 @@ async fn a_components_outgoing_request_carries_the_calls_trace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_forwarded_to_the_replica_holding_its_session_stays_in_its_trace() {
+async fn a_request_forwarded_to_the_replica_holding_its_session_is_a_hop_of_its_trace() {
     let fixture = crate::support::Fixture::new();
     fixture.write_echo();
     let collector = Collector::start(fixture.root(), "ok");
@@ -541,10 +541,19 @@ async fn a_request_forwarded_to_the_replica_holding_its_session_stays_in_its_tra
     assert_eq!(called.status().as_u16(), 200);
     let text = called.text().await.expect("text");
     assert!(text.contains("the other replica"), "{text}");
-    // The replica that holds the session served it, in the caller's trace.
+    // The hop is a client span of the caller's trace, and the replica that holds the
+    // session served it as the hop's child.
     let spans = collector.until(trace, "tools/call echo").await;
+    let spans = match spans.iter().any(|s| s["name"] == "forward") {
+        true => spans,
+        false => collector.until(trace, "forward").await,
+    };
+    let hop = one(&spans, "forward");
+    assert_eq!(hop["parent_span_id"], PARENT);
+    assert_eq!(hop["kind"], 3, "a client span: {hop}");
+    assert_eq!(hop["attributes"]["http.request.method"], "POST");
     let served = one(&spans, "tools/call echo");
-    assert_eq!(served["parent_span_id"], PARENT);
+    assert_eq!(served["parent_span_id"], hop["span_id"]);
     assert_eq!(served["attributes"]["mcp.session.id"], session.as_str());
 }
 

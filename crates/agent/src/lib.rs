@@ -172,13 +172,19 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Result<RunOutcome, AgentError> {
         // One trace per run: its model calls and its tools' calls under one span.
-        let traced = tracing::info_span!(
-            target: toolhost_core::trace::TARGET,
-            "invoke_agent",
-            otel.name = "invoke_agent toolhost",
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.provider.name = self.provider.name(),
-        );
+        let carrier = toolhost_core::trace::Carrier {
+            meta: None,
+            headers: None,
+        };
+        let traced = toolhost_core::trace::entry(&carrier, || {
+            tracing::info_span!(
+                target: toolhost_core::trace::TARGET,
+                "invoke_agent",
+                otel.name = "invoke_agent toolhost",
+                gen_ai.operation.name = "invoke_agent",
+                gen_ai.provider.name = self.provider.name(),
+            )
+        });
         tracing::Instrument::instrument(
             self.run_traced(conversation, session, events, cancel),
             traced,
@@ -344,8 +350,7 @@ impl Agent {
         loop {
             // A GenAI client span per model call (never the prompt or the completion).
             let model = self.provider.model();
-            let traced = tracing::info_span!(
-                target: toolhost_core::trace::TARGET,
+            let traced = toolhost_core::step_span!(
                 "gen_ai.client",
                 otel.name = %format!("chat {model}").trim_end(),
                 otel.kind = "client",

@@ -23,6 +23,7 @@ mod recover;
 pub mod sandbox;
 pub mod schema;
 mod shape;
+pub mod telemetry;
 pub mod template;
 pub mod v1;
 

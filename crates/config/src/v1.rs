@@ -352,6 +352,9 @@ pub struct HostFile {
     /// What the replicas of a fleet share, and where (nothing: each host keeps its own).
     #[serde(default)]
     pub fleet: crate::fleet::FleetSection,
+    /// Where traces and metrics go over OTLP (nothing: none are exported).
+    #[serde(default)]
+    pub telemetry: crate::telemetry::TelemetrySection,
 }
 
 /// `[trust]` of `toolhost.toml`: the cosign public keys `oci://` components may be signed

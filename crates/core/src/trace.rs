@@ -29,9 +29,81 @@ pub const MAX_TRACESTATE: usize = 512;
 /// The longest `baggage` read (W3C: 8,192 bytes, 180 members).
 pub const MAX_BAGGAGE: usize = 8192;
 
+/// Whether spans are exported: set once by the host's telemetry. Until then no span of
+/// [`TARGET`] is made (see [`entry`] and [`within`]).
+pub static TRACES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the trace a request continues (its parent's context, empty for none) is kept:
+/// the configured sampler, asked once at the request's entry. Set once by the host's
+/// telemetry; its spans are then all kept (the exporter's own sampler keeps everything made).
+pub type Decide = Box<dyn Fn(&opentelemetry::Context) -> bool + Send + Sync>;
+
+static DECIDE: std::sync::OnceLock<Decide> = std::sync::OnceLock::new();
+
+/// Sets the sampler [`entry`] asks (once; a second call is ignored).
+pub fn set_sampler(decide: Decide) {
+    let _ = DECIDE.set(decide);
+}
+
+/// Whether a span made now would be part of a kept trace: spans are exported and the current
+/// span is one of [`TARGET`] (only kept traces have any). A step of a request (`validate`,
+/// `run`, a model's request...) is made only then; elsewhere it would cost a span for
+/// nothing.
+pub fn within() -> bool {
+    TRACES_ON.load(Ordering::Relaxed)
+        && (tracing::Span::current().metadata()).is_some_and(|m| m.target() == TARGET)
+}
+
+/// The span `make` makes, where a request or a run enters this host (an MCP request's server
+/// span, a chat request's, a run of the agent): a child of the current span when that is
+/// traced; else, the root of this host's part of the trace `carrier` names (or of a new one),
+/// made only if the sampler keeps that trace. [`tracing::Span::none`] otherwise, and then
+/// nothing under it is made either: a trace the sampler drops costs a request one check of its
+/// context.
+pub fn entry(carrier: &Carrier<'_>, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if !TRACES_ON.load(Ordering::Relaxed) {
+        return tracing::Span::none();
+    }
+    if within() {
+        return make();
+    }
+    // The caller's context, read only if it sent one.
+    let parent = match carrier.get("traceparent") {
+        Some(_) => opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier)),
+        None => opentelemetry::Context::new(),
+    };
+    if !DECIDE.get().is_none_or(|decide| decide(&parent)) {
+        return tracing::Span::none();
+    }
+    let span = make();
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// A step's span: `tracing::info_span!(target: TARGET, ...)` when the current span is traced
+/// ([`within`]), or when `when = <bool>;` (asked before entering a span of the log's own)
+/// says so; [`tracing::Span::none`] otherwise, its fields not even evaluated.
+#[macro_export]
+macro_rules! step_span {
+    (when = $traced:expr; $($fields:tt)*) => {
+        if $traced {
+            tracing::info_span!(target: $crate::trace::TARGET, $($fields)*)
+        } else {
+            tracing::Span::none()
+        }
+    };
+    ($($fields:tt)*) => {
+        $crate::step_span!(when = $crate::trace::within(); $($fields)*)
+    };
+}
+
 /// Whether OTLP metrics are exported: set once by the host's telemetry. Until then no
 /// measurement is made (not even the no-op meter's).
 pub static METRICS_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a call's span records the sizes of its arguments and result (`[telemetry]
+/// record-sizes`): set once by the host's telemetry. Never their contents.
+pub static RECORD_SIZES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `mcp.server.operation.duration` and `mcp.client.operation.duration` (seconds), as the MCP
 /// semantic conventions name them, made once the meter provider is set.
@@ -96,10 +168,62 @@ pub fn dropped_spans() -> u64 {
     DROPPED_SPANS.load(Ordering::Relaxed)
 }
 
-/// Where a request's trace context is read from: its `_meta`, then its HTTP headers.
+/// Exports of spans that failed in a row (0 once one succeeds), and why the last one failed.
+static EXPORTS_FAILING: AtomicU64 = AtomicU64::new(0);
+static LAST_EXPORT_ERROR: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Notes how an export of spans ended (by the host's exporter, on its own thread).
+pub fn exported(outcome: Result<(), String>) {
+    match outcome {
+        Ok(()) => EXPORTS_FAILING.store(0, Ordering::Relaxed),
+        Err(why) => {
+            EXPORTS_FAILING.fetch_add(1, Ordering::Relaxed);
+            let mut why = why;
+            why.truncate(why.floor_char_boundary(256));
+            if let Ok(mut last) = LAST_EXPORT_ERROR.lock() {
+                *last = Some(why);
+            }
+        }
+    }
+}
+
+/// The collector as the exporter last saw it, when spans are exported: whether the last
+/// export reached it, and why not. Like a shared engine, a collector that does not answer
+/// stops no call (its spans wait in the bounded queue, then are dropped and counted).
+pub fn collector() -> Option<(bool, Option<String>)> {
+    if !TRACES_ON.load(Ordering::Relaxed) {
+        return None;
+    }
+    let up = EXPORTS_FAILING.load(Ordering::Relaxed) == 0;
+    let why = match up {
+        true => None,
+        false => LAST_EXPORT_ERROR.lock().ok().and_then(|last| last.clone()),
+    };
+    Some((up, why))
+}
+
+/// What a collector that does not take spans stops, for `/readyz`, `/metrics` and `status`.
+pub const COLLECTOR_STOPS: &str = "no call: spans wait in a bounded queue, then are dropped and counted";
+
+/// Where a request's trace context is read from: its `_meta`, then its HTTP headers (the
+/// headers first for a request another replica forwarded: they name the hop's span).
 pub struct Carrier<'a> {
     pub meta: Option<&'a serde_json::Map<String, serde_json::Value>>,
     pub headers: Option<&'a http::HeaderMap>,
+}
+
+/// The header a request forwarded by another replica of the fleet carries (its name).
+pub const FORWARDED_BY: &str = "toolhost-forwarded-by";
+
+impl Carrier<'_> {
+    /// The header `key`, if there is exactly one.
+    fn header<'h>(headers: &'h http::HeaderMap, key: &str) -> Option<&'h str> {
+        let mut all = headers.get_all(key).iter();
+        match (all.next(), all.next()) {
+            (Some(one), None) => one.to_str().ok(),
+            _ => None,
+        }
+    }
 }
 
 impl Extractor for Carrier<'_> {
@@ -110,6 +234,14 @@ impl Extractor for Carrier<'_> {
             "baggage" => MAX_BAGGAGE,
             _ => return None,
         };
+        // Forwarded: the replica that forwarded it continued the caller's trace in a span of
+        // its own, and names that span in the headers (the body is sent as it came).
+        if let Some(headers) = self.headers
+            && headers.contains_key(FORWARDED_BY)
+            && headers.contains_key("traceparent")
+        {
+            return Self::header(headers, key).filter(|v| v.len() <= bound);
+        }
         let from_meta = (self.meta)
             .and_then(|meta| meta.get(key))
             .and_then(|value| value.as_str());
@@ -117,12 +249,7 @@ impl Extractor for Carrier<'_> {
             Some(value) => Some(value),
             // `_meta` names none: the HTTP header, if there is exactly one.
             None if self.meta.is_none_or(|meta| !meta.contains_key(key)) => {
-                let headers = self.headers?;
-                let mut all = headers.get_all(key).iter();
-                match (all.next(), all.next()) {
-                    (Some(one), None) => one.to_str().ok(),
-                    _ => None,
-                }
+                Self::header(self.headers?, key)
             }
             None => None,
         };
@@ -134,27 +261,28 @@ impl Extractor for Carrier<'_> {
     }
 }
 
-/// Makes `span`'s parent the trace context `carrier` holds, if it holds a valid one (and
-/// tracing is on: otherwise the propagator is a no-op and the span disabled).
-pub fn continue_trace(span: &tracing::Span, carrier: &Carrier<'_>) {
-    if span.is_disabled() {
+pub use toolhost_runtime::trace::injected;
+
+/// Notes on a call's `run` span the sizes `measure` gives (its arguments as JSON, its result
+/// or error as text, in bytes) when `[telemetry] record-sizes` asks for them and the span is
+/// exported; never their contents, and nothing measured otherwise.
+pub fn sizes(span: &tracing::Span, measure: impl FnOnce() -> (usize, usize)) {
+    if span.is_disabled() || !RECORD_SIZES.load(Ordering::Relaxed) {
         return;
     }
-    let parent =
-        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(carrier));
-    let _ = span.set_parent(parent);
+    let (arguments, result) = measure();
+    span.record("toolhost.arguments.size", arguments as i64);
+    span.record("toolhost.result.size", result as i64);
 }
-
-pub use toolhost_runtime::trace::injected;
 
 /// The trace and span ids of the current span, as W3C writes them (32 and 16 hex digits),
 /// when it is traced: for audit records and log lines.
 pub fn current_ids() -> Option<(String, String)> {
     use opentelemetry::trace::TraceContextExt;
-    let span = tracing::Span::current();
-    if span.is_disabled() {
+    if !within() {
         return None;
     }
+    let span = tracing::Span::current();
     let context = span.context();
     let span_context = context.span().span_context().clone();
     span_context.is_valid().then(|| {
@@ -213,14 +341,16 @@ mod tests {
 
     #[test]
     fn without_a_tracer_nothing_is_traced() {
-        let span = tracing::info_span!(target: TARGET, "tools/call");
-        continue_trace(
-            &span,
-            &Carrier {
-                meta: None,
-                headers: None,
-            },
+        let carrier = Carrier {
+            meta: None,
+            headers: None,
+        };
+        let span = entry(
+            &carrier,
+            || tracing::info_span!(target: TARGET, "tools/call"),
         );
+        assert!(span.is_disabled());
         assert_eq!(span.in_scope(current_ids), None);
+        assert!(step_span!("validate").is_disabled());
     }
 }

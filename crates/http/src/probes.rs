@@ -89,6 +89,10 @@ impl Scrape {
             (metrics.shared_engine_failures.with_label_values(&labels)).set(engine.failures as i64);
         }
         (metrics.trace_spans_dropped).set(toolhost_core::trace::dropped_spans() as i64);
+        if let Some((up, _)) = toolhost_core::trace::collector() {
+            let labels = ["otlp-collector"];
+            (metrics.shared_engine_up.with_label_values(&labels)).set(i64::from(up));
+        }
         metrics.render()
     }
 }
@@ -153,6 +157,12 @@ pub(crate) fn probes(ready: Arc<Scrape>) -> axum::Router {
                         text.push_str(&format!(
                             "; {} does not answer: {}",
                             engine.engine, engine.stops
+                        ));
+                    }
+                    if let Some((false, _)) = toolhost_core::trace::collector() {
+                        text.push_str(&format!(
+                            "; the OTLP collector does not take spans: {}",
+                            toolhost_core::trace::COLLECTOR_STOPS
                         ));
                     }
                     // How many, not which: `toolhost status` names them, for the operator.

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use toolhost_state::routes::{Route, Routes};
+use tracing::Instrument;
 
 /// The header a forwarded request carries: the name of the replica that forwarded it.
-pub(crate) const FORWARDED_BY: &str = "toolhost-forwarded-by";
+pub(crate) const FORWARDED_BY: &str = toolhost_core::trace::FORWARDED_BY;
 /// How long a connection to the holder may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the holder may take to begin its answer (a call answered in one JSON body takes
@@ -184,12 +185,14 @@ impl Forward {
             HeaderName::from_static(FORWARDED_BY),
             header::HeaderValue::from_static(self.routes.me()),
         );
+        let traced = hop(&parts, &body, replica, &mut headers);
         let sent = self
             .client
             .request(parts.method, format!("{address}{path}"))
             .headers(headers)
             .body(body)
-            .send();
+            .send()
+            .instrument(traced);
         // The answer's head within its time; its body (an event stream, say) as long as the
         // holder sends it.
         let sent = tokio::time::timeout(ANSWER_TIMEOUT, sent).await;
@@ -229,6 +232,50 @@ impl Forward {
         *response.headers_mut() = headers;
         response
     }
+}
+
+/// The hop's client span (`forward`), continuing the trace the request carries (its `_meta`,
+/// else its headers), and named in the forwarded request's `traceparent` header, which the
+/// holder reads first in a forwarded request. Nothing read or parsed when nothing is traced.
+fn hop(
+    parts: &axum::http::request::Parts,
+    body: &[u8],
+    replica: &str,
+    headers: &mut HeaderMap,
+) -> tracing::Span {
+    use toolhost_core::trace::{Carrier, TARGET, TRACES_ON, entry, injected};
+    if !TRACES_ON.load(std::sync::atomic::Ordering::Relaxed) {
+        return tracing::Span::none();
+    }
+    let message: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let meta = (message.as_ref())
+        .and_then(|m| m.pointer("/params/_meta"))
+        .and_then(|meta| meta.as_object());
+    let carrier = Carrier {
+        meta,
+        headers: Some(&parts.headers),
+    };
+    let span = entry(&carrier, || {
+        tracing::info_span!(
+            target: TARGET,
+            "forward",
+            otel.kind = "client",
+            toolhost.replica = replica,
+            http.request.method = %parts.method,
+        )
+    });
+    if span.is_disabled() {
+        return span;
+    }
+    for (key, value) in span.in_scope(injected).unwrap_or_default() {
+        if let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            value.as_str().map(header::HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    span
 }
 
 /// The answer for what a replica that is gone held.

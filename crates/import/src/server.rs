@@ -355,8 +355,7 @@ impl McpImport {
         }
         // The call's trace goes on in the imported server: a client span, its context in the
         // request's `_meta` (SEP-414).
-        let traced = tracing::info_span!(
-            target: toolhost_core::trace::TARGET,
+        let traced = toolhost_core::step_span!(
             "mcp.client",
             otel.name = %format!("tools/call {tool}"),
             otel.kind = "client",

@@ -2,14 +2,14 @@
 //! name it (`{mcp.method.name} {target}`, kind server; `mcp.method.name`, `gen_ai.tool.name`,
 //! `jsonrpc.request.id`, `mcp.protocol.version`, `mcp.session.id`, `network.transport`;
 //! `error.type`, `tool_error` for a result with `isError`). Its parent is the trace context
-//! the request carries (`_meta`, else the HTTP headers: [`toolhost_core::trace`]). A disabled
-//! span (no exporter) costs a filter check.
+//! the request carries (`_meta`, else the HTTP headers: [`toolhost_core::trace`]). Made only
+//! when spans are exported and the sampler keeps the trace ([`entry`]).
 
 use rmcp::RoleServer;
 use rmcp::model::CallToolResponse;
 use rmcp::service::RequestContext;
 use toolhost_core::invoke::Session;
-use toolhost_core::trace::{Carrier, TARGET, continue_trace};
+use toolhost_core::trace::{Carrier, TARGET, entry};
 use tracing::field::Empty;
 
 /// The server span of the request of `context`, for `method` on `target` (a tool's name).
@@ -19,33 +19,33 @@ pub(crate) fn server_span(
     context: &RequestContext<RoleServer>,
 ) -> tracing::Span {
     let parts = context.extensions.get::<http::request::Parts>();
-    let span = tracing::info_span!(
-        target: TARGET,
-        "mcp.server",
-        otel.name = %match target {
-            Some(target) => format!("{method} {target}"),
-            None => method.to_string(),
-        },
-        otel.kind = "server",
-        otel.status_code = Empty,
-        mcp.method.name = method,
-        gen_ai.tool.name = target,
-        gen_ai.operation.name = "execute_tool",
-        jsonrpc.request.id = %context.id,
-        mcp.protocol.version = context.protocol_version().as_ref().map(|v| v.as_str()),
-        mcp.session.id = (parts.and_then(|p| p.headers.get("mcp-session-id")))
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| v.len() <= 256),
-        network.transport = if parts.is_some() { "tcp" } else { "pipe" },
-        network.protocol.name = parts.map(|_| "http"),
-        error.type = Empty,
-        toolhost.identity.kind = Empty,
-        toolhost.identity.name = Empty,
-    );
     let meta = Some(&**context.meta);
     let headers = parts.map(|p| &p.headers);
-    continue_trace(&span, &Carrier { meta, headers });
-    span
+    entry(&Carrier { meta, headers }, || {
+        tracing::info_span!(
+            target: TARGET,
+            "mcp.server",
+            otel.name = %match target {
+                Some(target) => format!("{method} {target}"),
+                None => method.to_string(),
+            },
+            otel.kind = "server",
+            otel.status_code = Empty,
+            mcp.method.name = method,
+            gen_ai.tool.name = target,
+            gen_ai.operation.name = "execute_tool",
+            jsonrpc.request.id = %context.id,
+            mcp.protocol.version = context.protocol_version().as_ref().map(|v| v.as_str()),
+            mcp.session.id = (parts.and_then(|p| p.headers.get("mcp-session-id")))
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| v.len() <= 256),
+            network.transport = if parts.is_some() { "tcp" } else { "pipe" },
+            network.protocol.name = parts.map(|_| "http"),
+            error.type = Empty,
+            toolhost.identity.kind = Empty,
+            toolhost.identity.name = Empty,
+        )
+    })
 }
 
 /// Notes on the current span who called: the identity's kind and name, no more.

@@ -419,21 +419,21 @@ pub(super) async fn answer(
 /// The server span of a chat request whose run starts (`route`, the path's template: no
 /// conversation id in a span's name), continuing the trace its `traceparent` header names.
 fn traced(route: &'static str, headers: &axum::http::HeaderMap) -> tracing::Span {
-    use toolhost_core::trace::{Carrier, TARGET, continue_trace};
-    let span = tracing::info_span!(
-        target: TARGET,
-        "chat.server",
-        otel.name = route,
-        otel.kind = "server",
-        http.request.method = "POST",
-        http.route = &route[5..],
-    );
+    use toolhost_core::trace::{Carrier, TARGET, entry};
     let carrier = Carrier {
         meta: None,
         headers: Some(headers),
     };
-    continue_trace(&span, &carrier);
-    span
+    entry(&carrier, || {
+        tracing::info_span!(
+            target: TARGET,
+            "chat.server",
+            otel.name = route,
+            otel.kind = "server",
+            http.request.method = "POST",
+            http.route = &route[5..],
+        )
+    })
 }
 
 pub(super) async fn start_conversation(

@@ -143,6 +143,12 @@ pub(super) fn read(path: &Path, serving: bool) -> anyhow::Result<HostFileSetting
                 AccessSettings::default()
             }),
     };
+    if !refused.touches(&["telemetry"]) {
+        // Started before the file is read for the command (`telemetry`); checked here with
+        // the rest of the file.
+        let unset = unset_for(serving, &mut warnings);
+        super::telemetry::check(&file.telemetry, &source, &env_var, unset, &mut errors);
+    }
     let unset: Vec<String> = warnings.iter().map(as_warning).collect();
     if !errors.is_empty() {
         // Every error (each message starts a line), then what is not set.
@@ -161,6 +167,19 @@ pub(super) fn read(path: &Path, serving: bool) -> anyhow::Result<HostFileSetting
         fleet,
         unset,
     })
+}
+
+/// `[telemetry]` of the host file at `path`, for the exporters made before anything else
+/// (the logger takes their tracer); nothing when the file cannot be read or has any error,
+/// which the command then says when it reads the file in full ([`read`]).
+pub(super) fn telemetry(path: &Path) -> Option<super::telemetry::FromFile> {
+    let source = SourceFile::read(path, FileKind::Host).ok()?;
+    let parsed = source.parse_all::<HostFile>(FileKind::Host);
+    let file = parsed.value.filter(|_| parsed.errors.is_empty())?;
+    let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+    let unset = Unset::Warn(&mut warnings);
+    let checked = super::telemetry::check(&file.telemetry, &source, &env_var, unset, &mut errors);
+    errors.is_empty().then_some(checked)
 }
 
 /// What a variable the file names that is not set is: an error for `serve`, else a warning

@@ -146,9 +146,16 @@ fn subscriber(
         layers.push(
             tracing_opentelemetry::layer()
                 .with_tracer(tracer)
-                // A span says what it did, not which thread or line of ours it ran on.
+                // A span says what it did, not which thread or line of ours it ran on, nor
+                // how long it sat idle (two clock reads at every poll of its future).
                 .with_threads(false)
                 .with_location(false)
+                .with_target(false)
+                .with_tracked_inactivity(false)
+                // Nothing of ours reads OpenTelemetry's current context: a span's parent is
+                // the tracing span it runs in, so entering one (at every poll) attaches
+                // nothing.
+                .with_context_activation(false)
                 .with_filter(
                     tracing_subscriber::filter::filter_fn(|metadata| {
                         metadata.is_span() && metadata.target() == toolhost::trace::TARGET
@@ -301,6 +308,7 @@ mod tests {
 
     #[test]
     fn the_logger_takes_no_record_more_verbose_than_its_filters_show() {
+        let _one = ONE_LOGGER.lock();
         // Its most verbose level is what `log` records are let through at (wasmtime writes
         // debug records at every instantiation): info unless a -v asks for more.
         let hint = |verbose, format| {
@@ -313,8 +321,13 @@ mod tests {
         }
     }
 
+    /// Held by the tests that make a logger: a callsite's interest is the sum of every
+    /// logger alive in the process, so one test's exporter would enable another's spans.
+    static ONE_LOGGER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn without_an_exporter_a_traced_span_is_never_made() {
+        let _one = ONE_LOGGER.lock();
         // What a call costs when traces are off: its spans are disabled callsites, never
         // entries of the registry (a `None` layer in the wrong place enabled them all).
         for format in [LogFormat::Text, LogFormat::Json] {

@@ -288,16 +288,20 @@ pub(crate) fn main() -> ExitCode {
         let code = toolhost::runtime::worker_main(memory_mib, cpu_seconds);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
-    // Traces, if the environment names a collector: made before the async runtime (the
-    // exporter's blocking client has a runtime of its own) and flushed when dropped, last.
-    let telemetry = match telemetry::from_env() {
+    // Traces, if the environment or `[telemetry]` names a collector: made before the async
+    // runtime (the exporter's blocking client has a runtime of its own) and flushed when
+    // dropped, last.
+    let from_file = (settings::config_path(&cli).as_deref())
+        .and_then(host_file::telemetry)
+        .unwrap_or_default();
+    let telemetry = match telemetry::start(&from_file) {
         Ok(telemetry) => telemetry,
         Err(e) => {
             logging::say(tracing::Level::ERROR, &format!("error: {e}"));
             return ExitCode::from(2);
         }
     };
-    let tracer = telemetry.as_ref().map(|t| t.tracer.clone());
+    let tracer = telemetry.as_ref().and_then(|t| t.tracer.clone());
     let logs = logging::init(cli.verbose, cli.log_format, tracer);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -66,12 +66,17 @@ pub(crate) struct Settings {
     pub(crate) unset: Vec<String>,
 }
 
+/// The host file the command reads: `--config`, else `./toolhost.toml` if there is one.
+pub(crate) fn config_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| {
+        let default = PathBuf::from("toolhost.toml");
+        default.is_file().then_some(default)
+    })
+}
+
 impl Settings {
     pub(crate) fn from_cli(cli: &Cli) -> anyhow::Result<Self> {
-        let config_path = cli.config.clone().or_else(|| {
-            let default = PathBuf::from("toolhost.toml");
-            default.is_file().then_some(default)
-        });
+        let config_path = config_path(cli);
         // Only `serve` authenticates anyone or reaches Redis: the other commands do without
         // the variables those need, and `check` says which are not set.
         let serving = matches!(cli.command, super::Command::Serve { .. });

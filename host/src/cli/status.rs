@@ -46,14 +46,24 @@ struct PublishedEngine {
 }
 
 fn engines(shared: &toolhost::state::Shared) -> Vec<PublishedEngine> {
-    (shared.health().into_iter())
+    let mut engines: Vec<PublishedEngine> = (shared.health().into_iter())
         .map(|health| PublishedEngine {
             engine: health.engine.to_string(),
             up: health.up,
             error: health.error,
             stops: health.stops.to_string(),
         })
-        .collect()
+        .collect();
+    // The collector traces go to, shared by the fleet as they are.
+    if let Some((up, error)) = toolhost::trace::collector() {
+        engines.push(PublishedEngine {
+            engine: "OTLP collector".into(),
+            up,
+            error,
+            stops: toolhost::trace::COLLECTOR_STOPS.into(),
+        });
+    }
+    engines
 }
 
 #[derive(Serialize, Deserialize, PartialEq)]

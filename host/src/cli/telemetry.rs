@@ -23,24 +23,30 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
+    BatchSpanProcessor, Sampler, SdkTracerProvider, ShouldSample, Span, SpanData, SpanExporter,
+    SpanProcessor,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use toolhost::config::access::Unset;
+use toolhost::config::telemetry::{Sampler as Written, TelemetrySection};
+use toolhost::config::{Diagnostic, SourceFile};
 use toolhost::trace::DROPPED_SPANS;
 
-/// The tracer of a process that exports, and the providers to flush when it ends.
+/// The tracer of a process that exports traces, and the providers to flush when it ends.
 pub(crate) struct Telemetry {
-    provider: SdkTracerProvider,
+    provider: Option<SdkTracerProvider>,
     meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
-    pub(crate) tracer: opentelemetry_sdk::trace::Tracer,
+    pub(crate) tracer: Option<opentelemetry_sdk::trace::Tracer>,
 }
 
 impl Drop for Telemetry {
     /// What is queued is sent, within the processor's own timeout.
     fn drop(&mut self) {
-        let _ = self.provider.shutdown_with_timeout(Duration::from_secs(5));
+        if let Some(provider) = &self.provider {
+            let _ = provider.shutdown_with_timeout(Duration::from_secs(5));
+        }
         if let Some(meters) = &self.meters {
             let _ = meters.shutdown_with_timeout(Duration::from_secs(5));
         }
@@ -52,30 +58,227 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The telemetry the environment asks for: `None` when no endpoint is named or
-/// `OTEL_SDK_DISABLED` is `true`; an error that says what is wrong otherwise.
-pub(crate) fn from_env() -> Result<Option<Telemetry>, String> {
+/// Whether a signal (`TRACES`, `METRICS`) has an endpoint: its own variable or the general
+/// one.
+fn exported(signal: &str) -> bool {
+    var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+        || var(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_some()
+}
+
+/// `[telemetry]` of `toolhost.toml`, checked: what the environment's variables leave unsaid.
+#[derive(Debug, Clone)]
+pub(crate) struct FromFile {
+    /// The collector's base address (`/v1/traces`, `/v1/metrics` added).
+    endpoint: Option<String>,
+    /// The headers `headers-env` holds, as written there.
+    headers: Option<String>,
+    service_name: Option<String>,
+    sampler: Option<Sampler>,
+    /// Whether metrics are exported too (true unless the file says false).
+    metrics: bool,
+    /// Whether a call's span has the sizes of its arguments and result.
+    record_sizes: bool,
+}
+
+/// No `[telemetry]`: the variables alone say what is exported.
+impl Default for FromFile {
+    fn default() -> Self {
+        FromFile {
+            endpoint: None,
+            headers: None,
+            service_name: None,
+            sampler: None,
+            metrics: true,
+            record_sizes: false,
+        }
+    }
+}
+
+/// `section` checked against `source`, each mistake an error at its place; the variable
+/// `headers-env` names read through `env` (one that is not set is what `unset` says).
+pub(crate) fn check(
+    section: &TelemetrySection,
+    source: &SourceFile,
+    env: &dyn Fn(&str) -> Option<String>,
+    unset: Unset<'_>,
+    errors: &mut Vec<Diagnostic>,
+) -> FromFile {
+    let mut error = |span: std::ops::Range<usize>, message: String| {
+        errors.push(Diagnostic::new(source.at(span), message));
+    };
+    let endpoint = section.endpoint.as_ref().and_then(|endpoint| {
+        let text = endpoint.get_ref().trim_end_matches('/');
+        match url::Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.password().is_none() => {
+                Some(text.to_string())
+            }
+            Ok(_) => {
+                error(
+                    endpoint.span(),
+                    format!(
+                        "`{text}` is no collector's address: write http(s)://host:port \
+                         (OTLP over HTTP, port 4318 by default), without a password \
+                         (credentials go in the variable `headers-env` names)"
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                error(endpoint.span(), format!("`{text}` is not a URL: {e}"));
+                None
+            }
+        }
+    });
+    let headers = section.headers_env.as_ref().and_then(|name| {
+        let Some(value) = env(name.get_ref().as_str()) else {
+            let message = format!(
+                "${} (`headers-env`) is not set: `serve` refuses to start without it",
+                name.get_ref()
+            );
+            match unset {
+                Unset::Refuse => error(name.span(), message),
+                Unset::Warn(warnings) => {
+                    warnings.push(Diagnostic::new(source.at(name.span()), message))
+                }
+            }
+            return None;
+        };
+        let malformed = (value.split(',')).any(|pair| {
+            !pair.trim().is_empty()
+                && pair
+                    .split_once('=')
+                    .is_none_or(|(key, _)| key.trim().is_empty())
+        });
+        if malformed {
+            // Its value is a secret: said by name, never shown.
+            error(
+                name.span(),
+                format!(
+                    "`{}` does not hold headers as key=value pairs separated by commas",
+                    name.get_ref()
+                ),
+            );
+            return None;
+        }
+        Some(value)
+    });
+    let ratio = section.sampler_ratio.as_ref().and_then(|ratio| {
+        let uses_ratio = section.sampler.as_ref().is_some_and(|s| {
+            matches!(
+                s.get_ref(),
+                Written::TraceIdRatio | Written::ParentBasedTraceIdRatio
+            )
+        });
+        if !(0.0..=1.0).contains(ratio.get_ref()) {
+            error(
+                ratio.span(),
+                format!(
+                    "sampler-ratio is a share of traces, 0 to 1; got {}",
+                    ratio.get_ref()
+                ),
+            );
+            None
+        } else if !uses_ratio {
+            error(
+                ratio.span(),
+                "sampler-ratio applies to the sampler `traceidratio` or \
+                 `parentbased_traceidratio`: set `sampler` to one of them"
+                    .to_string(),
+            );
+            None
+        } else {
+            Some(*ratio.get_ref())
+        }
+    });
+    let sampler = section.sampler.as_ref().map(|sampler| {
+        let ratio = ratio.unwrap_or(1.0);
+        let parent = |root: Sampler| Sampler::ParentBased(Box::new(root));
+        match sampler.get_ref() {
+            Written::AlwaysOn => Sampler::AlwaysOn,
+            Written::AlwaysOff => Sampler::AlwaysOff,
+            Written::TraceIdRatio => Sampler::TraceIdRatioBased(ratio),
+            Written::ParentBasedAlwaysOn => parent(Sampler::AlwaysOn),
+            Written::ParentBasedAlwaysOff => parent(Sampler::AlwaysOff),
+            Written::ParentBasedTraceIdRatio => parent(Sampler::TraceIdRatioBased(ratio)),
+        }
+    });
+    FromFile {
+        endpoint,
+        headers,
+        service_name: section.service_name.as_ref().map(|n| n.get_ref().clone()),
+        sampler,
+        metrics: section.metrics.unwrap_or(true),
+        record_sizes: section.record_sizes.unwrap_or(false),
+    }
+}
+
+/// The telemetry the environment and `[telemetry]` (`file`) ask for, a variable that is set
+/// winning over the file: `None` when neither names an endpoint or `OTEL_SDK_DISABLED` is
+/// `true`; traces when `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+/// the file's `endpoint` names one, metrics when one of those or
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` does (and neither `metrics = false` nor
+/// `OTEL_METRICS_EXPORTER=none` says no); an error that says what is wrong otherwise.
+pub(crate) fn start(file: &FromFile) -> Result<Option<Telemetry>, String> {
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
-    if var("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
-        && var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
-    {
+    let in_file = file.endpoint.is_some();
+    let traces = exported("TRACES") || in_file;
+    let metrics = (exported("METRICS") || in_file)
+        && file.metrics
+        && var("OTEL_METRICS_EXPORTER").is_none_or(|v| v != "none");
+    if !traces && !metrics {
         return Ok(None);
     }
-    let protocol = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        .unwrap_or_else(|| "http/protobuf".into());
-    if protocol != "http/protobuf" {
-        return Err(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL is `{protocol}`: toolhost exports OTLP over \
-             http/protobuf only (a collector's port 4318); unset it or set http/protobuf"
-        ));
+    (toolhost::trace::RECORD_SIZES).store(file.record_sizes, Ordering::Relaxed);
+    for signal in ["TRACES", "METRICS"] {
+        let protocol = var(&format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"))
+            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .unwrap_or_else(|| "http/protobuf".into());
+        if protocol != "http/protobuf" {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL is `{protocol}`: toolhost exports OTLP over \
+                 http/protobuf only (a collector's port 4318); unset it or set http/protobuf"
+            ));
+        }
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .build()
-        .map_err(|e| format!("the OTLP exporter cannot be made: {e}"))?;
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if var("OTEL_SERVICE_NAME").is_none() && !resource_names_service() {
+        let name = file.service_name.as_deref().unwrap_or("toolhost");
+        resource = resource.with_service_name(name.to_string());
+    }
+    let resource = resource.build();
+    let meters = match metrics {
+        true => Some(meters(resource.clone(), file)?),
+        false => None,
+    };
+    let provider = match traces {
+        true => Some(spans(resource, file)?),
+        false => None,
+    };
+    let tracer = provider
+        .as_ref()
+        .map(|provider| provider.tracer("toolhost"));
+    Ok(Some(Telemetry {
+        provider,
+        meters,
+        tracer,
+    }))
+}
+
+/// The spans' provider: OTLP/HTTP through a bounded batch processor, and the W3C propagators
+/// (trace context and baggage) for what comes in and goes out.
+fn spans(
+    resource: opentelemetry_sdk::Resource,
+    file: &FromFile,
+) -> Result<SdkTracerProvider, String> {
+    let exporter = configured(
+        opentelemetry_otlp::SpanExporter::builder().with_http(),
+        "TRACES",
+        file,
+    )
+    .build()
+    .map_err(|e| format!("the OTLP exporter cannot be made: {e}"))?;
     let max_queue = var("OTEL_BSP_MAX_QUEUE_SIZE")
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
@@ -90,28 +293,27 @@ pub(crate) fn from_env() -> Result<Option<Telemetry>, String> {
         queued,
         max_queue,
     };
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if var("OTEL_SERVICE_NAME").is_none() && !resource_names_service() {
-        resource = resource.with_service_name("toolhost");
-    }
-    let resource = resource.build();
+    // The sampler decides once, where a request enters (`toolhost::trace::entry`): a trace
+    // it drops has no span made at all. What is made is kept.
+    let sampler: Box<dyn ShouldSample> = match (&file.sampler, var("OTEL_TRACES_SAMPLER")) {
+        (Some(sampler), None) => Box::new(sampler.clone()),
+        // The variables (or the default, parent-based always on), as the SDK reads them.
+        _ => opentelemetry_sdk::trace::Config::default().sampler,
+    };
+    toolhost::trace::set_sampler(Box::new(move |parent| keeps(&*sampler, parent)));
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
-        .with_resource(resource.clone())
+        .with_resource(resource)
+        .with_sampler(Sampler::AlwaysOn)
         .build();
-    let meters = meters(resource)?;
+    (toolhost::trace::TRACES_ON).store(true, Ordering::Relaxed);
     opentelemetry::global::set_text_map_propagator(
         opentelemetry::propagation::TextMapCompositePropagator::new(vec![
             Box::new(opentelemetry_sdk::propagation::TraceContextPropagator::new()),
             Box::new(opentelemetry_sdk::propagation::BaggagePropagator::new()),
         ]),
     );
-    let tracer = provider.tracer("toolhost");
-    Ok(Some(Telemetry {
-        provider,
-        meters,
-        tracer,
-    }))
+    Ok(provider)
 }
 
 /// The MCP conventions' metrics (`mcp.server.operation.duration`,
@@ -120,14 +322,15 @@ pub(crate) fn from_env() -> Result<Option<Telemetry>, String> {
 /// either way.
 fn meters(
     resource: opentelemetry_sdk::Resource,
-) -> Result<Option<opentelemetry_sdk::metrics::SdkMeterProvider>, String> {
-    if var("OTEL_METRICS_EXPORTER").is_some_and(|v| v == "none") {
-        return Ok(None);
-    }
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .build()
-        .map_err(|e| format!("the OTLP metric exporter cannot be made: {e}"))?;
+    file: &FromFile,
+) -> Result<opentelemetry_sdk::metrics::SdkMeterProvider, String> {
+    let exporter = configured(
+        opentelemetry_otlp::MetricExporter::builder().with_http(),
+        "METRICS",
+        file,
+    )
+    .build()
+    .map_err(|e| format!("the OTLP metric exporter cannot be made: {e}"))?;
     let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
     let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
         .with_reader(reader)
@@ -135,7 +338,46 @@ fn meters(
         .build();
     opentelemetry::global::set_meter_provider(meters.clone());
     (toolhost::trace::METRICS_ON).store(true, Ordering::Relaxed);
-    Ok(Some(meters))
+    Ok(meters)
+}
+
+/// An exporter's builder for `signal` (`TRACES`, `METRICS`) given the file's endpoint and
+/// headers where no variable names them (a variable wins; the exporter reads it itself).
+fn configured<B>(builder: B, signal: &str, file: &FromFile) -> B
+where
+    B: opentelemetry_otlp::WithExportConfig + opentelemetry_otlp::WithHttpConfig,
+{
+    let mut builder = builder;
+    if let Some(endpoint) = &file.endpoint
+        && !exported(signal)
+    {
+        let path = signal.to_ascii_lowercase();
+        builder = builder.with_endpoint(format!("{endpoint}/v1/{path}"));
+    }
+    if let Some(headers) = &file.headers
+        && var("OTEL_EXPORTER_OTLP_HEADERS").is_none()
+    {
+        let pairs = (headers.split(',')).filter_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            Some((key.trim().to_string(), value.trim().to_string()))
+        });
+        builder = builder.with_headers(pairs.collect());
+    }
+    builder
+}
+
+/// Whether `sampler` keeps a trace entering here, continuing `parent` (an empty context: a
+/// new trace, its id drawn as the SDK draws one).
+fn keeps(sampler: &dyn ShouldSample, parent: &opentelemetry::Context) -> bool {
+    use opentelemetry::trace::{SpanKind, TraceContextExt};
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+    let context = parent.span().span_context().clone();
+    let (parent, trace_id) = match context.is_valid() {
+        true => (Some(parent), context.trace_id()),
+        false => (None, RandomIdGenerator::default().new_trace_id()),
+    };
+    let decided = sampler.should_sample(parent, trace_id, "", &SpanKind::Server, &[], &[]);
+    decided.decision == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample
 }
 
 /// Whether `OTEL_RESOURCE_ATTRIBUTES` names the service itself.
@@ -195,6 +437,7 @@ impl SpanExporter for Counted {
         let spans = batch.len();
         let sent = self.inner.export(batch).await;
         self.queued.fetch_sub(spans, Ordering::AcqRel);
+        toolhost::trace::exported(sent.as_ref().map(|_| ()).map_err(|e| e.to_string()));
         sent
     }
 

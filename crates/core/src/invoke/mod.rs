@@ -235,7 +235,7 @@ impl Host {
     ) -> Result<PreparedCall, CallOutcome> {
         let started = Instant::now();
         // Looking the tool up, its access rules and its arguments' schema: one span.
-        let _traced = tracing::info_span!(target: crate::trace::TARGET, "validate").entered();
+        let _traced = crate::step_span!("validate").entered();
         let catalog = self.catalog.snapshot();
         let failed = |found: Option<&Arc<Tool>>, arguments: Option<&Value>, error| {
             let outcome = CallOutcome {
@@ -342,25 +342,27 @@ impl Host {
         );
         // Traced: the quota's admission, the run on the backend, and whether dedup answered;
         // made inside the call's span, so that a line logged in one has the call's fields.
-        let (admission, run, traced) = span.in_scope(|| {
-            let admission = admission.instrument(tracing::info_span!(
-                target: crate::trace::TARGET,
-                "quota"
-            ));
-            let run = run.instrument(tracing::info_span!(
-                target: crate::trace::TARGET,
+        // Asked here: inside the log's `call` span, that span is the current one.
+        let within = crate::trace::within();
+        let (admission, run, traced, running) = span.in_scope(|| {
+            let admission = admission.instrument(crate::step_span!(when = within; "quota"));
+            let running = crate::step_span!(
+                when = within;
                 "run",
                 otel.name = %format!("run {}", call.tool.name),
                 gen_ai.tool.name = %call.tool.name,
                 toolhost.ensemble = %call.tool.ensemble,
                 toolhost.component = %call.tool.source_hash(),
-            ));
-            let traced = tracing::info_span!(
-                target: crate::trace::TARGET,
+                toolhost.arguments.size = tracing::field::Empty,
+                toolhost.result.size = tracing::field::Empty,
+            );
+            let run = run.instrument(running.clone());
+            let traced = crate::step_span!(
+                when = within;
                 "dedup",
                 toolhost.deduplicated = tracing::field::Empty,
             );
-            (admission, run, traced)
+            (admission, run, traced, running)
         });
         let ran = match call.key {
             Some(key) => {
@@ -408,6 +410,14 @@ impl Host {
             deduplicated,
             duration: call.started.elapsed(),
         };
+        crate::trace::sizes(&running, || {
+            let arguments = serde_json::to_vec(&call.arguments).map_or(0, |bytes| bytes.len());
+            let result = match &outcome.result {
+                Ok(result) => result.text().len(),
+                Err(error) => error.message.len(),
+            };
+            (arguments, result)
+        });
         if let Some(quota) = quota {
             quota.end().await;
         }

@@ -1,0 +1,241 @@
+//! Where telemetry goes (issue #57): each signal only to the endpoint that names it (a traces
+//! endpoint exports no metrics, a metrics endpoint no spans); a collector that refuses every
+//! connection costs no call anything, writes next to nothing to the log and is said on
+//! `/readyz` and `/metrics`; the sampler decides once where a request enters; `[telemetry]`
+//! in `toolhost.toml`, checked, with the variables winning over it.
+
+use crate::mcp::HttpServer;
+use crate::traces::{Collector, PARENT, TRACE, call, traceparent};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The metric points `collector` received so far.
+fn points(collector: &Collector) -> Vec<Value> {
+    let text = std::fs::read_to_string(collector.spans.with_extension("jsonl.metrics"))
+        .unwrap_or_default();
+    (text.lines())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_signal_goes_only_where_its_own_endpoint_says() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let quick = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "100"),
+    ];
+
+    // A traces endpoint alone (the signal's own variable names the whole URL): spans, and no
+    // metric after several intervals.
+    let dir = |name: &str| {
+        let dir = fixture.root().join(name);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    };
+    let traces = Collector::start(&dir("traces"), "ok");
+    let url = format!("{}/v1/traces", traces.endpoint());
+    let mut env = vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url.as_str())];
+    env.extend(quick);
+    let server = HttpServer::start(&fixture, &[], &env);
+    let meta = json!({"traceparent": traceparent(TRACE, PARENT)});
+    call(&server.url, "echo", meta.clone(), &[]).await;
+    traces.until(TRACE, "tools/call echo").await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(points(&traces), Vec::<Value>::new(), "no metrics asked for");
+    drop(server);
+
+    // A metrics endpoint alone: the calls measured, and no span.
+    let metrics = Collector::start(&dir("metrics"), "ok");
+    let url = format!("{}/v1/metrics", metrics.endpoint());
+    let mut env = vec![("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", url.as_str())];
+    env.extend(quick);
+    let server = HttpServer::start(&fixture, &[], &env);
+    call(&server.url, "echo", meta, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(points(&metrics).iter()).any(|p| p["name"] == "mcp.server.operation.duration") {
+        assert!(Instant::now() < deadline, "no metric arrived");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metrics.spans(), Vec::<Value>::new(), "no traces asked for");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_little() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    // A port nothing listens on: every export is refused at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("address").port();
+    drop(closed);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "100"),
+    ];
+    let server = HttpServer::start(&fixture, &[], &env);
+    let before = server.stderr_bytes();
+    for n in 0..60 {
+        let meta = json!({"traceparent": traceparent(TRACE, PARENT), "n": n});
+        let answer = call(&server.url, "echo", meta, &[]).await;
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+        if n % 10 == 0 {
+            // Several batches and metric exports fail meanwhile.
+            tokio::time::sleep(Duration::from_millis(120)).await;
+        }
+    }
+    // Ready, like every replica sharing that collector, and saying it.
+    let ready = reqwest::get(server.url.replace("/mcp", "/readyz"))
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status().as_u16(), 200);
+    let said = ready.text().await.expect("text");
+    assert!(said.contains("the OTLP collector does not take spans: no call"), "{said}");
+    let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("toolhost_shared_engine_up{engine=\"otlp-collector\"} 0"),
+        "{metrics}"
+    );
+    // Each failed export is not a line of the log.
+    let written = server.stderr_bytes() - before;
+    assert!(written < 2048, "{written} bytes: {}", server.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampler_decides_once_where_a_request_enters_and_a_dropped_trace_has_no_span() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let endpoint = collector.endpoint();
+    // No new trace is kept; a caller's choice is followed.
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0"),
+    ];
+    let server = HttpServer::start(&fixture, &[], &env);
+    let dropped = "77770000777700007777000077770000";
+    let unsampled = format!("00-{dropped}-{PARENT}-00");
+    call(&server.url, "echo", json!({"traceparent": unsampled}), &[]).await;
+    for n in 0..5 {
+        call(&server.url, "echo", json!({"n": n}), &[]).await;
+    }
+    let meta = json!({"traceparent": traceparent(TRACE, PARENT)});
+    call(&server.url, "echo", meta, &[]).await;
+    let kept = collector.until(TRACE, "tools/call echo").await;
+    for step in ["validate", "dedup", "quota", "run echo"] {
+        assert!(kept.iter().any(|s| s["name"] == step), "{step}: {kept:#?}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let others: Vec<Value> = (collector.spans().into_iter())
+        .filter(|s| s["trace_id"] != TRACE)
+        .collect();
+    assert_eq!(
+        others,
+        Vec::<Value>::new(),
+        "only the caller's sampled trace"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_in_toolhost_toml_exports_and_a_variable_wins_over_it() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    fixture.write_host_file(
+        "telemetry",
+        &format!(
+            "endpoint = \"{}/\"\nservice-name = \"from-the-file\"\nsampler = \"always_off\"\n\
+             record-sizes = true\nheaders-env = \"COLLECTOR_HEADERS\"",
+            collector.endpoint()
+        ),
+    );
+    let headers = [
+        ("COLLECTOR_HEADERS", "x-collector-key=k1"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    // The file's sampler keeps nothing...
+    let server = HttpServer::start(&fixture, &[], &headers);
+    call(&server.url, "echo", json!({}), &[]).await;
+    drop(server);
+    // ...and the environment's keeps everything, its service name over the file's.
+    let mut env = headers.to_vec();
+    env.extend([
+        ("OTEL_TRACES_SAMPLER", "always_on"),
+        ("OTEL_SERVICE_NAME", "from-the-environment"),
+    ]);
+    let server = HttpServer::start(&fixture, &[], &env);
+    let meta = json!({"traceparent": traceparent(TRACE, PARENT)});
+    call(&server.url, "echo", meta, &[]).await;
+    let spans = collector.until(TRACE, "tools/call echo").await;
+    assert!(
+        spans.iter().all(|s| s["service"] == "from-the-environment"),
+        "{spans:#?}"
+    );
+    let run = (spans.iter().find(|s| s["name"] == "run echo")).expect("the run");
+    // `{"text":"hi"}` went in, and echo gives it back.
+    assert_eq!(run["attributes"]["toolhost.arguments.size"], 13, "{run}");
+    assert_eq!(run["attributes"]["toolhost.result.size"], 13, "{run}");
+    assert_eq!(
+        collector.spans().len(),
+        spans.len(),
+        "the first server sent none"
+    );
+}
+
+#[test]
+fn check_says_where_a_telemetry_setting_is_wrong() {
+    let check = |lines: &str| {
+        let fixture = crate::support::Fixture::new();
+        fixture.write_echo();
+        fixture.write_host_file("telemetry", lines);
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        let output = command
+            .arg("check")
+            .env_remove("NOT_SET_ANYWHERE")
+            .env("BAD_HEADERS", "no pairs here")
+            .output()
+            .expect("check");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), said)
+    };
+    let (passed, said) = check("endpoint = \"ftp://collector:4318\"");
+    assert!(!passed && said.contains("toolhost.toml:4:12"), "{said}");
+    assert!(said.contains("is no collector's address"), "{said}");
+    let (passed, said) = check("sampler = \"traceidratio\"\nsampler-ratio = 1.5");
+    assert!(!passed && said.contains("toolhost.toml:5:"), "{said}");
+    assert!(said.contains("0 to 1; got 1.5"), "{said}");
+    let (passed, said) = check("sampler-ratio = 0.5");
+    assert!(
+        !passed && said.contains("set `sampler` to one of them"),
+        "{said}"
+    );
+    let (passed, said) = check("sampler = \"sometimes\"");
+    assert!(!passed && said.contains("toolhost.toml:4:"), "{said}");
+    let (passed, said) = check("headers-env = \"BAD_HEADERS\"");
+    assert!(!passed && said.contains("key=value pairs"), "{said}");
+    assert!(
+        !said.contains("no pairs here"),
+        "a secret is never shown: {said}"
+    );
+    let (passed, said) = check("headers-env = \"NOT_SET_ANYWHERE\"");
+    assert!(passed, "{said}");
+    assert!(
+        said.contains("$NOT_SET_ANYWHERE (`headers-env`) is not set"),
+        "{said}"
+    );
+}
