@@ -93,7 +93,10 @@ async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_li
         .expect("readyz");
     assert_eq!(ready.status().as_u16(), 200);
     let said = ready.text().await.expect("text");
-    assert!(said.contains("the OTLP collector does not take spans: no call"), "{said}");
+    assert!(
+        said.contains("the OTLP collector does not take spans: no call"),
+        "{said}"
+    );
     let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
         .await
         .expect("metrics")

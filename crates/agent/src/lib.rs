@@ -172,10 +172,7 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Result<RunOutcome, AgentError> {
         // One trace per run: its model calls and its tools' calls under one span.
-        let carrier = toolhost_core::trace::Carrier {
-            meta: None,
-            headers: None,
-        };
+        let carrier = toolhost_core::trace::Carrier::NONE;
         let traced = toolhost_core::trace::entry(&carrier, || {
             tracing::info_span!(
                 target: toolhost_core::trace::TARGET,

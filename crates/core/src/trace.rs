@@ -203,7 +203,8 @@ pub fn collector() -> Option<(bool, Option<String>)> {
 }
 
 /// What a collector that does not take spans stops, for `/readyz`, `/metrics` and `status`.
-pub const COLLECTOR_STOPS: &str = "no call: spans wait in a bounded queue, then are dropped and counted";
+pub const COLLECTOR_STOPS: &str =
+    "no call: spans wait in a bounded queue, then are dropped and counted";
 
 /// Where a request's trace context is read from: its `_meta`, then its HTTP headers (the
 /// headers first for a request another replica forwarded: they name the hop's span).
@@ -216,6 +217,12 @@ pub struct Carrier<'a> {
 pub const FORWARDED_BY: &str = "toolhost-forwarded-by";
 
 impl Carrier<'_> {
+    /// Nothing carried: a run that starts here (`toolhost chat`'s), not a request's.
+    pub const NONE: Carrier<'static> = Carrier {
+        meta: None,
+        headers: None,
+    };
+
     /// The header `key`, if there is exactly one.
     fn header<'h>(headers: &'h http::HeaderMap, key: &str) -> Option<&'h str> {
         let mut all = headers.get_all(key).iter();
