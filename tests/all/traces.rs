@@ -114,7 +114,7 @@ pub(crate) async fn call(url: &str, tool: &str, meta: Value, headers: &[(&str, &
     answer
 }
 
-fn one<'a>(spans: &'a [Value], name: &str) -> &'a Value {
+pub(crate) fn one<'a>(spans: &'a [Value], name: &str) -> &'a Value {
     (spans.iter().find(|s| s["name"] == name))
         .unwrap_or_else(|| panic!("no span {name}: {spans:#?}"))
 }

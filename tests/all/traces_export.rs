@@ -87,16 +87,20 @@ async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_li
             tokio::time::sleep(Duration::from_millis(120)).await;
         }
     }
-    // Ready, like every replica sharing that collector, and saying it.
-    let ready = reqwest::get(server.url.replace("/mcp", "/readyz"))
-        .await
-        .expect("readyz");
-    assert_eq!(ready.status().as_u16(), 200);
-    let said = ready.text().await.expect("text");
-    assert!(
-        said.contains("the OTLP collector does not take spans: no call"),
-        "{said}"
-    );
+    // Ready, like every replica sharing that collector, and saying it once an export failed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = reqwest::get(server.url.replace("/mcp", "/readyz"))
+            .await
+            .expect("readyz");
+        assert_eq!(ready.status().as_u16(), 200);
+        let said = ready.text().await.expect("text");
+        if said.contains("the OTLP collector does not take spans: no call") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{said}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
         .await
         .expect("metrics")
@@ -241,4 +245,127 @@ fn check_says_where_a_telemetry_setting_is_wrong() {
         said.contains("$NOT_SET_ANYWHERE (`headers-env`) is not set"),
         "{said}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_and_each_reload_has_its_span() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let endpoint = collector.endpoint();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let server = HttpServer::start(&fixture, &[], &env);
+    let post = |method: &'static str, params: Value, trace: &'static str| {
+        let url = server.url.clone();
+        async move {
+            let mut params = params;
+            params["_meta"] = json!({"traceparent": traceparent(trace, PARENT)});
+            // What 2026-07-28 names in the `Mcp-Name` header.
+            let named = (params.get("name").or(params.get("uri")))
+                .and_then(|n| n.as_str())
+                .map(str::to_string);
+            crate::mcp_revisions::modern_post(&url, method, named.as_deref(), params, &[]).await
+        }
+    };
+    let listed = "1111000011110000111100001111aaaa";
+    let (status, _, _) = post("tools/list", json!({}), listed).await;
+    assert_eq!(status, 200);
+    let spans = collector.until(listed, "tools/list").await;
+    let span = &spans[0];
+    assert_eq!(span["parent_span_id"], PARENT);
+    assert_eq!(span["attributes"]["mcp.method.name"], "tools/list");
+    assert!(
+        span["attributes"].get("gen_ai.tool.name").is_none(),
+        "{span}"
+    );
+    // A prompt that is not there: the span says which (a name cut at 128 bytes), and the
+    // error's code.
+    let missing = "2222000022220000222200002222bbbb";
+    post("prompts/get", json!({"name": "p".repeat(1000)}), missing).await;
+    let name = format!("prompts/get {}", "p".repeat(128));
+    let spans = collector.until(missing, &name).await;
+    let span = &spans[0];
+    assert_eq!(span["attributes"]["gen_ai.prompt.name"], "p".repeat(128));
+    assert!(
+        span["attributes"]["error.type"].as_str().is_some(),
+        "{span}"
+    );
+    // A resource's URI is an attribute, never the span's name.
+    let read = "3333000033330000333300003333cccc";
+    post(
+        "resources/read",
+        json!({"uri": "docs://nothing/here"}),
+        read,
+    )
+    .await;
+    let spans = collector.until(read, "resources/read").await;
+    assert_eq!(
+        spans[0]["attributes"]["mcp.resource.uri"],
+        "docs://nothing/here"
+    );
+    // A reload is a trace of its own.
+    fixture.write_slow(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reload = loop {
+        let found = (collector.spans().into_iter()).find(|s| {
+            s["name"] == "reload"
+                && s["attributes"]["toolhost.tools.added"] == 1
+                && s["attributes"]["toolhost.generation"].as_i64() > Some(1)
+        });
+        if let Some(reload) = found {
+            break reload;
+        }
+        assert!(Instant::now() < deadline, "{:#?}", collector.spans());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(reload["parent_span_id"], "", "{reload}");
+    assert_eq!(
+        reload["attributes"]["toolhost.ensembles.refused"], 0,
+        "{reload}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_waited_for_is_a_span_of_the_chats_trace() {
+    use crate::scripted::{Scripted, openai};
+    let model = Scripted::start(vec![
+        crate::web::say("a1", "first"),
+        openai::text("Said it."),
+    ]);
+    let fixture = crate::web::fixture(&model.base_url, "");
+    let collector = Collector::start(fixture.root(), "ok");
+    let endpoint = collector.endpoint();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("SCRIPTED_KEY", "k"),
+    ];
+    let config = fixture.root().join("toolhost.toml");
+    let args = ["--config", config.to_str().expect("path")];
+    let server = HttpServer::start(&fixture, &args, &env);
+    let api = format!("{}/api/conversations", crate::web::base(&server));
+    let trace = "4444000044440000444400004444dddd";
+    let response = reqwest::Client::new()
+        .post(&api)
+        .header("traceparent", traceparent(trace, PARENT))
+        .json(&json!({"message": "Say hi"}))
+        .send()
+        .await
+        .expect("POST");
+    let mut events = crate::web::Events::of(response);
+    let asked = events.until("approval_request").await;
+    let id = asked[0]["id"].as_str().expect("id");
+    let url = format!("{api}/{id}/approvals/a1");
+    let (status, _) = crate::web::post_json(&url, json!({"decision": "allow"})).await;
+    assert_eq!(status, 204);
+    events.rest().await;
+    let spans = collector.until(trace, "POST /api/conversations").await;
+    let agent = crate::traces::one(&spans, "invoke_agent toolhost");
+    let approval = crate::traces::one(&spans, "approval");
+    assert_eq!(approval["parent_span_id"], agent["span_id"], "{approval}");
+    assert_eq!(approval["attributes"]["gen_ai.tool.name"], "say");
+    assert_eq!(approval["attributes"]["toolhost.approved"], true);
 }

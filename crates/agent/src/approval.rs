@@ -30,6 +30,19 @@ pub enum Approval {
     Refused(String),
 }
 
+/// `request`'s approval, waited for in its span when the run is traced (`approval`: the
+/// tool, and `toolhost.approved` once answered): how long a person took is part of the trace.
+pub(crate) async fn awaited(approver: &dyn Approver, request: &ApprovalRequest) -> Approval {
+    let span = toolhost_core::step_span!(
+        "approval",
+        gen_ai.tool.name = request.tool.as_str(),
+        toolhost.approved = tracing::field::Empty,
+    );
+    let approval = tracing::Instrument::instrument(approver.approve(request), span.clone()).await;
+    span.record("toolhost.approved", approval == Approval::Approved);
+    approval
+}
+
 /// Decides whether a destructive call may run. Called once per call, one at a time. Also the
 /// one who asks the person when a tool asks for input during a call (elicitation).
 pub trait Approver: Send + Sync {

@@ -551,7 +551,7 @@ impl Agent {
         // The approver first: one that watches the token itself says how it ended.
         let approval = tokio::select! {
             biased;
-            approval = self.approver.approve(&request) => approval,
+            approval = approval::awaited(&*self.approver, &request) => approval,
             () = cancel.cancelled() => Approval::Refused(format!(
                 "`{}` was not run: the run was cancelled before it was approved",
                 request.tool

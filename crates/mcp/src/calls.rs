@@ -29,7 +29,8 @@ pub(crate) async fn call_tool(
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, ErrorData> {
     let started = std::time::Instant::now();
-    let span = crate::traced::server_span("tools/call", Some(&request.name), &context);
+    let target = crate::traced::Target::Tool(&request.name);
+    let span = crate::traced::server_span("tools/call", target, &context);
     // Measured by its tool only if the catalog has it: a made-up name is no label.
     let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
     let known = measuring

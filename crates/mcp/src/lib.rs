@@ -47,12 +47,11 @@ use log::{LogRelay, relay_logs};
 use resources::Subscriptions;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
-    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams, UpdateTaskParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -69,6 +68,7 @@ use tokio::task::AbortHandle;
 use toolhost_contract::IdentityKind;
 use toolhost_core::invoke::{Caller, Host, Session};
 use tools::ToolList;
+use traced::Target;
 
 /// How long a client may reuse a `tools/list` answer (its `ttlMs`, 2026-07-28): a reload
 /// takes effect about 0.1 s after a file settles (the watcher's debounce), so a client that
@@ -380,19 +380,22 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.first_load_ended().await;
-        let catalog = self.host.catalog().snapshot();
-        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let session = self.own_session(caller(&context));
-        let (tools, next) = self.tools.page(&catalog, &session, cursor);
-        let mut result = ListToolsResult::with_all_items(tools);
-        result.next_cursor = next;
-        // 2026-07-28's cache hints (rmcp leaves them out for older revisions). Private: the
-        // list is the same for every client, but it is for those that may call (the token),
-        // not for a shared cache in between.
-        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
-        result.cache_scope = Some(CacheScope::Private);
-        Ok(result)
+        traced::served("tools/list", Target::None, &context, async {
+            self.first_load_ended().await;
+            let catalog = self.host.catalog().snapshot();
+            let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+            let session = self.own_session(caller(&context));
+            let (tools, next) = self.tools.page(&catalog, &session, cursor);
+            let mut result = ListToolsResult::with_all_items(tools);
+            result.next_cursor = next;
+            // 2026-07-28's cache hints (rmcp leaves them out for older revisions). Private: the
+            // list is the same for every client, but it is for those that may call (the token),
+            // not for a shared cache in between.
+            result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+            result.cache_scope = Some(CacheScope::Private);
+            Ok(result)
+        })
+        .await
     }
 
     async fn list_prompts(
@@ -400,16 +403,19 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.first_load_ended().await;
-        let catalog = self.host.catalog().snapshot();
-        let session = self.own_session(caller(&context));
-        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (prompts, next) = prompts::page(&catalog, &session, cursor);
-        let mut result = ListPromptsResult::with_all_items(prompts);
-        result.next_cursor = next;
-        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
-        result.cache_scope = Some(CacheScope::Private);
-        Ok(result)
+        traced::served("prompts/list", Target::None, &context, async {
+            self.first_load_ended().await;
+            let catalog = self.host.catalog().snapshot();
+            let session = self.own_session(caller(&context));
+            let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+            let (prompts, next) = prompts::page(&catalog, &session, cursor);
+            let mut result = ListPromptsResult::with_all_items(prompts);
+            result.next_cursor = next;
+            result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+            result.cache_scope = Some(CacheScope::Private);
+            Ok(result)
+        })
+        .await
     }
 
     async fn get_prompt(
@@ -417,11 +423,15 @@ impl ServerHandler for McpServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let session = self.own_session(caller(&context));
-        let arguments = request.arguments.unwrap_or_default();
-        prompts::get(&self.host, &session, &request.name, &arguments)
-            .await
-            .map(Into::into)
+        let name = request.name.clone();
+        traced::served("prompts/get", Target::Prompt(&name), &context, async {
+            let session = self.own_session(caller(&context));
+            let arguments = request.arguments.unwrap_or_default();
+            prompts::get(&self.host, &session, &request.name, &arguments)
+                .await
+                .map(Into::into)
+        })
+        .await
     }
 
     async fn list_resources(
@@ -429,16 +439,19 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.first_load_ended().await;
-        let catalog = self.host.catalog().snapshot();
-        let session = self.own_session(caller(&context));
-        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (listed, next) = resources::page(&catalog, &session, cursor).await;
-        let mut result = ListResourcesResult::with_all_items(listed);
-        result.next_cursor = next;
-        result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
-        result.cache_scope = Some(CacheScope::Private);
-        Ok(result)
+        traced::served("resources/list", Target::None, &context, async {
+            self.first_load_ended().await;
+            let catalog = self.host.catalog().snapshot();
+            let session = self.own_session(caller(&context));
+            let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+            let (listed, next) = resources::page(&catalog, &session, cursor).await;
+            let mut result = ListResourcesResult::with_all_items(listed);
+            result.next_cursor = next;
+            result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+            result.cache_scope = Some(CacheScope::Private);
+            Ok(result)
+        })
+        .await
     }
 
     async fn list_resource_templates(
@@ -446,11 +459,14 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.first_load_ended().await;
-        let catalog = self.host.catalog().snapshot();
-        let session = self.own_session(caller(&context));
-        let templates = resources::templates(&catalog, &session).await;
-        Ok(ListResourceTemplatesResult::with_all_items(templates))
+        traced::served("resources/templates/list", Target::None, &context, async {
+            self.first_load_ended().await;
+            let catalog = self.host.catalog().snapshot();
+            let session = self.own_session(caller(&context));
+            let templates = resources::templates(&catalog, &session).await;
+            Ok(ListResourceTemplatesResult::with_all_items(templates))
+        })
+        .await
     }
 
     async fn read_resource(
@@ -458,14 +474,18 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let session = self.own_session(caller(&context));
-        let contents = self
-            .host
-            .read_resource(&session, &request.uri)
-            .await
-            .map_err(resources::refusal)?;
-        let contents = contents.into_iter().map(prompts::resource).collect();
-        Ok(ReadResourceResult::new(contents).into())
+        let uri = request.uri.clone();
+        traced::served("resources/read", Target::Resource(&uri), &context, async {
+            let session = self.own_session(caller(&context));
+            let contents = self
+                .host
+                .read_resource(&session, &request.uri)
+                .await
+                .map_err(resources::refusal)?;
+            let contents = contents.into_iter().map(prompts::resource).collect();
+            Ok(ReadResourceResult::new(contents).into())
+        })
+        .await
     }
 
     async fn subscribe(
@@ -473,11 +493,20 @@ impl ServerHandler for McpServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let catalog = self.host.catalog().snapshot();
-        let session = self.own_session(caller(&context));
-        self.subscriptions
-            .subscribe(&catalog, &session, &request.uri)
-            .await
+        let uri = request.uri.clone();
+        traced::served(
+            "resources/subscribe",
+            Target::Resource(&uri),
+            &context,
+            async {
+                let catalog = self.host.catalog().snapshot();
+                let session = self.own_session(caller(&context));
+                self.subscriptions
+                    .subscribe(&catalog, &session, &request.uri)
+                    .await
+            },
+        )
+        .await
     }
 
     async fn unsubscribe(
@@ -496,21 +525,8 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let session = self.own_session(caller(&context));
-        let typed = &request.argument.value;
-        let values = match &request.r#ref {
-            Reference::Prompt(prompt) => self
-                .host
-                .prompt(&session, &prompt.name)
-                .map(|p| p.complete(&request.argument.name, typed, CompletionInfo::MAX_VALUES))
-                .unwrap_or_default(),
-            Reference::Resource(template) => {
-                let catalog = self.host.catalog().snapshot();
-                resources::complete(&catalog, &session, &template.uri, typed).await
-            }
-            _ => Vec::new(),
-        };
-        let info = CompletionInfo::new(values).map_err(|e| ErrorData::internal_error(e, None))?;
-        Ok(CompleteResult::new(info))
+        let completed = prompts::complete(&self.host, &session, &request);
+        traced::served("completion/complete", Target::None, &context, completed).await
     }
 
     async fn call_tool(

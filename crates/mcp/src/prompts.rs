@@ -118,3 +118,26 @@ pub fn resource(contents: Contents) -> ResourceContents {
     }
     .with_mime_type(contents.mime)
 }
+
+/// `completion/complete`: values of a prompt's argument (its `values`), or paths of a resource
+/// set's template.
+pub(crate) async fn complete(
+    host: &Host,
+    session: &Session,
+    request: &rmcp::model::CompleteRequestParams,
+) -> Result<rmcp::model::CompleteResult, ErrorData> {
+    use rmcp::model::{CompleteResult, CompletionInfo, Reference};
+    let typed = &request.argument.value;
+    let values = match &request.r#ref {
+        Reference::Prompt(prompt) => (host.prompt(session, &prompt.name))
+            .map(|p| p.complete(&request.argument.name, typed, CompletionInfo::MAX_VALUES))
+            .unwrap_or_default(),
+        Reference::Resource(template) => {
+            let catalog = host.catalog().snapshot();
+            crate::resources::complete(&catalog, session, &template.uri, typed).await
+        }
+        _ => Vec::new(),
+    };
+    let info = CompletionInfo::new(values).map_err(|e| ErrorData::internal_error(e, None))?;
+    Ok(CompleteResult::new(info))
+}

@@ -17,19 +17,20 @@
 //! without the file system (`serve --no-watch`): components compiled in the background still
 //! join the catalog.
 
+mod status;
 mod targets;
+
+pub use status::{EnsembleStatus, LoadingEnsemble, ReloadStatus};
 
 use crate::catalog::{Catalog, CatalogChange, LiveCatalog, Pending, RefusedEnsemble};
 use crate::resolve::{CatalogBuilder, Compiles, Outcome, Refused, Resolved, Resolver};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use targets::WatchTargets;
 use tokio::sync::{broadcast, mpsc};
-use toolhost_audit as audit;
 use toolhost_contract::SourceHash;
 use toolhost_runtime::Runtime;
 
@@ -41,116 +42,6 @@ const SERVER_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// Reloads in a row while each makes the watch take in a new directory (a new directory is
 /// rare; a tree whose directories keep appearing must not keep the reloader busy).
 const MAX_RELOADS_FOR_NEW_WATCHES: usize = 3;
-
-impl From<&Refused> for RefusedEnsemble {
-    fn from(refused: &Refused) -> Self {
-        RefusedEnsemble {
-            file: refused.file.clone(),
-            kept_previous: refused.kept_previous,
-            errors: refused
-                .diagnostics
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        }
-    }
-}
-
-/// An ensemble as it serves now.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EnsembleStatus {
-    pub name: String,
-    pub file: PathBuf,
-    pub enabled: bool,
-    /// When this version was loaded (RFC 3339).
-    pub loaded_at: String,
-    /// blake3 of each component it uses.
-    pub components: Vec<String>,
-    /// Where they come from: files, and `oci://` references with the digest each resolved
-    /// to (the MCP server's command line or URL for an imported server).
-    #[serde(default)]
-    pub sources: Vec<String>,
-    /// Its tools as `name=version` (the version hash changes with the component or descriptor).
-    pub tools: Vec<String>,
-}
-
-/// An ensemble waiting for its components to compile, or its MCP server to start (its
-/// previous version, if it had one, serves meanwhile).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadingEnsemble {
-    pub file: PathBuf,
-    pub components: Vec<PathBuf>,
-    /// The imported MCP server it waits for (its command line or URL).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub servers: Vec<String>,
-}
-
-/// What the host serves, and what failed, as of the last reload.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ReloadStatus {
-    pub generation: u64,
-    pub reloaded_at: String,
-    pub ensembles: Vec<EnsembleStatus>,
-    pub refused: Vec<RefusedEnsemble>,
-    /// Ensembles whose components are compiling.
-    #[serde(default)]
-    pub loading: Vec<LoadingEnsemble>,
-}
-
-impl ReloadStatus {
-    /// The status after a swap to `catalog`: an ensemble whose tools' versions did not
-    /// change keeps the time it was loaded.
-    fn next(
-        &self,
-        generation: u64,
-        catalog: &Catalog,
-        refused: Vec<RefusedEnsemble>,
-        loading: Vec<LoadingEnsemble>,
-    ) -> Self {
-        let now = audit::now_rfc3339();
-        let previous: BTreeMap<(&Path, &[String]), &str> = self
-            .ensembles
-            .iter()
-            .map(|e| ((e.file.as_path(), e.tools.as_slice()), e.loaded_at.as_str()))
-            .collect();
-        let ensembles = catalog
-            .ensembles()
-            .iter()
-            .map(|ensemble| {
-                let versions: Vec<String> = ensemble
-                    .tools
-                    .iter()
-                    .map(|t| format!("{}={}", t.name, t.version))
-                    .collect();
-                let components: BTreeSet<String> = ensemble
-                    .tools
-                    .iter()
-                    .map(|t| t.source_hash().to_string())
-                    .collect();
-                let sources: BTreeSet<String> = ensemble.tools.iter().map(|t| t.source()).collect();
-                let loaded_at = previous
-                    .get(&(ensemble.file.as_path(), versions.as_slice()))
-                    .map_or_else(|| now.clone(), |at| at.to_string());
-                EnsembleStatus {
-                    name: ensemble.name.clone(),
-                    file: ensemble.file.clone(),
-                    enabled: ensemble.enabled,
-                    loaded_at,
-                    components: components.into_iter().collect(),
-                    sources: sources.into_iter().collect(),
-                    tools: versions,
-                }
-            })
-            .collect();
-        ReloadStatus {
-            generation,
-            reloaded_at: now,
-            ensembles,
-            refused,
-            loading,
-        }
-    }
-}
 
 /// Why watching could not start.
 #[derive(Debug, thiserror::Error)]
@@ -352,8 +243,40 @@ impl Reloader {
             .clone()
     }
 
-    /// Rebuilds the catalog, swaps it in and tells subscribers. Reloads never overlap.
+    /// Rebuilds the catalog, swaps it in and tells subscribers. Reloads never overlap. Traced
+    /// (a trace of its own, `reload`): the generation it made, the tools added, removed and
+    /// changed, and how many ensembles are refused.
     pub async fn reload(&self) -> Arc<CatalogChange> {
+        use tracing::field::Empty;
+        let traced = crate::trace::entry(&crate::trace::Carrier::NONE, || {
+            tracing::info_span!(
+                target: crate::trace::TARGET,
+                "reload",
+                toolhost.generation = Empty,
+                toolhost.tools.added = Empty,
+                toolhost.tools.removed = Empty,
+                toolhost.tools.changed = Empty,
+                toolhost.ensembles.refused = Empty,
+            )
+        });
+        let change = tracing::Instrument::instrument(self.reload_now(), traced.clone()).await;
+        if !traced.is_disabled() {
+            // As i64: OpenTelemetry has no unsigned integers (a u64 would be a string).
+            let count = |n: usize| n as i64;
+            traced.record("toolhost.generation", change.generation as i64);
+            traced.record("toolhost.tools.added", count(change.added.len()));
+            traced.record("toolhost.tools.removed", count(change.removed.len()));
+            traced.record("toolhost.tools.changed", count(change.changed.len()));
+            traced.record(
+                "toolhost.ensembles.refused",
+                count(self.status().refused.len()),
+            );
+        }
+        change
+    }
+
+    /// [`Reloader::reload`], in its span.
+    async fn reload_now(&self) -> Arc<CatalogChange> {
         let _one_at_a_time = self.reloading.lock().await;
         let previous = self.catalog.snapshot();
         let (mut resolved, loading) = match self.resolver.ensembles(&self.dir, self.compiles).await
