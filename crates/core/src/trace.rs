@@ -4,6 +4,8 @@
 //! OpenTelemetry spans and exports them when an OTLP endpoint is set (`host::cli::telemetry`).
 //! Without one no layer takes [`TARGET`], so each span is a disabled callsite: creating one
 //! costs a filter check, no allocation, and the global propagator is OpenTelemetry's no-op.
+//! With one, the sampler is asked once, where a request enters ([`entry`]); a trace it drops
+//! makes no span at all, and a step's span ([`step_span!`]) is made only inside a kept one.
 //!
 //! A request's context comes from MCP's `_meta` (`traceparent`, `tracestate`, `baggage`,
 //! SEP-414), else from the HTTP request's headers of the same names. Each value is taken

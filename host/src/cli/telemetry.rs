@@ -1,12 +1,16 @@
-//! telemetry: traces exported over OTLP (issue #57), set up from OpenTelemetry's standard
-//! variables when the process starts, and nothing at all when none names an endpoint.
+//! telemetry: traces and metrics exported over OTLP (issue #57), set up when the process
+//! starts from OpenTelemetry's standard variables and `[telemetry]` of `toolhost.toml`
+//! ([`check`]: a variable that is set wins over the file), and nothing at all when neither
+//! names an endpoint.
 //!
-//! What is read, and by whom: `OTEL_SDK_DISABLED` and whether `OTEL_EXPORTER_OTLP_ENDPOINT` or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, here; the endpoint, `OTEL_EXPORTER_OTLP_HEADERS`
-//! (its values never logged) and `OTEL_EXPORTER_OTLP_TIMEOUT` by `opentelemetry-otlp`;
-//! `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` by the SDK's resource (the service is
-//! `toolhost` unless named); `OTEL_TRACES_SAMPLER` / `_ARG` by the SDK (parent-based, always
-//! on, by default); `OTEL_BSP_*` by its batch processor. Export is OTLP over HTTP/protobuf
+//! What is read, and by whom: `OTEL_SDK_DISABLED` and which of `OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `..._TRACES_ENDPOINT` and `..._METRICS_ENDPOINT` are set, here; the endpoint,
+//! `OTEL_EXPORTER_OTLP_HEADERS` (its values never logged) and `OTEL_EXPORTER_OTLP_TIMEOUT` by
+//! `opentelemetry-otlp`; `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` by the SDK's
+//! resource (the service is `toolhost` unless named); `OTEL_TRACES_SAMPLER` / `_ARG` by the
+//! SDK's configuration (parent-based, always on, by default), a sampler asked once where a
+//! request enters ([`toolhost::trace::entry`]), the provider's own keeping all that is made;
+//! `OTEL_BSP_*` by its batch processor. Export is OTLP over HTTP/protobuf
 //! (`OTEL_EXPORTER_OTLP_PROTOCOL` `http/protobuf`, the default); gRPC is not built in.
 //!
 //! The queue of spans waiting to be sent is bounded by `OTEL_BSP_MAX_QUEUE_SIZE` (2,048 by
