@@ -308,7 +308,6 @@ mod tests {
 
     #[test]
     fn the_logger_takes_no_record_more_verbose_than_its_filters_show() {
-        let _one = ONE_LOGGER.lock();
         // Its most verbose level is what `log` records are let through at (wasmtime writes
         // debug records at every instantiation): info unless a -v asks for more.
         let hint = |verbose, format| {
@@ -321,13 +320,8 @@ mod tests {
         }
     }
 
-    /// Held by the tests that make a logger: a callsite's interest is the sum of every
-    /// logger alive in the process, so one test's exporter would enable another's spans.
-    static ONE_LOGGER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
     #[test]
     fn without_an_exporter_a_traced_span_is_never_made() {
-        let _one = ONE_LOGGER.lock();
         // What a call costs when traces are off: its spans are disabled callsites, never
         // entries of the registry (a `None` layer in the wrong place enabled them all).
         for format in [LogFormat::Text, LogFormat::Json] {
