@@ -111,6 +111,23 @@ async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_li
         metrics.contains("toolhost_shared_engine_up{engine=\"otlp-collector\"} 0"),
         "{metrics}"
     );
+    // `status` names it, with why and what it stops.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+        crate::mcp::configure(&mut command, &fixture);
+        let output = command.arg("status").output().expect("status");
+        let said = String::from_utf8_lossy(&output.stdout).to_string();
+        if said.contains("OTLP collector: does not answer (") {
+            assert!(
+                said.contains("no call: spans wait in a bounded queue"),
+                "{said}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{said}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Each failed export is not a line of the log.
     let written = server.stderr_bytes() - before;
     assert!(written < 2048, "{written} bytes: {}", server.stderr());

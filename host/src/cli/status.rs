@@ -314,7 +314,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         }
         for engine in &published.shared {
             match &engine.error {
-                None => outln!("{}: answers (state shared by the fleet)", engine.engine),
+                None => outln!("{}: answers (shared by the fleet)", engine.engine),
                 Some(error) => outln!(
                     "{}: does not answer ({}); {}",
                     engine.engine,
