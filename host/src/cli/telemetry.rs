@@ -70,7 +70,8 @@ fn exported(signal: &str) -> bool {
 }
 
 /// `[telemetry]` of `toolhost.toml`, checked: what the environment's variables leave unsaid.
-#[derive(Debug, Clone)]
+/// No `Debug`: it holds the collector's headers, credentials that are never printed.
+#[derive(Clone)]
 pub(crate) struct FromFile {
     /// The collector's base address (`/v1/traces`, `/v1/metrics` added).
     endpoint: Option<String>,
