@@ -9,6 +9,9 @@
 
 mod challenge;
 mod sign_in;
+mod unset;
+
+pub use unset::Unset;
 
 use crate::names::{EnvVarName, Setting, written_or};
 use crate::{Diagnostic, SourceFile};
@@ -299,16 +302,6 @@ pub struct Rule {
     pub answer: bool,
 }
 
-/// What a variable that is not set (or empty) means to [`AccessSection::check`].
-pub enum Unset<'a> {
-    /// An error: `serve`, which authenticates with the values, refuses to start.
-    Refuse,
-    /// A warning, kept here, and what the variable feeds is left out (a token is kept by its
-    /// name and groups, matching no token; a provider or a sign-in is left out): the local
-    /// commands authenticate nobody.
-    Warn(&'a mut Vec<Diagnostic>),
-}
-
 impl AccessSection {
     /// The section checked against `source` (where it was read), with environment variables
     /// read through `env`; every mistake is a diagnostic at its place, and a variable that is
@@ -405,14 +398,8 @@ impl AccessSection {
                     (None, Some(var)) => match env(var.get_ref().as_str()) {
                         Some(value) => (value, var.span()),
                         None => {
-                            not_set(
-                                var.span(),
-                                format!(
-                                    "${} (`{what}-env`) is not set: `serve` refuses to start \
-                                     without it",
-                                    var.get_ref()
-                                ),
-                            );
+                            let key = format!("{what}-env");
+                            not_set(var.span(), Unset::message(&key, var.get_ref().as_str()));
                             return None;
                         }
                     },

@@ -253,17 +253,8 @@ impl Url<'_> {
             (None, Some(var)) => match env(var.get_ref().as_str()).filter(|v| !v.is_empty()) {
                 Some(url) => Some((url, var.span())),
                 None => {
-                    let diagnostic = Diagnostic::new(
-                        source.at(var.span()),
-                        format!(
-                            "${} (`{key}-env`) is not set: `serve` refuses to start without it",
-                            var.get_ref().as_str()
-                        ),
-                    );
-                    match unset {
-                        Unset::Refuse => errors.push(diagnostic),
-                        Unset::Warn(warnings) => warnings.push(diagnostic),
-                    }
+                    let (at, key) = (source.at(var.span()), format!("{key}-env"));
+                    errors.extend(unset.not_set(at, &key, var.get_ref().as_str()));
                     None
                 }
             },

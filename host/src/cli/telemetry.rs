@@ -105,9 +105,11 @@ pub(crate) fn check(
     section: &TelemetrySection,
     source: &SourceFile,
     env: &dyn Fn(&str) -> Option<String>,
-    unset: Unset<'_>,
+    mut unset: Unset<'_>,
     errors: &mut Vec<Diagnostic>,
 ) -> FromFile {
+    // Said with the rest: the CLI puts a file's errors in file order.
+    let mut not_set = None;
     let mut error = |span: std::ops::Range<usize>, message: String| {
         errors.push(Diagnostic::new(source.at(span), message));
     };
@@ -136,16 +138,8 @@ pub(crate) fn check(
     });
     let headers = section.headers_env.as_ref().and_then(|name| {
         let Some(value) = env(name.get_ref().as_str()) else {
-            let message = format!(
-                "${} (`headers-env`) is not set: `serve` refuses to start without it",
-                name.get_ref()
-            );
-            match unset {
-                Unset::Refuse => error(name.span(), message),
-                Unset::Warn(warnings) => {
-                    warnings.push(Diagnostic::new(source.at(name.span()), message))
-                }
-            }
+            let at = source.at(name.span());
+            not_set = unset.not_set(at, "headers-env", name.get_ref().as_str());
             return None;
         };
         let malformed = (value.split(',')).any(|pair| {
@@ -207,6 +201,7 @@ pub(crate) fn check(
             Written::ParentBasedTraceIdRatio => parent(Sampler::TraceIdRatioBased(ratio)),
         }
     });
+    errors.extend(not_set);
     FromFile {
         endpoint,
         headers,

@@ -16,13 +16,8 @@ pub(super) fn check(
     // Err: named but not set (said; the other fields are still checked).
     let client_secret = match &sign_in.client_secret_env {
         Some(var) => env(var.get_ref().as_str()).map(Some).ok_or_else(|| {
-            not_set(
-                var.span(),
-                format!(
-                    "${} (`client-secret-env`) is not set: `serve` refuses to start without it",
-                    var.get_ref()
-                ),
-            );
+            let message = super::Unset::message("client-secret-env", var.get_ref().as_str());
+            not_set(var.span(), message);
         }),
         None => Ok(None),
     };
