@@ -89,13 +89,9 @@ pub(crate) async fn served<T>(
     let started = std::time::Instant::now();
     let span = server_span(method, target, context);
     let answer = work.instrument(span.clone()).await;
-    let error = answer.as_ref().err().map(|e| e.code.0.to_string());
-    if let Some(error) = &error {
-        span.record("error.type", error.as_str());
-        span.record("otel.status_code", "ERROR");
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    toolhost_core::trace::measured(true, seconds, method, None, error.as_deref());
+    finished(&span, started, method, None, || {
+        answer.as_ref().err().map(|e| e.code.0.to_string())
+    });
     answer
 }
 
@@ -121,21 +117,34 @@ pub(crate) fn ended(
     started: std::time::Instant,
     tool: Option<&str>,
 ) {
-    let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
-    if span.is_disabled() && !measuring {
-        return;
-    }
-    let error = match answer {
+    finished(span, started, "tools/call", tool, || match answer {
         Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
             Some("tool_error".to_string())
         }
         Ok(_) => None,
         Err(error) => Some(error.code.0.to_string()),
-    };
+    });
+}
+
+/// Notes on `span` how a request of `method` ended (`error`: its `error.type`, asked only
+/// when it is traced or measured) and measures it (`mcp.server.operation.duration`, by
+/// `tool` when one of the catalog's).
+fn finished(
+    span: &tracing::Span,
+    started: std::time::Instant,
+    method: &'static str,
+    tool: Option<&str>,
+    error: impl FnOnce() -> Option<String>,
+) {
+    let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
+    if span.is_disabled() && !measuring {
+        return;
+    }
+    let error = error();
     if let Some(error) = &error {
         span.record("error.type", error.as_str());
         span.record("otel.status_code", "ERROR");
     }
     let seconds = started.elapsed().as_secs_f64();
-    toolhost_core::trace::measured(true, seconds, "tools/call", tool, error.as_deref());
+    toolhost_core::trace::measured(true, seconds, method, tool, error.as_deref());
 }

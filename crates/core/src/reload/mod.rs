@@ -267,10 +267,7 @@ impl Reloader {
             traced.record("toolhost.tools.added", count(change.added.len()));
             traced.record("toolhost.tools.removed", count(change.removed.len()));
             traced.record("toolhost.tools.changed", count(change.changed.len()));
-            traced.record(
-                "toolhost.ensembles.refused",
-                count(self.status().refused.len()),
-            );
+            traced.record("toolhost.ensembles.refused", count(change.refused.len()));
         }
         change
     }
