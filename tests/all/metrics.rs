@@ -23,12 +23,13 @@ fn fixture() -> Fixture {
 }
 
 /// The value of the sample `name{labels}` in a Prometheus text page.
-fn sample(page: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(page: &str, series: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-async fn scrape(url: &str, token: Option<&str>) -> (u16, String) {
+/// `/metrics` of the server at `url` (its `/mcp`), with `token` if it needs one.
+pub(crate) async fn scrape(url: &str, token: Option<&str>) -> (u16, String) {
     let mut request = reqwest::Client::new().get(url.replace("/mcp", "/metrics"));
     if let Some(token) = token {
         request = request.bearer_auth(token);

@@ -95,7 +95,7 @@ impl Drop for Collector {
 }
 
 /// The environment of a host exporting to `collector`, a batch sent every 100 ms.
-fn exporting(collector: &Collector) -> Vec<(String, String)> {
+pub(crate) fn exporting(collector: &Collector) -> Vec<(String, String)> {
     vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), collector.endpoint()),
         ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
@@ -295,15 +295,8 @@ async fn a_collector_that_hangs_costs_no_call_anything_and_dropped_spans_are_cou
         let answer = call(&server.url, "echo", meta, &[]).await;
         assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     }
-    let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let dropped: f64 = (metrics.lines())
-        .find_map(|l| l.strip_prefix("toolhost_trace_spans_dropped "))
-        .and_then(|v| v.trim().parse().ok())
+    let (_, metrics) = crate::metrics::scrape(&server.url, None).await;
+    let dropped = crate::metrics::sample(&metrics, "toolhost_trace_spans_dropped")
         .unwrap_or_else(|| panic!("{metrics}"));
     // 40 calls of 3 spans each, 8 queued and one batch held by the hanging export at most.
     assert!(dropped >= 40.0, "{dropped} dropped");

@@ -5,7 +5,7 @@
 //! in `toolhost.toml`, checked, with the variables winning over it.
 
 use crate::mcp::HttpServer;
-use crate::traces::{Collector, PARENT, TRACE, call, traceparent};
+use crate::traces::{Collector, PARENT, TRACE, call, exporting, pairs, traceparent};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -101,16 +101,9 @@ async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_li
         assert!(Instant::now() < deadline, "{said}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    assert!(
-        metrics.contains("toolhost_shared_engine_up{engine=\"otlp-collector\"} 0"),
-        "{metrics}"
-    );
+    let (_, metrics) = crate::metrics::scrape(&server.url, None).await;
+    let up = r#"toolhost_shared_engine_up{engine="otlp-collector"}"#;
+    assert_eq!(crate::metrics::sample(&metrics, up), Some(0.0), "{metrics}");
     // `status` names it, with why and what it stops.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -138,15 +131,14 @@ async fn the_sampler_decides_once_where_a_request_enters_and_a_dropped_trace_has
     let fixture = crate::support::Fixture::new();
     fixture.write_echo();
     let collector = Collector::start(fixture.root(), "ok");
-    let endpoint = collector.endpoint();
     // No new trace is kept; a caller's choice is followed.
-    let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
-        ("OTEL_TRACES_SAMPLER_ARG", "0"),
-    ];
-    let server = HttpServer::start(&fixture, &[], &env);
+    let mut env = exporting(&collector);
+    env.push((
+        "OTEL_TRACES_SAMPLER".into(),
+        "parentbased_traceidratio".into(),
+    ));
+    env.push(("OTEL_TRACES_SAMPLER_ARG".into(), "0".into()));
+    let server = HttpServer::start(&fixture, &[], &pairs(&env));
     let dropped = "77770000777700007777000077770000";
     let unsampled = format!("00-{dropped}-{PARENT}-00");
     call(&server.url, "echo", json!({"traceparent": unsampled}), &[]).await;
@@ -269,12 +261,7 @@ async fn every_request_and_each_reload_has_its_span() {
     let fixture = crate::support::Fixture::new();
     fixture.write_echo();
     let collector = Collector::start(fixture.root(), "ok");
-    let endpoint = collector.endpoint();
-    let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-    ];
-    let server = HttpServer::start(&fixture, &[], &env);
+    let server = HttpServer::start(&fixture, &[], &pairs(&exporting(&collector)));
     let post = |method: &'static str, params: Value, trace: &'static str| {
         let url = server.url.clone();
         async move {
@@ -354,15 +341,11 @@ async fn an_approval_waited_for_is_a_span_of_the_chats_trace() {
     ]);
     let fixture = crate::web::fixture(&model.base_url, "");
     let collector = Collector::start(fixture.root(), "ok");
-    let endpoint = collector.endpoint();
-    let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ("SCRIPTED_KEY", "k"),
-    ];
+    let mut env = exporting(&collector);
+    env.push(("SCRIPTED_KEY".into(), "k".into()));
     let config = fixture.root().join("toolhost.toml");
     let args = ["--config", config.to_str().expect("path")];
-    let server = HttpServer::start(&fixture, &args, &env);
+    let server = HttpServer::start(&fixture, &args, &pairs(&env));
     let api = format!("{}/api/conversations", crate::web::base(&server));
     let trace = "4444000044440000444400004444dddd";
     let response = reqwest::Client::new()
