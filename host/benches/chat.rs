@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolhost::invoke::Host;
 use toolhost::reload::Reloader;
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 use toolhost::web::{ChatSettings, Store, Web};
 
 /// When each piece of text left the model, by its text.
@@ -171,7 +171,14 @@ fn main() {
         std::fs::create_dir_all(dir.path().join("ensembles")).expect("ensembles");
         let stamps: Stamps = Arc::default();
         let model_url = model(stamps.clone(), pieces).await;
-        let engine = Arc::new(Runtime::new(&RuntimeSettings::default()).expect("runtime"));
+        let engine = Arc::new(
+            Runtime::new(&RuntimeSettings {
+                // Cranelift's code alone: what is measured here is not the tiers.
+                tiering: Tiering::Off,
+                ..RuntimeSettings::default()
+            })
+            .expect("runtime"),
+        );
         let reloader = Reloader::builder(toolhost::resolve::Resolver::new(engine))
             .serving()
             .start(dir.path().join("ensembles"))

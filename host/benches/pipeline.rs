@@ -35,7 +35,7 @@ use std::time::Duration;
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{Host, Session};
 use toolhost::resolve;
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 mod identity;
 
 mod bare;
@@ -78,6 +78,8 @@ fn runtime(cache: &Path) -> Arc<Runtime> {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(cache.to_path_buf()),
             max_instances: 64,
+            // Cranelift's code alone: what is measured or counted here is not the tiers.
+            tiering: Tiering::Off,
             ..RuntimeSettings::default()
         })
         .expect("runtime"),

@@ -40,7 +40,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{Host, Session};
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 /// The tool every mode calls.
 const TOOL: &str = "echo";
@@ -357,6 +357,8 @@ impl Setup {
         let runtime = Arc::new(
             Runtime::new(&RuntimeSettings {
                 cache_dir: Some(self.path("cache")),
+                // Cranelift's code alone: what is measured or counted here is not the tiers.
+                tiering: Tiering::Off,
                 ..RuntimeSettings::default()
             })
             .expect("runtime"),

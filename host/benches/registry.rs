@@ -20,7 +20,7 @@ use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{Host, Session};
 use toolhost::registry::{Fetch, Reference, Registry, RegistrySettings};
 use toolhost::resolve::Resolver;
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 fn ensemble(component: &str) -> String {
     format!(
@@ -32,6 +32,8 @@ fn ensemble(component: &str) -> String {
 fn resolver(cache: &Path) -> Resolver {
     let settings = RuntimeSettings {
         cache_dir: Some(cache.to_path_buf()),
+        // Cranelift's code alone: what is measured or counted here is not the tiers.
+        tiering: Tiering::Off,
         ..RuntimeSettings::default()
     };
     let runtime = Arc::new(Runtime::new(&settings).expect("runtime"));

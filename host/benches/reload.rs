@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use toolhost::invoke::{Host, Session};
 use toolhost::reload::{DEFAULT_DEBOUNCE, Reloader};
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 /// The component with a custom section appended: a new blake3, the same code.
 fn stamped(original: &[u8], stamp: u64) -> Vec<u8> {
@@ -67,6 +67,8 @@ async fn setup() -> Setup {
     let settings = RuntimeSettings {
         cache_dir: Some(temp.path().join("cache")),
         max_instances: 64,
+        // Cranelift's code alone: what is measured or counted here is not the tiers.
+        tiering: Tiering::Off,
         ..RuntimeSettings::default()
     };
     let runtime = Arc::new(Runtime::new(&settings).expect("runtime"));

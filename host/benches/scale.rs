@@ -24,7 +24,7 @@ use toolhost::invoke::{Host, Session};
 use toolhost::mcp::tools::ToolList;
 use toolhost::reload::Reloader;
 use toolhost::resolve::Resolver;
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 const SIZES: &[usize] = &[100, 1_000, 10_000, 100_000];
 /// Invokers per ensemble file in the spread-out layout.
@@ -144,6 +144,8 @@ fn runtime(cache: &Path) -> Arc<Runtime> {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(cache.to_path_buf()),
             max_instances: 16,
+            // Cranelift's code alone: what is measured or counted here is not the tiers.
+            tiering: Tiering::Off,
             ..RuntimeSettings::default()
         })
         .expect("runtime"),

@@ -6,7 +6,7 @@ use crate::support::{Fixture, ensemble};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use toolhost::runtime::{CompileSettings, LoadError, Runtime, RuntimeSettings};
+use toolhost::runtime::{CompileSettings, LoadError, Runtime, RuntimeSettings, Tiering};
 
 /// A runtime that compiles in the `toolhost` binary's worker, with these bounds and a cache.
 fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Arc<Runtime> {
@@ -24,6 +24,8 @@ fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Ar
             keep_resident: 0,
             prepared: Default::default(),
             share: Default::default(),
+            // The bounds of Cranelift's compile, as without tiers (`tiers.rs` has both).
+            tiering: Tiering::Off,
         })
         .expect("runtime"),
     )

@@ -12,7 +12,9 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
     use rmcp::model::CallToolRequestParams;
     let fixture = Fixture::new();
     fixture.write_echo();
-    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3");
+    // Cranelift's compile, the slow one: Winch compiles this hog in a fraction of a second
+    // (`tiers.rs` holds the bounds of both tiers).
+    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3\ntiered-compile = false");
     let server =
         crate::mcp::HttpServer::start(&fixture, &["--config", config.to_str().expect("path")], &[]);
     let client = ()
@@ -131,7 +133,9 @@ async fn a_hostile_compile_dropped_into_a_running_serve_takes_nothing_down() {
 #[test]
 fn json_logs_stay_json_while_a_slow_compile_is_shown() {
     let fixture = Fixture::new();
-    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3");
+    // Cranelift's compile, the slow one: Winch compiles this hog in a fraction of a second
+    // (`tiers.rs` holds the bounds of both tiers).
+    let config = fixture.write_host_file("host", "compile-cpu-seconds = 3\ntiered-compile = false");
     std::fs::write(
         fixture.root().join("hog.wasm"),
         register_hog(20_000, 20_000),

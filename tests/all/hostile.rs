@@ -13,6 +13,13 @@ use wasm_encoder::{
 /// and small on disk (12,000 x 12,000 is 132 KB and about 5 CPU-seconds to compile in a
 /// debug build; 20,000 x 20,000 is 223 KB and about 16), but light on memory (under 100 MB).
 pub fn register_hog(values: u32, calls: u32) -> Vec<u8> {
+    let mut component = Component::new();
+    component.section(&ModuleSection(&register_hog_module(values, calls)));
+    component.finish()
+}
+
+/// The core module of [`register_hog`].
+pub fn register_hog_module(values: u32, calls: u32) -> Module {
     let mut types = TypeSection::new();
     types.ty().function([], []);
     types.ty().function([ValType::I64], [ValType::I64]);
@@ -47,9 +54,7 @@ pub fn register_hog(values: u32, calls: u32) -> Vec<u8> {
         .section(&functions)
         .section(&exports)
         .section(&code);
-    let mut component = Component::new();
-    component.section(&ModuleSection(&module));
-    component.finish()
+    module
 }
 
 /// A component of `count` core functions that each return their argument: about 6 bytes

@@ -86,6 +86,7 @@ mod talk;
 mod talk_asking;
 mod talk_chat;
 mod talk_rounds;
+mod tiers;
 mod traces;
 mod traces_export;
 mod typed;

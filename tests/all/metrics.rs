@@ -176,7 +176,8 @@ async fn not_ready_while_the_first_load_compiles_then_ready() {
         "hog.toml",
         &ensemble("hog", "hog", "[[invokers]]\ninvoker = { name = \"hog\" }\n"),
     );
-    fixture.write_host_file("host", "compile-cpu-seconds = 2");
+    // Cranelift's compile, the slow one: Winch compiles this hog in a fraction of a second.
+    fixture.write_host_file("host", "compile-cpu-seconds = 2\ntiered-compile = false");
     let server = HttpServer::start(&fixture, &[], &[]);
     let probe = |path: &str| {
         let url = server.url.replace("/mcp", path);

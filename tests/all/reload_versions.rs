@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use toolhost::invoke::ErrorKind;
 use toolhost::reload::Reloader;
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 /// Writes `broken`, checks that the old version keeps serving and the error is reported with
 /// its file and line, then restores `good` and checks that the next reload takes it.
@@ -188,6 +188,8 @@ async fn an_unchanged_component_is_not_recompiled() {
         Runtime::new(&RuntimeSettings {
             cache_dir: Some(cache),
             max_instances: 8,
+            // Cranelift's code alone: what is measured or counted here is not the tiers.
+            tiering: Tiering::Off,
             ..RuntimeSettings::default()
         })
         .expect("runtime"),

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use toolhost::catalog::LiveCatalog;
 use toolhost::invoke::{CallOutcome, Host, Session};
 use toolhost::resolve::{Resolved, Resolver};
-use toolhost::runtime::{Runtime, RuntimeSettings};
+use toolhost::runtime::{Runtime, RuntimeSettings, Tiering};
 
 /// The compiled-component cache the tests share, so each component compiles once per build.
 pub fn cache_dir() -> PathBuf {
@@ -27,6 +27,9 @@ pub fn runtime() -> Arc<Runtime> {
                 // The in-process tests run with slots keeping their pages resident between
                 // calls; the `toolhost` processes the tests start keep none (the default).
                 keep_resident: 16 << 20,
+                // Cranelift's code alone: the shared cache then holds what every `toolhost`
+                // the tests start serves at once, with no second compile of its own.
+                tiering: Tiering::Off,
                 ..RuntimeSettings::default()
             };
             Arc::new(Runtime::new(&settings).expect("runtime starts"))

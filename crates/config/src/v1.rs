@@ -429,6 +429,10 @@ pub struct HostSection {
     pub max_prepared: Option<MaxPrepared>,
     /// Linear memory those instances hold at once, in MiB (default 512).
     pub max_prepared_mib: Option<MaxPreparedMib>,
+    /// Compile a component new to the cache with Winch first, serve its calls on that code,
+    /// and swap to Cranelift's code when its compile in the background ends (default true
+    /// where Winch exists: x86_64). Read at start.
+    pub tiered_compile: Option<bool>,
     /// The largest component file accepted (default 256).
     pub max_component_mib: Option<MaxComponentMib>,
     /// How long a component's `describe()` may take when it is loaded (default 2000).

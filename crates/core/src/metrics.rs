@@ -65,6 +65,11 @@ pub struct Metrics {
     pub shared_engine_failures: IntGaugeVec,
     /// Spans the trace exporter had no room for (its queue full), since start.
     pub trace_spans_dropped: IntGauge,
+    /// Components loaded now by the compiler tier whose code their new calls run; compiles
+    /// since start by tier, and the seconds they took.
+    pub components_by_tier: IntGaugeVec,
+    pub compiles_by_tier: IntGaugeVec,
+    pub compile_seconds_by_tier: prometheus::GaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -164,7 +169,35 @@ impl Metrics {
             "Spans the OTLP exporter had no room for since start (its queue full: a collector down or slow); 0 without an exporter.",
         )?;
         registry.register(Box::new(trace_spans_dropped.clone()))?;
+        let components_by_tier = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_components",
+                "Components loaded now, by the compiler whose code their new calls run: winch \
+                 (the first tier, until Cranelift's code replaces it) or cranelift.",
+            ),
+            &["tier"],
+        )?;
+        registry.register(Box::new(components_by_tier.clone()))?;
+        let compiles_by_tier = IntGaugeVec::new(
+            Opts::new(
+                "toolhost_compiles_since_start",
+                "Components compiled since start, by compiler (read from the cache not counted).",
+            ),
+            &["tier"],
+        )?;
+        registry.register(Box::new(compiles_by_tier.clone()))?;
+        let compile_seconds_by_tier = prometheus::GaugeVec::new(
+            Opts::new(
+                "toolhost_compile_seconds_since_start",
+                "Seconds the compiles since start took on the clock, by compiler.",
+            ),
+            &["tier"],
+        )?;
+        registry.register(Box::new(compile_seconds_by_tier.clone()))?;
         Ok(Metrics {
+            components_by_tier,
+            compiles_by_tier,
+            compile_seconds_by_tier,
             trace_spans_dropped,
             shared_engine_up,
             shared_engine_failures,

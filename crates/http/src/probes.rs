@@ -56,6 +56,12 @@ impl Scrape {
         ] {
             (metrics.prepared_outcomes.with_label_values(&[outcome])).set(count as i64);
         }
+        for tier in self.runtime.tiers() {
+            let labels = [tier.tier.name()];
+            (metrics.components_by_tier.with_label_values(&labels)).set(tier.components as i64);
+            (metrics.compiles_by_tier.with_label_values(&labels)).set(tier.compiles as i64);
+            (metrics.compile_seconds_by_tier.with_label_values(&labels)).set(tier.compile_seconds);
+        }
         let status = self.reloader.status();
         metrics.catalog_generation.set(status.generation as i64);
         metrics.refused_ensembles.set(status.refused.len() as i64);

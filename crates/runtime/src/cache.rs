@@ -163,17 +163,24 @@ impl ComponentCache {
 impl ComponentCache {
     /// Removes the entries of components not in `in_use` (and every entry another wasmtime
     /// or code-generation setting made), but the `keep_unused` most recently used of them and
-    /// those used within `spare` (an entry's modification time is its last use).
+    /// those used within `spare` (an entry's modification time is its last use). The entries
+    /// of `others` (the caches of this host's other tiers, in the same directory: Winch's) are
+    /// kept for the components in use that have no entry here yet (a restart serves their
+    /// code while this tier's is compiled again); once this tier's is here, they go.
     pub(crate) fn prune(
         &self,
         in_use: &HashSet<SourceHash>,
         keep_unused: usize,
         spare: Option<std::time::Duration>,
+        others: &[&ComponentCache],
     ) -> Pruned {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Pruned::default();
         };
-        let ours: HashSet<String> = in_use.iter().map(|hash| self.file_name(hash)).collect();
+        let mut ours: HashSet<String> = in_use.iter().map(|hash| self.file_name(hash)).collect();
+        for hash in in_use.iter().filter(|hash| !self.has(hash)) {
+            ours.extend(others.iter().map(|other| other.file_name(hash)));
+        }
         let mut pruned = Pruned::default();
         let mut unused = Vec::new();
         for entry in entries.flatten() {

@@ -14,7 +14,7 @@
 //! Without a worker program (a library user that set none), the compile runs in this process
 //! on a blocking thread, with the cheap checks as the only bound: see SECURITY.md.
 
-use super::engine::compile_config;
+use super::engine::{Tier, compile_config};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -129,15 +129,16 @@ pub(crate) fn check_size(bytes: &[u8], settings: &CompileSettings) -> Result<(),
     Ok(())
 }
 
-/// Compiles `bytes` into an artifact for engines of the host's settings, in the worker when
-/// there is one.
+/// Compiles `bytes` with the compiler of `tier` into an artifact for `engine` (the host's
+/// engine of that tier), in the worker when there is one.
 pub(crate) async fn compile(
     engine: &Engine,
+    tier: Tier,
     bytes: std::sync::Arc<[u8]>,
     settings: &CompileSettings,
 ) -> Result<Vec<u8>, CompileError> {
     match &settings.worker {
-        Some(program) => in_worker(program, &bytes, settings).await,
+        Some(program) => in_worker(program, tier, &bytes, settings).await,
         None => {
             let engine = engine.clone();
             tokio::task::spawn_blocking(move || engine.precompile_component(&bytes))
@@ -150,6 +151,7 @@ pub(crate) async fn compile(
 
 async fn in_worker(
     program: &Path,
+    tier: Tier,
     bytes: &[u8],
     settings: &CompileSettings,
 ) -> Result<Vec<u8>, CompileError> {
@@ -162,6 +164,8 @@ async fn in_worker(
         .arg(settings.memory_mib.to_string())
         .arg("--cpu-seconds")
         .arg(settings.cpu_seconds.to_string())
+        .arg("--tier")
+        .arg(tier.name())
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -341,9 +345,10 @@ fn wasmtime_out_of_memory(error: &wasmtime::Error) -> bool {
     error.is::<wasmtime::OutOfMemory>() || out_of_memory(error.as_ref())
 }
 
-/// The worker's side: sets its limits, compiles stdin, writes the artifact to stdout. Returns
-/// the process's exit code. Called by the `toolhost compile-worker` command.
-pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
+/// The worker's side: sets its limits, compiles stdin with the compiler of `tier`, writes the
+/// artifact to stdout. Returns the process's exit code. Called by the `toolhost
+/// compile-worker` command.
+pub fn worker_main(memory_mib: u64, cpu_seconds: u64, tier: Tier) -> i32 {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     use std::io::{Read, Write};
     let bytes = memory_mib.saturating_mul(1 << 20);
@@ -392,7 +397,7 @@ pub fn worker_main(memory_mib: u64, cpu_seconds: u64) -> i32 {
             3
         };
     }
-    let engine = match Engine::new(&compile_config()) {
+    let engine = match Engine::new(&compile_config(tier)) {
         Ok(engine) => engine,
         Err(e) if wasmtime_out_of_memory(&e) => {
             eprintln!("out of memory: {e:#}");

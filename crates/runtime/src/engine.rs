@@ -1,22 +1,63 @@
-//! The engine settings every component runs under, and the thread that advances the epoch
-//! while calls run (and sleeps without waking once none has run for a few ticks).
+//! The engine settings every component runs under (one engine per compiler tier: Winch's
+//! code does not load into Cranelift's engine), and the thread that advances the epochs of
+//! them all while calls run (and sleeps without waking once none has run for a few ticks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
 /// How often the epoch advances; timeouts are checked, and long calls yield, at this pace.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
-/// The settings that decide the code a component compiles to: epoch interruption for
-/// deadlines, no component-model concurrency. The compile worker uses exactly these, so its
-/// artifacts load into the host's engine (which adds the pooling allocator, a runtime
-/// setting).
-pub(super) fn compile_config() -> Config {
+/// Which compiler made a component's code: Winch, wasmtime's baseline compiler (fast to
+/// compile, slower code; x86_64 only), or Cranelift, its optimizing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Winch,
+    Cranelift,
+}
+
+impl Tier {
+    /// Its name in logs, `status`, `/metrics` and the worker's command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Winch => "winch",
+            Tier::Cranelift => "cranelift",
+        }
+    }
+
+    /// The tier of a worker's `--tier` argument.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Tier::Winch, Tier::Cranelift]
+            .into_iter()
+            .find(|tier| tier.name() == name)
+    }
+
+    /// Whether this build of wasmtime has Winch for this machine (x86_64 only).
+    pub fn winch_available() -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The settings that decide the code a component compiles to: the compiler of `tier`, epoch
+/// interruption for deadlines, no component-model concurrency. The compile worker uses
+/// exactly these, so its artifacts load into the host's engine of that tier (which adds the
+/// pooling allocator, a runtime setting).
+pub(super) fn compile_config(tier: Tier) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true).concurrency_support(false);
+    if tier == Tier::Winch {
+        config.strategy(Strategy::Winch);
+    }
     config
 }
 
@@ -64,6 +105,16 @@ pub fn engine_config(max_instances: u32, keep_resident: usize) -> Config {
 
 /// [`engine_config`] with `share` of the pool for each instance.
 pub fn engine_config_with(max_instances: u32, keep_resident: usize, share: PoolShare) -> Config {
+    tier_config(Tier::Cranelift, max_instances, keep_resident, share)
+}
+
+/// [`engine_config_with`] for the code of `tier`.
+pub(super) fn tier_config(
+    tier: Tier,
+    max_instances: u32,
+    keep_resident: usize,
+    share: PoolShare,
+) -> Config {
     let n = max_instances.max(1);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
@@ -84,12 +135,12 @@ pub fn engine_config_with(max_instances: u32, keep_resident: usize, share: PoolS
             .linear_memory_keep_resident(keep_resident)
             .table_keep_resident(TABLE_KEEP_RESIDENT);
     }
-    let mut config = compile_config();
+    let mut config = compile_config(tier);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] while at least one store is alive
+/// Advances the engines' epochs every [`EPOCH_TICK`] while at least one store is alive
 /// ([`EpochTicker::running`]), and for [`LINGER`] ticks after the last one ends; then it
 /// sleeps without waking until a store starts: an idle host costs no CPU for its deadlines.
 /// A store's deadline is counted from the epoch when it starts, so epochs that did not pass
@@ -128,12 +179,13 @@ pub(super) struct Ticking {
 }
 
 impl EpochTicker {
-    pub(super) fn start(engine: Engine) -> Self {
+    /// Starts the thread that advances the epoch of each of `engines` (one per tier).
+    pub(super) fn start(engines: Vec<Engine>) -> Self {
         let demand = Arc::new(Demand::default());
         let ticking = demand.clone();
         std::thread::Builder::new()
             .name("toolhost-epoch".into())
-            .spawn(move || ticking.run(&engine))
+            .spawn(move || ticking.run(&engines))
             .map(|_| ())
             .unwrap_or_else(|e| {
                 tracing::error!("could not start the epoch thread; timeouts will not fire: {e}")
@@ -170,7 +222,7 @@ impl EpochTicker {
 
 impl Demand {
     /// The thread's loop: tick while stores are alive and [`LINGER`] ticks after, then park.
-    fn run(&self, engine: &Engine) {
+    fn run(&self, engines: &[Engine]) {
         loop {
             let idle = self.running.load(Ordering::SeqCst) == 0;
             let ticks = self.ticks.load(Ordering::SeqCst);
@@ -187,7 +239,9 @@ impl Demand {
                 return;
             }
             std::thread::sleep(EPOCH_TICK);
-            engine.increment_epoch();
+            for engine in engines {
+                engine.increment_epoch();
+            }
             self.ticks.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -235,8 +289,8 @@ mod tests {
 
     #[test]
     fn the_epoch_advances_while_a_store_runs_and_stands_still_when_none_does() {
-        let engine = Engine::new(&compile_config()).expect("engine");
-        let ticker = EpochTicker::start(engine);
+        let engine = Engine::new(&compile_config(Tier::Cranelift)).expect("engine");
+        let ticker = EpochTicker::start(vec![engine]);
         // Idle from the start: it parks within its linger.
         let (ticks, _) = until(&ticker, |(_, parked)| parked);
         assert!(ticks <= LINGER, "{ticks} ticks before parking");

@@ -112,8 +112,8 @@ impl Runtime {
         }
         let bytes: Arc<[u8]> = bytes.into();
         let hash = SourceHash::of(&bytes);
-        let component = match self.compiled(path, Arc::clone(&bytes), hash).await {
-            Ok(component) => component,
+        let (component, compiler) = match self.compiled(path, Arc::clone(&bytes), hash).await {
+            Ok((component, compiler, _, _)) => (component, compiler),
             // What it imports and exports is still said, with why it cannot run (the
             // instance pool's share, say), when its sections can be read.
             Err(error) => {
@@ -136,24 +136,25 @@ impl Runtime {
             }
         };
         let ty = component.component_type();
+        let engine = &compiler.engine;
         let imports = ty
-            .imports(&self.engine)
+            .imports(engine)
             .map(|(name, item)| Import {
                 name: name.to_string(),
-                provided: provided(name) || only_types(&item.ty, &self.engine),
+                provided: provided(name) || only_types(&item.ty, engine),
             })
             .collect();
         let exports = ty
-            .exports(&self.engine)
+            .exports(engine)
             .map(|(name, _)| name.to_string())
             .collect();
-        let world = typed::kind(&component, &self.engine).map(|kind| match kind {
+        let world = typed::kind(&component, engine).map(|kind| match kind {
             typed::Kind::Plugin => World::Plugin,
             typed::Kind::Plugin2 => World::Plugin2,
             typed::Kind::Plugin3 => World::Plugin3,
             typed::Kind::Typed => World::Typed,
         });
-        let (tools, offers) = match self.linked(path, &component, &bytes).await {
+        let (tools, offers) = match self.linked(&compiler, path, &component, &bytes).await {
             Ok((_, described)) => (Ok(described.tools), described.offers),
             Err(error) => (Err(error), Offers::default()),
         };

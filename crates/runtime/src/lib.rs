@@ -1,5 +1,6 @@
-//! runtime: one wasmtime `Engine` per process, components compiled once (and cached on disk by
-//! blake3) in a bounded worker, and every call in a fresh `Store` with its memory limit, epoch
+//! runtime: one wasmtime `Engine` per compiler tier, components compiled once per tier (and
+//! cached on disk by blake3) in a bounded worker, first by Winch and then by Cranelift in the
+//! background ([`tier`]), and every call in a fresh `Store` with its memory limit, epoch
 //! deadline, sandbox and captured stdout/stderr. Each kind of component (the 0.1.0, 0.2.0 and
 //! 0.3.0 `toolhost:plugin` worlds, typed components) is one adapter in [`world`]: how it
 //! describes its tools and answers a call (and, from 0.3.0, its prompts and resources:
@@ -20,13 +21,16 @@ mod engine;
 mod inspect;
 mod instance;
 mod load;
+mod loads;
 mod offers;
 mod outcome;
 mod prepared;
+mod promote;
 pub mod sandbox;
 mod settings;
 mod state;
 pub mod talk;
+mod tier;
 mod tools;
 pub mod trace;
 mod typed;
@@ -37,9 +41,9 @@ pub use compile::{
     CompileError, CompileSettings, DEFAULT_COMPILE_CPU_SECONDS, DEFAULT_COMPILE_MEMORY_MIB,
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_COMPONENT_MIB, worker_main,
 };
-pub use engine::{PoolShare, engine_config, engine_config_with};
+pub use engine::{PoolShare, Tier, engine_config, engine_config_with};
 pub use inspect::{Import, Inspection, World};
-pub use load::CompileProgress;
+pub use loads::CompileProgress;
 pub use offers::{
     MAX_OFFERED_BYTES, MAX_OFFERED_PROMPTS, MAX_OFFERED_RESOURCES, MAX_OFFERED_TEMPLATES,
     MAX_OFFERED_URI_BYTES, MAX_PROMPT_ARGUMENTS, OfferRequest, Offered, Offers, PromptArgument,
@@ -49,30 +53,27 @@ pub use outcome::LoadError;
 pub use prepared::{
     DROP_ABOVE, PREPARE_ABOVE, Preparation, PreparedLimits, PreparedUsage, Stock, StockState,
 };
+pub use tier::{CompileRecord, ComponentState, TierUsage, Tiering};
 pub use tools::{MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
 pub use tools::{OutputSchema, OutputShape, ToolDescription};
 pub use typed::with_package_docs;
 
 use crate::sandbox::{Capture, NetworkGuard, SandboxSpec};
-use bindings::since_v0_1_0::Plugin;
-use bindings::since_v0_2_0 as v2;
-use bindings::since_v0_3_0 as v3;
-use cache::ComponentCache;
+use arc_swap::ArcSwap;
 use engine::EpochTicker;
 use instance::{Sandboxed, within_deadline};
 use state::{CallLimiter, CallState, LogBudget};
-use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use talk::TalkBudget;
+use tier::{Code, Compiler, LoadedMap};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use toolhost_contract::{CallLimits, CallerLink, RunError, SourceHash, ToolResult};
-use wasmtime::component::Linker;
 use wasmtime::{Engine, Store};
-use world::{Adapter, Answer};
+use world::Answer;
 
 /// Captured stdout and stderr keep this many bytes each.
 const STDIO_CAPTURE_BYTES: usize = 64 * 1024;
@@ -121,6 +122,8 @@ pub struct RuntimeSettings {
     pub prepared: PreparedLimits,
     /// What one instance may take of the pool.
     pub share: engine::PoolShare,
+    /// Whether components are compiled by Winch first (`[host] tiered-compile`).
+    pub tiering: Tiering,
 }
 
 impl Default for RuntimeSettings {
@@ -133,6 +136,7 @@ impl Default for RuntimeSettings {
             keep_resident: DEFAULT_KEEP_RESIDENT,
             prepared: PreparedLimits::default(),
             share: engine::PoolShare::default(),
+            tiering: Tiering::where_available(true),
         }
     }
 }
@@ -156,8 +160,14 @@ pub struct LoadedComponent {
     pub tools: Vec<ToolDescription>,
     /// Its prompts and resources (0.3.0), as it listed them at load.
     pub offers: Offers,
-    /// How a component of its world is described and called.
-    world: Box<dyn Adapter>,
+    /// How a component of its world is described and called, on the code of the tier it
+    /// runs now: swapped when Cranelift's code replaces Winch's.
+    code: ArcSwap<Code>,
+    /// How it got each tier's code, in order.
+    compiles: Mutex<Vec<CompileRecord>>,
+    /// Why it does not run the tiers' usual way: Winch could not compile it, or Cranelift
+    /// could not replace Winch's code.
+    note: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for LoadedComponent {
@@ -169,15 +179,29 @@ impl fmt::Debug for LoadedComponent {
     }
 }
 
-/// Counters that tests and `toolhost check` read.
+/// Counters that tests, `/metrics` and `toolhost check` read.
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
     compile_failures: AtomicU64,
     described: AtomicU64,
     /// Calls and loads waiting for an instance slot.
     waiting: AtomicU64,
+    /// Compiles by tier (Winch, Cranelift), and the microseconds they took.
+    tier_compiles: [AtomicU64; 2],
+    tier_micros: [AtomicU64; 2],
+    /// Calls (and offers) run on each tier's code.
+    tier_calls: [AtomicU64; 2],
+}
+
+impl Counters {
+    /// Counts a compile of `tier` that took `took`.
+    fn tier_compiled(&self, tier: Tier, took: Duration) {
+        let i = tier as usize;
+        self.tier_compiles[i].fetch_add(1, Ordering::Relaxed);
+        (self.tier_micros[i]).fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
 }
 
 /// The instance pool as it is now: its size, the slots in use, and the work waiting for one.
@@ -209,17 +233,20 @@ pub enum RuntimeError {
     Cache(#[from] CacheError),
 }
 
-/// The wasmtime engine, the linker with the host's imports, and the component cache.
+/// The wasmtime engines (one per tier), the linkers with the host's imports, and the component
+/// cache.
 pub struct Runtime {
-    engine: Engine,
-    linker: Linker<CallState>,
-    cache: Option<Arc<ComponentCache>>,
-    counters: Counters,
+    /// Cranelift's engine, linker and cache entries: the code components end up on.
+    optimized: Arc<Compiler>,
+    /// Winch's, when components are compiled in tiers.
+    baseline: Option<Arc<Compiler>>,
+    tiering: Tiering,
+    counters: Arc<Counters>,
     /// Components by hash, so that one file used by several ensembles, or unchanged across a
     /// reload, is compiled and described once.
-    loaded: Mutex<HashMap<SourceHash, Weak<LoadedComponent>>>,
+    loaded: LoadedMap,
     /// How loading works and is bounded; what failed, what is being compiled.
-    loads: load::Loads,
+    loads: Arc<loads::Loads>,
     /// One permit per instance the pool can hold: calls and loads wait here for a slot.
     slots: Arc<Semaphore>,
     /// Instances made ahead of calls, and their bounds.
@@ -229,49 +256,40 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Configures the engine (pooling allocator, epoch interruption) and the linker.
+    /// Configures the engines (pooling allocator, epoch interruption) and the linkers: one of
+    /// Cranelift, and one of Winch when components are compiled in tiers.
     pub fn new(settings: &RuntimeSettings) -> Result<Self, RuntimeError> {
-        let engine_error = |e: wasmtime::Error| RuntimeError::Engine(e.to_string());
-        let config = engine_config_with(
-            settings.max_instances,
-            settings.keep_resident,
-            settings.share,
-        );
-        let engine = Engine::new(&config).map_err(engine_error)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
-        wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut CallState| {
-            wasmtime_wasi_config::WasiConfig::from(&state.config)
-        })
-        .map_err(engine_error)?;
-        settings::link(&mut linker).map_err(engine_error)?;
-        Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(&mut linker, |state| {
-            state
-        })
-        .map_err(engine_error)?;
-        v2::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(engine_error)?;
-        v3::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<CallState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(engine_error)?;
-        let cache = match &settings.cache_dir {
-            Some(dir) => Some(Arc::new(ComponentCache::open(dir, &engine)?)),
-            None => None,
+        let compiler = |tier| {
+            Compiler::new(
+                tier,
+                settings.max_instances,
+                settings.keep_resident,
+                settings.share,
+                settings.cache_dir.as_deref(),
+            )
+            .map(Arc::new)
         };
-        let ticker = EpochTicker::start(engine.clone());
+        let optimized = compiler(Tier::Cranelift)?;
+        let tiering = match settings.tiering {
+            Tiering::On | Tiering::FirstOnly if !Tier::winch_available() => Tiering::Off,
+            tiering => tiering,
+        };
+        let baseline = match tiering {
+            Tiering::Off => None,
+            Tiering::On | Tiering::FirstOnly => Some(compiler(Tier::Winch)?),
+        };
+        let engines = std::iter::once(&optimized)
+            .chain(&baseline)
+            .map(|compiler| compiler.engine.clone())
+            .collect();
+        let ticker = EpochTicker::start(engines);
         Ok(Runtime {
-            engine,
-            linker,
-            cache,
-            counters: Counters::default(),
-            loaded: Mutex::default(),
-            loads: load::Loads::new(settings),
+            optimized,
+            baseline,
+            tiering,
+            counters: Arc::default(),
+            loaded: Arc::default(),
+            loads: Arc::new(loads::Loads::new(settings)),
             slots: Arc::new(Semaphore::new(settings.max_instances.max(1) as usize)),
             prepared: prepared::Pool::new(
                 settings.prepared,
@@ -292,7 +310,11 @@ impl Runtime {
         keep_unused: usize,
         spare: Option<std::time::Duration>,
     ) -> Option<toolhost_config::Pruned> {
-        Some(self.cache.as_ref()?.prune(in_use, keep_unused, spare))
+        let cache = self.optimized.cache.as_ref()?;
+        let others: Vec<&cache::ComponentCache> = (self.baseline.iter())
+            .filter_map(|compiler| compiler.cache.as_ref())
+            .collect();
+        Some(cache.prune(in_use, keep_unused, spare, &others))
     }
 
     /// Compilations and cache hits since the runtime started.
@@ -362,7 +384,8 @@ impl Runtime {
         sandbox: &SandboxSpec,
         stock: Option<&Stock>,
     ) -> Result<ToolResult, RunError> {
-        let world = &*component.world;
+        let code = component.code.load_full();
+        let world = &*code.world;
         let call = world::Call {
             tool,
             arguments,
@@ -374,7 +397,7 @@ impl Runtime {
         };
         let work = async |store: &mut Store<CallState>, made| world.call(store, made, call).await;
         let run = Run {
-            component,
+            code: &code,
             caller,
             limits,
             sandbox,
@@ -404,11 +427,12 @@ impl Runtime {
         limits: CallLimits,
         sandbox: &SandboxSpec,
     ) -> Result<Offered, RunError> {
-        let world = &*component.world;
+        let code = component.code.load_full();
+        let world = &*code.world;
         let work =
             async |store: &mut Store<CallState>, made| world.offer(store, made, request).await;
         let run = Run {
-            component,
+            code: &code,
             caller,
             limits,
             sandbox,
@@ -425,8 +449,8 @@ impl Runtime {
         Ok(offered)
     }
 
-    /// Does `work` on a fresh instance of `run.component` (from its stock when it has one
-    /// prepared): the store, its limits and deadline, and what its end means, written once
+    /// Does `work` on a fresh instance of `run.code` (from its stock when it has one prepared
+    /// from that code): the store, its limits and deadline, and what its end means, written once
     /// for calls and offers. `failed` says whether what `work` returned is a failure of its
     /// own (for which a refused network request is the better answer).
     async fn run<T>(
@@ -439,20 +463,25 @@ impl Runtime {
         ) -> wasmtime::Result<T>,
     ) -> Result<T, RunError> {
         let Run {
-            component,
+            code,
             caller,
             limits,
             sandbox,
             stock,
         } = run;
-        let world = &*component.world;
-        let (mut instance, prepared) = match stock.and_then(Stock::take) {
+        let world = &*code.world;
+        self.counters.tier_calls[code.tier as usize].fetch_add(1, Ordering::Relaxed);
+        let (mut instance, prepared) = match stock.and_then(|stock| stock.take(code)) {
             Some(prepared) => {
                 let (mut sandboxed, made) = prepared.into_parts();
                 sandboxed.begin(&self.ticker, caller, limits, sandbox);
                 (sandboxed, Some(made))
             }
-            None => (self.sandboxed(caller, limits, sandbox).await?, None),
+            None => (
+                self.sandboxed(&code.engine, caller, limits, sandbox)
+                    .await?,
+                None,
+            ),
         };
         if let Some(fuel) = world.result_fuel(&limits) {
             instance.store.set_hostcall_fuel(fuel);
@@ -484,22 +513,24 @@ impl Runtime {
         answer
     }
 
-    /// A fresh store for one instance under `limits` and `sandbox`, once the pool has a slot
-    /// for it, begun for `caller`.
+    /// A fresh store of `engine` (the engine of the code it will run) for one instance under
+    /// `limits` and `sandbox`, once the pool has a slot for it, begun for `caller`.
     async fn sandboxed(
         &self,
+        engine: &Engine,
         caller: Caller<'_>,
         limits: CallLimits,
         sandbox: &SandboxSpec,
     ) -> Result<Sandboxed, RunError> {
         let slot = self.slot().await;
-        self.sandboxed_in(slot, caller, limits, sandbox)
+        self.sandboxed_in(engine, slot, caller, limits, sandbox)
     }
 
-    /// A fresh store in `slot`: its memory limit, WASI context and captured stdout/stderr,
-    /// begun for `caller` (its deadline, log and talk budgets, network guard).
+    /// A fresh store of `engine` in `slot`: its memory limit, WASI context and captured
+    /// stdout/stderr, begun for `caller` (its deadline, log and talk budgets, network guard).
     fn sandboxed_in(
         &self,
+        engine: &Engine,
         slot: Option<OwnedSemaphorePermit>,
         caller: Caller<'_>,
         limits: CallLimits,
@@ -531,7 +562,7 @@ impl Runtime {
                 .map(|c| (c.key.clone(), c.value.clone()))
                 .collect(),
         };
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.limiter);
         let mut sandboxed = Sandboxed {
             store,
@@ -562,7 +593,8 @@ pub(crate) fn network_guard(
 
 /// One run of [`Runtime::run`]: of what, for whom, and within what.
 struct Run<'a> {
-    component: &'a LoadedComponent,
+    /// The component's code as the call found it (calls that began before a swap keep theirs).
+    code: &'a Arc<Code>,
     caller: Caller<'a>,
     limits: CallLimits,
     sandbox: &'a SandboxSpec,

@@ -8,134 +8,31 @@
 //! past its deadline) is remembered by its hash and refused at once on every later load, so a
 //! reload does not pay for it again; it is tried again when its bytes change. Loads of the
 //! same bytes wait for each other instead of compiling twice.
+//!
+//! In tiers ([`crate::tier`]), the disk cache is asked for Cranelift's code first, then for
+//! Winch's; a component in neither is compiled by Winch, loaded on that code, and promoted to
+//! Cranelift's in the background ([`crate::promote`]). A component Winch cannot compile (a
+//! feature it lacks: tail calls, exceptions, GC) is compiled by Cranelift alone, with a line
+//! that says so; a bound Winch's compile hits refuses the component as it would without tiers.
 
-use super::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
 use super::cache::Cached;
-use super::compile::{self, CompileError, CompileSettings};
+use super::compile::{self, CompileError};
 use super::instance::within_deadline;
 use super::outcome::not_a_component;
-use super::world::{Adapter, Described, typed::Typed, v1::V1, v2::V2, v3::V3};
-use super::{
-    CallLimits, DESCRIBE_FUEL, LoadError, LoadedComponent, Runtime, RuntimeSettings, SourceHash,
-    typed,
-};
+use super::world::{Adapter, Described};
+use super::{CallLimits, DESCRIBE_FUEL, LoadError, LoadedComponent, Runtime, SourceHash};
+use crate::loads::{MAX_READY, prune_dead};
+use crate::promote::Promotion;
 use crate::sandbox::SandboxSpec;
+use crate::tier::{Code, CompileRecord, Compiler, Tiering, adapter};
 use crate::tools::{MAX_DESCRIBED_BYTES, MAX_DESCRIBED_TOOLS};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use crate::{CompileProgress, Tier};
+use arc_swap::ArcSwap;
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 use wasmtime::component::Component;
-
-/// Remembered failures, at most; past it the oldest half is forgotten (they are tried again).
-const MAX_REMEMBERED_FAILURES: usize = 1024;
-/// Components loaded in the background and not yet bound by a reload, at most.
-const MAX_READY: usize = 64;
-
-/// A compile in progress, for `status`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CompileProgress {
-    pub path: PathBuf,
-    /// Seconds since it started.
-    pub seconds: f64,
-}
-
-/// The load side of the runtime: settings, compile slots, failures, compiles in progress.
-pub(super) struct Loads {
-    /// Told the hash of each component whose load in the background ended.
-    finished: tokio::sync::broadcast::Sender<SourceHash>,
-    /// Loaded in the background, held until a reload binds them, each with its number in
-    /// the order they became ready ([`Runtime::release_ready`]).
-    ready: Mutex<Vec<(u64, Arc<LoadedComponent>)>>,
-    next_ready: std::sync::atomic::AtomicU64,
-    /// The components loading in the background now: a reload while one compiles does not
-    /// start another task (and another copy of its bytes) for it.
-    background: Mutex<std::collections::HashSet<SourceHash>>,
-    compile: CompileSettings,
-    describe_timeout: Duration,
-    /// One call's share of the pool (to say what a refused component exceeds).
-    share: super::engine::PoolShare,
-    compile_slots: Semaphore,
-    /// Each failure with when it happened, newest last.
-    failed: Mutex<Vec<(SourceHash, LoadError, Instant)>>,
-    turns: Mutex<HashMap<SourceHash, Weak<tokio::sync::Mutex<()>>>>,
-    compiling: Mutex<Vec<(u64, PathBuf, Instant)>>,
-    next_compile: std::sync::atomic::AtomicU64,
-}
-
-impl Loads {
-    pub(super) fn new(settings: &RuntimeSettings) -> Self {
-        Loads {
-            finished: tokio::sync::broadcast::channel(64).0,
-            ready: Mutex::default(),
-            next_ready: Default::default(),
-            background: Mutex::default(),
-            compile: settings.compile.clone(),
-            describe_timeout: settings.describe_timeout,
-            share: settings.share,
-            compile_slots: Semaphore::new(settings.compile.parallel.max(1)),
-            failed: Mutex::default(),
-            turns: Mutex::default(),
-            compiling: Mutex::default(),
-            next_compile: Default::default(),
-        }
-    }
-
-    pub(super) fn max_component_bytes(&self) -> u64 {
-        self.compile.max_component_bytes
-    }
-
-    /// The lock that one load of `hash` at a time holds.
-    fn turn(&self, hash: SourceHash) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(turn) = turns.get(&hash).and_then(Weak::upgrade) {
-            return turn;
-        }
-        let turn = Arc::new(tokio::sync::Mutex::new(()));
-        turns.insert(hash, Arc::downgrade(&turn));
-        prune_dead(&mut turns);
-        turn
-    }
-
-    fn failure(&self, hash: &SourceHash) -> Option<LoadError> {
-        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        failed
-            .iter()
-            .rev()
-            .find(|(h, _, _)| h == hash)
-            .filter(|(_, error, at)| still_holds(error, at.elapsed()))
-            .map(|(_, error, _)| error.clone())
-    }
-
-    fn remember(&self, hash: SourceHash, error: LoadError) {
-        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        // A failure tried again replaces its earlier entry rather than crowd others out.
-        failed.retain(|(h, _, _)| *h != hash);
-        if failed.len() >= MAX_REMEMBERED_FAILURES {
-            failed.drain(..MAX_REMEMBERED_FAILURES / 2);
-        }
-        failed.push((hash, error, Instant::now()));
-    }
-}
-
-/// Counts a compile in progress until dropped.
-struct Compiling<'a> {
-    loads: &'a Loads,
-    id: u64,
-}
-
-impl Drop for Compiling<'_> {
-    fn drop(&mut self) {
-        let mut compiling = self
-            .loads
-            .compiling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        compiling.retain(|(id, _, _)| *id != self.id);
-    }
-}
 
 impl Runtime {
     /// Loads the component in `bytes` (the content of `path`): see the module docs.
@@ -180,11 +77,19 @@ impl Runtime {
     }
 
     /// True when loading these bytes means compiling them: they are neither loaded, nor
-    /// known to fail, nor in the disk cache.
+    /// known to fail, nor in the disk cache (of either tier, when in tiers).
     pub fn needs_compile(&self, hash: &SourceHash) -> bool {
+        let cached = |compiler: &Compiler| compiler.cache.as_ref().is_some_and(|c| c.has(hash));
         self.loaded_component(hash).is_none()
             && self.loads.failure(hash).is_none()
-            && !self.cache.as_ref().is_some_and(|cache| cache.has(hash))
+            && !cached(&self.optimized)
+            && !self.baseline.as_deref().is_some_and(cached)
+    }
+
+    /// Receives the hash of every component whose promotion to Cranelift's code ended
+    /// (swapped, or left on Winch's with the reason in its state).
+    pub fn promotions(&self) -> tokio::sync::broadcast::Receiver<SourceHash> {
+        self.loads.promoted.subscribe()
     }
 
     /// Loads the component in the background (a compile, most often); when it is loaded (or
@@ -257,8 +162,9 @@ impl Runtime {
             .unwrap_or_else(PoisonError::into_inner);
         compiling
             .iter()
-            .map(|(_, path, started)| CompileProgress {
+            .map(|(_, path, tier, started)| CompileProgress {
                 path: path.clone(),
+                tier: *tier,
                 seconds: started.elapsed().as_secs_f64(),
             })
             .collect()
@@ -270,115 +176,160 @@ impl Runtime {
         bytes: Arc<[u8]>,
         hash: SourceHash,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
-        let component = self.compiled(path, Arc::clone(&bytes), hash).await?;
-        let (world, described) = self.linked(path, &component, &bytes).await?;
+        let (component, compiler, record, note) =
+            self.compiled(path, Arc::clone(&bytes), hash).await?;
+        let (world, described) = self.linked(&compiler, path, &component, &bytes).await?;
+        let tier = compiler.tier;
         let loaded = Arc::new(LoadedComponent {
             hash,
             path: path.to_path_buf(),
             tools: described.tools,
             offers: described.offers,
-            world,
+            code: ArcSwap::from_pointee(Code {
+                world,
+                engine: compiler.engine.clone(),
+                tier,
+            }),
+            compiles: Mutex::new(vec![record]),
+            note: Mutex::new(note),
         });
         let mut components = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
         components.insert(hash, Arc::downgrade(&loaded));
         prune_dead(&mut components);
         drop(components);
+        if tier == Tier::Winch && self.tiering == Tiering::On {
+            let promotion = Promotion {
+                loads: Arc::clone(&self.loads),
+                counters: Arc::clone(&self.counters),
+                optimized: Arc::clone(&self.optimized),
+                loaded: Arc::clone(&self.loaded),
+            };
+            promotion.start(&loaded, bytes);
+        }
         Ok(loaded)
     }
 
-    /// The compiled component of `bytes`: from the authenticated cache, else compiled (cheap
-    /// checks first, then in the bounded worker) and put in the cache.
+    /// The compiled component of `bytes`, the compiler whose code it is, and how it was had:
+    /// Cranelift's from the authenticated cache; in tiers, else Winch's from the cache, else
+    /// compiled by Winch; else compiled by Cranelift (cheap checks first, then in the bounded
+    /// worker). What is compiled is put in the cache. With why Winch could not compile it,
+    /// when Cranelift then did.
     pub(super) async fn compiled(
         &self,
         path: &Path,
         bytes: Arc<[u8]>,
         hash: SourceHash,
-    ) -> Result<Component, LoadError> {
-        let refused = |error: CompileError| match error {
-            CompileError::Bound(reason) => LoadError::Refused {
-                path: path.to_path_buf(),
-                reason,
-            },
-            worker @ CompileError::Worker(_) => LoadError::Refused {
-                path: path.to_path_buf(),
-                reason: worker.to_string(),
-            },
-            CompileError::Invalid(reason) => LoadError::Compile {
-                path: path.to_path_buf(),
-                reason,
-            },
-            unavailable @ CompileError::Unavailable(_) => LoadError::Unavailable {
-                path: path.to_path_buf(),
-                reason: unavailable.to_string(),
-            },
-        };
+    ) -> Result<(Component, Arc<Compiler>, CompileRecord, Option<String>), LoadError> {
         if let Some(reason) = not_a_component(&bytes) {
             return Err(LoadError::Compile {
                 path: path.to_path_buf(),
                 reason: reason.into(),
             });
         }
+        let started = Instant::now();
         // Scanning a large component and reading, authenticating and mapping its artifact
         // take long enough to hold up other tasks: they run on the blocking pool.
-        let unavailable = |e: tokio::task::JoinError| LoadError::Unavailable {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        };
-        let (engine, cache, settings) = (
-            self.engine.clone(),
-            self.cache.clone(),
+        let (optimized, baseline, settings) = (
+            Arc::clone(&self.optimized),
+            self.baseline.clone(),
             self.loads.compile.clone(),
         );
         let scanned = Arc::clone(&bytes);
         let (checked, cached) = tokio::task::spawn_blocking(move || {
             let checked = compile::check_size(&scanned, &settings);
-            let cached = match (&checked, &cache) {
-                (Ok(()), Some(cache)) => cache.get(&engine, &hash),
-                _ => Cached::Missing,
-            };
+            let mut cached = (Cached::Missing, optimized);
+            if checked.is_ok() {
+                cached.0 = cached.1.cached(&hash);
+                if let (Cached::Missing, Some(baseline)) = (&cached.0, baseline) {
+                    cached = (baseline.cached(&hash), baseline);
+                }
+            }
             (checked, cached)
         })
         .await
-        .map_err(unavailable)?;
-        checked.map_err(refused)?;
-        let component = match cached {
-            Cached::Found(component) => {
+        .map_err(|e| unavailable(path, e))?;
+        checked.map_err(|e| refused(path, e))?;
+        let from_cache = |compiler: Arc<Compiler>| {
+            let record = CompileRecord {
+                tier: compiler.tier,
+                seconds: started.elapsed().as_secs_f64(),
+                cached: true,
+            };
+            (compiler, record)
+        };
+        match cached {
+            (Cached::Found(component), compiler) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                component
+                let (compiler, record) = from_cache(compiler);
+                return Ok((component, compiler, record, None));
             }
-            Cached::Refused(e) => {
+            (Cached::Refused(e), _) => {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                 return Err(self.beyond_share(path, &e));
             }
-            Cached::Missing => {
-                let artifact = self
-                    .compile(path, Arc::clone(&bytes))
-                    .await
-                    .map_err(refused)?;
-                let (engine, cache) = (self.engine.clone(), self.cache.clone());
-                let component = tokio::task::spawn_blocking(move || {
-                    // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime
-                    // made for this engine's settings. They are what this host's compiler just
-                    // produced (in this process, or in its compile worker: the same binary
-                    // with the same code generation settings, fed nothing but the component's
-                    // bytes), taken straight from memory or the worker's pipe, never from a
-                    // file.
-                    let component = unsafe { Component::deserialize(&engine, &artifact) };
-                    // Kept even when this engine refuses it (see below): a host started with
-                    // a larger share loads it from the cache, not by compiling it again.
-                    if let Some(cache) = &cache {
-                        cache.put(&hash, &artifact);
-                    }
-                    component
-                })
+            (Cached::Missing, _) => {}
+        }
+        let mut compiled = None;
+        let mut winch_refused = None;
+        if let Some(baseline) = &self.baseline {
+            let started = Instant::now();
+            match (self.loads)
+                .compile(baseline, &self.counters, path, Arc::clone(&bytes))
                 .await
-                .map_err(unavailable)?;
-                // A fresh artifact of our own compiler fails only against the pool's
-                // per-component limits, which compiling does not check.
-                component.map_err(|e| self.beyond_share(path, &e))?
+            {
+                Ok(artifact) => compiled = Some((baseline, artifact, started.elapsed())),
+                // A feature Winch lacks, or an invalid component: Cranelift says which.
+                Err(CompileError::Invalid(reason)) => winch_refused = Some(reason),
+                Err(bound) => return Err(refused(path, bound)),
+            }
+        }
+        let (compiler, artifact, took) = match compiled {
+            Some(compiled) => compiled,
+            None => {
+                let started = Instant::now();
+                let artifact = (self.loads)
+                    .compile(&self.optimized, &self.counters, path, Arc::clone(&bytes))
+                    .await
+                    .map_err(|e| refused(path, e))?;
+                (&self.optimized, artifact, started.elapsed())
             }
         };
-        Ok(component)
+        let loading = Arc::clone(compiler);
+        let component = tokio::task::spawn_blocking(move || {
+            // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime made for
+            // this engine's settings. They are what this host's compiler of the engine's tier
+            // just produced (in this process, or in its compile worker: the same binary with
+            // the same code generation settings, fed nothing but the component's bytes),
+            // taken straight from memory or the worker's pipe, never from a file.
+            let component = unsafe { Component::deserialize(&loading.engine, &artifact) };
+            // Kept even when this engine refuses it (see below): a host started with a larger
+            // share loads it from the cache, not by compiling it again.
+            if let Some(cache) = &loading.cache {
+                cache.put(&hash, &artifact);
+            }
+            component
+        })
+        .await
+        .map_err(|e| unavailable(path, e))?;
+        // A fresh artifact of our own compiler fails only against the pool's per-component
+        // limits, which compiling does not check.
+        let component = component.map_err(|e| self.beyond_share(path, &e))?;
+        let record = CompileRecord {
+            tier: compiler.tier,
+            seconds: took.as_secs_f64(),
+            cached: false,
+        };
+        let note = winch_refused.map(|reason| {
+            tracing::info!(
+                component = %path.display(),
+                tier = "cranelift",
+                "Winch cannot compile {} ({reason}); Cranelift compiled it alone, as without \
+                 tiers",
+                path.display()
+            );
+            format!("Winch cannot compile it ({reason}): Cranelift alone")
+        });
+        Ok((component, Arc::clone(compiler), record, note))
     }
 
     /// The refusal of a component the engine would not load: it needs more of the instance
@@ -397,83 +348,28 @@ impl Runtime {
         }
     }
 
-    /// `component` linked with the host's imports as the world it is built for, and its
-    /// tools as it describes them.
+    /// `component`, compiled by `compiler`, linked with the host's imports as the world it is
+    /// built for, and its tools as it describes them (run on that compiler's code).
     pub(super) async fn linked(
         &self,
+        compiler: &Compiler,
         path: &Path,
         component: &Component,
         bytes: &[u8],
     ) -> Result<(Box<dyn Adapter>, Described), LoadError> {
-        let link_error = |e: wasmtime::Error| LoadError::Link {
-            path: path.to_path_buf(),
-            reason: explain_link(&e),
-        };
-        let kind = typed::kind(component, &self.engine).map_err(|reason| LoadError::Link {
-            path: path.to_path_buf(),
-            reason,
-        })?;
-        let instance_pre = self.linker.instantiate_pre(component).map_err(link_error)?;
-        let world: Box<dyn Adapter> = match kind {
-            typed::Kind::Plugin => Box::new(
-                since_v0_1_0::PluginPre::new(instance_pre)
-                    .and_then(V1::new)
-                    .map_err(link_error)?,
-            ),
-            typed::Kind::Plugin2 => Box::new(
-                since_v0_2_0::PluginPre::new(instance_pre)
-                    .and_then(V2::new)
-                    .map_err(link_error)?,
-            ),
-            typed::Kind::Plugin3 => Box::new(
-                since_v0_3_0::PluginPre::new(instance_pre)
-                    .and_then(V3::new)
-                    .map_err(link_error)?,
-            ),
-            typed::Kind::Typed => {
-                let (funcs, tools) =
-                    typed::exports(component, &self.engine, bytes).map_err(|reason| {
-                        LoadError::Typed {
-                            path: path.to_path_buf(),
-                            reason,
-                        }
-                    })?;
-                Box::new(Typed::new(instance_pre, funcs, tools))
-            }
-        };
-        let described = self.describe(path, &*world).await?;
+        let world = adapter(compiler, path, component, bytes)?;
+        let described = self.describe(&compiler.engine, path, &*world).await?;
         Ok((world, described))
     }
 
-    /// Compiles, waiting for one of the compile slots, and shows the compile in `compiles()`.
-    async fn compile(&self, path: &Path, bytes: Arc<[u8]>) -> Result<Vec<u8>, CompileError> {
-        // The semaphore is never closed.
-        let _slot = self.loads.compile_slots.acquire().await.ok();
-        let id = self.loads.next_compile.fetch_add(1, Ordering::Relaxed);
-        self.loads
-            .compiling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((id, path.to_path_buf(), Instant::now()));
-        let _compiling = Compiling {
-            loads: &self.loads,
-            id,
-        };
-        tracing::info!(
-            "compiling {} (once; later starts use the cache)",
-            path.display()
-        );
-        let compiled = compile::compile(&self.engine, bytes, &self.loads.compile).await;
-        let counter = match &compiled {
-            Ok(_) => &self.counters.compiled,
-            Err(_) => &self.counters.compile_failures,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        compiled
-    }
-
-    /// Runs `describe()` under the load limits and the describe deadline.
-    async fn describe(&self, path: &Path, world: &dyn Adapter) -> Result<Described, LoadError> {
+    /// Runs `describe()` under the load limits and the describe deadline, in a store of
+    /// `engine` (the engine of `world`'s code).
+    async fn describe(
+        &self,
+        engine: &wasmtime::Engine,
+        path: &Path,
+        world: &dyn Adapter,
+    ) -> Result<Described, LoadError> {
         let limits = CallLimits {
             timeout: self.loads.describe_timeout,
             memory_bytes: 256 << 20,
@@ -495,7 +391,7 @@ impl Runtime {
         };
         let described = async {
             let mut instance = self
-                .sandboxed(caller, limits, &SandboxSpec::default())
+                .sandboxed(engine, caller, limits, &SandboxSpec::default())
                 .await?;
             // wasmtime counts what it copies out of the guest against this "fuel": the list
             // of tools is refused past it, before its copy could outgrow what the host keeps
@@ -542,87 +438,31 @@ impl Runtime {
 
     pub(super) fn loaded_component(&self, hash: &SourceHash) -> Option<Arc<LoadedComponent>> {
         let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        loaded.get(hash).and_then(Weak::upgrade)
+        loaded.get(hash).and_then(std::sync::Weak::upgrade)
     }
 }
 
-/// A failure that was the host's (its compile worker could not run) is answered from memory
-/// this long, then tried again: not at once, or the reload that a failed background load
-/// starts would start the load again, and so on without end.
-const RETRY_UNAVAILABLE: Duration = Duration::from_secs(30);
-
-/// Whether a failure of this age still answers for the same bytes: one of the component's
-/// own always does, one of the host's for [`RETRY_UNAVAILABLE`].
-/// What the host links, for messages about what a component imports.
-const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:io, wasi:random, \
-     wasi:sockets, wasi:http/outgoing-handler, wasi:config/store @0.2.0-draft and -rc.1; each \
-     denied unless granted) and \
-     toolhost:plugin/host@0.1.0, @0.2.0 and @0.3.0";
-
-/// A linker failure in plain words: which import the host lacks, and what it provides. The
-/// import is the first name wasmtime quotes in its message, which follows.
-fn explain_link(error: &wasmtime::Error) -> String {
-    let raw = format!("{error:#}");
-    let Some(import) = raw.split('`').nth(1) else {
-        return raw;
-    };
-    let (name, version) = import.split_once('@').unwrap_or((import, ""));
-    // `instance export `f` has the wrong type`: the interface is there, not that function.
-    let member = raw
-        .split_once("instance export `")
-        .and_then(|(_, rest)| rest.split('`').next());
-    let why = if let Some(member) = member.filter(|_| super::inspect::provided(import)) {
-        format!(
-            "it imports `{member}` from {import}, which this host's {import} does not have \
-             (a newer release of the interface, or a function of its own)"
-        )
-    } else if let Some(rest) = name.strip_prefix("toolhost:plugin/") {
-        format!(
-            "it imports toolhost:plugin/{rest}@{version}, but this host speaks \
-             toolhost:plugin@{}; rebuild it against the WIT in the host's `wit/` folder",
-            typed::versions_spoken()
-        )
-    } else if name.starts_with("wasi:") && !version.is_empty() && !version.starts_with("0.2.") {
-        format!(
-            "it imports {import}, WASI {version}; this host links WASI 0.2 (0.2.0 and later \
-             0.2 releases), so build it for wasm32-wasip2 / WASI 0.2"
-        )
-    } else {
-        format!("it imports {import}, which toolhost does not provide; it provides {PROVIDED}")
-    };
-    format!("{why} (wasmtime: {raw})")
-}
-
-fn still_holds(error: &LoadError, age: Duration) -> bool {
-    error.is_lasting() || age < RETRY_UNAVAILABLE
-}
-
-/// Drops the entries whose value is gone, when the map has just grown to a power of two:
-/// each insert pays a constant share, however many components come and go.
-fn prune_dead<T>(map: &mut HashMap<SourceHash, Weak<T>>) {
-    if map.len().is_power_of_two() {
-        map.retain(|_, weak| weak.strong_count() > 0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_hosts_failures_are_tried_again_after_a_while_the_components_never() {
-        let path = PathBuf::from("c.wasm");
-        let unavailable = LoadError::Unavailable {
-            path: path.clone(),
-            reason: "no worker".into(),
-        };
-        let invalid = LoadError::Compile {
+/// A compile that produced no artifact, as a load error of `path`.
+fn refused(path: &Path, error: CompileError) -> LoadError {
+    let path = path.to_path_buf();
+    match error {
+        CompileError::Bound(reason) => LoadError::Refused { path, reason },
+        worker @ CompileError::Worker(_) => LoadError::Refused {
             path,
-            reason: "not wasm".into(),
-        };
-        assert!(still_holds(&unavailable, Duration::from_secs(1)));
-        assert!(!still_holds(&unavailable, RETRY_UNAVAILABLE));
-        assert!(still_holds(&invalid, Duration::from_secs(1)));
-        assert!(still_holds(&invalid, 1000 * RETRY_UNAVAILABLE));
+            reason: worker.to_string(),
+        },
+        CompileError::Invalid(reason) => LoadError::Compile { path, reason },
+        unavailable @ CompileError::Unavailable(_) => LoadError::Unavailable {
+            path,
+            reason: unavailable.to_string(),
+        },
+    }
+}
+
+/// A blocking task of a load that did not end (the runtime shutting down), as a load error.
+fn unavailable(path: &Path, error: tokio::task::JoinError) -> LoadError {
+    LoadError::Unavailable {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
     }
 }

@@ -248,6 +248,9 @@ enum Command {
         memory_mib: u64,
         #[arg(long)]
         cpu_seconds: u64,
+        /// The compiler: `cranelift` (optimizing) or `winch` (baseline, the first tier).
+        #[arg(long, default_value = "cranelift")]
+        tier: String,
     },
 }
 
@@ -282,10 +285,15 @@ pub(crate) fn main() -> ExitCode {
     if let Command::CompileWorker {
         memory_mib,
         cpu_seconds,
-    } = cli.command
+        tier,
+    } = &cli.command
     {
+        let Some(tier) = toolhost::runtime::Tier::from_name(tier) else {
+            eprintln!("unknown compiler tier `{tier}` (cranelift or winch)");
+            return ExitCode::from(2);
+        };
         // No logging, no async runtime: the worker does one thing under its limits.
-        let code = toolhost::runtime::worker_main(memory_mib, cpu_seconds);
+        let code = toolhost::runtime::worker_main(*memory_mib, *cpu_seconds, tier);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     // Traces, if the environment or `[telemetry]` names a collector: made before the async

@@ -39,6 +39,8 @@ pub(crate) struct Settings {
     pub(crate) describe_timeout: std::time::Duration,
     /// Bytes of each linear memory kept resident between calls.
     pub(crate) keep_resident: usize,
+    /// Whether components are compiled in tiers (`[host] tiered-compile`).
+    pub(crate) tiering: toolhost::runtime::Tiering,
     /// One call's share of the instance pool.
     pub(crate) share: toolhost::runtime::PoolShare,
     /// How many instances may be held prepared ahead of calls, in all.
@@ -222,9 +224,12 @@ impl Settings {
         let drain_timeout = written_or(host.drain_timeout_s, DEFAULT_DRAIN_TIMEOUT);
         let mut registry = registry_settings(&registry, cache_dir.as_deref(), &compile);
         (registry.trusted_keys, registry.require_signatures) = trust;
+        let tiering =
+            toolhost::runtime::Tiering::where_available(host.tiered_compile != Some(false));
         Ok(Settings {
             registry,
             keep_resident,
+            tiering,
             share,
             prepared,
             on_audit_error: host.on_audit_error.unwrap_or_default(),
@@ -253,20 +258,51 @@ impl Settings {
         })
     }
 
-    /// Starts the runtime (engine, component cache).
+    /// Starts the runtime (engine, component cache) of `serve`: in tiers, a component new to
+    /// the cache runs Winch's code until Cranelift's replaces it.
     pub(crate) fn runtime(&self) -> anyhow::Result<Arc<Runtime>> {
+        self.runtime_tiered(self.tiering)
+    }
+
+    /// The runtime of a command that ends once it has answered (`check`, `call`, `list`,
+    /// `chat`, ...): in tiers, what is not cached is compiled by Winch alone (and cached, so
+    /// that the next command answers at once; `serve` compiles Cranelift's code). A second
+    /// compile in the background would only compete with the command for the cores, and be
+    /// killed at its end.
+    pub(crate) fn one_shot_runtime(&self) -> anyhow::Result<Arc<Runtime>> {
+        use toolhost::runtime::Tiering;
+        self.runtime_tiered(match self.tiering {
+            Tiering::On => Tiering::FirstOnly,
+            other => other,
+        })
+    }
+
+    fn runtime_tiered(&self, tiering: toolhost::runtime::Tiering) -> anyhow::Result<Arc<Runtime>> {
         if !self.ensembles.is_dir() {
             bail!(
                 "the ensembles directory {} does not exist (set --ensembles or [host] ensembles)",
                 self.ensembles.display()
             );
         }
-        self.bare_runtime()
+        self.bare_runtime_tiered(tiering)
     }
 
-    /// The runtime alone, for commands that need no ensembles (`describe`).
+    /// The runtime alone, for commands that need no ensembles (`describe`, which only needs
+    /// to know what a component is: in tiers, Winch alone compiles what is not cached).
     pub(crate) fn bare_runtime(&self) -> anyhow::Result<Arc<Runtime>> {
+        use toolhost::runtime::Tiering;
+        self.bare_runtime_tiered(match self.tiering {
+            Tiering::On => Tiering::FirstOnly,
+            other => other,
+        })
+    }
+
+    fn bare_runtime_tiered(
+        &self,
+        tiering: toolhost::runtime::Tiering,
+    ) -> anyhow::Result<Arc<Runtime>> {
         let settings = RuntimeSettings {
+            tiering,
             cache_dir: self.cache_dir.clone(),
             max_instances: self.max_instances,
             compile: self.compile.clone(),
@@ -297,12 +333,13 @@ impl Settings {
     }
 
     /// As [`Settings::load`], fetching as far as `fetch` allows; with the resolver, which
-    /// knows what each `oci://` reference came to.
+    /// knows what each `oci://` reference came to. For a command that ends once it has
+    /// answered ([`Settings::one_shot_runtime`]).
     pub(crate) async fn load_with(
         &self,
         fetch: Fetch,
     ) -> anyhow::Result<(Arc<Runtime>, Resolved, Resolver)> {
-        let runtime = self.runtime()?;
+        let runtime = self.one_shot_runtime()?;
         let resolver = self.resolver(runtime.clone(), fetch);
         let resolve = resolver.resolve_dir(&self.ensembles);
         // A compile that takes a while is shown on stderr while it runs.

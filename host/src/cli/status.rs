@@ -12,7 +12,7 @@ use std::sync::Arc;
 use toolhost::audit::AuditHealth;
 use toolhost::invoke::Host;
 use toolhost::reload::{ReloadStatus, Reloader};
-use toolhost::runtime::{CompileProgress, PreparedUsage, Runtime, StockState};
+use toolhost::runtime::{CompileProgress, ComponentState, PreparedUsage, Runtime, StockState};
 
 /// The status file: the host's pid and its last reload status.
 #[derive(Serialize, Deserialize)]
@@ -23,6 +23,10 @@ struct Published {
     /// Compiles in progress when this was written.
     #[serde(default)]
     compiles: Vec<CompileProgress>,
+    /// The components loaded, each with the compiler tier it runs on and its compiles
+    /// (absent from a file an older host wrote).
+    #[serde(default)]
+    components: Vec<ComponentState>,
     /// The audit log's path and state, when one is configured.
     #[serde(default)]
     audit: Option<PublishedAudit>,
@@ -127,6 +131,7 @@ pub(crate) fn publish(
                     .unwrap_or_else(|_| reloader.dir().to_path_buf()),
                 status: reloader.status(),
                 compiles,
+                components: runtime.components(),
                 audit: audit(),
                 prepared: Some(PublishedPrepared::of(&runtime)),
                 shared: engines(&shared),
@@ -142,6 +147,7 @@ pub(crate) fn publish(
                     if audit() != published.audit
                         || PublishedPrepared::of(&runtime).differs(published.prepared.as_ref())
                         || engines(&shared) != published.shared
+                        || runtime.components() != published.components
                     {
                         return;
                     }
@@ -208,6 +214,30 @@ fn print_prepared(prepared: &PublishedPrepared) {
     }
 }
 
+/// A component's line: the tier whose code it runs, and how it got each tier's code.
+fn print_component(component: &ComponentState) {
+    let compiles: Vec<String> = (component.compiles.iter())
+        .map(|c| {
+            let how = if c.cached {
+                "from the cache"
+            } else {
+                "compiled"
+            };
+            format!("{} {how} in {:.2} s", c.tier, c.seconds)
+        })
+        .collect();
+    let why = (component.note.as_deref())
+        .map(|note| format!("; {}", safe(note)))
+        .unwrap_or_default();
+    outln!(
+        "component {} ({}): runs {}'s code ({}){why}",
+        component.path.display(),
+        &component.hash[..12.min(component.hash.len())],
+        component.tier,
+        compiles.join(", then ")
+    );
+}
+
 fn write(path: &Path, published: &Published) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -248,7 +278,7 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let running = Path::new(&format!("/proc/{}", published.pid)).exists();
     let status = &published.status;
     if json {
-        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "audit": published.audit, "prepared": published.prepared, "shared": published.shared });
+        let report = serde_json::json!({ "pid": published.pid, "running": running, "ensembles_dir": published.ensembles_dir, "status": status, "compiles": published.compiles, "components": published.components, "audit": published.audit, "prepared": published.prepared, "shared": published.shared });
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let state = if running {
@@ -287,10 +317,14 @@ pub(crate) fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         }
         for compile in &published.compiles {
             outln!(
-                "compiling: {} ({:.0} s so far)",
+                "compiling: {} with {} ({:.0} s so far)",
                 compile.path.display(),
+                compile.tier,
                 compile.seconds
             );
+        }
+        for component in &published.components {
+            print_component(component);
         }
         for loading in &status.loading {
             let mut waits = Vec::new();

@@ -30,6 +30,7 @@ pub use pool::{PreparedLimits, PreparedUsage};
 
 use crate::instance::{Sandboxed, within_deadline};
 use crate::sandbox::SandboxSpec;
+use crate::tier::Code;
 use crate::{Caller, LoadedComponent, Runtime};
 use pool::{Alike, Held};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -83,6 +84,8 @@ pub struct StockState {
 pub(crate) struct Prepared {
     sandboxed: Sandboxed,
     instance: Instance,
+    /// The component's code it was made from (a call on other code does not take it).
+    code: Arc<Code>,
     /// The granted directories it opened, as [`crate::sandbox::granted_directories`] saw them
     /// right after (empty without grants of files).
     directories: Vec<(u64, u64)>,
@@ -225,6 +228,7 @@ impl Runtime {
     async fn prepare(
         &self,
         shelf: &Shelf,
+        code: &Code,
         slot: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<(Sandboxed, Instance), RunError> {
         let label = shelf.component.path.display().to_string();
@@ -234,24 +238,37 @@ impl Runtime {
             session: "",
             link: &nobody,
         };
-        let mut sandboxed = self.sandboxed_in(Some(slot), caller, shelf.limits, &shelf.sandbox)?;
-        let made = within_deadline(
+        let mut sandboxed = self.sandboxed_in(
+            &code.engine,
+            Some(slot),
+            caller,
             shelf.limits,
-            shelf.component.world.instantiate(&mut sandboxed.store),
-        )
-        .await;
+            &shelf.sandbox,
+        )?;
+        let made =
+            within_deadline(shelf.limits, code.world.instantiate(&mut sandboxed.store)).await;
         let instance = sandboxed.conclude(caller, shelf.limits, made, |_| false)?;
         Ok((sandboxed, instance))
     }
 }
 
 impl Stock {
-    /// A prepared instance for a call, if one is ready.
+    /// A prepared instance for a call on `code`, if one is ready.
     /// One whose granted directories are no longer the ones it opened (one was moved, or a
     /// link has appeared in its path) is dropped instead: its call instantiates now, with
-    /// what the grants name now.
-    pub(crate) fn take(&self) -> Option<Prepared> {
+    /// what the grants name now. So is one made from the component's earlier code (Winch's,
+    /// before Cranelift's replaced it): new calls run the new code.
+    pub(crate) fn take(&self, code: &Arc<Code>) -> Option<Prepared> {
         let prepared = self.0.pop()?;
+        if !Arc::ptr_eq(&prepared.code, code) {
+            (self.0.runtime.prepared.counts.evicted).fetch_add(1, Ordering::Relaxed);
+            // The rest of the stock was made from the same earlier code: made again.
+            drop(std::mem::take(
+                &mut *self.0.ready.lock().unwrap_or_else(PoisonError::into_inner),
+            ));
+            self.fill();
+            return None;
+        }
         if !prepared.directories.is_empty()
             && crate::sandbox::granted_directories(&self.0.sandbox).as_ref()
                 != Some(&prepared.directories)
@@ -463,7 +480,8 @@ impl Shelf {
         // The granted directories before and after the instance opened its own: the same
         // both times, or the instance may hold one that was swapped meanwhile.
         let before = crate::sandbox::granted_directories(&self.sandbox);
-        let (sandboxed, instance) = match runtime.prepare(self, slot).await {
+        let code = self.component.code.load_full();
+        let (sandboxed, instance) = match runtime.prepare(self, &code, slot).await {
             Ok(made) => made,
             Err(error) => {
                 let component = self.component.path.display();
@@ -505,6 +523,7 @@ impl Shelf {
             ready.push(Prepared {
                 sandboxed,
                 instance,
+                code,
                 directories,
                 _held: held,
             });

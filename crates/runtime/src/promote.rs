@@ -1,0 +1,150 @@
+//! Tier two: Cranelift compiles a component that runs on Winch's code in the background (in
+//! the compile worker, in one of the compile slots, bounded as every compile), and the
+//! component swaps to the new code when it is ready ([`crate::tier`] says why and how). A
+//! Cranelift compile that fails (a bound Winch's compile stayed within) leaves the component
+//! on Winch's code, said once in the log and in `status`.
+
+use crate::cache::Cached;
+use crate::loads::Loads;
+use crate::tier::{Code, CompileRecord, Compiler, LoadedMap};
+use crate::{Counters, LoadedComponent, SourceHash, Tier};
+use std::path::Path;
+use std::sync::{Arc, PoisonError, Weak};
+use std::time::Instant;
+use wasmtime::component::Component;
+
+/// What a promotion needs of the runtime, shared with its task.
+pub(crate) struct Promotion {
+    pub(crate) loads: Arc<Loads>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) optimized: Arc<Compiler>,
+    pub(crate) loaded: LoadedMap,
+}
+
+impl Promotion {
+    /// Starts compiling `component` (loaded on Winch's code) with Cranelift in the background,
+    /// unless a promotion of its bytes runs already: that one swaps whichever component of
+    /// these bytes is loaded when it ends.
+    pub(crate) fn start(self, component: &LoadedComponent, bytes: Arc<[u8]>) {
+        let hash = component.hash;
+        {
+            let mut promoting = self.loads.promoting();
+            if !promoting.insert(hash) {
+                return;
+            }
+        }
+        let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+            self.loads.promoting().remove(&hash);
+            return;
+        };
+        let path = component.path.clone();
+        tokio.spawn(async move {
+            let promoted = self.optimize(&path, hash, &bytes).await;
+            // The lookup and the end of the promotion under the lock a load that finds it
+            // running takes: that load's component is in the map by then, and swapped here.
+            let mut promoting = self.loads.promoting();
+            let target = (self.loaded.lock().unwrap_or_else(PoisonError::into_inner))
+                .get(&hash)
+                .and_then(Weak::upgrade);
+            if let Some(target) = target {
+                match promoted {
+                    Ok((code, record)) => target.promote(code, record),
+                    Err(reason) => target.not_promoted(reason),
+                }
+            }
+            promoting.remove(&hash);
+            drop(promoting);
+            self.loads.tell_promoted(hash);
+        });
+    }
+
+    /// Cranelift's code of `bytes`: from the cache, else compiled (in the worker, in one of
+    /// the compile slots) and cached; linked as the component's world. Why not, in words.
+    async fn optimize(
+        &self,
+        path: &Path,
+        hash: SourceHash,
+        bytes: &Arc<[u8]>,
+    ) -> Result<(Code, CompileRecord), String> {
+        let started = Instant::now();
+        let optimized = Arc::clone(&self.optimized);
+        let cached = tokio::task::spawn_blocking(move || optimized.cached(&hash))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (component, cached) = match cached {
+            Cached::Found(component) => (component, true),
+            Cached::Refused(e) => return Err(format!("{e:#}")),
+            Cached::Missing => {
+                let artifact = (self.loads)
+                    .compile(&self.optimized, &self.counters, path, Arc::clone(bytes))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let optimized = Arc::clone(&self.optimized);
+                let component = tokio::task::spawn_blocking(move || {
+                    // SAFETY: as in `Runtime::compiled`: the bytes are what this host's own
+                    // compiler (Cranelift, in its worker or in this process) just made for
+                    // this engine's settings, straight from memory or the worker's pipe.
+                    let component = unsafe { Component::deserialize(&optimized.engine, &artifact) };
+                    if let Some(cache) = &optimized.cache {
+                        cache.put(&hash, &artifact);
+                    }
+                    component
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                (component.map_err(|e| format!("{e:#}"))?, false)
+            }
+        };
+        let world = crate::tier::adapter(&self.optimized, path, &component, bytes)
+            .map_err(|e| e.to_string())?;
+        let code = Code {
+            world,
+            engine: self.optimized.engine.clone(),
+            tier: Tier::Cranelift,
+        };
+        let record = CompileRecord {
+            tier: Tier::Cranelift,
+            seconds: started.elapsed().as_secs_f64(),
+            cached,
+        };
+        Ok((code, record))
+    }
+}
+
+impl LoadedComponent {
+    /// New calls run `code` from now on; calls running keep the instances they have.
+    fn promote(&self, code: Code, record: CompileRecord) {
+        let how = if record.cached {
+            "read from the cache"
+        } else {
+            "compiled"
+        };
+        tracing::info!(
+            component = %self.path.display(),
+            tier = "cranelift",
+            compile_seconds = record.seconds,
+            "{} now runs Cranelift's code ({how} in {:.2} s in the background; calls that \
+             were running finish on Winch's)",
+            self.path.display(),
+            record.seconds
+        );
+        self.compiles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record);
+        self.code.store(Arc::new(code));
+    }
+
+    /// Cranelift's code could not be had: it goes on running Winch's, and says why.
+    fn not_promoted(&self, reason: String) {
+        tracing::warn!(
+            component = %self.path.display(),
+            tier = "winch",
+            "{} goes on running Winch's code: Cranelift could not compile it: {reason}",
+            self.path.display()
+        );
+        *self.note.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
+            "runs Winch's code: Cranelift could not compile it: {reason}"
+        ));
+    }
+}
