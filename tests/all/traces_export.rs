@@ -2,10 +2,11 @@
 //! endpoint exports no metrics, a metrics endpoint no spans); a collector that refuses every
 //! connection costs no call anything, writes next to nothing to the log and is said on
 //! `/readyz` and `/metrics`; the sampler decides once where a request enters; `[telemetry]`
-//! in `toolhost.toml`, checked, with the variables winning over it.
+//! in `toolhost.toml`, checked, with the variables winning over it; each round of a tool that
+//! asks linked to the request that started its call.
 
 use crate::mcp::HttpServer;
-use crate::traces::{Collector, PARENT, TRACE, call, exporting, pairs, traceparent};
+use crate::traces::{Collector, PARENT, TRACE, call, exporting, one, pairs, traceparent};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -368,4 +369,61 @@ async fn an_approval_waited_for_is_a_span_of_the_chats_trace() {
     assert_eq!(approval["parent_span_id"], agent["span_id"], "{approval}");
     assert_eq!(approval["attributes"]["gen_ai.tool.name"], "say");
     assert_eq!(approval["attributes"]["toolhost.approved"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_round_of_a_tool_that_asks_links_to_the_request_that_started_it() {
+    use crate::fleet_rounds::{state, try_ask_with};
+    let fixture = crate::talk::fixture(crate::talk::GRANTS);
+    let collector = Collector::start(fixture.root(), "ok");
+    let server = HttpServer::start(&fixture, &[], &pairs(&exporting(&collector)));
+    let client = reqwest::Client::new();
+    // Each round in a trace of its own (as a client that starts a trace per request sends).
+    let started = "5555000055550000555500005555dddd";
+    let header = traceparent(started, PARENT);
+    let first = try_ask_with(
+        &client,
+        &server.url,
+        "alice",
+        json!({}),
+        &[("traceparent", &header)],
+    )
+    .await
+    .expect("the first round");
+    let waiting = state(&first);
+    let answered = "6666000066660000666600006666eeee";
+    let header = traceparent(answered, PARENT);
+    let more = json!({
+        "requestState": waiting,
+        "inputResponses": {"ask-1": {"action": "accept", "content": {"name": "Trace"}}},
+    });
+    let done = try_ask_with(
+        &client,
+        &server.url,
+        "alice",
+        more,
+        &[("traceparent", &header)],
+    )
+    .await
+    .expect("the second round");
+    assert_eq!(
+        done["result"]["content"][0]["text"], r#"accepted: {"name":"Trace"}"#,
+        "{done}"
+    );
+    let origin = collector.until(started, "tools/call ask_person").await;
+    let origin = one(&origin, "tools/call ask_person");
+    assert_eq!(origin["links"], json!([]), "{origin}");
+    let follow_up = collector.until(answered, "tools/call ask_person").await;
+    let follow_up = one(&follow_up, "tools/call ask_person");
+    assert_eq!(follow_up["parent_span_id"], PARENT);
+    assert_eq!(follow_up["attributes"]["toolhost.round"], 2, "{follow_up}");
+    assert_eq!(
+        follow_up["links"],
+        json!([{
+            "trace_id": started,
+            "span_id": origin["span_id"],
+            "attributes": {"toolhost.link": "started-by"},
+        }]),
+        "{follow_up}"
+    );
 }

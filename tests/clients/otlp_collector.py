@@ -58,6 +58,11 @@ class Receiver(BaseHTTPRequestHandler):
                             "name": span.name,
                             "kind": span.kind,
                             "attributes": {a.key: value_of(a.value) for a in span.attributes},
+                            "links": [{
+                                "trace_id": link.trace_id.hex(),
+                                "span_id": link.span_id.hex(),
+                                "attributes": {a.key: value_of(a.value) for a in link.attributes},
+                            } for link in span.links],
                             "service": resource.get("service.name"),
                         }) + "\n")
         answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()

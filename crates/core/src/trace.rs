@@ -270,6 +270,7 @@ impl Extractor for Carrier<'_> {
     }
 }
 
+pub use opentelemetry::trace::SpanContext;
 pub use toolhost_runtime::trace::injected;
 
 /// Notes on a call's `run` span the sizes `measure` gives (its arguments as JSON, its result
@@ -300,6 +301,37 @@ pub fn current_ids() -> Option<(String, String)> {
             span_context.span_id().to_string(),
         )
     })
+}
+
+/// The current span's context, when it is traced: what the later rounds of a call that asks
+/// link to.
+pub fn current_context() -> Option<opentelemetry::trace::SpanContext> {
+    use opentelemetry::trace::TraceContextExt;
+    if !within() {
+        return None;
+    }
+    let span_context = tracing::Span::current()
+        .context()
+        .span()
+        .span_context()
+        .clone();
+    span_context.is_valid().then_some(span_context)
+}
+
+/// Marks the current span (the server span of a follow-up that answers a tool's question) as
+/// round `round` of the call: `toolhost.round`, and a link to `origin`, the span of the
+/// request that started the call (the call itself runs on in that request's trace, under
+/// that span, whichever trace each follow-up belongs to).
+pub fn follow_up(origin: Option<&opentelemetry::trace::SpanContext>, round: u32) {
+    if !within() {
+        return;
+    }
+    let span = tracing::Span::current();
+    span.set_attribute("toolhost.round", i64::from(round));
+    if let Some(origin) = origin {
+        let kind = opentelemetry::KeyValue::new("toolhost.link", "started-by");
+        span.add_link_with_attributes(origin.clone(), vec![kind]);
+    }
 }
 
 #[cfg(test)]
