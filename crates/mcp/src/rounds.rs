@@ -96,7 +96,7 @@ struct Running {
     asked: u32,
     /// The span of the request that started it, when traced: each follow-up's span links
     /// to it.
-    origin: Option<toolhost_core::trace::SpanContext>,
+    origin: Option<Box<toolhost_core::trace::SpanContext>>,
 }
 
 /// A call dropped (its driver gone, or parked past its time) is cancelled.
@@ -208,7 +208,7 @@ impl Rounds {
             target,
             cancel: cancel.clone(),
             asked: 0,
-            origin: toolhost_core::trace::current_context(),
+            origin: toolhost_core::trace::current_context().map(Box::new),
         };
         let mut call = Box::pin(run(request, cancel, link));
         // Most calls never ask: they run here, as at the other revisions. Only a call that
@@ -334,7 +334,7 @@ impl Rounds {
             answer: to,
             ..
         } = *parked;
-        toolhost_core::trace::follow_up(running.origin.as_ref(), running.asked + 1);
+        toolhost_core::trace::follow_up(running.origin.as_deref(), running.asked + 1);
         *running
             .target
             .lock()
