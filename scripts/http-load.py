@@ -7,7 +7,7 @@ outside the process (issue #44).
                          [--echo PATH] [--perf OUT.data] [--json OUT.json]
                          [--host-line 'keep-resident-mib = 1' ...] [--repeat N]
                          [--stdio-connections 1,16] [--vs OTHER_TOOLHOST]
-                         [--redis-delay-ms MS] [--otel SAMPLER[:ARG]]
+                         [--redis-delay-ms MS] [--otel SAMPLER[:ARG]] [--otel-only-this]
 
 Each cell serves the `echo` test component (tests/plugins/echo, built for wasm32-wasip2 by
 `cargo build --release --target wasm32-wasip2 --manifest-path tests/plugins/Cargo.toml
@@ -199,7 +199,8 @@ class Server:
         self.stderr = open(work / "stderr", "w")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, cwd=work,
-                                        env={**os.environ, **OTEL_ENV, **(env or {})})
+                                        env={**os.environ, **(OTEL_ENV if OTEL_ACTIVE[0] else {}),
+                                             **(env or {})})
         self.pid = self.process.pid
         if record:
             # perf's child is the server.
@@ -528,6 +529,8 @@ def delaying_proxy(target, delay_s):
 
 # With --otel: every server exports its spans to a sink of this script's (issue #57).
 OTEL_ENV = {}
+# Whether the server started now exports (all but `vs` with --otel-only-this).
+OTEL_ACTIVE = [True]
 
 
 def otlp_sink():
@@ -704,6 +707,9 @@ def main():
     parser.add_argument("--json", type=Path)
     parser.add_argument("--redis-delay-ms", type=float, default=0.0,
                         help="reach Redis through a proxy adding this round-trip time")
+    parser.add_argument("--otel-only-this", action="store_true",
+                        help="--otel for this build only: `--vs` the same binary measures "
+                             "what exporting costs in one run")
     parser.add_argument("--otel", default=None, metavar="SAMPLER",
                         help="export every server's spans to a sink (issue #57) with this "
                              "OTEL_TRACES_SAMPLER (always_on, or parentbased_traceidratio:0.01)")
@@ -758,6 +764,7 @@ def main():
                     # Each build in turn, cell by cell: a slower minute weighs on both.
                     for build, binary in builds:
                         args.toolhost = binary
+                        OTEL_ACTIVE[0] = not (args.otel_only_this and build == "vs")
                         if stdio:
                             measured(build, stdio_cell(args, work, c, cell, record))
                         elif cell in FLEET_CELLS:
