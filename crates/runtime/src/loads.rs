@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Remembered failures, at most; past it the oldest half is forgotten (they are tried again).
 const MAX_REMEMBERED_FAILURES: usize = 1024;
@@ -156,8 +156,26 @@ impl Loads {
         path: &Path,
         bytes: Arc<[u8]>,
     ) -> Result<Vec<u8>, CompileError> {
-        // The semaphore is never closed.
-        let _slot = self.compile_slots.acquire().await.ok();
+        let slot = self.compile_slot().await;
+        self.compile_in(slot, compiler, counters, path, bytes).await
+    }
+
+    /// One of the compile slots, once one is free (`None` never happens: the semaphore is
+    /// never closed).
+    pub(crate) async fn compile_slot(&self) -> Option<SemaphorePermit<'_>> {
+        self.compile_slots.acquire().await.ok()
+    }
+
+    /// [`Loads::compile`] in `slot`, a compile slot already taken.
+    pub(crate) async fn compile_in(
+        &self,
+        slot: Option<SemaphorePermit<'_>>,
+        compiler: &Compiler,
+        counters: &Counters,
+        path: &Path,
+        bytes: Arc<[u8]>,
+    ) -> Result<Vec<u8>, CompileError> {
+        let _slot = slot;
         let id = self.next_compile.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let tier = compiler.tier;

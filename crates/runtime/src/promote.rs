@@ -43,14 +43,14 @@ impl Promotion {
             // The lookup and the end of the promotion under the lock a load that finds it
             // running takes: that load's component is in the map by then, and swapped here.
             let mut promoting = self.loads.promoting();
-            let target = (self.loaded.lock().unwrap_or_else(PoisonError::into_inner))
-                .get(&hash)
-                .and_then(Weak::upgrade);
-            if let Some(target) = target {
-                match promoted {
-                    Ok((code, record)) => target.promote(code, record),
-                    Err(reason) => target.not_promoted(reason),
-                }
+            let target = self
+                .loaded(&hash)
+                .filter(|target| target.tier() == Tier::Winch);
+            match (target, promoted) {
+                (Some(target), Ok((code, record))) => target.promote(code, record),
+                (Some(target), Err(Some(reason))) => target.not_promoted(reason),
+                // Nothing of these bytes is loaded any more (a reload replaced it).
+                _ => {}
             }
             promoting.remove(&hash);
             drop(promoting);
@@ -58,25 +58,45 @@ impl Promotion {
         });
     }
 
+    /// The component of `hash` loaded now, if any.
+    fn loaded(&self, hash: &SourceHash) -> Option<Arc<LoadedComponent>> {
+        let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        loaded.get(hash).and_then(Weak::upgrade)
+    }
+
     /// Cranelift's code of `bytes`: from the cache, else compiled (in the worker, in one of
-    /// the compile slots) and cached; linked as the component's world. Why not, in words.
+    /// the compile slots) and cached; linked as the component's world. Why not, in words;
+    /// `None` when nothing of these bytes was loaded any more once a compile slot was free
+    /// (compiled then, its code would be for nobody).
     async fn optimize(
         &self,
         path: &Path,
         hash: SourceHash,
         bytes: &Arc<[u8]>,
-    ) -> Result<(Code, CompileRecord), String> {
-        let started = Instant::now();
+    ) -> Result<(Code, CompileRecord), Option<String>> {
+        let mut started = Instant::now();
         let optimized = Arc::clone(&self.optimized);
         let cached = tokio::task::spawn_blocking(move || optimized.cached(&hash))
             .await
             .map_err(|e| e.to_string())?;
         let (component, cached) = match cached {
             Cached::Found(component) => (component, true),
-            Cached::Refused(e) => return Err(format!("{e:#}")),
+            Cached::Refused(e) => return Err(Some(format!("{e:#}"))),
             Cached::Missing => {
+                let slot = self.loads.compile_slot().await;
+                if self.loaded(&hash).is_none() {
+                    return Err(None);
+                }
+                // The compile's own time, not its wait for a slot.
+                started = Instant::now();
                 let artifact = (self.loads)
-                    .compile(&self.optimized, &self.counters, path, Arc::clone(bytes))
+                    .compile_in(
+                        slot,
+                        &self.optimized,
+                        &self.counters,
+                        path,
+                        Arc::clone(bytes),
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 let optimized = Arc::clone(&self.optimized);
