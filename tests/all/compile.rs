@@ -8,8 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolhost::runtime::{CompileSettings, LoadError, Runtime, RuntimeSettings, Tiering};
 
-/// A runtime that compiles in the `toolhost` binary's worker, with these bounds and a cache.
+/// A runtime that compiles in the `toolhost` binary's worker, with these bounds and a cache:
+/// Cranelift alone, as without tiers (`tiers.rs` has the bounds of both).
 fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Arc<Runtime> {
+    worker_runtime_tiered(cache, Tiering::Off, adjust)
+}
+
+/// [`worker_runtime`] compiling as `tiering` says.
+pub(crate) fn worker_runtime_tiered(
+    cache: &Path,
+    tiering: Tiering,
+    adjust: impl FnOnce(&mut CompileSettings),
+) -> Arc<Runtime> {
     let mut compile = CompileSettings {
         worker: Some(env!("CARGO_BIN_EXE_toolhost").into()),
         ..CompileSettings::default()
@@ -24,8 +34,7 @@ fn worker_runtime(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Ar
             keep_resident: 0,
             prepared: Default::default(),
             share: Default::default(),
-            // The bounds of Cranelift's compile, as without tiers (`tiers.rs` has both).
-            tiering: Tiering::Off,
+            tiering,
         })
         .expect("runtime"),
     )

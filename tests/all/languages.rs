@@ -14,17 +14,22 @@ use toolhost_testkit::languages::{javascript_components, python_components};
 async fn host_over(components: &[(&str, &Path)]) -> (Fixture, Host) {
     let fixture = Fixture::new();
     for (name, wasm) in components {
-        fixture.write(
-            &format!("{name}.toml"),
-            &format!(
-                "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\n\
-                 component = \"{}\"\n\n[defaults]\ntimeout-ms = 20000\n",
-                wasm.display()
-            ),
-        );
+        write_ensemble(&fixture, name, wasm);
     }
     let host = fixture.host().await;
     (fixture, host)
+}
+
+/// The ensemble `name` of the component at `wasm`, every tool offered as `<name>_<tool>`.
+pub(crate) fn write_ensemble(fixture: &Fixture, name: &str, wasm: &Path) {
+    fixture.write(
+        &format!("{name}.toml"),
+        &format!(
+            "schema-version = 1\n\n[ensemble]\nname = \"{name}\"\nprefix = \"{name}\"\n\
+             component = \"{}\"\n\n[defaults]\ntimeout-ms = 20000\n",
+            wasm.display()
+        ),
+    );
 }
 
 /// The four outcomes every kind of tool is checked for.

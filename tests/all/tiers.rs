@@ -14,28 +14,13 @@ use std::time::Duration;
 use toolhost::invoke::Host;
 use toolhost::reload::Reloader;
 use toolhost::runtime::{
-    CompileSettings, ComponentState, LoadError, Runtime, RuntimeSettings, Tier, TierUsage, Tiering,
+    CompileSettings, ComponentState, LoadError, Runtime, Tier, TierUsage, Tiering,
 };
 use toolhost_testkit::languages::{javascript_components, python_components};
 
 /// A runtime in tiers on the cache in `cache`, compiling in the `toolhost` binary's worker.
 fn tiered(cache: &Path, adjust: impl FnOnce(&mut CompileSettings)) -> Arc<Runtime> {
-    let mut compile = CompileSettings {
-        worker: Some(env!("CARGO_BIN_EXE_toolhost").into()),
-        ..CompileSettings::default()
-    };
-    adjust(&mut compile);
-    Arc::new(
-        Runtime::new(&RuntimeSettings {
-            cache_dir: Some(cache.to_path_buf()),
-            max_instances: 16,
-            compile,
-            describe_timeout: Duration::from_secs(30),
-            tiering: Tiering::On,
-            ..RuntimeSettings::default()
-        })
-        .expect("runtime"),
-    )
+    crate::compile::worker_runtime_tiered(cache, Tiering::On, adjust)
 }
 
 fn tier(runtime: &Runtime, tier: Tier) -> TierUsage {
@@ -54,14 +39,7 @@ fn only_component(runtime: &Runtime) -> ComponentState {
 /// The ensemble `lang` with the component at `wasm`, every tool offered as `lang_<tool>`.
 fn language_fixture(lang: &str, wasm: &Path) -> Fixture {
     let fixture = Fixture::new();
-    fixture.write(
-        &format!("{lang}.toml"),
-        &format!(
-            "schema-version = 1\n\n[ensemble]\nname = \"{lang}\"\nprefix = \"{lang}\"\n\
-             component = \"{}\"\n\n[defaults]\ntimeout-ms = 60000\ndedup = \"off\"\n",
-            wasm.display()
-        ),
-    );
+    crate::languages::write_ensemble(&fixture, lang, wasm);
     fixture
 }
 

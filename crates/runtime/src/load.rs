@@ -294,23 +294,7 @@ impl Runtime {
                 (&self.optimized, artifact, started.elapsed())
             }
         };
-        let loading = Arc::clone(compiler);
-        let component = tokio::task::spawn_blocking(move || {
-            // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime made for
-            // this engine's settings. They are what this host's compiler of the engine's tier
-            // just produced (in this process, or in its compile worker: the same binary with
-            // the same code generation settings, fed nothing but the component's bytes),
-            // taken straight from memory or the worker's pipe, never from a file.
-            let component = unsafe { Component::deserialize(&loading.engine, &artifact) };
-            // Kept even when this engine refuses it (see below): a host started with a larger
-            // share loads it from the cache, not by compiling it again.
-            if let Some(cache) = &loading.cache {
-                cache.put(&hash, &artifact);
-            }
-            component
-        })
-        .await
-        .map_err(|e| unavailable(path, e))?;
+        let component = (compiler.fresh(hash, artifact).await).map_err(|e| unavailable(path, e))?;
         // A fresh artifact of our own compiler fails only against the pool's per-component
         // limits, which compiling does not check.
         let component = component.map_err(|e| self.beyond_share(path, &e))?;

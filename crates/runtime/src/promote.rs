@@ -11,7 +11,6 @@ use crate::{Counters, LoadedComponent, SourceHash, Tier};
 use std::path::Path;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::Instant;
-use wasmtime::component::Component;
 
 /// What a promotion needs of the runtime, shared with its task.
 pub(crate) struct Promotion {
@@ -99,19 +98,8 @@ impl Promotion {
                     )
                     .await
                     .map_err(|e| e.to_string())?;
-                let optimized = Arc::clone(&self.optimized);
-                let component = tokio::task::spawn_blocking(move || {
-                    // SAFETY: as in `Runtime::compiled`: the bytes are what this host's own
-                    // compiler (Cranelift, in its worker or in this process) just made for
-                    // this engine's settings, straight from memory or the worker's pipe.
-                    let component = unsafe { Component::deserialize(&optimized.engine, &artifact) };
-                    if let Some(cache) = &optimized.cache {
-                        cache.put(&hash, &artifact);
-                    }
-                    component
-                })
-                .await
-                .map_err(|e| e.to_string())?;
+                let component =
+                    (self.optimized.fresh(hash, artifact).await).map_err(|e| e.to_string())?;
                 (component.map_err(|e| format!("{e:#}"))?, false)
             }
         };

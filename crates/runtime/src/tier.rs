@@ -84,6 +84,32 @@ impl Compiler {
         })
     }
 
+    /// `artifact`, which this compiler just made of the component `hash` (in this process or
+    /// in its worker), put in the cache and loaded into the engine, on the blocking pool. Kept
+    /// even when the engine refuses it (only the pool's per-component limits can, which
+    /// compiling does not check): a host started with a larger share loads it from the cache
+    /// instead of compiling it again.
+    pub(crate) async fn fresh(
+        self: &Arc<Self>,
+        hash: SourceHash,
+        artifact: Vec<u8>,
+    ) -> Result<wasmtime::Result<Component>, tokio::task::JoinError> {
+        let compiler = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            // SAFETY: `deserialize` trusts its bytes to be native code this wasmtime made for
+            // this engine's settings. They are what this host's compiler of the engine's tier
+            // just produced (in this process, or in its compile worker: the same binary with
+            // the same code generation settings, fed nothing but the component's bytes),
+            // taken straight from memory or the worker's pipe, never from a file.
+            let component = unsafe { Component::deserialize(&compiler.engine, &artifact) };
+            if let Some(cache) = &compiler.cache {
+                cache.put(&hash, &artifact);
+            }
+            component
+        })
+        .await
+    }
+
     /// What the cache holds of `hash` for this compiler (`Missing` without a cache).
     pub(crate) fn cached(&self, hash: &SourceHash) -> Cached {
         match &self.cache {
