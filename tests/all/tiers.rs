@@ -116,6 +116,12 @@ async fn first_winch_then_cranelift(lang: &str, wasm: &Path) {
         "{state:?}"
     );
     assert_eq!(state.note, None);
+    // Winch's entry in the cache went once Cranelift's was there.
+    let entries = std::fs::read_dir(&cache).expect("cache").flatten();
+    let compiled: Vec<_> = (entries.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|name| name.ends_with(".cwasm"))
+        .collect();
+    assert_eq!(compiled.len(), 1, "{compiled:?}");
     // Calls ran on both: Winch's before the swap, Cranelift's after (each task made 60).
     let (winch, cranelift) = (tier(&runtime, Tier::Winch), tier(&runtime, Tier::Cranelift));
     assert!(winch.calls > 1, "{winch:?}");
@@ -316,7 +322,8 @@ async fn serve_says_each_components_tier_and_compiles_in_metrics_status_and_its_
         } else {
             fixture.write_host_file("host", "tiered-compile = false");
         }
-        let server = crate::mcp::HttpServer::start(&fixture, &[], &cache_env);
+        // -vv: the swap is said at debug level.
+        let server = crate::mcp::HttpServer::start(&fixture, &["-vv"], &cache_env);
         let mut page = String::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while sample(&page, "toolhost_components{tier=\"cranelift\"}") != Some(1.0) {

@@ -88,6 +88,17 @@ impl ComponentCache {
         self.path(hash).is_file()
     }
 
+    /// Removes the entry of `hash`, if there is one: Winch's code once Cranelift's is cached
+    /// (every host of this build then loads Cranelift's).
+    pub(crate) fn remove(&self, hash: &SourceHash) {
+        let path = self.path(hash);
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), "could not remove a cache entry: {e}");
+        }
+    }
+
     /// The MAC of an entry: it binds the artifact to this engine and this component.
     fn mac(&self, hash: &SourceHash, artifact: &[u8]) -> [u8; MAC_BYTES] {
         let mut hasher = blake3::Hasher::new_keyed(&self.key);

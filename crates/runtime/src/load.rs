@@ -197,11 +197,12 @@ impl Runtime {
         components.insert(hash, Arc::downgrade(&loaded));
         prune_dead(&mut components);
         drop(components);
-        if tier == Tier::Winch && self.tiering == Tiering::On {
+        if let (Tier::Winch, Tiering::On, Some(baseline)) = (tier, self.tiering, &self.baseline) {
             let promotion = Promotion {
                 loads: Arc::clone(&self.loads),
                 counters: Arc::clone(&self.counters),
                 optimized: Arc::clone(&self.optimized),
+                baseline: Arc::clone(baseline),
                 loaded: Arc::clone(&self.loaded),
             };
             promotion.start(&loaded, bytes);

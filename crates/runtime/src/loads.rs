@@ -157,7 +157,8 @@ impl Loads {
         bytes: Arc<[u8]>,
     ) -> Result<Vec<u8>, CompileError> {
         let slot = self.compile_slot().await;
-        self.compile_in(slot, compiler, counters, path, bytes).await
+        self.compile_in(slot, compiler, counters, path, bytes, true)
+            .await
     }
 
     /// One of the compile slots, once one is free (`None` never happens: the semaphore is
@@ -166,7 +167,9 @@ impl Loads {
         self.compile_slots.acquire().await.ok()
     }
 
-    /// [`Loads::compile`] in `slot`, a compile slot already taken.
+    /// [`Loads::compile`] in `slot`, a compile slot already taken. A compile something waits
+    /// for (`waited`: a load) is said in the log at info; one in the background (Cranelift's,
+    /// in tiers) at debug.
     pub(crate) async fn compile_in(
         &self,
         slot: Option<SemaphorePermit<'_>>,
@@ -174,6 +177,7 @@ impl Loads {
         counters: &Counters,
         path: &Path,
         bytes: Arc<[u8]>,
+        waited: bool,
     ) -> Result<Vec<u8>, CompileError> {
         let _slot = slot;
         let id = self.next_compile.fetch_add(1, Ordering::Relaxed);
@@ -185,12 +189,16 @@ impl Loads {
             .unwrap_or_else(PoisonError::into_inner))
         .push((id, path.to_path_buf(), tier, started));
         let _compiling = Compiling { loads: self, id };
-        tracing::info!(
-            component = %path.display(),
-            tier = tier.name(),
+        let line = format!(
             "compiling {} with {tier} (once; later starts use the cache)",
             path.display()
         );
+        match waited {
+            true => tracing::info!(component = %path.display(), tier = tier.name(), "{line}"),
+            false => {
+                tracing::debug!(component = %path.display(), tier = tier.name(), "{line} in the background")
+            }
+        }
         let compiled = compile::compile(&compiler.engine, tier, bytes, &self.compile).await;
         let took = started.elapsed();
         match &compiled {

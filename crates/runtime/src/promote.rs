@@ -17,6 +17,8 @@ pub(crate) struct Promotion {
     pub(crate) loads: Arc<Loads>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) optimized: Arc<Compiler>,
+    /// Winch's compiler: its cache entry of the component goes once Cranelift's is there.
+    pub(crate) baseline: Arc<Compiler>,
     pub(crate) loaded: LoadedMap,
 }
 
@@ -95,11 +97,18 @@ impl Promotion {
                         &self.counters,
                         path,
                         Arc::clone(bytes),
+                        false,
                     )
                     .await
                     .map_err(|e| e.to_string())?;
                 let component =
                     (self.optimized.fresh(hash, artifact).await).map_err(|e| e.to_string())?;
+                // Every host of this build now loads Cranelift's code: Winch's is not needed.
+                if component.is_ok()
+                    && let Some(cache) = &self.baseline.cache
+                {
+                    cache.remove(&hash);
+                }
                 (component.map_err(|e| format!("{e:#}"))?, false)
             }
         };
@@ -127,7 +136,8 @@ impl LoadedComponent {
         } else {
             "compiled"
         };
-        tracing::info!(
+        // Debug: a swap is the tiers' ordinary course (`status` and `/metrics` show it too).
+        tracing::debug!(
             component = %self.path.display(),
             tier = "cranelift",
             compile_seconds = record.seconds,
