@@ -514,9 +514,7 @@ fn the_cache_keeps_what_ensembles_use_and_prune_removes_the_rest() {
 fn serve_prunes_the_cache_to_what_it_serves_and_what_any_host_used_lately() {
     let fixture = Fixture::new();
     fixture.write_echo();
-    // One entry per component: Cranelift's (in tiers, `check` would cache Winch's code and
-    // `serve` replace it with Cranelift's, which `tiers.rs` holds).
-    fixture.write_host_file("host", "tiered-compile = false");
+    fixture.write_host_file("host", "tiered-compile = false"); // one entry per component
     fixture.write("typed.toml", &ensemble("typed", "typed", ""));
     assert!(toolhost(&fixture, &["check"]).status.success());
     std::fs::remove_file(fixture.ensembles().join("typed.toml")).expect("remove");

@@ -1,11 +1,12 @@
 //! Compiling in tiers, as a JIT tiers its code. A component new to the cache is compiled by
 //! Winch, wasmtime's baseline compiler, first (about a third of Cranelift's time; its code is
 //! larger and slower) and answers its calls on that code while Cranelift compiles it in the
-//! background. When Cranelift's code is ready the component swaps to it (`crate::promote`) the way
-//! a reload swaps a component: calls running keep their instance, new calls (and instances
-//! prepared from then on) take the new code, nothing fails or waits. Both artifacts are kept
-//! in the cache, each under its own engine's hash, so a restart serves Cranelift's code at
-//! once, and a restart before the swap serves Winch's and compiles Cranelift's again.
+//! background. When Cranelift's code is ready the component swaps to it (`crate::promote`)
+//! the way a reload swaps a component: calls running keep their instance, new calls (and
+//! instances prepared from then on) take the new code, nothing fails or waits. Each tier's
+//! code is cached under its own engine's hash: a restart before the swap serves Winch's and
+//! compiles Cranelift's again; once Cranelift's is written, Winch's entry is removed, and a
+//! restart serves Cranelift's code at once.
 //!
 //! Each tier has an engine of its own (Winch's code uses a calling convention an engine of
 //! Cranelift does not load), the linker of the host's imports on it and its own entries in the
@@ -34,8 +35,9 @@ pub enum Tiering {
     Off,
     /// Winch first, then Cranelift in the background, and the component swaps to its code.
     On,
-    /// Winch alone where Cranelift's code is not in the cache: for `check` and `describe`,
-    /// which only need to know that a component compiles, links and describes itself.
+    /// Winch alone where Cranelift's code is not in the cache: for the commands that end once
+    /// they answer (`check`, `call`, `describe`...), which only need a component to compile,
+    /// link and describe itself.
     FirstOnly,
 }
 
@@ -234,7 +236,7 @@ const PROVIDED: &str = "WASI 0.2 (wasi:cli, wasi:clocks, wasi:filesystem, wasi:i
 
 /// A linker failure in plain words: which import the host lacks, and what it provides. The
 /// import is the first name wasmtime quotes in its message, which follows.
-pub(crate) fn explain_link(error: &wasmtime::Error) -> String {
+fn explain_link(error: &wasmtime::Error) -> String {
     let raw = format!("{error:#}");
     let Some(import) = raw.split('`').nth(1) else {
         return raw;

@@ -8,9 +8,9 @@ use toolhost::registry::Fetch;
 
 pub(crate) async fn run(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     // A check fetches no component: what is not pulled yet is said, and its ensemble is
-    // refused (its tools could not be checked).
-    // A check needs to know that each component compiles, links and describes itself: in
-    // tiers, what is not cached is compiled by Winch alone (and cached, for `serve`).
+    // refused (its tools could not be checked). It needs to know that each component
+    // compiles, links and describes itself: in tiers, what is not cached is compiled by
+    // Winch alone (and cached, for `serve`).
     let (runtime, resolved, resolver) = settings.load_with(Fetch::ManifestsOnly).await?;
     let pulls = resolver.pulls();
     let diagnostics: Vec<_> = resolved.diagnostics().collect();

@@ -270,11 +270,16 @@ impl Settings {
     /// compile in the background would only compete with the command for the cores, and be
     /// killed at its end.
     pub(crate) fn one_shot_runtime(&self) -> anyhow::Result<Arc<Runtime>> {
+        self.runtime_tiered(self.one_shot_tiering())
+    }
+
+    /// In tiers, the first alone: what a command that ends once it has answered compiles.
+    fn one_shot_tiering(&self) -> toolhost::runtime::Tiering {
         use toolhost::runtime::Tiering;
-        self.runtime_tiered(match self.tiering {
+        match self.tiering {
             Tiering::On => Tiering::FirstOnly,
             other => other,
-        })
+        }
     }
 
     fn runtime_tiered(&self, tiering: toolhost::runtime::Tiering) -> anyhow::Result<Arc<Runtime>> {
@@ -290,11 +295,7 @@ impl Settings {
     /// The runtime alone, for commands that need no ensembles (`describe`, which only needs
     /// to know what a component is: in tiers, Winch alone compiles what is not cached).
     pub(crate) fn bare_runtime(&self) -> anyhow::Result<Arc<Runtime>> {
-        use toolhost::runtime::Tiering;
-        self.bare_runtime_tiered(match self.tiering {
-            Tiering::On => Tiering::FirstOnly,
-            other => other,
-        })
+        self.bare_runtime_tiered(self.one_shot_tiering())
     }
 
     fn bare_runtime_tiered(
