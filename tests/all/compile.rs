@@ -40,7 +40,7 @@ pub(crate) fn worker_runtime_tiered(
     )
 }
 
-fn refusal(result: Result<impl std::fmt::Debug, LoadError>) -> String {
+pub(crate) fn refusal(result: Result<impl std::fmt::Debug, LoadError>) -> String {
     match result {
         Err(error @ LoadError::Refused { .. }) => error.to_string(),
         other => panic!("expected a refusal, got {other:?}"),

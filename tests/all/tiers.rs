@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use toolhost::invoke::Host;
 use toolhost::reload::Reloader;
-use toolhost::runtime::{
-    CompileSettings, ComponentState, LoadError, Runtime, Tier, TierUsage, Tiering,
-};
+use toolhost::runtime::{CompileSettings, ComponentState, Runtime, Tier, TierUsage, Tiering};
 use toolhost_testkit::languages::{javascript_components, python_components};
 
 /// A runtime in tiers on the cache in `cache`, compiling in the `toolhost` binary's worker.
@@ -247,15 +245,11 @@ async fn the_compile_bombs_are_bounded_in_both_tiers() {
     // the bound, as without tiers; nothing is served and Cranelift never starts.
     let runtime = tiered(&temp.path().join("memory"), |c| c.memory_mib = 16);
     let hog = many_functions(40_000);
-    match runtime.load(Path::new("hog.wasm"), hog).await {
-        Err(error @ LoadError::Refused { .. }) => assert!(
-            error
-                .to_string()
-                .contains("compiling needed more than 16 MiB (compile-memory-mib)"),
-            "{error}"
-        ),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+    let refused = crate::compile::refusal(runtime.load(Path::new("hog.wasm"), hog).await);
+    assert!(
+        refused.contains("compiling needed more than 16 MiB (compile-memory-mib)"),
+        "{refused}"
+    );
     assert_eq!(tier(&runtime, Tier::Cranelift).compiles, 0);
 
     // The register hog takes Cranelift far more than a second of CPU and Winch a fraction:

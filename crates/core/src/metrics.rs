@@ -87,6 +87,11 @@ impl Metrics {
             registry.register(Box::new(metric.clone()))?;
             Ok::<_, prometheus::Error>(metric)
         };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
         let gauge = |name: &str, help: &str| {
             let metric = IntGauge::new(name, help)?;
             registry.register(Box::new(metric.clone()))?;
@@ -131,61 +136,42 @@ impl Metrics {
             "MCP requests over HTTP, by how they were answered: direct (a session-less request that needs one answer, in its own request) or service (rmcp's streamable HTTP service).",
             &["path"],
         )?;
-        let mcp_servers_up = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_mcp_server_up",
-                "1 while the imported MCP server of the ensemble has a live session, 0 while it is down.",
-            ),
+        let mcp_servers_up = gauge_vec(
+            "toolhost_mcp_server_up",
+            "1 while the imported MCP server of the ensemble has a live session, 0 while it is down.",
             &["ensemble"],
         )?;
-        registry.register(Box::new(mcp_servers_up.clone()))?;
-        let prepared_outcomes = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_prepared_since_start",
-                "Instances prepared ahead of calls since start, by outcome: made, used by a call, \
-                 evicted for a call that needed the slot, failed.",
-            ),
+        let prepared_outcomes = gauge_vec(
+            "toolhost_prepared_since_start",
+            "Instances prepared ahead of calls since start, by outcome: made, used by a call, \
+             evicted for a call that needed the slot, failed.",
             &["outcome"],
         )?;
-        registry.register(Box::new(prepared_outcomes.clone()))?;
-        let shared_engine_up = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_shared_engine_up",
-                "1 while the engine the fleet shares its state on ([fleet]) answers in time, 0 while it does not.",
-            ),
+        let shared_engine_up = gauge_vec(
+            "toolhost_shared_engine_up",
+            "1 while the engine the fleet shares its state on ([fleet]) answers in time, 0 while it does not.",
             &["engine"],
         )?;
-        registry.register(Box::new(shared_engine_up.clone()))?;
-        let shared_engine_failures = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_shared_engine_failures",
-                "Requests to the fleet's shared engine that failed or timed out since start.",
-            ),
+        let shared_engine_failures = gauge_vec(
+            "toolhost_shared_engine_failures",
+            "Requests to the fleet's shared engine that failed or timed out since start.",
             &["engine"],
         )?;
-        registry.register(Box::new(shared_engine_failures.clone()))?;
-        let trace_spans_dropped = IntGauge::new(
+        let trace_spans_dropped = gauge(
             "toolhost_trace_spans_dropped",
             "Spans the OTLP exporter had no room for since start (its queue full: a collector down or slow); 0 without an exporter.",
         )?;
-        registry.register(Box::new(trace_spans_dropped.clone()))?;
-        let components_by_tier = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_components",
-                "Components loaded now, by the compiler whose code their new calls run: winch \
-                 (the first tier, until Cranelift's code replaces it) or cranelift.",
-            ),
+        let components_by_tier = gauge_vec(
+            "toolhost_components",
+            "Components loaded now, by the compiler whose code their new calls run: winch \
+             (the first tier, until Cranelift's code replaces it) or cranelift.",
             &["tier"],
         )?;
-        registry.register(Box::new(components_by_tier.clone()))?;
-        let compiles_by_tier = IntGaugeVec::new(
-            Opts::new(
-                "toolhost_compiles_since_start",
-                "Components compiled since start, by compiler (read from the cache not counted).",
-            ),
+        let compiles_by_tier = gauge_vec(
+            "toolhost_compiles_since_start",
+            "Components compiled since start, by compiler (read from the cache not counted).",
             &["tier"],
         )?;
-        registry.register(Box::new(compiles_by_tier.clone()))?;
         let compile_seconds_by_tier = prometheus::GaugeVec::new(
             Opts::new(
                 "toolhost_compile_seconds_since_start",
