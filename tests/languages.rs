@@ -3,8 +3,10 @@
 //! under `target/tmp/language-builds` by the hash of its inputs, its sources and the pinned
 //! toolchains (a build takes tens of seconds).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The folder `scripts/test-tools.sh` installs into (`TOOLHOST_TEST_TOOLS`, else
 /// `target/test-tools`), if it has been installed.
@@ -54,10 +56,14 @@ fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) 
     let dir = Path::new(REPO_ROOT).join("target/tmp/language-builds");
     std::fs::create_dir_all(&dir).expect("builds dir");
     let wasm = dir.join(format!("{name}-{}.wasm", &hasher.finalize().to_hex()[..16]));
+    // Tests are threads of one process: two asking for the same component at once wait for
+    // one build (they once shared a `.partial` name, and the second's rename found nothing).
+    let lock = build_lock(&wasm);
+    let _held = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if wasm.is_file() {
         return wasm;
     }
-    // A name of its own per build, so that builds running at once do not mix.
+    // A name of its own per process, so that test binaries building at once do not mix.
     let partial = wasm.with_extension(format!("{}.partial", std::process::id()));
     let output = build(&partial).output().expect("the toolchain runs");
     assert!(
@@ -68,6 +74,16 @@ fn built(name: &str, sources: &[PathBuf], build: impl FnOnce(&Path) -> Command) 
     );
     std::fs::rename(&partial, &wasm).expect("rename");
     wasm
+}
+
+/// The lock one component's build is made under, within this process.
+fn build_lock(wasm: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let mut locks = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    locks.entry(wasm.to_path_buf()).or_default().clone()
 }
 
 /// `componentize-py -d WIT -w WORLD componentize app -o OUT`, run in the folder of `app.py`.
