@@ -539,6 +539,9 @@ def otlp_sink():
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Sink(BaseHTTPRequestHandler):
+        # Keep-alive, as a collector does: the exporter sends its batches on one connection.
+        protocol_version = "HTTP/1.1"
+
         def log_message(self, *args):
             pass
 

@@ -324,7 +324,12 @@ async fn a_call_through_an_imported_server_is_one_trace_across_both_hosts() {
         if answer["result"]["isError"] == json!(false) {
             break;
         }
-        assert!(Instant::now() < deadline, "{answer}");
+        assert!(
+            Instant::now() < deadline,
+            "{answer}\n{}\n{}",
+            inner_server.stderr(),
+            outer_server.stderr()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // outer's server span -> its run -> its client span -> inner's server span, one trace.

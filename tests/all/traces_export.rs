@@ -131,6 +131,13 @@ async fn a_collector_that_refuses_connections_costs_no_call_anything_and_says_li
 async fn the_sampler_decides_once_where_a_request_enters_and_a_dropped_trace_has_no_span() {
     let fixture = crate::support::Fixture::new();
     fixture.write_echo();
+    // Ann's calls are counted by a quota; Bob's are not.
+    fixture.write_host_file(
+        "access",
+        "[[access.tokens]]\nname = \"ann\"\nenv = \"ANN\"\n\n\
+         [[access.tokens]]\nname = \"bob\"\nenv = \"BOB\"\n\n\
+         [[access.quotas]]\nidentities = [\"ann\"]\ncalls-per-minute = 1000\n",
+    );
     let collector = Collector::start(fixture.root(), "ok");
     // No new trace is kept; a caller's choice is followed.
     let mut env = exporting(&collector);
@@ -139,22 +146,36 @@ async fn the_sampler_decides_once_where_a_request_enters_and_a_dropped_trace_has
         "parentbased_traceidratio".into(),
     ));
     env.push(("OTEL_TRACES_SAMPLER_ARG".into(), "0".into()));
+    env.push(("ANN".into(), "ann-token".into()));
+    env.push(("BOB".into(), "bob-token".into()));
     let server = HttpServer::start(&fixture, &[], &pairs(&env));
+    let bob = [("authorization", "Bearer bob-token")];
     let dropped = "77770000777700007777000077770000";
     let unsampled = format!("00-{dropped}-{PARENT}-00");
-    call(&server.url, "echo", json!({"traceparent": unsampled}), &[]).await;
+    call(&server.url, "echo", json!({"traceparent": unsampled}), &bob).await;
     for n in 0..5 {
-        call(&server.url, "echo", json!({"n": n}), &[]).await;
+        call(&server.url, "echo", json!({"n": n}), &bob).await;
     }
+    let ann = [("authorization", "Bearer ann-token")];
     let meta = json!({"traceparent": traceparent(TRACE, PARENT)});
-    call(&server.url, "echo", meta, &[]).await;
+    call(&server.url, "echo", meta, &ann).await;
     let kept = collector.until(TRACE, "tools/call echo").await;
     for step in ["validate", "dedup", "quota", "run echo"] {
         assert!(kept.iter().any(|s| s["name"] == step), "{step}: {kept:#?}");
     }
+    // No quota counts Bob's calls: no `quota` span says one was asked.
+    let local = "99990000999900009999000099990000";
+    let meta = json!({"traceparent": traceparent(local, PARENT)});
+    call(&server.url, "echo", meta, &bob).await;
+    let kept = collector.until(local, "tools/call echo").await;
+    let names: Vec<&Value> = kept.iter().map(|s| &s["name"]).collect();
+    for step in ["validate", "dedup", "run echo"] {
+        assert!(names.contains(&&json!(step)), "{step}: {kept:#?}");
+    }
+    assert!(!names.contains(&&json!("quota")), "{kept:#?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let others: Vec<Value> = (collector.spans().into_iter())
-        .filter(|s| s["trace_id"] != TRACE)
+        .filter(|s| s["trace_id"] != TRACE && s["trace_id"] != local)
         .collect();
     assert_eq!(
         others,

@@ -500,6 +500,10 @@ impl Permits for Grant {
             Ok(Some(self.quotas.admit(self.key, quota, false).await?))
         })
     }
+
+    fn has_quota(&self) -> bool {
+        self.state.load().policy.quota_for(&self.identity).is_some()
+    }
 }
 
 #[cfg(test)]

@@ -33,13 +33,13 @@ pub enum Approval {
 /// `request`'s approval, waited for in its span when the run is traced (`approval`: the
 /// tool, and `toolhost.approved` once answered): how long a person took is part of the trace.
 pub(crate) async fn awaited(approver: &dyn Approver, request: &ApprovalRequest) -> Approval {
-    let span = toolhost_core::step_span!(
-        "approval",
-        gen_ai.tool.name = request.tool.as_str(),
-        toolhost.approved = tracing::field::Empty,
-    );
-    let approval = tracing::Instrument::instrument(approver.approve(request), span.clone()).await;
-    span.record("toolhost.approved", approval == Approval::Approved);
+    use toolhost_core::trace::{KeyValue, SpanBuilder};
+    let span = toolhost_core::trace::step(|| {
+        SpanBuilder::from_name("approval")
+            .with_attributes([KeyValue::new("gen_ai.tool.name", request.tool.clone())])
+    });
+    let approval = span.carry(approver.approve(request)).await;
+    span.set("toolhost.approved", approval == Approval::Approved);
     approval
 }
 

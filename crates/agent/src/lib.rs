@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use toolhost_core::invoke::{
     Arguments, Attached, CallError, CallOutcome, ErrorKind, Host, PreparedCall, Session,
 };
+use toolhost_core::trace::{KeyValue, SpanBuilder, SpanKind};
 
 /// How a run behaves.
 #[derive(Debug, Clone)]
@@ -174,19 +175,12 @@ impl Agent {
         // One trace per run: its model calls and its tools' calls under one span.
         let carrier = toolhost_core::trace::Carrier::NONE;
         let traced = toolhost_core::trace::entry(&carrier, || {
-            tracing::info_span!(
-                target: toolhost_core::trace::TARGET,
-                "invoke_agent",
-                otel.name = "invoke_agent toolhost",
-                gen_ai.operation.name = "invoke_agent",
-                gen_ai.provider.name = self.provider.name(),
-            )
+            SpanBuilder::from_name("invoke_agent toolhost").with_attributes([
+                KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                KeyValue::new("gen_ai.provider.name", self.provider.name()),
+            ])
         });
-        tracing::Instrument::instrument(
-            self.run_traced(conversation, session, events, cancel),
-            traced,
-        )
-        .await
+        (traced.carry(self.run_traced(conversation, session, events, cancel))).await
     }
 
     /// [`Agent::run_until`], in its span.
@@ -347,32 +341,27 @@ impl Agent {
         loop {
             // A GenAI client span per model call (never the prompt or the completion).
             let model = self.provider.model();
-            let traced = toolhost_core::step_span!(
-                "gen_ai.client",
-                otel.name = %format!("chat {model}").trim_end(),
-                otel.kind = "client",
-                gen_ai.operation.name = "chat",
-                gen_ai.provider.name = self.provider.name(),
-                gen_ai.request.model = model,
-                gen_ai.usage.input_tokens = tracing::field::Empty,
-                gen_ai.usage.output_tokens = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-            );
-            let answer = tracing::Instrument::instrument(
-                self.provider.complete(request, &on_text),
-                traced.clone(),
-            )
-            .await;
+            let traced = toolhost_core::trace::step(|| {
+                SpanBuilder::from_name(format!("chat {model}").trim_end().to_string())
+                    .with_kind(SpanKind::Client)
+                    .with_attributes([
+                        KeyValue::new("gen_ai.operation.name", "chat"),
+                        KeyValue::new("gen_ai.provider.name", self.provider.name()),
+                        KeyValue::new("gen_ai.request.model", model.to_string()),
+                    ])
+            });
+            let answer = traced
+                .carry(self.provider.complete(request, &on_text))
+                .await;
             match &answer {
                 Ok(turn) => {
                     if let Some(usage) = turn.usage {
-                        traced.record("gen_ai.usage.input_tokens", usage.input_tokens);
-                        traced.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                        let tokens = |n| i64::try_from(n).unwrap_or(i64::MAX);
+                        traced.set("gen_ai.usage.input_tokens", tokens(usage.input_tokens));
+                        traced.set("gen_ai.usage.output_tokens", tokens(usage.output_tokens));
                     }
                 }
-                Err(e) => {
-                    traced.record("error.type", e.kind().as_str());
-                }
+                Err(e) => traced.failed(e.kind().as_str().to_string()),
             }
             match answer {
                 Err(e @ ProviderError::CutShort { .. }) if attempt < attempts => {
@@ -493,7 +482,7 @@ impl Agent {
                         let outcome = host.run(&session, prepared, attached).await;
                         (index, outcome)
                     };
-                    running.spawn(tracing::Instrument::in_current_span(call));
+                    running.spawn(toolhost_core::trace::carried(call));
                 }
             }
         }

@@ -1,11 +1,15 @@
 //! trace: the spans a request makes (issue #57) and the W3C trace context it carries in.
 //!
-//! Spans are `tracing` spans of the target [`TARGET`]; the host's telemetry turns them into
-//! OpenTelemetry spans and exports them when an OTLP endpoint is set (`host::cli::telemetry`).
-//! Without one no layer takes [`TARGET`], so each span is a disabled callsite: creating one
-//! costs a filter check, no allocation, and the global propagator is OpenTelemetry's no-op.
-//! With one, the sampler is asked once, where a request enters ([`entry`]); a trace it drops
-//! makes no span at all, and a step's span ([`step_span!`]) is made only inside a kept one.
+//! Spans are OpenTelemetry's own, made with the SDK's tracer ([`set_tracer`], by the host's
+//! telemetry when an OTLP endpoint is set) and held in a [`Traced`]: the OpenTelemetry
+//! context that holds the span, attached to the thread while the request's future is polled
+//! ([`Traced::carry`]), so that a step inside it ([`step`]) finds its parent, and a log
+//! line or an audit record its ids ([`current_ids`]). Not through `tracing` and
+//! `tracing-opentelemetry`: a call's spans cost a sixth as much this way (`cargo bench -p
+//! toolhost --bench spans`, docs/decisions.md). Without a tracer nothing is made: each
+//! [`entry`] and [`step`] is one atomic load, and no builder is even made. With one, the
+//! sampler is asked once, where a request enters ([`entry`]); a trace it drops makes no span
+//! at all, and a step's span is made only inside a kept one.
 //!
 //! A request's context comes from MCP's `_meta` (`traceparent`, `tracestate`, `baggage`,
 //! SEP-414), else from the HTTP request's headers of the same names. Each value is taken
@@ -16,12 +20,15 @@
 //! No span records a tool's arguments or results, a token or an identity's claims: a call's
 //! span holds the tool's name, the identity's kind and name, and sizes where they matter.
 
+use futures_util::future::Either;
+use opentelemetry::Context;
+use opentelemetry::context::FutureExt as _;
 use opentelemetry::propagation::Extractor;
+use opentelemetry::trace::{Status, TraceContextExt};
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The target of every span made for tracing (the log's filters never take it).
-pub const TARGET: &str = "trace";
+pub use opentelemetry::KeyValue;
+pub use opentelemetry::trace::{SpanBuilder, SpanKind};
 
 /// The longest `traceparent` read: W3C's version 00 is 55 bytes; a later version may be
 /// longer, so some room is left.
@@ -31,14 +38,32 @@ pub const MAX_TRACESTATE: usize = 512;
 /// The longest `baggage` read (W3C: 8,192 bytes, 180 members).
 pub const MAX_BAGGAGE: usize = 8192;
 
-/// Whether spans are exported: set once by the host's telemetry. Until then no span of
-/// [`TARGET`] is made (see [`entry`] and [`within`]).
+/// Whether spans are exported: set once, with the tracer ([`set_tracer`]). Until then no
+/// span is made (see [`entry`] and [`within`]).
 pub static TRACES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+static TRACER: std::sync::OnceLock<opentelemetry_sdk::trace::SdkTracer> =
+    std::sync::OnceLock::new();
+
+/// Sets the tracer spans are made with (once; a second call is ignored) and turns spans on.
+pub fn set_tracer(tracer: opentelemetry_sdk::trace::SdkTracer) {
+    if TRACER.set(tracer).is_ok() {
+        TRACES_ON.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The tracer, when spans are exported.
+fn tracer() -> Option<&'static opentelemetry_sdk::trace::SdkTracer> {
+    match TRACES_ON.load(Ordering::Relaxed) {
+        true => TRACER.get(),
+        false => None,
+    }
+}
 
 /// Whether the trace a request continues (its parent's context, empty for none) is kept:
 /// the configured sampler, asked once at the request's entry. Set once by the host's
 /// telemetry; its spans are then all kept (the exporter's own sampler keeps everything made).
-pub type Decide = Box<dyn Fn(&opentelemetry::Context) -> bool + Send + Sync>;
+pub type Decide = Box<dyn Fn(&Context) -> bool + Send + Sync>;
 
 static DECIDE: std::sync::OnceLock<Decide> = std::sync::OnceLock::new();
 
@@ -47,56 +72,130 @@ pub fn set_sampler(decide: Decide) {
     let _ = DECIDE.set(decide);
 }
 
-/// Whether a span made now would be part of a kept trace: spans are exported and the current
-/// span is one of [`TARGET`] (only kept traces have any). A step of a request (`validate`,
+/// Whether a span made now would be part of a kept trace: spans are exported and a span of
+/// this host's is current (only kept traces have any). A step of a request (`validate`,
 /// `run`, a model's request...) is made only then; elsewhere it would cost a span for
 /// nothing.
 pub fn within() -> bool {
-    TRACES_ON.load(Ordering::Relaxed)
-        && (tracing::Span::current().metadata()).is_some_and(|m| m.target() == TARGET)
+    TRACES_ON.load(Ordering::Relaxed) && Context::map_current(|cx| cx.has_active_span())
 }
 
-/// The span `make` makes, where a request or a run enters this host (an MCP request's server
-/// span, a chat request's, a run of the agent): a child of the current span when that is
-/// traced; else, the root of this host's part of the trace `carrier` names (or of a new one),
-/// made only if the sampler keeps that trace. [`tracing::Span::none`] otherwise, and then
-/// nothing under it is made either: a trace the sampler drops costs a request one check of its
-/// context.
-pub fn entry(carrier: &Carrier<'_>, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
-    if !TRACES_ON.load(Ordering::Relaxed) {
-        return tracing::Span::none();
+/// A span this host made, or none: the OpenTelemetry context that holds it (with its
+/// parent's baggage). The span ends when the last clone is dropped.
+#[derive(Clone, Default)]
+pub struct Traced(Option<Context>);
+
+impl Traced {
+    /// Not traced.
+    pub fn none() -> Traced {
+        Traced(None)
     }
+
+    /// The current span, when it is one of this host's ([`within`]).
+    pub fn current() -> Traced {
+        Traced(within().then(Context::current))
+    }
+
+    /// Whether there is a span (spans are exported and its trace is kept).
+    pub fn is_traced(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The context that holds the span.
+    pub fn context(&self) -> Option<&Context> {
+        self.0.as_ref()
+    }
+
+    /// Sets an attribute of the span (nothing when there is none).
+    pub fn set(&self, key: &'static str, value: impl Into<opentelemetry::Value>) {
+        if let Some(cx) = &self.0 {
+            cx.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// Marks the span as failed: `error.type` (a kind, never a message that may hold data)
+    /// and the status `Error`.
+    pub fn failed(&self, error_type: impl Into<opentelemetry::StringValue>) {
+        if let Some(cx) = &self.0 {
+            let span = cx.span();
+            span.set_attribute(KeyValue::new("error.type", error_type.into()));
+            span.set_status(Status::error(""));
+        }
+    }
+
+    /// `f`, with the span current.
+    pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _attached = self.0.clone().map(Context::attach);
+        f()
+    }
+
+    /// The span current until the guard is dropped (the guard holds it open). Not `Send`:
+    /// for a synchronous scope.
+    pub fn entered(self) -> Option<opentelemetry::ContextGuard> {
+        self.0.map(Context::attach)
+    }
+
+    /// `work` with the span current while it is polled (a step made inside it is its child).
+    pub fn carry<F: std::future::Future>(&self, work: F) -> Carried<F> {
+        // No async block around `work`: it would be moved once more (a debug build's stack
+        // overflowed on a large request's future).
+        match &self.0 {
+            Some(cx) => Either::Left(work.with_context(cx.clone())),
+            None => Either::Right(work),
+        }
+    }
+}
+
+/// `work` with the current span (if any) current while it is polled, wherever it runs: for
+/// a task spawned to go on with a request's work.
+pub fn carried<F: std::future::Future>(work: F) -> Carried<F> {
+    Traced::current().carry(work)
+}
+
+/// A future [`Traced::carry`] made: `work`, with its span current while it is polled, or as
+/// it is when there is none.
+pub type Carried<F> = Either<opentelemetry::context::WithContext<F>, F>;
+
+/// `span` started under `parent`, in a context of its own.
+fn started(
+    tracer: &opentelemetry_sdk::trace::SdkTracer,
+    span: SpanBuilder,
+    parent: &Context,
+) -> Traced {
+    let span = span.start_with_context(tracer, parent);
+    Traced(Some(parent.with_span(span)))
+}
+
+/// The span `span` builds, where a request or a run enters this host (an MCP request's
+/// server span, a chat request's, a run of the agent): a child of the current span when that
+/// is traced; else, the root of this host's part of the trace `carrier` names (or of a new
+/// one), made only if the sampler keeps that trace. None otherwise, and then nothing under
+/// it is made either: a trace the sampler drops costs a request one check of its context.
+pub fn entry(carrier: &Carrier<'_>, span: impl FnOnce() -> SpanBuilder) -> Traced {
+    let Some(tracer) = tracer() else {
+        return Traced::none();
+    };
     if within() {
-        return make();
+        return Context::map_current(|cx| started(tracer, span(), cx));
     }
     // The caller's context, read only if it sent one.
     let parent = match carrier.get("traceparent") {
         Some(_) => opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier)),
-        None => opentelemetry::Context::new(),
+        None => Context::new(),
     };
     if !DECIDE.get().is_none_or(|decide| decide(&parent)) {
-        return tracing::Span::none();
+        return Traced::none();
     }
-    let span = make();
-    let _ = span.set_parent(parent);
-    span
+    started(tracer, span(), &parent)
 }
 
-/// A step's span: `tracing::info_span!(target: TARGET, ...)` when the current span is traced
-/// ([`within`]), or when `when = <bool>;` (asked before entering a span of the log's own)
-/// says so; [`tracing::Span::none`] otherwise, its fields not even evaluated.
-#[macro_export]
-macro_rules! step_span {
-    (when = $traced:expr; $($fields:tt)*) => {
-        if $traced {
-            tracing::info_span!(target: $crate::trace::TARGET, $($fields)*)
-        } else {
-            tracing::Span::none()
-        }
-    };
-    ($($fields:tt)*) => {
-        $crate::step_span!(when = $crate::trace::within(); $($fields)*)
-    };
+/// A step's span (`validate`, `run`, a model's request...): a child of the current span when
+/// that is traced ([`within`]); none otherwise, and `span` is not even called.
+pub fn step(span: impl FnOnce() -> SpanBuilder) -> Traced {
+    match tracer() {
+        Some(tracer) if within() => Context::map_current(|cx| started(tracer, span(), cx)),
+        _ => Traced::none(),
+    }
 }
 
 /// Whether OTLP metrics are exported: set once by the host's telemetry. Until then no
@@ -276,62 +375,53 @@ pub use toolhost_runtime::trace::injected;
 /// Notes on a call's `run` span the sizes `measure` gives (its arguments as JSON, its result
 /// or error as text, in bytes) when `[telemetry] record-sizes` asks for them and the span is
 /// exported; never their contents, and nothing measured otherwise.
-pub fn sizes(span: &tracing::Span, measure: impl FnOnce() -> (usize, usize)) {
-    if span.is_disabled() || !RECORD_SIZES.load(Ordering::Relaxed) {
+pub fn sizes(span: &Traced, measure: impl FnOnce() -> (usize, usize)) {
+    if !span.is_traced() || !RECORD_SIZES.load(Ordering::Relaxed) {
         return;
     }
     let (arguments, result) = measure();
-    span.record("toolhost.arguments.size", arguments as i64);
-    span.record("toolhost.result.size", result as i64);
+    span.set("toolhost.arguments.size", arguments as i64);
+    span.set("toolhost.result.size", result as i64);
 }
 
 /// The trace and span ids of the current span, as W3C writes them (32 and 16 hex digits),
 /// when it is traced: for audit records and log lines.
 pub fn current_ids() -> Option<(String, String)> {
-    use opentelemetry::trace::TraceContextExt;
-    if !within() {
-        return None;
-    }
-    let span = tracing::Span::current();
-    let context = span.context();
-    let span_context = context.span().span_context().clone();
-    span_context.is_valid().then(|| {
-        (
-            span_context.trace_id().to_string(),
-            span_context.span_id().to_string(),
-        )
-    })
+    let context = current_context()?;
+    Some((
+        context.trace_id().to_string(),
+        context.span_id().to_string(),
+    ))
 }
 
 /// The current span's context, when it is traced: what the later rounds of a call that asks
 /// link to.
-pub fn current_context() -> Option<opentelemetry::trace::SpanContext> {
-    use opentelemetry::trace::TraceContextExt;
+pub fn current_context() -> Option<SpanContext> {
     if !within() {
         return None;
     }
-    let span_context = tracing::Span::current()
-        .context()
-        .span()
-        .span_context()
-        .clone();
-    span_context.is_valid().then_some(span_context)
+    Context::map_current(|cx| {
+        let span_context = cx.span().span_context().clone();
+        span_context.is_valid().then_some(span_context)
+    })
 }
 
 /// Marks the current span (the server span of a follow-up that answers a tool's question) as
 /// round `round` of the call: `toolhost.round`, and a link to `origin`, the span of the
 /// request that started the call (the call itself runs on in that request's trace, under
 /// that span, whichever trace each follow-up belongs to).
-pub fn follow_up(origin: Option<&opentelemetry::trace::SpanContext>, round: u32) {
+pub fn follow_up(origin: Option<&SpanContext>, round: u32) {
     if !within() {
         return;
     }
-    let span = tracing::Span::current();
-    span.set_attribute("toolhost.round", i64::from(round));
-    if let Some(origin) = origin {
-        let kind = opentelemetry::KeyValue::new("toolhost.link", "started-by");
-        span.add_link_with_attributes(origin.clone(), vec![kind]);
-    }
+    Context::map_current(|cx| {
+        let span = cx.span();
+        span.set_attribute(KeyValue::new("toolhost.round", i64::from(round)));
+        if let Some(origin) = origin {
+            let kind = KeyValue::new("toolhost.link", "started-by");
+            span.add_link(origin.clone(), vec![kind]);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -386,12 +476,9 @@ mod tests {
             meta: None,
             headers: None,
         };
-        let span = entry(
-            &carrier,
-            || tracing::info_span!(target: TARGET, "tools/call"),
-        );
-        assert!(span.is_disabled());
+        let span = entry(&carrier, || unreachable!("no builder is made"));
+        assert!(!span.is_traced());
         assert_eq!(span.in_scope(current_ids), None);
-        assert!(step_span!("validate").is_disabled());
+        assert!(!step(|| unreachable!("no builder is made")).is_traced());
     }
 }

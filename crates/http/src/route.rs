@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use toolhost_state::routes::{Route, Routes};
-use tracing::Instrument;
 
 /// The header a forwarded request carries: the name of the replica that forwarded it.
 pub(crate) const FORWARDED_BY: &str = toolhost_core::trace::FORWARDED_BY;
@@ -191,8 +190,8 @@ impl Forward {
             .request(parts.method, format!("{address}{path}"))
             .headers(headers)
             .body(body)
-            .send()
-            .instrument(traced);
+            .send();
+        let sent = traced.carry(sent);
         // The answer's head within its time; its body (an event stream, say) as long as the
         // holder sends it.
         let sent = tokio::time::timeout(ANSWER_TIMEOUT, sent).await;
@@ -242,10 +241,11 @@ fn hop(
     body: &[u8],
     replica: &str,
     headers: &mut HeaderMap,
-) -> tracing::Span {
-    use toolhost_core::trace::{Carrier, TARGET, TRACES_ON, entry, injected};
+) -> toolhost_core::trace::Traced {
+    use toolhost_core::trace::{Carrier, KeyValue, SpanBuilder, SpanKind, TRACES_ON, entry};
+    use toolhost_core::trace::{Traced, injected};
     if !TRACES_ON.load(std::sync::atomic::Ordering::Relaxed) {
-        return tracing::Span::none();
+        return Traced::none();
     }
     let message: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let meta = (message.as_ref())
@@ -256,15 +256,14 @@ fn hop(
         headers: Some(&parts.headers),
     };
     let span = entry(&carrier, || {
-        tracing::info_span!(
-            target: TARGET,
-            "forward",
-            otel.kind = "client",
-            toolhost.replica = replica,
-            http.request.method = %parts.method,
-        )
+        SpanBuilder::from_name("forward")
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("toolhost.replica", replica.to_string()),
+                KeyValue::new("http.request.method", parts.method.to_string()),
+            ])
     });
-    if span.is_disabled() {
+    if !span.is_traced() {
         return span;
     }
     for (key, value) in span.in_scope(injected).unwrap_or_default() {

@@ -355,14 +355,16 @@ impl McpImport {
         }
         // The call's trace goes on in the imported server: a client span, its context in the
         // request's `_meta` (SEP-414).
-        let traced = toolhost_core::step_span!(
-            "mcp.client",
-            otel.name = %format!("tools/call {tool}"),
-            otel.kind = "client",
-            mcp.method.name = "tools/call",
-            gen_ai.tool.name = tool,
-            gen_ai.operation.name = "execute_tool",
-        );
+        let traced = toolhost_core::trace::step(|| {
+            use toolhost_core::trace::{KeyValue, SpanBuilder, SpanKind};
+            SpanBuilder::from_name(format!("tools/call {tool}"))
+                .with_kind(SpanKind::Client)
+                .with_attributes([
+                    KeyValue::new("mcp.method.name", "tools/call"),
+                    KeyValue::new("gen_ai.tool.name", tool.to_string()),
+                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                ])
+        });
         params.meta = (traced.in_scope(toolhost_core::trace::injected)).map(Into::into);
         let left = timeout.saturating_sub(started.elapsed());
         // Sent with its handle, to learn the progress token rmcp gives the request; dropping
@@ -394,7 +396,7 @@ impl McpImport {
         };
         let sent = Instant::now();
         let answer: Result<CallToolResponse, rmcp::ServiceError> =
-            tokio::time::timeout(left, tracing::Instrument::instrument(asked, traced))
+            tokio::time::timeout(left, traced.carry(asked))
                 .await
                 .map_err(|_| RunError::Timeout { limit: timeout })?;
         let failed = match &answer {

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 use toolhost_contract::CallerLink;
 use toolhost_core::content;
 use toolhost_core::invoke::{Admitted, Call, Host, Session};
-use tracing::Instrument;
 
 /// Runs the `tools/call` of `context` on `server`, in its server span (`tools/call <tool>`,
 /// the MCP semantic conventions' attributes; its parent the trace context the request
@@ -38,9 +37,7 @@ pub(crate) async fn call_tool(
             (server.host.catalog().snapshot().get(&request.name)).map(|t| t.name().to_string())
         })
         .flatten();
-    let answer = serve(server, request, context)
-        .instrument(span.clone())
-        .await;
+    let answer = span.carry(serve(server, request, context)).await;
     crate::traced::ended(&span, &answer, started, known.as_deref());
     answer
 }
@@ -94,17 +91,14 @@ async fn serve(
     }
     // For a client that takes tasks: the call runs on its own, and past TASK_AFTER it
     // becomes a task (unless MAX_TASKS are kept: then the request waits for it).
-    let mut running = tokio::spawn(
-        call(
-            server.host.clone(),
-            session,
-            request,
-            cancel.clone(),
-            link,
-            admitted,
-        )
-        .in_current_span(),
-    );
+    let mut running = tokio::spawn(toolhost_core::trace::carried(call(
+        server.host.clone(),
+        session,
+        request,
+        cancel.clone(),
+        link,
+        admitted,
+    )));
     if let Ok(result) = tokio::time::timeout(tasks::TASK_AFTER, &mut running).await {
         return joined(result).map(Into::into);
     }

@@ -223,7 +223,7 @@ impl Rounds {
             // Nobody drives a call whose follow-up never came: its result goes nowhere.
             let _ = events.send(Event::Done(result)).await;
         };
-        tokio::spawn(tracing::Instrument::in_current_span(moved));
+        tokio::spawn(toolhost_core::trace::carried(moved));
         self.drive(running, first).await
     }
 

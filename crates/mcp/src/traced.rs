@@ -10,8 +10,7 @@ use rmcp::RoleServer;
 use rmcp::model::CallToolResponse;
 use rmcp::service::RequestContext;
 use toolhost_core::invoke::Session;
-use toolhost_core::trace::{Carrier, TARGET, entry};
-use tracing::field::Empty;
+use toolhost_core::trace::{Carrier, KeyValue, SpanBuilder, SpanKind, Traced, entry};
 
 /// What a request is about: the span's name has a tool's or a prompt's name (a catalog's,
 /// bounded), never a resource's URI (an attribute, cut at [`MAX_URI`]).
@@ -34,7 +33,7 @@ pub(crate) fn server_span<'a>(
     method: &'static str,
     target: Target<'a>,
     context: &RequestContext<RoleServer>,
-) -> tracing::Span {
+) -> Traced {
     let parts = context.extensions.get::<http::request::Parts>();
     let meta = Some(&**context.meta);
     let headers = parts.map(|p| &p.headers);
@@ -46,31 +45,45 @@ pub(crate) fn server_span<'a>(
         Target::None => (None, None, None),
     };
     entry(&Carrier { meta, headers }, || {
-        tracing::info_span!(
-            target: TARGET,
-            "mcp.server",
-            otel.name = %match tool.or(prompt) {
-                Some(target) => format!("{method} {target}"),
-                None => method.to_string(),
-            },
-            otel.kind = "server",
-            otel.status_code = Empty,
-            mcp.method.name = method,
-            gen_ai.tool.name = tool,
-            gen_ai.prompt.name = prompt,
-            mcp.resource.uri = uri,
-            gen_ai.operation.name = tool.map(|_| "execute_tool"),
-            jsonrpc.request.id = %context.id,
-            mcp.protocol.version = context.protocol_version().as_ref().map(|v| v.as_str()),
-            mcp.session.id = (parts.and_then(|p| p.headers.get("mcp-session-id")))
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| v.len() <= 256),
-            network.transport = if parts.is_some() { "tcp" } else { "pipe" },
-            network.protocol.name = parts.map(|_| "http"),
-            error.type = Empty,
-            toolhost.identity.kind = Empty,
-            toolhost.identity.name = Empty,
-        )
+        let name = match tool.or(prompt) {
+            Some(target) => format!("{method} {target}"),
+            None => method.to_string(),
+        };
+        let mut attributes = Vec::with_capacity(10);
+        attributes.push(KeyValue::new("mcp.method.name", method));
+        if let Some(tool) = tool {
+            attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+            attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        }
+        if let Some(prompt) = prompt {
+            attributes.push(KeyValue::new("gen_ai.prompt.name", prompt.to_string()));
+        }
+        if let Some(uri) = uri {
+            attributes.push(KeyValue::new("mcp.resource.uri", uri.to_string()));
+        }
+        attributes.push(KeyValue::new("jsonrpc.request.id", context.id.to_string()));
+        if let Some(version) = context.protocol_version() {
+            attributes.push(KeyValue::new(
+                "mcp.protocol.version",
+                version.as_str().to_string(),
+            ));
+        }
+        let session = (parts.and_then(|p| p.headers.get("mcp-session-id")))
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= 256);
+        if let Some(session) = session {
+            attributes.push(KeyValue::new("mcp.session.id", session.to_string()));
+        }
+        match parts {
+            Some(_) => {
+                attributes.push(KeyValue::new("network.transport", "tcp"));
+                attributes.push(KeyValue::new("network.protocol.name", "http"));
+            }
+            None => attributes.push(KeyValue::new("network.transport", "pipe")),
+        }
+        SpanBuilder::from_name(name)
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes)
     })
 }
 
@@ -85,10 +98,9 @@ pub(crate) async fn served<T>(
     context: &RequestContext<RoleServer>,
     work: impl std::future::Future<Output = Result<T, rmcp::ErrorData>>,
 ) -> Result<T, rmcp::ErrorData> {
-    use tracing::Instrument;
     let started = std::time::Instant::now();
     let span = server_span(method, target, context);
-    let answer = work.instrument(span.clone()).await;
+    let answer = span.carry(work).await;
     finished(&span, started, method, None, || {
         answer.as_ref().err().map(|e| e.code.0.to_string())
     });
@@ -97,14 +109,15 @@ pub(crate) async fn served<T>(
 
 /// Notes on the current span who called: the identity's kind and name, no more.
 pub(crate) fn caller(session: &Session) {
-    let span = tracing::Span::current();
-    if span.is_disabled() {
+    let span = Traced::current();
+    if !span.is_traced() {
         return;
     }
     if let Some(caller) = session.caller() {
         let kind = serde_json::to_value(caller.identity.kind).unwrap_or_default();
-        span.record("toolhost.identity.kind", kind.as_str().unwrap_or_default());
-        span.record("toolhost.identity.name", caller.identity.name.as_str());
+        let kind = kind.as_str().unwrap_or_default().to_string();
+        span.set("toolhost.identity.kind", kind);
+        span.set("toolhost.identity.name", caller.identity.name.clone());
     }
 }
 
@@ -112,7 +125,7 @@ pub(crate) fn caller(session: &Session) {
 /// error's code for an error; and measures it (`mcp.server.operation.duration`, the tool
 /// named only when `known`).
 pub(crate) fn ended(
-    span: &tracing::Span,
+    span: &Traced,
     answer: &Result<CallToolResponse, rmcp::ErrorData>,
     started: std::time::Instant,
     tool: Option<&str>,
@@ -130,20 +143,19 @@ pub(crate) fn ended(
 /// when it is traced or measured) and measures it (`mcp.server.operation.duration`, by
 /// `tool` when one of the catalog's).
 fn finished(
-    span: &tracing::Span,
+    span: &Traced,
     started: std::time::Instant,
     method: &'static str,
     tool: Option<&str>,
     error: impl FnOnce() -> Option<String>,
 ) {
     let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
-    if span.is_disabled() && !measuring {
+    if !span.is_traced() && !measuring {
         return;
     }
     let error = error();
     if let Some(error) = &error {
-        span.record("error.type", error.as_str());
-        span.record("otel.status_code", "ERROR");
+        span.failed(error.clone());
     }
     let seconds = started.elapsed().as_secs_f64();
     toolhost_core::trace::measured(true, seconds, method, tool, error.as_deref());

@@ -4,22 +4,23 @@
 //! that a component's outgoing requests, made here, carry it too. `None` (and nothing
 //! computed) when nothing is traced.
 
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+use opentelemetry::trace::TraceContextExt;
 
 /// The current span's trace context as W3C fields (`traceparent`, and `tracestate` and
 /// `baggage` when there are any), for a request this one makes (an imported server's
 /// `_meta`); `None` when nothing is traced.
 pub fn injected() -> Option<serde_json::Map<String, serde_json::Value>> {
-    let span = tracing::Span::current();
-    if span.is_disabled() {
-        return None;
-    }
-    let context = span.context();
-    let mut fields = Fields::default();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut fields)
-    });
-    (!fields.0.is_empty()).then_some(fields.0)
+    // Only a traced request attaches a context with a span (`toolhost_core::trace`).
+    opentelemetry::Context::map_current(|context| {
+        if !context.has_active_span() {
+            return None;
+        }
+        let mut fields = Fields::default();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(context, &mut fields)
+        });
+        (!fields.0.is_empty()).then_some(fields.0)
+    })
 }
 
 /// What a propagator writes, as JSON fields.

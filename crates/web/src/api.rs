@@ -18,6 +18,7 @@ use toolhost_agent::provider::ToolChoice;
 use toolhost_agent::provider::conversation::Conversation;
 use toolhost_agent::{AgentOptions, limits};
 use toolhost_core::invoke::{CallPolicy, Caller};
+use toolhost_core::trace::Traced;
 
 /// The longest message a request may carry.
 const MAX_MESSAGE: usize = 256 << 10;
@@ -418,21 +419,19 @@ pub(super) async fn answer(
 
 /// The server span of a chat request whose run starts (`route`, the path's template: no
 /// conversation id in a span's name), continuing the trace its `traceparent` header names.
-fn traced(route: &'static str, headers: &axum::http::HeaderMap) -> tracing::Span {
-    use toolhost_core::trace::{Carrier, TARGET, entry};
+fn traced(route: &'static str, headers: &axum::http::HeaderMap) -> Traced {
+    use toolhost_core::trace::{Carrier, KeyValue, SpanBuilder, SpanKind, entry};
     let carrier = Carrier {
         meta: None,
         headers: Some(headers),
     };
     entry(&carrier, || {
-        tracing::info_span!(
-            target: TARGET,
-            "chat.server",
-            otel.name = route,
-            otel.kind = "server",
-            http.request.method = "POST",
-            http.route = &route[5..],
-        )
+        SpanBuilder::from_name(route)
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("http.request.method", "POST"),
+                KeyValue::new("http.route", &route[5..]),
+            ])
     })
 }
 

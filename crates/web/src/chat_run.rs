@@ -135,7 +135,7 @@ pub(super) fn start_run(
     from: Resumed,
     plan: Plan,
     first: Option<Value>,
-    traced: tracing::Span,
+    traced: toolhost_core::trace::Traced,
 ) -> Response {
     // A client that leaves MAX_UNREAD bytes of events unread ends its run, as one that went
     // away does.
@@ -144,10 +144,7 @@ pub(super) fn start_run(
         sender.send(frame(first));
     }
     let stream = EventStream::new(frames, Some(slot.cancel.clone()));
-    tokio::spawn(tracing::Instrument::instrument(
-        run(web, slot, from, plan, sender),
-        traced,
-    ));
+    tokio::spawn(traced.carry(run(web, slot, from, plan, sender)));
     stream.response()
 }
 

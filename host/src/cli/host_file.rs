@@ -170,7 +170,7 @@ pub(super) fn read(path: &Path, serving: bool) -> anyhow::Result<HostFileSetting
 }
 
 /// `[telemetry]` of the host file at `path`, for the exporters made before anything else
-/// (the logger takes their tracer); nothing when the file cannot be read or has any error,
+/// (before the logger and the async runtime); nothing when the file cannot be read or has any error,
 /// which the command then says when it reads the file in full ([`read`]).
 pub(super) fn telemetry(path: &Path) -> Option<super::telemetry::FromFile> {
     let source = SourceFile::read(path, FileKind::Host).ok()?;

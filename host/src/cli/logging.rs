@@ -79,42 +79,31 @@ fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
-/// Installs the stderr logger (and, with `tracer`, the spans it exports) and returns the
-/// relay for MCP sessions.
-pub(crate) fn init(
-    verbose: u8,
-    format: LogFormat,
-    tracer: Option<opentelemetry_sdk::trace::Tracer>,
-) -> LogRelay {
+/// Installs the stderr logger and returns the relay for MCP sessions.
+pub(crate) fn init(verbose: u8, format: LogFormat) -> LogRelay {
     use tracing_subscriber::util::SubscriberInitExt;
     let _ = FORMAT.set(format);
     let relay = LogRelay::default();
-    subscriber(verbose, format, &relay, tracer).init();
-    tracing::dispatcher::get_default(|dispatch| {
-        let _ = DISPATCH.set(dispatch.downgrade());
-    });
+    subscriber(verbose, format, &relay).init();
     relay
 }
 
-/// The logger of `init`: stderr's lines at `verbose` in `format`, `relay`, and the spans of
-/// [`toolhost::trace::TARGET`] for `tracer` when there is one (no layer takes them
-/// otherwise, so they cost nothing).
+/// The logger of `init`: stderr's lines at `verbose` in `format`, and `relay`. (Spans that
+/// are exported are OpenTelemetry's own, not `tracing`'s: `toolhost::trace`.)
 fn subscriber(
     verbose: u8,
     format: LogFormat,
     relay: &LogRelay,
-    tracer: Option<opentelemetry_sdk::trace::Tracer>,
 ) -> impl Subscriber + Send + Sync + 'static {
     use tracing_subscriber::layer::SubscriberExt;
     let default = default_filter(verbose);
-    let traced = tracer.is_some();
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
     };
     // The layers present, and no other: an absent layer (`Option::None`) among layers with
     // filters of their own would enable every span callsite, so that each span of a call
-    // (the traced ones included, with nothing to export them) would be made and dropped.
+    // would be made and dropped.
     let mut layers: Vec<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>> = Vec::new();
     match format {
         LogFormat::Text => layers.push(
@@ -126,44 +115,19 @@ fn subscriber(
                 .boxed(),
         ),
         // The `call` span always: its fields go on every line logged during a call, whatever
-        // the level of the line. When traces are exported, their spans too (only their ids
-        // are written: a line inside one names its trace); otherwise they stay disabled.
+        // the level of the line.
         LogFormat::Json => layers.push(
             JsonLines
                 .with_filter(
-                    filter().or(tracing_subscriber::filter::filter_fn(move |metadata| {
+                    filter().or(tracing_subscriber::filter::filter_fn(|metadata| {
                         metadata.is_span()
-                            && ((metadata.name() == "call"
-                                && metadata.target() == "toolhost_core::invoke")
-                                || (traced && metadata.target() == toolhost::trace::TARGET))
+                            && metadata.name() == "call"
+                            && metadata.target() == "toolhost_core::invoke"
                     })
                     .with_max_level_hint(LevelFilter::INFO)),
                 )
                 .boxed(),
         ),
-    }
-    if let Some(tracer) = tracer {
-        layers.push(
-            tracing_opentelemetry::layer()
-                .with_tracer(tracer)
-                // A span says what it did, not which thread or line of ours it ran on, nor
-                // how long it sat idle (two clock reads at every poll of its future).
-                .with_threads(false)
-                .with_location(false)
-                .with_target(false)
-                .with_tracked_inactivity(false)
-                // Nothing of ours reads OpenTelemetry's current context: a span's parent is
-                // the tracing span it runs in, so entering one (at every poll) attaches
-                // nothing.
-                .with_context_activation(false)
-                .with_filter(
-                    tracing_subscriber::filter::filter_fn(|metadata| {
-                        metadata.is_span() && metadata.target() == toolhost::trace::TARGET
-                    })
-                    .with_max_level_hint(LevelFilter::INFO),
-                )
-                .boxed(),
-        );
     }
     // The relay sees host and plugin events down to info, and no other crate's; each session
     // filters further. No spans: it does not read them, and a call's span then costs nothing
@@ -186,31 +150,8 @@ fn subscriber(
     tracing_subscriber::registry().with(layers)
 }
 
-impl JsonLines {
-    /// The trace and span ids of the innermost traced span `event` happened in, if any
-    /// (no extensions are held while the exporter's layer is asked).
-    fn ids<S>(&self, event: &Event<'_>, context: &Context<'_, S>) -> Option<(String, String)>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        use opentelemetry::trace::TraceContextExt;
-        let dispatch = DISPATCH.get()?.upgrade()?;
-        let traced = (context.event_scope(event)?)
-            .find(|span| span.metadata().target() == toolhost::trace::TARGET)?;
-        let otel = tracing_opentelemetry::get_otel_context(&traced.id(), &dispatch)?;
-        let span = otel.span();
-        let ids = span.span_context();
-        (ids.is_valid()).then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
-    }
-}
-
 /// Writes each event as one JSON object on one line of stderr.
 struct JsonLines;
-
-/// The process's subscriber, once installed: where [`JsonLines`] looks up a traced span's
-/// ids (a layer cannot ask for the current dispatcher while it handles an event).
-static DISPATCH: std::sync::OnceLock<tracing::dispatcher::WeakDispatch> =
-    std::sync::OnceLock::new();
 
 /// A span's or an event's fields, as JSON.
 #[derive(Default)]
@@ -251,10 +192,6 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
-        // A traced span's attributes are the trace's, not the log line's.
-        if attributes.metadata().target() == toolhost::trace::TARGET {
-            return;
-        }
         let mut fields = Fields::default();
         attributes.record(&mut fields);
         if let Some(span) = context.span(id) {
@@ -288,8 +225,9 @@ where
         event.record(&mut fields);
         line.extend(fields.0);
         line.entry("message").or_insert_with(|| "".into());
-        // Inside a traced request: the ids that find its trace (the innermost traced span's).
-        if let Some((trace_id, span_id)) = self.ids(event, &context) {
+        // Inside a traced request: the ids that find its trace (the span current on this
+        // thread as the line is written).
+        if let Some((trace_id, span_id)) = toolhost::trace::current_ids() {
             line.insert("trace_id".into(), trace_id.into());
             line.insert("span_id".into(), span_id.into());
         }
@@ -310,9 +248,8 @@ mod tests {
     fn the_logger_takes_no_record_more_verbose_than_its_filters_show() {
         // Its most verbose level is what `log` records are let through at (wasmtime writes
         // debug records at every instantiation): info unless a -v asks for more.
-        let hint = |verbose, format| {
-            subscriber(verbose, format, &LogRelay::default(), None).max_level_hint()
-        };
+        let hint =
+            |verbose, format| subscriber(verbose, format, &LogRelay::default()).max_level_hint();
         for format in [LogFormat::Text, LogFormat::Json] {
             assert_eq!(hint(0, format), Some(LevelFilter::INFO), "{format:?}");
             assert_eq!(hint(1, format), Some(LevelFilter::INFO), "{format:?}");
@@ -321,14 +258,12 @@ mod tests {
     }
 
     #[test]
-    fn without_an_exporter_a_traced_span_is_never_made() {
-        // What a call costs when traces are off: its spans are disabled callsites, never
-        // entries of the registry (a `None` layer in the wrong place enabled them all).
+    fn a_span_no_layer_takes_is_never_made() {
+        // A span no line shows is a disabled callsite, never an entry of the registry (a
+        // `None` layer in the wrong place enabled them all, at a cost to every call).
         for format in [LogFormat::Text, LogFormat::Json] {
-            let logger = subscriber(0, format, &LogRelay::default(), None);
+            let logger = subscriber(0, format, &LogRelay::default());
             tracing::subscriber::with_default(logger, || {
-                let span = tracing::info_span!(target: toolhost::trace::TARGET, "tools/call");
-                assert!(span.is_disabled(), "{format:?}");
                 let other = tracing::info_span!(target: "another_crate", "request");
                 assert!(other.is_disabled(), "{format:?}");
             });

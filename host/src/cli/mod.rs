@@ -309,8 +309,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tracer = telemetry.as_ref().and_then(|t| t.tracer.clone());
-    let logs = logging::init(cli.verbose, cli.log_format, tracer);
+    let logs = logging::init(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -38,11 +38,10 @@ use toolhost::config::telemetry::{Sampler as Written, TelemetrySection};
 use toolhost::config::{Diagnostic, SourceFile};
 use toolhost::trace::DROPPED_SPANS;
 
-/// The tracer of a process that exports traces, and the providers to flush when it ends.
+/// The providers of a process that exports traces or metrics, to flush when it ends.
 pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
     meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
-    pub(crate) tracer: Option<opentelemetry_sdk::trace::Tracer>,
 }
 
 impl Drop for Telemetry {
@@ -256,14 +255,7 @@ pub(crate) fn start(file: &FromFile) -> Result<Option<Telemetry>, String> {
         true => Some(spans(resource, file)?),
         false => None,
     };
-    let tracer = provider
-        .as_ref()
-        .map(|provider| provider.tracer("toolhost"));
-    Ok(Some(Telemetry {
-        provider,
-        meters,
-        tracer,
-    }))
+    Ok(Some(Telemetry { provider, meters }))
 }
 
 /// The spans' provider: OTLP/HTTP through a bounded batch processor, and the W3C propagators
@@ -306,7 +298,7 @@ fn spans(
         .with_resource(resource)
         .with_sampler(Sampler::AlwaysOn)
         .build();
-    (toolhost::trace::TRACES_ON).store(true, Ordering::Relaxed);
+    toolhost::trace::set_tracer(provider.tracer("toolhost"));
     opentelemetry::global::set_text_map_propagator(
         opentelemetry::propagation::TextMapCompositePropagator::new(vec![
             Box::new(opentelemetry_sdk::propagation::TraceContextPropagator::new()),

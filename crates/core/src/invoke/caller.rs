@@ -180,6 +180,12 @@ pub trait Permits: Send + Sync {
     fn admit(&self) -> Admission<'_> {
         Box::pin(std::future::ready(Ok(None)))
     }
+
+    /// Whether a quota applies to the identity under the rules in force (its calls are
+    /// counted by [`Permits::admit`]): only then has a traced call a `quota` span.
+    fn has_quota(&self) -> bool {
+        false
+    }
 }
 
 /// An identity, and what it may call. Cloned for each session and call it reaches, so both
@@ -239,6 +245,10 @@ impl Caller {
 
     pub fn admit(&self) -> Admission<'_> {
         self.access.admit()
+    }
+
+    pub fn has_quota(&self) -> bool {
+        self.access.has_quota()
     }
 }
 

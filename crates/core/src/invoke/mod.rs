@@ -41,6 +41,7 @@ pub use session::{CallPolicy, Session};
 use crate::backend::BackendCall;
 use crate::catalog::{LiveCatalog, Schema, Tool};
 use crate::metrics::Metrics;
+use crate::trace::{KeyValue, SpanBuilder};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -235,7 +236,7 @@ impl Host {
     ) -> Result<PreparedCall, CallOutcome> {
         let started = Instant::now();
         // Looking the tool up, its access rules and its arguments' schema: one span.
-        let _traced = crate::step_span!("validate").entered();
+        let _traced = crate::trace::step(|| SpanBuilder::from_name("validate")).entered();
         let catalog = self.catalog.snapshot();
         let failed = |found: Option<&Arc<Tool>>, arguments: Option<&Value>, error| {
             let outcome = CallOutcome {
@@ -280,6 +281,7 @@ impl Host {
         attached: Attached<'_>,
     ) -> CallOutcome {
         let (cancel, link, admitted) = attached.into_parts();
+        let admitted_ahead = admitted.is_some();
         let link = &link;
         let Some(_in_flight) = self.drain.enter() else {
             let error = CallError::new(
@@ -340,39 +342,32 @@ impl Host {
             tool = %call.tool.name,
             ensemble = %call.tool.ensemble
         );
-        // Traced: the quota's admission, the run on the backend, and whether dedup answered;
-        // made inside the call's span, so that a line logged in one has the call's fields.
-        // Asked here: inside the log's `call` span, that span is the current one.
-        let within = crate::trace::within();
-        let (admission, run, traced, running) = span.in_scope(|| {
-            let admission = admission.instrument(crate::step_span!(when = within; "quota"));
-            let running = crate::step_span!(
-                when = within;
-                "run",
-                otel.name = %format!("run {}", call.tool.name),
-                gen_ai.tool.name = %call.tool.name,
-                toolhost.ensemble = %call.tool.ensemble,
-                toolhost.component = %call.tool.source_hash(),
-                toolhost.arguments.size = tracing::field::Empty,
-                toolhost.result.size = tracing::field::Empty,
-            );
-            let run = run.instrument(running.clone());
-            let traced = crate::step_span!(
-                when = within;
-                "dedup",
-                toolhost.deduplicated = tracing::field::Empty,
-            );
-            (admission, run, traced, running)
+        // Traced: the quota's admission, the run on the backend, and whether dedup answered,
+        // each a child of the request's span; a call with no quota to count (none applies to
+        // its identity, none was admitted ahead) has no `quota` span, nor one without dedup a
+        // `dedup` span: a span says what happened.
+        let counted = || admitted_ahead || session.caller().is_some_and(|c| c.has_quota());
+        let quota = match crate::trace::within() && counted() {
+            true => crate::trace::step(|| SpanBuilder::from_name("quota")),
+            false => crate::trace::Traced::none(),
+        };
+        let admission = quota.carry(admission);
+        let running = crate::trace::step(|| {
+            SpanBuilder::from_name(format!("run {}", call.tool.name)).with_attributes([
+                KeyValue::new("gen_ai.tool.name", call.tool.name.clone()),
+                KeyValue::new("toolhost.ensemble", call.tool.ensemble.clone()),
+                KeyValue::new("toolhost.component", call.tool.source_hash().to_string()),
+            ])
         });
+        let run = running.carry(run);
         let ran = match call.key {
             Some(key) => {
                 let hold = call.tool.policy.limits.timeout;
-                let ran = (session.dedup().run(key, hold, admission, run))
-                    .instrument(traced.clone())
-                    .instrument(span)
-                    .await;
+                let traced = crate::trace::step(|| SpanBuilder::from_name("dedup"));
+                let deduped = session.dedup().run(key, hold, admission, run);
+                let ran = traced.carry(deduped).instrument(span).await;
                 if let Ok((_, _, deduplicated)) = &ran {
-                    traced.record("toolhost.deduplicated", *deduplicated);
+                    traced.set("toolhost.deduplicated", *deduplicated);
                 }
                 ran
             }

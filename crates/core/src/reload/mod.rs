@@ -247,27 +247,18 @@ impl Reloader {
     /// (a trace of its own, `reload`): the generation it made, the tools added, removed and
     /// changed, and how many ensembles are refused.
     pub async fn reload(&self) -> Arc<CatalogChange> {
-        use tracing::field::Empty;
         let traced = crate::trace::entry(&crate::trace::Carrier::NONE, || {
-            tracing::info_span!(
-                target: crate::trace::TARGET,
-                "reload",
-                toolhost.generation = Empty,
-                toolhost.tools.added = Empty,
-                toolhost.tools.removed = Empty,
-                toolhost.tools.changed = Empty,
-                toolhost.ensembles.refused = Empty,
-            )
+            crate::trace::SpanBuilder::from_name("reload")
         });
-        let change = tracing::Instrument::instrument(self.reload_now(), traced.clone()).await;
-        if !traced.is_disabled() {
+        let change = traced.carry(self.reload_now()).await;
+        if traced.is_traced() {
             // As i64: OpenTelemetry has no unsigned integers (a u64 would be a string).
             let count = |n: usize| n as i64;
-            traced.record("toolhost.generation", change.generation as i64);
-            traced.record("toolhost.tools.added", count(change.added.len()));
-            traced.record("toolhost.tools.removed", count(change.removed.len()));
-            traced.record("toolhost.tools.changed", count(change.changed.len()));
-            traced.record("toolhost.ensembles.refused", count(change.refused.len()));
+            traced.set("toolhost.generation", change.generation as i64);
+            traced.set("toolhost.tools.added", count(change.added.len()));
+            traced.set("toolhost.tools.removed", count(change.removed.len()));
+            traced.set("toolhost.tools.changed", count(change.changed.len()));
+            traced.set("toolhost.ensembles.refused", count(change.refused.len()));
         }
         change
     }
