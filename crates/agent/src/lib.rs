@@ -180,7 +180,9 @@ impl Agent {
                 KeyValue::new("gen_ai.provider.name", self.provider.name()),
             ])
         });
-        (traced.carry(self.run_traced(conversation, session, events, cancel))).await
+        traced
+            .carry(self.run_traced(conversation, session, events, cancel))
+            .await
     }
 
     /// [`Agent::run_until`], in its span.

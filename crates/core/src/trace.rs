@@ -101,11 +101,6 @@ impl Traced {
         self.0.is_some()
     }
 
-    /// The context that holds the span.
-    pub fn context(&self) -> Option<&Context> {
-        self.0.as_ref()
-    }
-
     /// Sets an attribute of the span (nothing when there is none).
     pub fn set(&self, key: &'static str, value: impl Into<opentelemetry::Value>) {
         if let Some(cx) = &self.0 {
