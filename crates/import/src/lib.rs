@@ -20,15 +20,16 @@
 //! A server over HTTP that needs an OAuth access token gets this host's own ([`oauth`]: client
 //! credentials, discovered from its `401`), or a person's ([`sign_in`]: `toolhost login`);
 //! every request of either goes through toolhost's own bounded client ([`oauth_http`]). A
-//! caller's token is never sent to it.
+//! caller's token is never sent to it. Each request over HTTP carries the call's trace context
+//! in its headers as well as its `_meta` ([`trace_headers`]).
 //!
 //! An imported server is a native process (or a remote service), not a sandboxed component:
 //! toolhost validates, deduplicates, limits in time and size, and audits its calls, but what
 //! the server itself can reach is up to the operator.
 //!
 //! Layers: `servers` over `connection` (a session over time: backoff, a sign-in followed),
-//! `server`, `offers` and `watcher`, over `talk`, `sign_in` and `oauth`, over `oauth_http`
-//! and `stderr`.
+//! `server`, `offers` and `watcher`, over `talk`, `sign_in`, `oauth` and `trace_headers`,
+//! over `oauth_http` and `stderr`.
 
 mod connection;
 mod oauth;
@@ -39,6 +40,7 @@ mod servers;
 pub mod sign_in;
 mod stderr;
 mod talk;
+mod trace_headers;
 mod watcher;
 
 pub use server::{MAX_LISTED_BYTES, McpImport};

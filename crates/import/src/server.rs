@@ -18,6 +18,7 @@ use toolhost_core::backend::{Backend, BackendCall, ToolHints, ToolOffer};
 use toolhost_core::import::{ImportedServer, McpError};
 
 use crate::stderr::forward_stderr;
+use crate::trace_headers::TraceHeaders;
 use tokio::sync::broadcast;
 use toolhost_config::draft::{McpSpec, McpTarget};
 
@@ -209,15 +210,17 @@ impl McpImport {
             }
             McpTarget::Url(url) => {
                 toolhost_contract::tls::install_provider();
+                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone());
                 let Some(credentials) = &self.spec.oauth else {
-                    let transport =
-                        rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+                    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                        crate::trace_headers::plain()?,
+                        config,
+                    );
                     return Ok(watcher
                         .clone()
                         .serve_with_lifecycle(transport, lifecycle)
                         .await);
                 };
-                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone());
                 if let toolhost_config::draft::McpCredential::SignIn { .. } =
                     &credentials.credential
                 {
@@ -225,16 +228,20 @@ impl McpImport {
                         .ok_or("needs sign-in, and this host keeps no tokens (no state folder)")?;
                     let (client, client_id) = sign_in::client(url, credentials, dir).await?;
                     *signed_in_as = Some(client_id);
-                    let transport =
-                        rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                        TraceHeaders(client),
+                        config,
+                    );
                     return Ok(watcher
                         .clone()
                         .serve_with_lifecycle(transport, lifecycle)
                         .await);
                 }
                 let client = crate::oauth::client(url, credentials).await?;
-                let transport =
-                    rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                    TraceHeaders(client),
+                    config,
+                );
                 Ok(watcher
                     .clone()
                     .serve_with_lifecycle(transport, lifecycle)
