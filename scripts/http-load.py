@@ -59,8 +59,9 @@ Cells other than stdio run at each of `--connections` (wrk, one thread). Reporte
 p50 and p99 (wrk's), the server's CPU per call (utime + stime from /proc over the run,
 divided by the calls), the server's context switches per call (every thread's, from /proc),
 and the CPU wrk itself took (it shares the 2 cores). With `--vs`, every cell runs with both
-binaries in turn (`this ÷ vs` compares their CPU per call); with `--repeat N` the figures are
-medians of N runs. `ratio` is the
+binaries in turn, which goes first swapped at each repeat (`this ÷ vs` compares their CPU
+per call: the median of each repeat's ratio); with `--repeat N` the figures are medians of N
+runs. `ratio` is the
 server's CPU per call against stdio's (one call at a time) in the same run. With `--perf OUT`, one cell (`--perf-cell`,
 `--perf-connections`; sessionless at 16 by default) is recorded with `perf record` (Debian's linux-perf; timer samples, DWARF
 call graphs) for `perf report` or a flame graph.
@@ -742,6 +743,7 @@ def main():
 
     def measured(build, run):
         run["build"] = build
+        run["repeat"] = len([r for r in runs if r["build"] == build])
         runs.append(run)
         print(json.dumps(run), file=sys.stderr)
 
@@ -758,14 +760,17 @@ def main():
                      else None)
         cluster = (RedisCluster(work) if any(c.endswith("cluster") for c in cells)
                    else None)
-        for _ in range(args.repeat):
+        for repeat in range(args.repeat):
             for cell in cells:
                 stdio = cell in ("stdio", "stdio-dedup")
                 for c in (args.stdio_connections if stdio else connections):
                     record = args.perf if (args.perf and cell == args.perf_cell
                                            and c == args.perf_connections) else None
-                    # Each build in turn, cell by cell: a slower minute weighs on both.
-                    for build, binary in builds:
+                    # Each build in turn, cell by cell: a slower minute weighs on both; the
+                    # order swapped at each repeat, so that going first or second (a warmer
+                    # cache, a busier minute) weighs on neither.
+                    order = builds if repeat % 2 == 0 else builds[::-1]
+                    for build, binary in order:
                         args.toolhost = binary
                         OTEL_ACTIVE[0] = not (args.otel_only_this and build == "vs")
                         if stdio:
@@ -810,8 +815,15 @@ def main():
         ratio = f"{r['server_us_per_call'] / base:.2f}x" if base else "-"
         other = next((o for o in rows if o["build"] == "vs" and o["cell"] == r["cell"]
                       and o["connections"] == r["connections"]), None)
-        versus = (f"{r['server_us_per_call'] / other['server_us_per_call']:.2f}x"
-                  if other and r["build"] == "this" else "-")
+        # The median of the runs' ratios, each run against the other build's run next to it
+        # (of the same repeat): steadier than a ratio of medians when the machine drifts.
+        pairs = [(a["server_us_per_call"], b["server_us_per_call"]) for a in runs
+                 for b in runs if (a["build"], b["build"]) == ("this", "vs")
+                 and (a["cell"], a["connections"], a["repeat"])
+                 == (b["cell"], b["connections"], b["repeat"])]
+        ratios = sorted(a / b for a, b in pairs)
+        versus = (f"{ratios[len(ratios) // 2]:.2f}x"
+                  if other and ratios and r["build"] == "this" else "-")
         share = f"{r['client_cpu_share']:.2f} cores" if r["client_cpu_share"] is not None else "-"
         user, user_base = r.get("user_us_per_call"), stdio_user[r["build"]]
         in_user = (f"{user:.0f} µs ({user / user_base:.2f}x)" if user is not None and user_base

@@ -574,6 +574,13 @@ impl LiveCatalog {
         self.current.load_full()
     }
 
+    /// Whether the catalog serving now has a tool named `name`: without taking a reference to
+    /// the catalog (what [`snapshot`](Self::snapshot) takes is counted on a count every call
+    /// shares).
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.current.load().get(name).is_some()
+    }
+
     /// Receives a [`CatalogChange`] after every swap from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<CatalogChange>> {
         self.changes.subscribe()

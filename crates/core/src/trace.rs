@@ -320,7 +320,7 @@ impl Carrier<'_> {
     };
 
     /// The header `key`, if there is exactly one.
-    fn header<'h>(headers: &'h http::HeaderMap, key: &str) -> Option<&'h str> {
+    fn header<'h>(headers: &'h http::HeaderMap, key: &http::HeaderName) -> Option<&'h str> {
         let mut all = headers.get_all(key).iter();
         match (all.next(), all.next()) {
             (Some(one), None) => one.to_str().ok(),
@@ -331,19 +331,25 @@ impl Carrier<'_> {
 
 impl Extractor for Carrier<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        let bound = match key {
-            "traceparent" => MAX_TRACEPARENT,
-            "tracestate" => MAX_TRACESTATE,
-            "baggage" => MAX_BAGGAGE,
+        // Names made once: a header looked up by a string is parsed at each lookup.
+        use http::HeaderName;
+        const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+        const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+        const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+        const FORWARDED: HeaderName = HeaderName::from_static(FORWARDED_BY);
+        let (name, bound) = match key {
+            "traceparent" => (TRACEPARENT, MAX_TRACEPARENT),
+            "tracestate" => (TRACESTATE, MAX_TRACESTATE),
+            "baggage" => (BAGGAGE, MAX_BAGGAGE),
             _ => return None,
         };
         // Forwarded: the replica that forwarded it continued the caller's trace in a span of
         // its own, and names that span in the headers (the body is sent as it came).
         if let Some(headers) = self.headers
-            && headers.contains_key(FORWARDED_BY)
-            && headers.contains_key("traceparent")
+            && headers.contains_key(FORWARDED)
+            && headers.contains_key(TRACEPARENT)
         {
-            return Self::header(headers, key).filter(|v| v.len() <= bound);
+            return Self::header(headers, &name).filter(|v| v.len() <= bound);
         }
         let from_meta = (self.meta)
             .and_then(|meta| meta.get(key))
@@ -352,7 +358,7 @@ impl Extractor for Carrier<'_> {
             Some(value) => Some(value),
             // `_meta` names none: the HTTP header, if there is exactly one.
             None if self.meta.is_none_or(|meta| !meta.contains_key(key)) => {
-                Self::header(self.headers?, key)
+                Self::header(self.headers?, &name)
             }
             None => None,
         };

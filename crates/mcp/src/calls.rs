@@ -32,11 +32,8 @@ pub(crate) async fn call_tool(
     let span = crate::traced::server_span("tools/call", target, &context);
     // Measured by its tool only if the catalog has it: a made-up name is no label.
     let measuring = toolhost_core::trace::METRICS_ON.load(std::sync::atomic::Ordering::Relaxed);
-    let known = measuring
-        .then(|| {
-            (server.host.catalog().snapshot().get(&request.name)).map(|t| t.name().to_string())
-        })
-        .flatten();
+    let known = (measuring && server.host.catalog().has_tool(&request.name))
+        .then(|| request.name.to_string());
     let answer = span.carry(serve(server, request, context)).await;
     crate::traced::ended(&span, &answer, started, known.as_deref());
     answer
