@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub(crate) const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -303,46 +302,6 @@ async fn a_collector_that_hangs_costs_no_call_anything_and_dropped_spans_are_cou
     assert!(dropped >= 40.0, "{dropped} dropped");
 }
 
-/// A loopback proxy to `url`'s host that keeps all each connection sends; its URL (with
-/// `url`'s path), and what was sent.
-async fn tee(url: &str) -> (String, Arc<Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").expect("http");
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let listener = (tokio::net::TcpListener::bind("127.0.0.1:0").await).expect("bind");
-    let proxy = format!("http://{}{path}", listener.local_addr().expect("addr"));
-    let (sent, authority) = (Arc::new(Mutex::new(Vec::new())), authority.to_string());
-    let kept = sent.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = tokio::net::TcpStream::connect(&authority).await else {
-                continue;
-            };
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
-                    (client.into_split(), server.into_split());
-                tokio::spawn(
-                    async move { tokio::io::copy(&mut from_server, &mut to_client).await },
-                );
-                let (mut buffer, mut all) = (vec![0u8; 16 << 10], Vec::new());
-                while let Ok(read @ 1..) = from_client.read(&mut buffer).await {
-                    all.extend_from_slice(&buffer[..read]);
-                    if to_server.write_all(&buffer[..read]).await.is_err() {
-                        break;
-                    }
-                    if String::from_utf8_lossy(&all).contains("\"tools/call\"") {
-                        kept.lock()
-                            .expect("sent")
-                            .push(String::from_utf8_lossy(&all).into());
-                    }
-                }
-            });
-        }
-    });
-    (proxy, sent)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_through_an_imported_server_is_one_trace_across_both_hosts() {
     let inner = crate::support::Fixture::new();
@@ -353,7 +312,7 @@ async fn a_call_through_an_imported_server_is_one_trace_across_both_hosts() {
     let inner_server = HttpServer::start(&inner, &[], &pairs(&env));
     let outer = crate::support::Fixture::new();
     // Through a proxy that keeps what it is sent, to see the headers.
-    let (proxy, sent) = tee(&inner_server.url).await;
+    let (proxy, sent) = crate::traces_export::tee(&inner_server.url).await;
     outer.write_mcp_import("remote", &format!("url = {proxy:?}"));
     env.pop();
     env.push(("OTEL_SERVICE_NAME".into(), "outer".into()));
@@ -634,6 +593,12 @@ async fn calls_are_measured_as_the_mcp_conventions_say_labelled_only_by_known_to
             && echo["count"] == 3
         {
             assert_eq!(echo["attributes"]["mcp.method.name"], "tools/call");
+            // Buckets in seconds, as the conventions advise (not the SDK's, for milliseconds).
+            assert_eq!(
+                echo["bounds"],
+                json!(toolhost::trace::DURATION_BOUNDS),
+                "{echo}"
+            );
             assert!(
                 refused["attributes"].get("gen_ai.tool.name").is_none(),
                 "{refused}"

@@ -8,6 +8,7 @@
 use crate::mcp::HttpServer;
 use crate::traces::{Collector, PARENT, TRACE, call, exporting, one, pairs, traceparent};
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The metric points `collector` received so far.
@@ -447,4 +448,45 @@ async fn each_round_of_a_tool_that_asks_links_to_the_request_that_started_it() {
         }]),
         "{follow_up}"
     );
+}
+
+/// A loopback proxy to `url`'s host that keeps what each connection sends (a string each, as
+/// it arrives); its URL (with `url`'s path), and what was sent.
+pub(crate) async fn tee(url: &str) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("http");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let listener = (tokio::net::TcpListener::bind("127.0.0.1:0").await).expect("bind");
+    let proxy = format!("http://{}{path}", listener.local_addr().expect("addr"));
+    let (sent, authority) = (Arc::new(Mutex::new(Vec::new())), authority.to_string());
+    let kept = sent.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&authority).await else {
+                continue;
+            };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
+                    (client.into_split(), server.into_split());
+                tokio::spawn(
+                    async move { tokio::io::copy(&mut from_server, &mut to_client).await },
+                );
+                let connection = {
+                    let mut kept = kept.lock().expect("sent");
+                    kept.push(String::new());
+                    kept.len() - 1
+                };
+                let mut buffer = vec![0u8; 16 << 10];
+                while let Ok(read @ 1..) = from_client.read(&mut buffer).await {
+                    let text = String::from_utf8_lossy(&buffer[..read]);
+                    kept.lock().expect("sent")[connection].push_str(&text);
+                    if to_server.write_all(&buffer[..read]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (proxy, sent)
 }

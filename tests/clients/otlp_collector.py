@@ -8,7 +8,7 @@ the file named by its first argument. Prints `listening <port>` once it listens 
 protobuf message. Each span's line: trace_id, span_id, parent_span_id (hex), name, kind, and
 its attributes as a flat object; the resource's `service.name` as `service`. Metrics
 (`POST /v1/metrics`) go to SPANS with `.metrics` added: a line per histogram data point,
-with the metric's name, the point's attributes, count and sum.
+with the metric's name, the point's attributes, count, sum and bucket bounds.
 """
 
 import json
@@ -86,6 +86,7 @@ def metrics(self, body):
                             "attributes": {a.key: value_of(a.value) for a in point.attributes},
                             "count": point.count,
                             "sum": point.sum,
+                            "bounds": list(point.explicit_bounds),
                         }) + "\n")
     answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
     self.send_response(200)

@@ -208,6 +208,12 @@ struct Durations {
     client: opentelemetry::metrics::Histogram<f64>,
 }
 
+/// The buckets of both histograms (seconds): the MCP conventions' advice. The SDK's default
+/// ones are for milliseconds (0, 5, 10... 10,000): in seconds, every call would fall in one.
+pub const DURATION_BOUNDS: [f64; 14] = [
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 fn durations() -> &'static Durations {
     static DURATIONS: std::sync::OnceLock<Durations> = std::sync::OnceLock::new();
     DURATIONS.get_or_init(|| {
@@ -217,11 +223,13 @@ fn durations() -> &'static Durations {
                 .f64_histogram("mcp.server.operation.duration")
                 .with_unit("s")
                 .with_description("Duration of an MCP request as the server saw it.")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
                 .build(),
             client: meter
                 .f64_histogram("mcp.client.operation.duration")
                 .with_unit("s")
                 .with_description("Duration of an MCP request to an imported server.")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
                 .build(),
         }
     })
