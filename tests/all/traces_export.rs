@@ -186,6 +186,43 @@ async fn the_sampler_decides_once_where_a_request_enters_and_a_dropped_trace_has
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_trace_kept_by_a_ratio_is_the_one_the_ratio_decided_on() {
+    let fixture = crate::support::Fixture::new();
+    fixture.write_echo();
+    let collector = Collector::start(fixture.root(), "ok");
+    let mut env = exporting(&collector);
+    env.push(("OTEL_TRACES_SAMPLER".into(), "traceidratio".into()));
+    env.push(("OTEL_TRACES_SAMPLER_ARG".into(), "0.5".into()));
+    let server = HttpServer::start(&fixture, &[], &pairs(&env));
+    for n in 0..30 {
+        call(&server.url, "echo", json!({"n": n}), &[]).await;
+    }
+    // OpenTelemetry's rule: kept when the id's low 8 bytes, shifted right once, are under
+    // ratio x 2^63; a service sampling by the same ratio keeps the same traces.
+    let kept_by_the_ratio = |id: &str| {
+        let low = u64::from_str_radix(&id[16..], 16).expect("hex");
+        (low >> 1) < (0.5 * (1u64 << 63) as f64) as u64
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let roots: Vec<String> = (collector.spans().into_iter())
+            .filter(|s| s["name"] == "tools/call echo")
+            .map(|s| s["trace_id"].as_str().expect("id").to_string())
+            .collect();
+        // Thirty new traces at one half: none kept is a chance of one in a billion.
+        if !roots.is_empty() {
+            let other: Vec<&String> = roots.iter().filter(|id| !kept_by_the_ratio(id)).collect();
+            assert!(other.is_empty(), "kept, but not by the ratio: {other:?}");
+            assert!(roots.len() < 30, "every trace kept at one half: {roots:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no trace kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telemetry_in_toolhost_toml_exports_and_a_variable_wins_over_it() {
     let fixture = crate::support::Fixture::new();
     fixture.write_echo();

@@ -61,9 +61,33 @@ fn tracer() -> Option<&'static opentelemetry_sdk::trace::SdkTracer> {
 }
 
 /// Whether the trace a request continues (its parent's context, empty for none) is kept:
-/// the configured sampler, asked once at the request's entry. Set once by the host's
-/// telemetry; its spans are then all kept (the exporter's own sampler keeps everything made).
-pub type Decide = Box<dyn Fn(&Context) -> bool + Send + Sync>;
+/// the configured sampler, asked once at the request's entry, and the trace id it decided on
+/// (the parent's, or a new one for a new trace). Set once by the host's telemetry; its spans
+/// are then all kept (the exporter's own sampler keeps everything made).
+pub type Decide = Box<dyn Fn(&Context) -> Option<opentelemetry::trace::TraceId> + Send + Sync>;
+
+thread_local! {
+    /// The trace id the sampler decided a new trace on, for [`RootIds`] to give its root span.
+    static DECIDED_ON: std::cell::Cell<Option<opentelemetry::trace::TraceId>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The ids of this host's spans (the tracer's id generator): random, except that the root of
+/// a new trace gets the trace id the sampler decided on ([`entry`]). A ratio sampler's choice
+/// is a function of the trace id (so that every service sampling by the same ratio keeps the
+/// same traces): decided on one id and given another, it would be a coin of its own.
+#[derive(Debug, Default)]
+pub struct RootIds(opentelemetry_sdk::trace::RandomIdGenerator);
+
+impl opentelemetry_sdk::trace::IdGenerator for RootIds {
+    fn new_trace_id(&self) -> opentelemetry::trace::TraceId {
+        (DECIDED_ON.take()).unwrap_or_else(|| self.0.new_trace_id())
+    }
+
+    fn new_span_id(&self) -> opentelemetry::trace::SpanId {
+        self.0.new_span_id()
+    }
+}
 
 static DECIDE: std::sync::OnceLock<Decide> = std::sync::OnceLock::new();
 
@@ -178,10 +202,21 @@ pub fn entry(carrier: &Carrier<'_>, span: impl FnOnce() -> SpanBuilder) -> Trace
         Some(_) => opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier)),
         None => Context::new(),
     };
-    if !DECIDE.get().is_none_or(|decide| decide(&parent)) {
-        return Traced::none();
+    let decided = match DECIDE.get() {
+        Some(decide) => match decide(&parent) {
+            Some(trace_id) => Some(trace_id),
+            None => return Traced::none(),
+        },
+        None => None,
+    };
+    if !parent.span().span_context().is_valid() {
+        // A new trace: its root span gets the id the sampler decided on (`RootIds`).
+        DECIDED_ON.set(decided);
     }
-    started(tracer, span(), &parent)
+    let span = span();
+    let traced = started(tracer, span, &parent);
+    DECIDED_ON.set(None);
+    traced
 }
 
 /// A step's span (`validate`, `run`, a model's request...): a child of the current span when

@@ -297,6 +297,7 @@ fn spans(
         .with_span_processor(processor)
         .with_resource(resource)
         .with_sampler(Sampler::AlwaysOn)
+        .with_id_generator(toolhost::trace::RootIds::default())
         .build();
     toolhost::trace::set_tracer(provider.tracer("toolhost"));
     opentelemetry::global::set_text_map_propagator(
@@ -359,8 +360,12 @@ where
 }
 
 /// Whether `sampler` keeps a trace entering here, continuing `parent` (an empty context: a
-/// new trace, its id drawn as the SDK draws one).
-fn keeps(sampler: &dyn ShouldSample, parent: &opentelemetry::Context) -> bool {
+/// new trace, its id drawn as the SDK draws one): the id it decided on when it does, which a
+/// new trace's root span is then given (`toolhost::trace::RootIds`).
+fn keeps(
+    sampler: &dyn ShouldSample,
+    parent: &opentelemetry::Context,
+) -> Option<opentelemetry::trace::TraceId> {
     use opentelemetry::trace::{SpanKind, TraceContextExt};
     use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
     let context = parent.span().span_context().clone();
@@ -369,7 +374,8 @@ fn keeps(sampler: &dyn ShouldSample, parent: &opentelemetry::Context) -> bool {
         false => (None, RandomIdGenerator::default().new_trace_id()),
     };
     let decided = sampler.should_sample(parent, trace_id, "", &SpanKind::Server, &[], &[]);
-    decided.decision == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample
+    (decided.decision == opentelemetry_sdk::trace::SamplingDecision::RecordAndSample)
+        .then_some(trace_id)
 }
 
 /// Whether `OTEL_RESOURCE_ATTRIBUTES` names the service itself.
