@@ -202,19 +202,14 @@ pub fn entry(carrier: &Carrier<'_>, span: impl FnOnce() -> SpanBuilder) -> Trace
         Some(_) => opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier)),
         None => Context::new(),
     };
-    let decided = match DECIDE.get() {
-        Some(decide) => match decide(&parent) {
-            Some(trace_id) => Some(trace_id),
-            None => return Traced::none(),
-        },
-        None => None,
+    let decided = match DECIDE.get().map(|decide| decide(&parent)) {
+        Some(None) => return Traced::none(),
+        decided => decided.flatten(),
     };
-    if !parent.span().span_context().is_valid() {
-        // A new trace: its root span gets the id the sampler decided on (`RootIds`).
-        DECIDED_ON.set(decided);
-    }
-    let span = span();
-    let traced = started(tracer, span, &parent);
+    // A new trace's root span gets the id the sampler decided on (`RootIds`; the SDK asks
+    // for a trace id only for a span with no parent).
+    DECIDED_ON.set(decided);
+    let traced = started(tracer, span(), &parent);
     DECIDED_ON.set(None);
     traced
 }
